@@ -1,0 +1,2 @@
+//! The deltacells CLI (placeholder).
+fn main() {}

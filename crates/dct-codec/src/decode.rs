@@ -1,0 +1,568 @@
+//! Tile decoding: whole tiles (in parallel across chunks) or selected rows, into fresh or reused buffers.
+
+use std::sync::Arc;
+
+use dct_format::{ChunkEntry, FrameKind, FrameRef, IndptrView, MAX_COUNT, STREAM_MAX, TileHeader, TileLayout, Version, verify_crc};
+use zstd_safe::DCtx;
+
+use crate::error::DecodeError;
+use crate::frame::{SINK_LEN, decompress_exact, frame_content_size, verify_content_size};
+use crate::values::CountValue;
+
+/// Memory a tile may make the decoder allocate on the strength of its claims alone: 1 MiB plus 64 times the blob
+/// size. A tile claiming more is first proven by streaming every frame through a fixed window (see
+/// [`Decoder::decode_into`]).
+fn trust_budget(blob_len: usize) -> u64 {
+    (1 << 20) + 64 * blob_len as u64
+}
+
+/// A decoded tile (or a selection of its rows) in CSR form.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecodedTile<V> {
+    /// Header version of the tile.
+    pub version: Version,
+    /// Genes (columns).
+    pub n_genes: u32,
+    /// Row offsets, `n_rows + 1` entries starting at 0.
+    pub indptr: Vec<i64>,
+    /// Gene indices, strictly increasing within each row.
+    pub indices: Vec<i32>,
+    /// Counts, in the same order as `indices`.
+    pub values: Vec<V>,
+}
+
+impl<V> Default for DecodedTile<V> {
+    fn default() -> Self {
+        DecodedTile { version: Version::V2, n_genes: 1, indptr: vec![0], indices: Vec::new(), values: Vec::new() }
+    }
+}
+
+impl<V> DecodedTile<V> {
+    /// Rows (cells).
+    pub fn n_rows(&self) -> usize {
+        self.indptr.len().saturating_sub(1)
+    }
+
+    /// Stored nonzeros.
+    pub fn nnz(&self) -> usize {
+        self.indices.len()
+    }
+
+    /// The gene indices and counts of row `r`.
+    pub fn row(&self, r: usize) -> (&[i32], &[V]) {
+        let (lo, hi) = (self.indptr[r] as usize, self.indptr[r + 1] as usize);
+        (&self.indices[lo..hi], &self.values[lo..hi])
+    }
+}
+
+/// Decoder settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecodeOptions {
+    /// Check the header's CRC-32 before decoding (default `true`).
+    pub verify_crc: bool,
+    /// Threads that decode the chunks of one tile (default 1: decode on the calling thread).
+    pub threads: usize,
+}
+
+impl Default for DecodeOptions {
+    fn default() -> Self {
+        DecodeOptions { verify_crc: true, threads: 1 }
+    }
+}
+
+/// Per-thread decoding state: a zstd context and scratch buffers, reused across chunks and tiles.
+struct Worker {
+    dctx: DCtx<'static>,
+    gaps: Vec<u8>,
+    vals: Vec<u8>,
+    exc: Vec<u8>,
+    chunk_indices: Vec<i32>,
+    chunk_values: Vec<u32>,
+}
+
+impl Worker {
+    fn new() -> Self {
+        Worker {
+            dctx: DCtx::create(),
+            gaps: Vec::new(),
+            vals: Vec::new(),
+            exc: Vec::new(),
+            chunk_indices: Vec::new(),
+            chunk_values: Vec::new(),
+        }
+    }
+}
+
+/// Decodes tiles of versions 1 and 2. Reuse one decoder: its zstd contexts, scratch buffers and thread pool are
+/// kept, so decoding into a reused [`DecodedTile`] allocates nothing once buffers have grown to size.
+///
+/// ```
+/// use dct_codec::{CsrMatrix, DecodeOptions, DecodedTile, Decoder, EncodeOptions, encode_tile};
+/// let m = CsrMatrix { n_rows: 2, n_cols: 5, indptr: &[0u32, 2, 3], indices: &[4u32, 1, 0], values: &[7u32, 1, 3] };
+/// let tile = encode_tile(&m, &EncodeOptions::default())?;
+/// let mut decoder = Decoder::new(DecodeOptions::default());
+/// let mut out = DecodedTile::<f32>::default();
+/// decoder.decode_into(&tile, &mut out)?;
+/// assert_eq!(out.row(0), (&[1, 4][..], &[1.0, 7.0][..])); // unsorted input comes back sorted
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Decoder {
+    opts: DecodeOptions,
+    layout: TileLayout,
+    workers: Vec<Worker>,
+    pool: Option<Arc<rayon::ThreadPool>>,
+    sink: Vec<u8>,
+    plan: Vec<(u32, u32)>,
+    needed: Vec<bool>,
+}
+
+impl std::fmt::Debug for Decoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Decoder").field("opts", &self.opts).finish_non_exhaustive()
+    }
+}
+
+struct Ctx<'a> {
+    blob: &'a [u8],
+    header: TileHeader,
+    indptr: IndptrView<'a>,
+}
+
+impl Decoder {
+    /// A decoder with its own thread pool when `opts.threads > 1`.
+    pub fn new(opts: DecodeOptions) -> Self {
+        let threads = opts.threads.max(1);
+        let pool = (threads > 1).then(|| {
+            Arc::new(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .thread_name(|i| format!("dct-decode-{i}"))
+                    .build()
+                    .expect("failed to start decode threads"),
+            )
+        });
+        Self::build(opts, pool)
+    }
+
+    /// A decoder that runs its chunks on a shared pool (`opts.threads` workers' worth of scratch).
+    pub fn with_pool(opts: DecodeOptions, pool: Arc<rayon::ThreadPool>) -> Self {
+        Self::build(opts, Some(pool))
+    }
+
+    fn build(mut opts: DecodeOptions, pool: Option<Arc<rayon::ThreadPool>>) -> Self {
+        opts.threads = opts.threads.max(1);
+        Decoder {
+            opts,
+            layout: TileLayout::default(),
+            workers: (0..opts.threads).map(|_| Worker::new()).collect(),
+            pool,
+            sink: Vec::new(),
+            plan: Vec::new(),
+            needed: Vec::new(),
+        }
+    }
+
+    /// The options this decoder was built with.
+    pub fn options(&self) -> DecodeOptions {
+        self.opts
+    }
+
+    /// The layout of the tile most recently parsed (after a successful decode).
+    pub fn layout(&self) -> &TileLayout {
+        &self.layout
+    }
+
+    /// Decodes a whole tile into fresh buffers.
+    pub fn decode<V: CountValue>(&mut self, blob: &[u8]) -> Result<DecodedTile<V>, DecodeError> {
+        let mut out = DecodedTile::default();
+        self.decode_into(blob, &mut out)?;
+        Ok(out)
+    }
+
+    /// Decodes a whole tile into `out`, reusing its allocations.
+    ///
+    /// Order of checks: structure ([`TileLayout::parse`]), CRC if enabled, every frame header against the chunk
+    /// table (exactly one frame, declared content size `2n` or `8k` with `k <= n`, no more than the compressed
+    /// bytes can produce); if the memory those claims imply exceeds 1 MiB + 64 x the blob size, every frame is
+    /// first streamed through a fixed 128 KiB window to prove it; then the chunks are decoded (in parallel) with
+    /// every data rule checked.
+    pub fn decode_into<V: CountValue>(&mut self, blob: &[u8], out: &mut DecodedTile<V>) -> Result<(), DecodeError> {
+        self.parse(blob)?;
+        let header = *self.layout.header();
+        let n_chunks = self.layout.chunks().len();
+        self.needed.clear();
+        self.needed.resize(n_chunks, true);
+        let nnz = header.nnz;
+        self.check_claims(blob, nnz.saturating_mul(4 + size_of::<V>() as u64))?;
+        let indptr = self.layout.indptr(blob);
+        indptr.copy_range_into(0, header.n_cells as usize, &mut out.indptr);
+        out.version = header.version;
+        out.n_genes = header.n_genes;
+        out.indices.resize(nnz as usize, 0);
+        out.values.resize(nnz as usize, V::default());
+        if n_chunks == 0 {
+            return Ok(());
+        }
+        let ctx = Ctx { blob, header, indptr };
+        let (workers, layout) = (&mut self.workers, &self.layout);
+        let mut run = || run_chunks(workers, layout.chunks(), 0, &ctx, &mut out.indices, &mut out.values);
+        match (&self.pool, self.opts.threads) {
+            (Some(pool), t) if t > 1 && layout.chunks().len() > 1 => pool.install(run),
+            _ => run(),
+        }
+    }
+
+    /// Decodes only the rows `rows` (local indices, any order, repeats allowed) into `out`, in request order,
+    /// decompressing only the chunks that hold them.
+    pub fn decode_rows_into<V: CountValue>(&mut self, blob: &[u8], rows: &[u64], out: &mut DecodedTile<V>) -> Result<(), DecodeError> {
+        self.parse(blob)?;
+        let header = *self.layout.header();
+        let indptr = self.layout.indptr(blob);
+        out.version = header.version;
+        out.n_genes = header.n_genes;
+        out.indptr.clear();
+        out.indptr.push(0);
+        self.plan.clear();
+        self.needed.clear();
+        self.needed.resize(self.layout.chunks().len(), false);
+        let mut total = 0u64;
+        for (j, &row) in rows.iter().enumerate() {
+            if row >= header.n_cells {
+                return Err(DecodeError::RowOutOfRange { row, n_cells: header.n_cells });
+            }
+            total += indptr.get(row as usize + 1) - indptr.get(row as usize);
+            out.indptr.push(total as i64);
+            let chunk = self.layout.chunk_of_row(row).expect("validated chunks cover every row");
+            self.needed[chunk] = true;
+            self.plan.push((chunk as u32, j as u32));
+        }
+        self.check_claims(blob, total.saturating_mul(4 + size_of::<V>() as u64))?;
+        self.plan.sort_unstable();
+        out.indices.resize(total as usize, 0);
+        out.values.resize(total as usize, V::default());
+        let ctx = Ctx { blob, header, indptr };
+        let w = &mut self.workers[0];
+        let mut chunk_indices = std::mem::take(&mut w.chunk_indices);
+        let mut chunk_values = std::mem::take(&mut w.chunk_values);
+        let mut result = Ok(());
+        let mut i = 0;
+        while i < self.plan.len() {
+            let c = self.plan[i].0 as usize;
+            let e = self.layout.chunks()[c];
+            let n = e.nnz() as usize;
+            chunk_indices.resize(n, 0);
+            chunk_values.resize(n, 0);
+            if let Err(err) = decode_chunk(w, &ctx, c as u32, &e, &mut chunk_indices, &mut chunk_values) {
+                result = Err(err);
+                break;
+            }
+            while i < self.plan.len() && self.plan[i].0 as usize == c {
+                let j = self.plan[i].1 as usize;
+                let row = rows[j] as usize;
+                let src = (indptr.get(row) - e.nnz_lo) as usize..(indptr.get(row + 1) - e.nnz_lo) as usize;
+                let dst = out.indptr[j] as usize..out.indptr[j + 1] as usize;
+                out.indices[dst.clone()].copy_from_slice(&chunk_indices[src.clone()]);
+                for (o, &v) in out.values[dst].iter_mut().zip(&chunk_values[src]) {
+                    *o = V::from_count(v);
+                }
+                i += 1;
+            }
+        }
+        w.chunk_indices = chunk_indices;
+        w.chunk_values = chunk_values;
+        result
+    }
+
+    fn parse(&mut self, blob: &[u8]) -> Result<(), DecodeError> {
+        self.layout.parse_from(blob)?;
+        if self.opts.verify_crc {
+            verify_crc(blob, self.layout.header())?;
+        }
+        Ok(())
+    }
+
+    /// Checks the frame headers of the chunks marked in `self.needed` against the chunk table, then, if the
+    /// output (`out_bytes`) and scratch those claims imply exceed the trust budget, proves every such frame's
+    /// content size by streaming it through a fixed window.
+    fn check_claims(&mut self, blob: &[u8], out_bytes: u64) -> Result<(), DecodeError> {
+        let version = self.layout.version();
+        let mut max_scratch = 0u64;
+        for (c, e) in self.layout.chunks().iter().enumerate() {
+            if !self.needed[c] {
+                continue;
+            }
+            let n = e.nnz();
+            for kind in [FrameKind::Gaps, FrameKind::Vals, FrameKind::ValueExceptions, FrameKind::GapExceptions] {
+                let frame = e.frame(kind);
+                if !frame.is_present() {
+                    continue;
+                }
+                let size = frame_content_size(&blob[frame.range()]).map_err(|p| frame_err(c, kind, frame, p))?;
+                let ok = match kind {
+                    FrameKind::Gaps | FrameKind::Vals => size == 2 * n,
+                    _ => version == Version::V2 && size % 8 == 0 && size / 8 <= n,
+                };
+                if !ok {
+                    let want = match kind {
+                        FrameKind::Gaps | FrameKind::Vals => format!("exactly 2n = {} bytes", 2 * n),
+                        _ => format!("8k bytes with k <= n = {n}"),
+                    };
+                    return Err(frame_err(c, kind, frame, format!("declares {size} bytes of content, the chunk needs {want}")));
+                }
+            }
+            max_scratch = max_scratch.max(12 * n);
+        }
+        let claimed = out_bytes.saturating_add(max_scratch.saturating_mul(self.opts.threads as u64));
+        if claimed <= trust_budget(blob.len()) {
+            return Ok(());
+        }
+        if self.sink.is_empty() {
+            self.sink = vec![0; SINK_LEN];
+        }
+        let dctx = &mut self.workers[0].dctx;
+        for (c, e) in self.layout.chunks().iter().enumerate() {
+            if !self.needed[c] {
+                continue;
+            }
+            for kind in [FrameKind::Gaps, FrameKind::Vals, FrameKind::ValueExceptions, FrameKind::GapExceptions] {
+                let frame = e.frame(kind);
+                if frame.is_present() {
+                    let src = &blob[frame.range()];
+                    let size = frame_content_size(src).map_err(|p| frame_err(c, kind, frame, p))?;
+                    verify_content_size(dctx, src, size, &mut self.sink).map_err(|p| frame_err(c, kind, frame, p))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn frame_err(chunk: usize, kind: FrameKind, frame: FrameRef, problem: String) -> DecodeError {
+    DecodeError::Frame { chunk: chunk as u32, kind, offset: frame.offset, problem }
+}
+
+/// Decodes `chunks` (the first of which is number `first`) into `indices`/`values`, which start at the first
+/// chunk's `nnz_lo`, splitting the work between `workers` by recursive `rayon::join` (no heap allocation).
+fn run_chunks<V: CountValue>(
+    workers: &mut [Worker],
+    chunks: &[ChunkEntry],
+    first: u32,
+    ctx: &Ctx<'_>,
+    indices: &mut [i32],
+    values: &mut [V],
+) -> Result<(), DecodeError> {
+    if workers.len() <= 1 || chunks.len() <= 1 {
+        let w = &mut workers[0];
+        let base = chunks.first().map_or(0, |e| e.nnz_lo);
+        for (i, e) in chunks.iter().enumerate() {
+            let r = (e.nnz_lo - base) as usize..(e.nnz_hi - base) as usize;
+            decode_chunk(w, ctx, first + i as u32, e, &mut indices[r.clone()], &mut values[r])?;
+        }
+        return Ok(());
+    }
+    let (left_workers, right_workers) = workers.split_at_mut(workers.len() / 2);
+    // Split the chunks in proportion to the workers on each side, weighting each chunk by its nonzeros.
+    let weight = |e: &ChunkEntry| e.nnz() + 1;
+    let total: u64 = chunks.iter().map(weight).sum();
+    let target = total * left_workers.len() as u64 / (left_workers.len() + right_workers.len()) as u64;
+    let mut acc = 0;
+    let mut split = 1;
+    for (i, e) in chunks.iter().enumerate().take(chunks.len() - 1) {
+        acc += weight(e);
+        split = i + 1;
+        if acc >= target {
+            break;
+        }
+    }
+    let mid = (chunks[split].nnz_lo - chunks[0].nnz_lo) as usize;
+    let (li, ri) = indices.split_at_mut(mid);
+    let (lv, rv) = values.split_at_mut(mid);
+    let (lc, rc) = chunks.split_at(split);
+    let (a, b) = rayon::join(
+        || run_chunks(left_workers, lc, first, ctx, li, lv),
+        || run_chunks(right_workers, rc, first + split as u32, ctx, ri, rv),
+    );
+    a.and(b)
+}
+
+/// The local cell holding the chunk's nonzero `pos` (relative to `e.nnz_lo`).
+fn cell_of(indptr: &IndptrView<'_>, e: &ChunkEntry, pos: u64) -> u64 {
+    let target = e.nnz_lo + pos;
+    let (mut lo, mut hi) = (e.cell_lo, e.cell_hi);
+    while lo + 1 < hi {
+        let mid = lo + (hi - lo) / 2;
+        if indptr.get(mid as usize) <= target { lo = mid } else { hi = mid }
+    }
+    // Skip empty cells that share the start offset.
+    while lo + 1 < e.cell_hi && indptr.get(lo as usize + 1) <= target {
+        lo += 1;
+    }
+    lo
+}
+
+fn data_err(indptr: &IndptrView<'_>, chunk: u32, e: &ChunkEntry, pos: u64, problem: String) -> DecodeError {
+    DecodeError::Data { chunk, cell: cell_of(indptr, e, pos), nonzero: e.nnz_lo + pos, problem }
+}
+
+#[inline]
+fn plane(lo: &[u8], hi: &[u8], i: usize) -> u32 {
+    u32::from(lo[i]) | u32::from(hi[i]) << 8
+}
+
+/// Decodes one chunk into `indices`/`values` (exactly the chunk's `n` nonzeros).
+fn decode_chunk<V: CountValue>(
+    w: &mut Worker,
+    ctx: &Ctx<'_>,
+    chunk: u32,
+    e: &ChunkEntry,
+    indices: &mut [i32],
+    values: &mut [V],
+) -> Result<(), DecodeError> {
+    let n = e.nnz() as usize;
+    let blob = ctx.blob;
+    let c = chunk as usize;
+    decompress_exact(&mut w.dctx, &blob[e.gaps.range()], 2 * n, &mut w.gaps).map_err(|p| frame_err(c, FrameKind::Gaps, e.gaps, p))?;
+    decompress_exact(&mut w.dctx, &blob[e.vals.range()], 2 * n, &mut w.vals).map_err(|p| frame_err(c, FrameKind::Vals, e.vals, p))?;
+
+    // Counts: recombine the byte planes; a stored zero is never valid.
+    let (vlo, vhi) = w.vals.split_at(n);
+    let mut zero = false;
+    for ((o, &l), &h) in values.iter_mut().zip(vlo).zip(vhi) {
+        let v = u16::from(l) | u16::from(h) << 8;
+        zero |= v == 0;
+        *o = V::from_stream(v);
+    }
+    if zero {
+        let pos = (0..n).find(|&i| plane(vlo, vhi, i) == 0).expect("a zero was seen");
+        return Err(data_err(&ctx.indptr, chunk, e, pos as u64, "stored count is 0; zeros are never stored".into()));
+    }
+
+    // Gene indices: prefix sums of the gaps, restarting at each cell. 64-bit accumulation cannot wrap.
+    let (glo, ghi) = w.gaps.split_at(n);
+    let n_genes = u64::from(ctx.header.n_genes);
+    let mut start = 0usize;
+    for cell in e.cell_lo..e.cell_hi {
+        let end = (ctx.indptr.get(cell as usize + 1) - e.nnz_lo) as usize;
+        if end > start {
+            let (gl, gh, out) = (&glo[start..end], &ghi[start..end], &mut indices[start..end]);
+            let mut acc = u64::from(gl[0]) | u64::from(gh[0]) << 8;
+            out[0] = acc as i32;
+            let mut zero_gap = false;
+            for ((o, &l), &h) in out[1..].iter_mut().zip(&gl[1..]).zip(&gh[1..]) {
+                let g = u64::from(l) | u64::from(h) << 8;
+                zero_gap |= g == 0;
+                acc += g;
+                *o = acc as i32;
+            }
+            if zero_gap || acc >= n_genes {
+                return Err(gap_error(ctx, chunk, e, glo, ghi, start, end, n_genes));
+            }
+        }
+        start = end;
+    }
+
+    if e.vexc.is_present() {
+        let frame = e.vexc;
+        let k = read_exceptions(&mut w.dctx, &mut w.exc, blob, c, FrameKind::ValueExceptions, frame, n)?;
+        let (pos, pay) = w.exc.split_at(4 * k);
+        let (vlo, vhi) = w.vals.split_at(n);
+        let mut prev: Option<u32> = None;
+        for (p, q) in pos.chunks_exact(4).zip(pay.chunks_exact(4)) {
+            let p = u32::from_le_bytes(p.try_into().expect("4 bytes"));
+            let payload = u32::from_le_bytes(q.try_into().expect("4 bytes"));
+            check_position(p, prev, n).map_err(|m| frame_err(c, FrameKind::ValueExceptions, frame, m))?;
+            prev = Some(p);
+            let at = p as usize;
+            let fail = |m: String| data_err(&ctx.indptr, chunk, e, p.into(), m);
+            if plane(vlo, vhi, at) != STREAM_MAX {
+                return Err(fail(format!("value exception at a stored count of {} (must be 65535)", plane(vlo, vhi, at))));
+            }
+            if !(STREAM_MAX + 1..=MAX_COUNT).contains(&payload) {
+                return Err(fail(format!("value exception payload {payload} is outside 65536..=2147483647")));
+            }
+            values[at] = V::from_count(payload);
+        }
+    }
+
+    if e.gexc.is_present() {
+        let frame = e.gexc;
+        let k = read_exceptions(&mut w.dctx, &mut w.exc, blob, c, FrameKind::GapExceptions, frame, n)?;
+        let (pos, pay) = w.exc.split_at(4 * k);
+        let mut prev: Option<u32> = None;
+        let mut cell = e.cell_lo;
+        let mut cell_end = (ctx.indptr.get(cell as usize + 1) - e.nnz_lo) as usize;
+        for (p, q) in pos.chunks_exact(4).zip(pay.chunks_exact(4)) {
+            let p = u32::from_le_bytes(p.try_into().expect("4 bytes"));
+            let payload = u64::from(u32::from_le_bytes(q.try_into().expect("4 bytes")));
+            check_position(p, prev, n).map_err(|m| frame_err(c, FrameKind::GapExceptions, frame, m))?;
+            prev = Some(p);
+            let at = p as usize;
+            let fail = |m: String| data_err(&ctx.indptr, chunk, e, p.into(), m);
+            if plane(glo, ghi, at) != STREAM_MAX {
+                return Err(fail(format!("gap exception at a stored gap of {} (must be 65535)", plane(glo, ghi, at))));
+            }
+            if payload == 0 || payload >= n_genes {
+                return Err(fail(format!("gap exception payload {payload} is outside 1..{n_genes}")));
+            }
+            while at >= cell_end {
+                cell += 1;
+                cell_end = (ctx.indptr.get(cell as usize + 1) - e.nnz_lo) as usize;
+            }
+            // Indices only grow, so the cell's last index is its largest: check it first, then add.
+            let last = u64::from(indices[cell_end - 1] as u32) + payload;
+            if last >= n_genes {
+                return Err(fail(format!("gap exception makes gene index {last}, not below n_genes = {n_genes}")));
+            }
+            for x in &mut indices[at..cell_end] {
+                *x += payload as i32;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Decompresses an exception frame (already checked: `8k` bytes, `k <= n`) into the worker's buffer.
+fn read_exceptions(
+    dctx: &mut DCtx<'static>,
+    exc: &mut Vec<u8>,
+    blob: &[u8],
+    c: usize,
+    kind: FrameKind,
+    frame: FrameRef,
+    n: usize,
+) -> Result<usize, DecodeError> {
+    let src = &blob[frame.range()];
+    let size = frame_content_size(src).map_err(|p| frame_err(c, kind, frame, p))?;
+    if size % 8 != 0 || size / 8 > n as u64 {
+        return Err(frame_err(c, kind, frame, format!("declares {size} bytes; needs 8k bytes with k <= n = {n}")));
+    }
+    decompress_exact(dctx, src, size as usize, exc).map_err(|p| frame_err(c, kind, frame, p))?;
+    Ok(size as usize / 8)
+}
+
+fn check_position(p: u32, prev: Option<u32>, n: usize) -> Result<(), String> {
+    if p as usize >= n {
+        return Err(format!("exception position {p} is not below n = {n}"));
+    }
+    if prev.is_some_and(|q| p <= q) {
+        return Err(format!("exception positions are not strictly increasing ({} then {p})", prev.unwrap_or(0)));
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+#[cold]
+fn gap_error(ctx: &Ctx<'_>, chunk: u32, e: &ChunkEntry, glo: &[u8], ghi: &[u8], start: usize, end: usize, n_genes: u64) -> DecodeError {
+    let mut acc = 0u64;
+    for i in start..end {
+        let g = u64::from(plane(glo, ghi, i));
+        if i > start && g == 0 {
+            return data_err(&ctx.indptr, chunk, e, i as u64, "gap of 0 repeats the previous gene (indices must strictly increase)".into());
+        }
+        acc += g;
+        if acc >= n_genes {
+            return data_err(&ctx.indptr, chunk, e, i as u64, format!("gene index {acc} is not below n_genes = {n_genes}"));
+        }
+    }
+    data_err(&ctx.indptr, chunk, e, start as u64, "invalid gaps".into())
+}

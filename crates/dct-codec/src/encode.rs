@@ -1,0 +1,254 @@
+//! Tile encoding: canonical CSR to a version-2 (or version-1) tile blob.
+
+use dct_format::{ChunkEntry, FrameRef, HEADER_LEN, STREAM_MAX, TileHeader, Version, align8, compute_crc};
+use rayon::prelude::*;
+use zstd_safe::{CCtx, CParameter};
+
+use crate::error::EncodeError;
+use crate::input::{CanonicalCsr, CountLike, CsrMatrix, IndexLike};
+
+/// How many exceptions (counts or gaps above 65535) a tile may hold before the encoder refuses it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExceptionPolicy {
+    /// The reference writer's policy: at most `max(1024, nnz / 200)` of either kind.
+    #[default]
+    RawCounts,
+    /// At most this many of either kind.
+    AtMost(u64),
+    /// No limit.
+    Unlimited,
+}
+
+impl ExceptionPolicy {
+    /// The limit for a tile of `nnz` nonzeros.
+    pub fn limit(self, nnz: u64) -> u64 {
+        match self {
+            ExceptionPolicy::RawCounts => (nnz / 200).max(1024),
+            ExceptionPolicy::AtMost(n) => n,
+            ExceptionPolicy::Unlimited => u64::MAX,
+        }
+    }
+}
+
+/// Encoder settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EncodeOptions {
+    /// Chunks requested (default 8); a tile gets `min(n_chunks, n_cells)` or fewer (see the format docs).
+    pub n_chunks: usize,
+    /// zstd level (default 19).
+    pub level: i32,
+    /// Exception limit (default [`ExceptionPolicy::RawCounts`]).
+    pub exception_policy: ExceptionPolicy,
+    /// Format version to write (default 2; version 1 only for matrices it can hold, e.g. compatibility tests).
+    pub version: Version,
+}
+
+impl Default for EncodeOptions {
+    fn default() -> Self {
+        EncodeOptions { n_chunks: 8, level: 19, exception_policy: ExceptionPolicy::default(), version: Version::V2 }
+    }
+}
+
+/// Validates, canonicalizes and encodes a CSR matrix as one tile. Chunks compress in parallel on the current
+/// rayon pool; the bytes do not depend on the number of threads.
+pub fn encode_tile<P: IndexLike, I: IndexLike, V: CountLike>(m: &CsrMatrix<'_, P, I, V>, opts: &EncodeOptions) -> Result<Vec<u8>, EncodeError> {
+    encode_canonical(&CanonicalCsr::from_csr(m)?, opts)
+}
+
+/// Chunk boundaries as the reference writer chooses them: `k = min(requested, n_cells)` (at least 1), boundary
+/// `i` at the first row where the cumulative nonzero count reaches `i * nnz / k`, de-duplicated.
+pub fn chunk_boundaries(indptr: &[u64], requested: usize) -> Vec<u64> {
+    let n_cells = indptr.len() as u64 - 1;
+    if n_cells == 0 {
+        return vec![0];
+    }
+    let k = (requested.max(1) as u64).min(n_cells);
+    let nnz = indptr[n_cells as usize];
+    let mut bounds = vec![0u64];
+    for i in 1..k {
+        // First r with indptr[r] >= i * nnz / k, compared exactly as indptr[r] * k >= i * nnz.
+        let target = u128::from(i) * u128::from(nnz);
+        let r = indptr.partition_point(|&p| u128::from(p) * u128::from(k) < target) as u64;
+        if r > *bounds.last().expect("non-empty") && r < n_cells {
+            bounds.push(r);
+        }
+    }
+    bounds.push(n_cells);
+    bounds
+}
+
+struct EncodedChunk {
+    entry: ChunkEntry,
+    frames: [Vec<u8>; 4],
+    exceptions: [u64; 2],
+}
+
+/// Encodes a canonical matrix as one tile.
+pub fn encode_canonical(m: &CanonicalCsr, opts: &EncodeOptions) -> Result<Vec<u8>, EncodeError> {
+    let version = opts.version;
+    let n_cells = m.n_rows() as u64;
+    let nnz = m.nnz() as u64;
+    if m.n_genes == 0 || m.n_genes > version.max_genes() {
+        return Err(EncodeError::Unrepresentable {
+            version: version.number(),
+            reason: format!("{} genes; version {} holds 1..={}", m.n_genes, version.number(), version.max_genes()),
+        });
+    }
+    let bounds = if n_cells == 0 { Vec::new() } else { chunk_boundaries(&m.indptr, opts.n_chunks) };
+    let ranges: Vec<(u64, u64)> = bounds.windows(2).map(|w| (w[0], w[1])).collect();
+    for &(lo, hi) in &ranges {
+        if m.indptr[hi as usize] - m.indptr[lo as usize] > u64::from(u32::MAX) {
+            return Err(EncodeError::Unrepresentable {
+                version: version.number(),
+                reason: "a chunk would hold 2^32 or more nonzeros; request more chunks".into(),
+            });
+        }
+    }
+    let chunks: Vec<EncodedChunk> = ranges
+        .par_iter()
+        .map_init(CCtx::create, |cctx, &(lo, hi)| encode_chunk(cctx, m, lo, hi, opts))
+        .collect::<Result<_, _>>()?;
+
+    let limit = opts.exception_policy.limit(nnz);
+    for (i, kind) in ["value", "gap"].into_iter().enumerate() {
+        let count: u64 = chunks.iter().map(|c| c.exceptions[i]).sum();
+        if count > 0 && version == Version::V1 {
+            return Err(EncodeError::Unrepresentable {
+                version: 1,
+                reason: format!("{count} {kind}s above 65535 need exceptions, which version 1 lacks"),
+            });
+        }
+        if count > limit {
+            return Err(EncodeError::TooManyExceptions { kind, count, limit });
+        }
+    }
+
+    // Layout: header, chunk table, indptr, then per chunk gaps, vals, vexc, gexc, each 8-aligned.
+    let table_end = (HEADER_LEN + chunks.len() * version.entry_size()) as u64;
+    let indptr_off = align8(table_end);
+    let mut pos = indptr_off + 8 * (n_cells + 1);
+    let mut entries = Vec::with_capacity(chunks.len());
+    for c in &chunks {
+        let mut e = c.entry;
+        let mut refs = [FrameRef::default(); 4];
+        for (r, f) in refs.iter_mut().zip(&c.frames) {
+            if !f.is_empty() {
+                pos = align8(pos);
+                *r = FrameRef { offset: pos, len: f.len() as u64 };
+                pos += f.len() as u64;
+            }
+        }
+        [e.gaps, e.vals, e.vexc, e.gexc] = refs;
+        entries.push(e);
+    }
+    let total = pos as usize;
+    let mut blob = vec![0u8; total];
+    let entry_size = version.entry_size();
+    for (i, e) in entries.iter().enumerate() {
+        let at = HEADER_LEN + i * entry_size;
+        e.write(&mut blob[at..at + entry_size], version);
+    }
+    for (i, p) in m.indptr.iter().enumerate() {
+        let at = indptr_off as usize + 8 * i;
+        blob[at..at + 8].copy_from_slice(&p.to_le_bytes());
+    }
+    for (c, e) in chunks.iter().zip(&entries) {
+        for (f, r) in c.frames.iter().zip([e.gaps, e.vals, e.vexc, e.gexc]) {
+            if !f.is_empty() {
+                blob[r.range()].copy_from_slice(f);
+            }
+        }
+    }
+    let mut header = TileHeader {
+        version,
+        n_cells,
+        nnz,
+        n_genes: m.n_genes as u32,
+        n_chunks: entries.len() as u32,
+        indptr_off,
+        total_size: total as u64,
+        crc32: 0,
+    };
+    header.crc32 = compute_crc(&blob);
+    blob[..HEADER_LEN].copy_from_slice(&header.to_bytes());
+    Ok(blob)
+}
+
+fn encode_chunk(cctx: &mut CCtx<'static>, m: &CanonicalCsr, lo: u64, hi: u64, opts: &EncodeOptions) -> Result<EncodedChunk, EncodeError> {
+    let (nnz_lo, nnz_hi) = (m.indptr[lo as usize], m.indptr[hi as usize]);
+    let n = (nnz_hi - nnz_lo) as usize;
+    let mut gaps = vec![0u8; 2 * n];
+    let mut vals = vec![0u8; 2 * n];
+    let (mut vexc_pos, mut vexc_pay) = (Vec::new(), Vec::new());
+    let (mut gexc_pos, mut gexc_pay) = (Vec::new(), Vec::new());
+    for (k, &v) in m.values[nnz_lo as usize..nnz_hi as usize].iter().enumerate() {
+        let stored = if v > STREAM_MAX {
+            vexc_pos.push(k as u32);
+            vexc_pay.push(v);
+            STREAM_MAX
+        } else {
+            v
+        };
+        vals[k] = stored as u8;
+        vals[n + k] = (stored >> 8) as u8;
+    }
+    for r in lo..hi {
+        let (a, b) = ((m.indptr[r as usize] - nnz_lo) as usize, (m.indptr[r as usize + 1] - nnz_lo) as usize);
+        let mut prev = 0u32;
+        for k in a..b {
+            let g = m.indices[nnz_lo as usize + k];
+            let gap = if k == a { g } else { g - prev };
+            prev = g;
+            let stored = if gap > STREAM_MAX {
+                gexc_pos.push(k as u32);
+                gexc_pay.push(gap - STREAM_MAX);
+                STREAM_MAX
+            } else {
+                gap
+            };
+            gaps[k] = stored as u8;
+            gaps[n + k] = (stored >> 8) as u8;
+        }
+    }
+    let exc_bytes = |pos: &[u32], pay: &[u32]| -> Vec<u8> {
+        pos.iter().chain(pay).flat_map(|x| x.to_le_bytes()).collect()
+    };
+    let exceptions = [vexc_pos.len() as u64, gexc_pos.len() as u64];
+    let mut frames = [compress(cctx, &gaps, opts.level)?, compress(cctx, &vals, opts.level)?, Vec::new(), Vec::new()];
+    if !vexc_pos.is_empty() {
+        frames[2] = compress(cctx, &exc_bytes(&vexc_pos, &vexc_pay), opts.level)?;
+    }
+    if !gexc_pos.is_empty() {
+        frames[3] = compress(cctx, &exc_bytes(&gexc_pos, &gexc_pay), opts.level)?;
+    }
+    let entry = ChunkEntry { cell_lo: lo, cell_hi: hi, nnz_lo, nnz_hi, ..Default::default() };
+    Ok(EncodedChunk { entry, frames, exceptions })
+}
+
+fn compress(cctx: &mut CCtx<'static>, src: &[u8], level: i32) -> Result<Vec<u8>, EncodeError> {
+    let err = |code| EncodeError::Zstd(zstd_safe::get_error_name(code).to_string());
+    cctx.reset(zstd_safe::ResetDirective::SessionAndParameters).map_err(err)?;
+    cctx.set_parameter(CParameter::CompressionLevel(level)).map_err(err)?;
+    cctx.set_parameter(CParameter::ContentSizeFlag(true)).map_err(err)?;
+    cctx.set_parameter(CParameter::ChecksumFlag(false)).map_err(err)?;
+    let mut out = Vec::with_capacity(zstd_safe::compress_bound(src.len()));
+    cctx.compress2(&mut out, src).map_err(err)?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boundaries_follow_the_reference_writer() {
+        // 12 cells: cell 0 has 1 nonzero, cell 1 has 30, the rest none; 3 requested -> 2 chunks.
+        let mut indptr = vec![0u64, 1];
+        indptr.extend(std::iter::repeat_n(31, 11));
+        assert_eq!(chunk_boundaries(&indptr, 3), vec![0, 2, 12]);
+        // All empty: one chunk.
+        assert_eq!(chunk_boundaries(&[0, 0, 0, 0], 8), vec![0, 3]);
+        // Never more chunks than cells.
+        assert_eq!(chunk_boundaries(&[0, 5, 10], 8), vec![0, 1, 2]);
+    }
+}

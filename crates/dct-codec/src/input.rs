@@ -1,0 +1,233 @@
+//! Input CSR matrices of any index and value type, and their canonical form (sorted, summed, zero-free counts).
+
+use crate::error::EncodeError;
+use dct_format::MAX_COUNT;
+
+/// An integer type usable as a CSR offset or column index.
+pub trait IndexLike: Copy + Send + Sync {
+    /// The value as a signed 128-bit integer (never fails; range checks are the caller's).
+    fn to_i128(self) -> i128;
+}
+
+macro_rules! index_like {
+    ($($t:ty),*) => {$(
+        impl IndexLike for $t {
+            #[inline]
+            fn to_i128(self) -> i128 { self as i128 }
+        }
+    )*};
+}
+index_like!(u8, u16, u32, u64, usize, i8, i16, i32, i64, isize);
+
+/// A value type that may hold counts: integers (non-negative, at most `2^31 - 1`) or floats (finite and
+/// integral in that range). Zero is accepted here and dropped by canonicalization.
+pub trait CountLike: Copy + Send + Sync + std::fmt::Display {
+    /// The count, or why the value is not one.
+    fn to_count(self) -> Result<u32, &'static str>;
+}
+
+macro_rules! count_int {
+    ($($t:ty),*) => {$(
+        impl CountLike for $t {
+            #[inline]
+            #[allow(unused_comparisons)]
+            fn to_count(self) -> Result<u32, &'static str> {
+                if self < 0 as $t { return Err("negative"); }
+                if (self as u128) > MAX_COUNT as u128 { return Err("above 2^31 - 1"); }
+                Ok(self as u32)
+            }
+        }
+    )*};
+}
+count_int!(u8, u16, u32, u64, usize, i8, i16, i32, i64, isize);
+
+macro_rules! count_float {
+    ($($t:ty),*) => {$(
+        impl CountLike for $t {
+            #[inline]
+            fn to_count(self) -> Result<u32, &'static str> {
+                if !self.is_finite() { return Err("not finite"); }
+                if self < 0.0 { return Err("negative"); }
+                if self.fract() != 0.0 { return Err("not an integer"); }
+                if self > MAX_COUNT as $t { return Err("above 2^31 - 1"); }
+                Ok(self as u32)
+            }
+        }
+    )*};
+}
+count_float!(f32, f64);
+
+/// A borrowed CSR matrix: rows are cells, columns are genes. Indices within a row may be unsorted and may
+/// repeat (repeats are summed); explicit zeros are dropped. The caller's arrays are never modified.
+#[derive(Debug, Clone, Copy)]
+pub struct CsrMatrix<'a, P, I, V> {
+    /// Rows (cells).
+    pub n_rows: usize,
+    /// Columns (genes).
+    pub n_cols: u64,
+    /// Row offsets, `n_rows + 1` entries, non-decreasing, from 0 to `indices.len()`.
+    pub indptr: &'a [P],
+    /// Column indices.
+    pub indices: &'a [I],
+    /// Values.
+    pub values: &'a [V],
+}
+
+/// A CSR count matrix in canonical form: within each row, strictly increasing columns below `n_genes` and
+/// counts in `1 ..= 2^31 - 1`. This is what tiles store; build one row by row with [`CanonicalCsr::push_rows`]
+/// (the dataset writer does, to re-chunk input blocks into tiles) or all at once with [`CanonicalCsr::from_csr`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CanonicalCsr {
+    /// Columns (genes).
+    pub n_genes: u64,
+    /// Row offsets, starting at 0.
+    pub indptr: Vec<u64>,
+    /// Column indices.
+    pub indices: Vec<u32>,
+    /// Counts.
+    pub values: Vec<u32>,
+}
+
+impl CanonicalCsr {
+    /// An empty matrix with `n_genes` columns.
+    pub fn new(n_genes: u64) -> Self {
+        CanonicalCsr { n_genes, indptr: vec![0], indices: Vec::new(), values: Vec::new() }
+    }
+
+    /// Rows held.
+    pub fn n_rows(&self) -> usize {
+        self.indptr.len() - 1
+    }
+
+    /// Nonzeros held.
+    pub fn nnz(&self) -> usize {
+        self.indices.len()
+    }
+
+    /// Removes all rows, keeping allocations.
+    pub fn clear(&mut self) {
+        self.indptr.truncate(1);
+        self.indices.clear();
+        self.values.clear();
+    }
+
+    /// Validates and canonicalizes a whole matrix.
+    pub fn from_csr<P: IndexLike, I: IndexLike, V: CountLike>(m: &CsrMatrix<'_, P, I, V>) -> Result<Self, EncodeError> {
+        let mut out = CanonicalCsr::new(m.n_cols);
+        out.push_rows(m, 0..m.n_rows, 0)?;
+        Ok(out)
+    }
+
+    /// Appends rows `rows` of `m`, canonicalized. `row_base` is added to row numbers in error messages (the
+    /// global index of `m`'s row 0). On error nothing is appended.
+    pub fn push_rows<P: IndexLike, I: IndexLike, V: CountLike>(
+        &mut self,
+        m: &CsrMatrix<'_, P, I, V>,
+        rows: std::ops::Range<usize>,
+        row_base: u64,
+    ) -> Result<(), EncodeError> {
+        if m.n_cols != self.n_genes {
+            return Err(EncodeError::Shape(format!("matrix has {} columns, expected {}", m.n_cols, self.n_genes)));
+        }
+        check_shape(m)?;
+        if rows.end > m.n_rows {
+            return Err(EncodeError::Shape(format!("rows {rows:?} are outside 0..{}", m.n_rows)));
+        }
+        let (len0, nnz0) = (self.indptr.len(), self.indices.len());
+        let mut scratch: Vec<(u32, u32)> = Vec::new();
+        for r in rows {
+            if let Err(e) = self.push_row(m, r, row_base + r as u64, &mut scratch) {
+                self.indptr.truncate(len0);
+                self.indices.truncate(nnz0);
+                self.values.truncate(nnz0);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn push_row<P: IndexLike, I: IndexLike, V: CountLike>(
+        &mut self,
+        m: &CsrMatrix<'_, P, I, V>,
+        r: usize,
+        global_row: u64,
+        scratch: &mut Vec<(u32, u32)>,
+    ) -> Result<(), EncodeError> {
+        let (lo, hi) = (m.indptr[r].to_i128() as usize, m.indptr[r + 1].to_i128() as usize);
+        let n_genes = self.n_genes;
+        let start = self.indices.len();
+        let mut sorted = true;
+        let mut prev: i128 = -1;
+        for k in lo..hi {
+            let col = m.indices[k].to_i128();
+            if col < 0 || col >= i128::from(n_genes) {
+                return Err(EncodeError::ColumnOutOfRange { row: global_row, col, n_genes });
+            }
+            let v = m.values[k];
+            let count = v.to_count().map_err(|reason| EncodeError::NotACount {
+                row: global_row,
+                col: col as u64,
+                value: v.to_string(),
+                reason,
+            })?;
+            sorted &= col > prev;
+            prev = col;
+            if count != 0 {
+                self.indices.push(col as u32);
+                self.values.push(count);
+            }
+        }
+        if !sorted {
+            // Rare path: sort by column (stable), sum repeats; zeros were already dropped.
+            scratch.clear();
+            scratch.extend(self.indices[start..].iter().copied().zip(self.values[start..].iter().copied()));
+            scratch.sort_by_key(|&(c, _)| c);
+            self.indices.truncate(start);
+            self.values.truncate(start);
+            for &(c, v) in scratch.iter() {
+                if self.indices.len() > start && *self.indices.last().expect("non-empty") == c {
+                    let last = self.values.last_mut().expect("non-empty");
+                    let sum = u64::from(*last) + u64::from(v);
+                    if sum > u64::from(MAX_COUNT) {
+                        return Err(EncodeError::NotACount {
+                            row: global_row,
+                            col: c.into(),
+                            value: sum.to_string(),
+                            reason: "repeated entries sum above 2^31 - 1",
+                        });
+                    }
+                    *last = sum as u32;
+                } else {
+                    self.indices.push(c);
+                    self.values.push(v);
+                }
+            }
+        }
+        self.indptr.push(self.indices.len() as u64);
+        Ok(())
+    }
+}
+
+fn check_shape<P: IndexLike, I: IndexLike, V>(m: &CsrMatrix<'_, P, I, V>) -> Result<(), EncodeError> {
+    if m.indptr.len() != m.n_rows + 1 {
+        return Err(EncodeError::Shape(format!("indptr has {} entries for {} rows", m.indptr.len(), m.n_rows)));
+    }
+    if m.indices.len() != m.values.len() {
+        return Err(EncodeError::Shape(format!("{} indices but {} values", m.indices.len(), m.values.len())));
+    }
+    if m.indptr[0].to_i128() != 0 {
+        return Err(EncodeError::Shape("indptr[0] is not 0".into()));
+    }
+    let mut prev = 0i128;
+    for (i, p) in m.indptr.iter().enumerate() {
+        let p = p.to_i128();
+        if p < prev {
+            return Err(EncodeError::Shape(format!("indptr decreases at entry {i}")));
+        }
+        prev = p;
+    }
+    if prev != m.indices.len() as i128 {
+        return Err(EncodeError::Shape(format!("indptr ends at {prev} but there are {} entries", m.indices.len())));
+    }
+    Ok(())
+}

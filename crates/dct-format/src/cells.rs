@@ -1,0 +1,86 @@
+/// Why a list of per-tile cell counts cannot index a dataset.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CellIndexError {
+    /// The total number of cells does not fit in 64 bits.
+    #[error("the tile cell counts add up to more than 2^64 - 1")]
+    Overflow,
+}
+
+/// Maps global cell indices to tiles, from the per-tile cell counts of a manifest.
+///
+/// `limits[i]` is the cumulative number of cells up to and including tile `i`; global cell `c` lives in tile
+/// `searchsorted(limits, c, side="right")` at local row `c - limits[tile - 1]` (or `c` in tile 0), exactly as the
+/// format specification states.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CellIndex {
+    limits: Vec<u64>,
+}
+
+impl CellIndex {
+    /// Builds the index from the manifest's `tile_cells`.
+    pub fn from_tile_cells(tile_cells: &[u64]) -> Result<Self, CellIndexError> {
+        let mut total = 0u64;
+        let mut limits = Vec::with_capacity(tile_cells.len());
+        for &n in tile_cells {
+            total = total.checked_add(n).ok_or(CellIndexError::Overflow)?;
+            limits.push(total);
+        }
+        Ok(CellIndex { limits })
+    }
+
+    /// Cumulative cell counts, one per tile.
+    pub fn limits(&self) -> &[u64] {
+        &self.limits
+    }
+
+    /// Total cells.
+    pub fn n_cells(&self) -> u64 {
+        self.limits.last().copied().unwrap_or(0)
+    }
+
+    /// Number of tiles.
+    pub fn n_tiles(&self) -> usize {
+        self.limits.len()
+    }
+
+    /// Global cell range `[lo, hi)` of tile `tile`, or `None` past the last tile.
+    pub fn tile_bounds(&self, tile: usize) -> Option<(u64, u64)> {
+        let hi = *self.limits.get(tile)?;
+        let lo = if tile == 0 { 0 } else { self.limits[tile - 1] };
+        Some((lo, hi))
+    }
+
+    /// `(tile, local row)` of global cell `cell`, or `None` if `cell >= n_cells`.
+    pub fn locate(&self, cell: u64) -> Option<(usize, u64)> {
+        let tile = self.limits.partition_point(|&l| l <= cell);
+        if tile >= self.limits.len() {
+            return None;
+        }
+        let lo = if tile == 0 { 0 } else { self.limits[tile - 1] };
+        Some((tile, cell - lo))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locates_like_searchsorted_right() {
+        let idx = CellIndex::from_tile_cells(&[3, 3, 1]).unwrap();
+        let got: Vec<_> = (0..8).map(|c| idx.locate(c)).collect();
+        assert_eq!(
+            got,
+            vec![Some((0, 0)), Some((0, 1)), Some((0, 2)), Some((1, 0)), Some((1, 1)), Some((1, 2)), Some((2, 0)), None]
+        );
+        assert_eq!(idx.tile_bounds(1), Some((3, 6)));
+        assert_eq!(idx.n_cells(), 7);
+    }
+
+    #[test]
+    fn skips_empty_tiles_and_rejects_overflow() {
+        let idx = CellIndex::from_tile_cells(&[2, 0, 2]).unwrap();
+        assert_eq!(idx.locate(2), Some((2, 0)));
+        assert_eq!(CellIndex::from_tile_cells(&[u64::MAX, 1]), Err(CellIndexError::Overflow));
+    }
+}

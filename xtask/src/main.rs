@@ -1,0 +1,2 @@
+//! Developer tasks (placeholder).
+fn main() {}
