@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use dct_format::{ChunkEntry, FrameKind, FrameRef, IndptrView, MAX_COUNT, STREAM_MAX, TileHeader, TileLayout, Version, verify_crc};
+use dct_format::{
+    ChunkEntry, FrameKind, FrameRef, IndptrView, MAX_COUNT, STREAM_MAX, TileHeader, TileLayout, Version, verify_crc,
+};
 use zstd_safe::DCtx;
 
 use crate::error::DecodeError;
@@ -214,7 +216,12 @@ impl Decoder {
 
     /// Decodes only the rows `rows` (local indices, any order, repeats allowed) into `out`, in request order,
     /// decompressing only the chunks that hold them.
-    pub fn decode_rows_into<V: CountValue>(&mut self, blob: &[u8], rows: &[u64], out: &mut DecodedTile<V>) -> Result<(), DecodeError> {
+    pub fn decode_rows_into<V: CountValue>(
+        &mut self,
+        blob: &[u8],
+        rows: &[u64],
+        out: &mut DecodedTile<V>,
+    ) -> Result<(), DecodeError> {
         self.parse(blob)?;
         let header = *self.layout.header();
         let indptr = self.layout.indptr(blob);
@@ -307,7 +314,12 @@ impl Decoder {
                         FrameKind::Gaps | FrameKind::Vals => format!("exactly 2n = {} bytes", 2 * n),
                         _ => format!("8k bytes with k <= n = {n}"),
                     };
-                    return Err(frame_err(c, kind, frame, format!("declares {size} bytes of content, the chunk needs {want}")));
+                    return Err(frame_err(
+                        c,
+                        kind,
+                        frame,
+                        format!("declares {size} bytes of content, the chunk needs {want}"),
+                    ));
                 }
             }
             max_scratch = max_scratch.max(12 * n);
@@ -421,8 +433,10 @@ fn decode_chunk<V: CountValue>(
     let n = e.nnz() as usize;
     let blob = ctx.blob;
     let c = chunk as usize;
-    decompress_exact(&mut w.dctx, &blob[e.gaps.range()], 2 * n, &mut w.gaps).map_err(|p| frame_err(c, FrameKind::Gaps, e.gaps, p))?;
-    decompress_exact(&mut w.dctx, &blob[e.vals.range()], 2 * n, &mut w.vals).map_err(|p| frame_err(c, FrameKind::Vals, e.vals, p))?;
+    decompress_exact(&mut w.dctx, &blob[e.gaps.range()], 2 * n, &mut w.gaps)
+        .map_err(|p| frame_err(c, FrameKind::Gaps, e.gaps, p))?;
+    decompress_exact(&mut w.dctx, &blob[e.vals.range()], 2 * n, &mut w.vals)
+        .map_err(|p| frame_err(c, FrameKind::Vals, e.vals, p))?;
 
     // Counts: recombine the byte planes; a stored zero is never valid.
     let (vlo, vhi) = w.vals.split_at(n);
@@ -475,7 +489,10 @@ fn decode_chunk<V: CountValue>(
             let at = p as usize;
             let fail = |m: String| data_err(&ctx.indptr, chunk, e, p.into(), m);
             if plane(vlo, vhi, at) != STREAM_MAX {
-                return Err(fail(format!("value exception at a stored count of {} (must be 65535)", plane(vlo, vhi, at))));
+                return Err(fail(format!(
+                    "value exception at a stored count of {} (must be 65535)",
+                    plane(vlo, vhi, at)
+                )));
             }
             if !(STREAM_MAX + 1..=MAX_COUNT).contains(&payload) {
                 return Err(fail(format!("value exception payload {payload} is outside 65536..=2147483647")));
@@ -552,16 +569,37 @@ fn check_position(p: u32, prev: Option<u32>, n: usize) -> Result<(), String> {
 
 #[allow(clippy::too_many_arguments)]
 #[cold]
-fn gap_error(ctx: &Ctx<'_>, chunk: u32, e: &ChunkEntry, glo: &[u8], ghi: &[u8], start: usize, end: usize, n_genes: u64) -> DecodeError {
+fn gap_error(
+    ctx: &Ctx<'_>,
+    chunk: u32,
+    e: &ChunkEntry,
+    glo: &[u8],
+    ghi: &[u8],
+    start: usize,
+    end: usize,
+    n_genes: u64,
+) -> DecodeError {
     let mut acc = 0u64;
     for i in start..end {
         let g = u64::from(plane(glo, ghi, i));
         if i > start && g == 0 {
-            return data_err(&ctx.indptr, chunk, e, i as u64, "gap of 0 repeats the previous gene (indices must strictly increase)".into());
+            return data_err(
+                &ctx.indptr,
+                chunk,
+                e,
+                i as u64,
+                "gap of 0 repeats the previous gene (indices must strictly increase)".into(),
+            );
         }
         acc += g;
         if acc >= n_genes {
-            return data_err(&ctx.indptr, chunk, e, i as u64, format!("gene index {acc} is not below n_genes = {n_genes}"));
+            return data_err(
+                &ctx.indptr,
+                chunk,
+                e,
+                i as u64,
+                format!("gene index {acc} is not below n_genes = {n_genes}"),
+            );
         }
     }
     data_err(&ctx.indptr, chunk, e, start as u64, "invalid gaps".into())

@@ -51,7 +51,10 @@ impl Default for EncodeOptions {
 
 /// Validates, canonicalizes and encodes a CSR matrix as one tile. Chunks compress in parallel on the current
 /// rayon pool; the bytes do not depend on the number of threads.
-pub fn encode_tile<P: IndexLike, I: IndexLike, V: CountLike>(m: &CsrMatrix<'_, P, I, V>, opts: &EncodeOptions) -> Result<Vec<u8>, EncodeError> {
+pub fn encode_tile<P: IndexLike, I: IndexLike, V: CountLike>(
+    m: &CsrMatrix<'_, P, I, V>,
+    opts: &EncodeOptions,
+) -> Result<Vec<u8>, EncodeError> {
     encode_canonical(&CanonicalCsr::from_csr(m)?, opts)
 }
 
@@ -174,7 +177,13 @@ pub fn encode_canonical(m: &CanonicalCsr, opts: &EncodeOptions) -> Result<Vec<u8
     Ok(blob)
 }
 
-fn encode_chunk(cctx: &mut CCtx<'static>, m: &CanonicalCsr, lo: u64, hi: u64, opts: &EncodeOptions) -> Result<EncodedChunk, EncodeError> {
+fn encode_chunk(
+    cctx: &mut CCtx<'static>,
+    m: &CanonicalCsr,
+    lo: u64,
+    hi: u64,
+    opts: &EncodeOptions,
+) -> Result<EncodedChunk, EncodeError> {
     let (nnz_lo, nnz_hi) = (m.indptr[lo as usize], m.indptr[hi as usize]);
     let n = (nnz_hi - nnz_lo) as usize;
     let mut gaps = vec![0u8; 2 * n];
@@ -210,9 +219,8 @@ fn encode_chunk(cctx: &mut CCtx<'static>, m: &CanonicalCsr, lo: u64, hi: u64, op
             gaps[n + k] = (stored >> 8) as u8;
         }
     }
-    let exc_bytes = |pos: &[u32], pay: &[u32]| -> Vec<u8> {
-        pos.iter().chain(pay).flat_map(|x| x.to_le_bytes()).collect()
-    };
+    let exc_bytes =
+        |pos: &[u32], pay: &[u32]| -> Vec<u8> { pos.iter().chain(pay).flat_map(|x| x.to_le_bytes()).collect() };
     let exceptions = [vexc_pos.len() as u64, gexc_pos.len() as u64];
     let mut frames = [compress(cctx, &gaps, opts.level)?, compress(cctx, &vals, opts.level)?, Vec::new(), Vec::new()];
     if !vexc_pos.is_empty() {

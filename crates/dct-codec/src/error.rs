@@ -58,7 +58,9 @@ pub enum EncodeError {
         n_genes: u64,
     },
     /// A value is not a count: negative, not an integer, not finite, or above 2^31 - 1.
-    #[error("row {row}, column {col}: value {value} is not a count ({reason}); deltacells stores raw integer counts in 0..=2147483647")]
+    #[error(
+        "row {row}, column {col}: value {value} is not a count ({reason}); deltacells stores raw integer counts in 0..=2147483647"
+    )]
     NotACount {
         /// Row of the entry.
         row: u64,
@@ -70,8 +72,10 @@ pub enum EncodeError {
         reason: &'static str,
     },
     /// More exceptions (counts or gaps above 65535) than the exception policy allows.
-    #[error("the tile needs {count} {kind} exceptions (limit {limit}): the data does not look like raw counts; \
-             raise the limit with the exception policy if it really is")]
+    #[error(
+        "the tile needs {count} {kind} exceptions (limit {limit}): the data does not look like raw counts; \
+             raise the limit with the exception policy if it really is"
+    )]
     TooManyExceptions {
         /// `value` or `gap`.
         kind: &'static str,

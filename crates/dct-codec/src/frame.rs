@@ -36,7 +36,12 @@ pub(crate) fn frame_content_size(src: &[u8]) -> Result<u64, String> {
 
 /// Decompresses the single frame `src` into `buf` (replacing its contents, reusing its allocation). The caller
 /// has checked the content size with [`frame_content_size`] and decided it may allocate `expected` bytes.
-pub(crate) fn decompress_exact(dctx: &mut DCtx<'static>, src: &[u8], expected: usize, buf: &mut Vec<u8>) -> Result<(), String> {
+pub(crate) fn decompress_exact(
+    dctx: &mut DCtx<'static>,
+    src: &[u8],
+    expected: usize,
+    buf: &mut Vec<u8>,
+) -> Result<(), String> {
     buf.clear();
     buf.reserve(expected);
     match dctx.decompress(buf, src) {
@@ -48,7 +53,12 @@ pub(crate) fn decompress_exact(dctx: &mut DCtx<'static>, src: &[u8], expected: u
 
 /// Decompresses `src` through the fixed window `sink`, only counting the bytes it yields: proves a content size
 /// without allocating for it.
-pub(crate) fn verify_content_size(dctx: &mut DCtx<'static>, src: &[u8], expected: u64, sink: &mut [u8]) -> Result<(), String> {
+pub(crate) fn verify_content_size(
+    dctx: &mut DCtx<'static>,
+    src: &[u8],
+    expected: u64,
+    sink: &mut [u8],
+) -> Result<(), String> {
     let _ = dctx.reset(zstd_safe::ResetDirective::SessionOnly);
     let mut input = InBuffer::around(src);
     let mut produced = 0u64;

@@ -33,8 +33,12 @@ pub fn inspect(blob: &[u8]) -> Result<TileSummary, DecodeError> {
             if !f.is_present() {
                 return Ok(0);
             }
-            let size = frame_content_size(&blob[f.range()])
-                .map_err(|problem| DecodeError::Frame { chunk: c as u32, kind, offset: f.offset, problem })?;
+            let size = frame_content_size(&blob[f.range()]).map_err(|problem| DecodeError::Frame {
+                chunk: c as u32,
+                kind,
+                offset: f.offset,
+                problem,
+            })?;
             Ok(size / 8)
         };
         chunks.push(ChunkSummary {

@@ -71,7 +71,16 @@ mod tests {
         let got: Vec<_> = (0..8).map(|c| idx.locate(c)).collect();
         assert_eq!(
             got,
-            vec![Some((0, 0)), Some((0, 1)), Some((0, 2)), Some((1, 0)), Some((1, 1)), Some((1, 2)), Some((2, 0)), None]
+            vec![
+                Some((0, 0)),
+                Some((0, 1)),
+                Some((0, 2)),
+                Some((1, 0)),
+                Some((1, 1)),
+                Some((1, 2)),
+                Some((2, 0)),
+                None
+            ]
         );
         assert_eq!(idx.tile_bounds(1), Some((3, 6)));
         assert_eq!(idx.n_cells(), 7);

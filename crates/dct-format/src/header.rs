@@ -137,9 +137,7 @@ impl TileHeader {
 
     /// Offset of the first byte after the chunk table, or `None` if it overflows 64 bits.
     pub fn chunk_table_end(&self) -> Option<u64> {
-        u64::from(self.n_chunks)
-            .checked_mul(self.version.entry_size() as u64)?
-            .checked_add(HEADER_LEN as u64)
+        u64::from(self.n_chunks).checked_mul(self.version.entry_size() as u64)?.checked_add(HEADER_LEN as u64)
     }
 }
 

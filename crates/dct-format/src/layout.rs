@@ -50,9 +50,11 @@ impl<'a> IndptrView<'a> {
     /// Copies entries `lo..=hi` into `out` as i64 (replacing its contents), reusing its allocation.
     pub fn copy_range_into(&self, lo: usize, hi: usize, out: &mut Vec<i64>) {
         out.clear();
-        out.extend(self.bytes[lo * 8..(hi + 1) * 8].chunks_exact(8).map(|c| {
-            i64::from_le_bytes(c.try_into().expect("8 bytes"))
-        }));
+        out.extend(
+            self.bytes[lo * 8..(hi + 1) * 8]
+                .chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes"))),
+        );
     }
 
     /// The raw little-endian bytes.
@@ -91,20 +93,17 @@ impl TileLayout {
         if header.total_size != len {
             return Err(FormatError::SizeMismatch { claimed: header.total_size, actual: len });
         }
-        let table_end = header
-            .chunk_table_end()
-            .filter(|&end| end <= len)
-            .ok_or_else(|| {
-                FormatError::layout(
-                    Field::Header("n_chunks"),
-                    36,
-                    format!(
-                        "a table of {} entries of {} bytes does not fit in the {len}-byte tile",
-                        header.n_chunks,
-                        header.version.entry_size()
-                    ),
-                )
-            })?;
+        let table_end = header.chunk_table_end().filter(|&end| end <= len).ok_or_else(|| {
+            FormatError::layout(
+                Field::Header("n_chunks"),
+                36,
+                format!(
+                    "a table of {} entries of {} bytes does not fit in the {len}-byte tile",
+                    header.n_chunks,
+                    header.version.entry_size()
+                ),
+            )
+        })?;
         if header.n_cells == 0 && header.n_chunks != 0 {
             return Err(FormatError::layout(
                 Field::Header("n_chunks"),
@@ -121,7 +120,11 @@ impl TileLayout {
         }
         let indptr_off = header.indptr_off;
         if indptr_off % 8 != 0 {
-            return Err(FormatError::layout(Field::Header("indptr_off"), 40, format!("{indptr_off} is not a multiple of 8")));
+            return Err(FormatError::layout(
+                Field::Header("indptr_off"),
+                40,
+                format!("{indptr_off} is not a multiple of 8"),
+            ));
         }
         if indptr_off < table_end {
             return Err(FormatError::layout(
@@ -305,7 +308,14 @@ fn validate_indptr(indptr: &IndptrView<'_>, header: &TileHeader) -> Result<(), F
     Ok(())
 }
 
-fn check_frame(frame: FrameRef, kind: FrameKind, chunk: u32, at: u64, data_start: u64, len: u64) -> Result<(), FormatError> {
+fn check_frame(
+    frame: FrameRef,
+    kind: FrameKind,
+    chunk: u32,
+    at: u64,
+    data_start: u64,
+    len: u64,
+) -> Result<(), FormatError> {
     let name = match kind {
         FrameKind::Gaps => "gaps_off",
         FrameKind::Vals => "vals_off",
