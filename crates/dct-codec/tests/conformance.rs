@@ -1,0 +1,224 @@
+//! The public conformance tiles (testdata/conformance/tiles): every good tile decodes exactly to its expected
+//! contents, and every bad one is rejected, never panics and never allocates beyond the bound the set states.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::path::PathBuf;
+
+use dct_codec::{DecodeOptions, DecodedTile, Decoder};
+use serde_json::Value;
+
+/// Records the largest single allocation made by the current thread while tracking is on.
+struct CountingAlloc;
+
+thread_local! {
+    static TRACKING: Cell<bool> = const { Cell::new(false) };
+    static LARGEST: Cell<usize> = const { Cell::new(0) };
+}
+
+fn note(size: usize) {
+    let _ = TRACKING.try_with(|t| {
+        if t.get() {
+            let _ = LARGEST.try_with(|m| m.set(m.get().max(size)));
+        }
+    });
+}
+
+// SAFETY: every call is forwarded unchanged to the system allocator; the bookkeeping touches only
+// const-initialized thread-locals, which never allocate.
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note(layout.size());
+        // SAFETY: same layout contract as the caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: ptr was allocated by System with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        note(layout.size());
+        // SAFETY: same layout contract as the caller's.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note(new_size);
+        // SAFETY: forwarded unchanged.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
+/// Runs `f` and returns its result with the largest single allocation it made on this thread.
+fn largest_allocation<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    LARGEST.with(|m| m.set(0));
+    TRACKING.with(|t| t.set(true));
+    let out = f();
+    TRACKING.with(|t| t.set(false));
+    (out, LARGEST.with(|m| m.get()))
+}
+
+fn tiles_dir(kind: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/conformance/tiles").join(kind)
+}
+
+fn ints(v: &Value) -> Vec<i64> {
+    v.as_array().expect("array").iter().map(|x| x.as_i64().expect("integer")).collect()
+}
+
+struct Expected {
+    name: String,
+    blob: Vec<u8>,
+    json: Value,
+}
+
+fn good_tiles() -> Vec<Expected> {
+    let dir = tiles_dir("good");
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("testdata/conformance/tiles/good") {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("dct") {
+            continue;
+        }
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let json: Value =
+            serde_json::from_slice(&std::fs::read(dir.join(format!("{name}.expected.json"))).unwrap()).unwrap();
+        out.push(Expected { name, blob: std::fs::read(&path).unwrap(), json });
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    assert_eq!(out.len(), 36, "the public set has 36 good tiles");
+    out
+}
+
+fn check_exact(t: &Expected, got: &DecodedTile<u32>, how: &str) {
+    let j = &t.json;
+    let name = &t.name;
+    assert_eq!(got.version.number() as i64, j["version"].as_i64().unwrap(), "{name} ({how}): version");
+    assert_eq!(got.n_genes as i64, j["n_genes"].as_i64().unwrap(), "{name} ({how}): n_genes");
+    assert_eq!(got.n_rows() as i64, j["n_cells"].as_i64().unwrap(), "{name} ({how}): n_cells");
+    assert_eq!(got.nnz() as i64, j["nnz"].as_i64().unwrap(), "{name} ({how}): nnz");
+    assert_eq!(got.indptr, ints(&j["indptr"]), "{name} ({how}): indptr");
+    let indices: Vec<i64> = got.indices.iter().map(|&x| i64::from(x)).collect();
+    assert_eq!(indices, ints(&j["indices"]), "{name} ({how}): indices");
+    let values: Vec<i64> = got.values.iter().map(|&x| i64::from(x)).collect();
+    assert_eq!(values, ints(&j["values"]), "{name} ({how}): values");
+}
+
+#[test]
+fn good_tiles_decode_exactly_with_and_without_crc() {
+    for t in good_tiles() {
+        for verify_crc in [true, false] {
+            let got = dct_codec::decode::<u32>(&t.blob, verify_crc)
+                .unwrap_or_else(|e| panic!("{} (crc {verify_crc}): {e}", t.name));
+            check_exact(&t, &got, if verify_crc { "crc on" } else { "crc off" });
+        }
+    }
+}
+
+#[test]
+fn good_tiles_decode_identically_into_reused_buffers_on_1_2_4_threads() {
+    let tiles = good_tiles();
+    for threads in [1, 2, 4] {
+        let mut decoder = Decoder::new(DecodeOptions { verify_crc: true, threads });
+        // One buffer reused across every tile, in two passes (grow, then shrink and regrow).
+        let mut out = DecodedTile::<u32>::default();
+        for pass in 0..2 {
+            for t in &tiles {
+                decoder.decode_into(&t.blob, &mut out).unwrap_or_else(|e| panic!("{}: {e}", t.name));
+                check_exact(t, &out, &format!("{threads} threads, reused buffer, pass {pass}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn float_and_signed_outputs_match_the_integer_counts() {
+    let mut decoder = Decoder::new(DecodeOptions::default());
+    for t in good_tiles() {
+        let ints: DecodedTile<u32> = decoder.decode(&t.blob).unwrap();
+        let f64s: DecodedTile<f64> = decoder.decode(&t.blob).unwrap();
+        let i64s: DecodedTile<i64> = decoder.decode(&t.blob).unwrap();
+        assert_eq!(ints.indices, f64s.indices);
+        for ((a, b), c) in ints.values.iter().zip(&f64s.values).zip(&i64s.values) {
+            assert_eq!(f64::from(*a), *b, "{}", t.name);
+            assert_eq!(i64::from(*a), *c, "{}", t.name);
+        }
+    }
+}
+
+#[test]
+fn partial_decode_returns_requested_rows_in_order() {
+    let mut decoder = Decoder::new(DecodeOptions::default());
+    for t in good_tiles() {
+        let full: DecodedTile<u32> = decoder.decode(&t.blob).unwrap();
+        let n = full.n_rows() as u64;
+        if n == 0 {
+            let mut out = DecodedTile::<u32>::default();
+            assert!(decoder.decode_rows_into(&t.blob, &[0], &mut out).is_err(), "{}", t.name);
+            continue;
+        }
+        // Reversed, repeated, and a stride across chunks.
+        let mut rows: Vec<u64> = (0..n).rev().step_by(3).collect();
+        rows.extend([0, n - 1, 0, n / 2]);
+        let mut out = DecodedTile::<u32>::default();
+        decoder.decode_rows_into(&t.blob, &rows, &mut out).unwrap();
+        assert_eq!(out.n_rows(), rows.len());
+        for (j, &r) in rows.iter().enumerate() {
+            assert_eq!(out.row(j), full.row(r as usize), "{} row {r}", t.name);
+        }
+        let mut out = DecodedTile::<u32>::default();
+        assert!(decoder.decode_rows_into(&t.blob, &[n], &mut out).is_err());
+    }
+}
+
+#[test]
+fn bad_tiles_are_rejected_without_panics_or_large_allocations() {
+    let dir = tiles_dir("bad");
+    let cases: Vec<Value> = serde_json::from_slice(&std::fs::read(dir.join("cases.json")).unwrap()).unwrap();
+    assert_eq!(cases.len(), 154, "the public set has 154 bad tiles");
+    for case in &cases {
+        let file = case["file"].as_str().unwrap();
+        let verify_only = case["expect"].as_str().unwrap() == "error_with_verify_only";
+        let blob = std::fs::read(dir.join(file)).unwrap();
+        let bound = (1 << 20) + 64 * blob.len();
+        for verify_crc in [true, false] {
+            let mut decoder = Decoder::new(DecodeOptions { verify_crc, threads: 1 });
+            let mut out = DecodedTile::<u32>::default();
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                largest_allocation(|| decoder.decode_into(&blob, &mut out))
+            }));
+            let (result, largest) = result.unwrap_or_else(|_| panic!("{file}: decoder panicked (crc {verify_crc})"));
+            assert!(largest <= bound, "{file}: allocated {largest} bytes at once (bound {bound})");
+            match result {
+                Err(_) => {}
+                Ok(()) if verify_only && !verify_crc => assert_valid_csr(&out, file),
+                Ok(()) => panic!("{file} ({}): decoded without error (crc {verify_crc})", case["description"]),
+            }
+        }
+    }
+}
+
+/// The structural guarantees an accepted tile must give, whatever its bytes.
+fn assert_valid_csr(t: &DecodedTile<u32>, file: &str) {
+    assert_eq!(t.indptr[0], 0, "{file}");
+    assert!(t.indptr.windows(2).all(|w| w[0] <= w[1]), "{file}: indptr decreases");
+    assert_eq!(*t.indptr.last().unwrap() as usize, t.nnz(), "{file}");
+    for r in 0..t.n_rows() {
+        let (idx, vals) = t.row(r);
+        assert!(idx.windows(2).all(|w| w[0] < w[1]), "{file}: row {r} not strictly increasing");
+        assert!(idx.iter().all(|&g| g >= 0 && (g as u64) < u64::from(t.n_genes)), "{file}: gene out of range");
+        assert!(vals.iter().all(|&v| (1..=i32::MAX as u32).contains(&v)), "{file}: count out of range");
+    }
+}
+
+#[test]
+fn errors_name_the_place() {
+    let dir = tiles_dir("bad");
+    let msg = |file: &str| dct_codec::decode::<u32>(&std::fs::read(dir.join(file)).unwrap(), false).unwrap_err().to_string();
+    assert!(msg("zero_count.dct").contains("chunk 1"), "{}", msg("zero_count.dct"));
+    assert!(msg("indptr_not_monotone.dct").contains("indptr[3]"), "{}", msg("indptr_not_monotone.dct"));
+    assert!(msg("gaps_off_unaligned.dct").contains("chunk 1 gaps_off"), "{}", msg("gaps_off_unaligned.dct"));
+    assert!(msg("vexc_positions_equal.dct").contains("vexc"), "{}", msg("vexc_positions_equal.dct"));
+}
