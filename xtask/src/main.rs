@@ -1,2 +1,63 @@
-//! Developer tasks (placeholder).
-fn main() {}
+//! Developer tasks for the deltacells workspace: `cargo xtask <task>`.
+//!
+//! * `ci` — what CI runs: format check, clippy with warnings denied, every test.
+//! * `conformance [DIR]` — the public conformance set through the release CLI (needs python3 and the shared
+//!   tools; skipped with a message when they are absent).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("ci") => ci(),
+        Some("conformance") => conformance(args.get(1).map(PathBuf::from)),
+        _ => {
+            eprintln!("usage: cargo xtask <ci | conformance [DIR]>");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
+}
+
+fn run(step: &str, cmd: &mut Command) -> Result<(), String> {
+    eprintln!("== {step}: {cmd:?}");
+    let status = cmd.current_dir(root()).status().map_err(|e| format!("{step}: cannot start: {e}"))?;
+    if status.success() { Ok(()) } else { Err(format!("{step} failed ({status})")) }
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+fn ci() -> Result<(), String> {
+    run("format", cargo().args(["fmt", "--all", "--", "--check"]))?;
+    run("clippy", cargo().args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
+    run("tests", cargo().args(["test", "--workspace", "--all-targets"]))?;
+    run("doc tests", cargo().args(["test", "--workspace", "--doc"]))?;
+    Ok(())
+}
+
+fn conformance(dir: Option<PathBuf>) -> Result<(), String> {
+    let shared = root().join("../shared");
+    let dir = dir.unwrap_or_else(|| shared.join("conformance"));
+    let script = shared.join("tools/conformance_cli.py");
+    if !script.exists() || !dir.exists() {
+        eprintln!("conformance: {} or {} not found; skipped", script.display(), dir.display());
+        return Ok(());
+    }
+    run("build CLI", cargo().args(["build", "--release", "-p", "dct-cli"]))?;
+    let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| root().join("target"));
+    let bin = target.join("release/deltacells");
+    run("conformance", Command::new("python3").arg(&script).arg(&bin).arg(&dir))
+}

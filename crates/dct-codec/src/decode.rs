@@ -8,7 +8,7 @@ use dct_format::{
 use zstd_safe::DCtx;
 
 use crate::error::DecodeError;
-use crate::frame::{SINK_LEN, decompress_exact, frame_content_size, verify_content_size};
+use crate::frame::{MAX_RATIO, SINK_LEN, decompress_exact, frame_content_size, verify_content_size};
 use crate::values::CountValue;
 
 /// Memory a tile may make the decoder allocate on the strength of its claims alone: 1 MiB plus 64 times the blob
@@ -114,8 +114,10 @@ pub struct Decoder {
     workers: Vec<Worker>,
     pool: Option<Arc<rayon::ThreadPool>>,
     sink: Vec<u8>,
+    proof_dctx: Option<DCtx<'static>>,
     plan: Vec<(u32, u32)>,
     needed: Vec<bool>,
+    parsed: bool,
 }
 
 impl std::fmt::Debug for Decoder {
@@ -159,8 +161,10 @@ impl Decoder {
             workers: (0..opts.threads).map(|_| Worker::new()).collect(),
             pool,
             sink: Vec::new(),
+            proof_dctx: None,
             plan: Vec::new(),
             needed: Vec::new(),
+            parsed: false,
         }
     }
 
@@ -169,9 +173,9 @@ impl Decoder {
         self.opts
     }
 
-    /// The layout of the tile most recently parsed (after a successful decode).
-    pub fn layout(&self) -> &TileLayout {
-        &self.layout
+    /// The layout of the tile most recently parsed, if its structure (and CRC, when checked) was valid.
+    pub fn layout(&self) -> Option<&TileLayout> {
+        self.parsed.then_some(&self.layout)
     }
 
     /// Decodes a whole tile into fresh buffers.
@@ -281,10 +285,12 @@ impl Decoder {
     }
 
     fn parse(&mut self, blob: &[u8]) -> Result<(), DecodeError> {
+        self.parsed = false;
         self.layout.parse_from(blob)?;
         if self.opts.verify_crc {
             verify_crc(blob, self.layout.header())?;
         }
+        self.parsed = true;
         Ok(())
     }
 
@@ -294,6 +300,9 @@ impl Decoder {
     fn check_claims(&mut self, blob: &[u8], out_bytes: u64) -> Result<(), DecodeError> {
         let version = self.layout.version();
         let mut max_scratch = 0u64;
+        // Frames may legally share bytes, so bound the sum of all claims by what the whole blob could produce:
+        // without this, many chunks pointing at one frame would multiply the work and memory.
+        let mut total_claimed = 0u64;
         for (c, e) in self.layout.chunks().iter().enumerate() {
             if !self.needed[c] {
                 continue;
@@ -305,6 +314,7 @@ impl Decoder {
                     continue;
                 }
                 let size = frame_content_size(&blob[frame.range()]).map_err(|p| frame_err(c, kind, frame, p))?;
+                total_claimed = total_claimed.saturating_add(size);
                 let ok = match kind {
                     FrameKind::Gaps | FrameKind::Vals => size == 2 * n,
                     _ => version == Version::V2 && size % 8 == 0 && size / 8 <= n,
@@ -322,16 +332,39 @@ impl Decoder {
                     ));
                 }
             }
-            max_scratch = max_scratch.max(12 * n);
+            // gaps + vals + exceptions (4n) and, for row selections, the chunk's decoded rows (8n).
+            max_scratch = max_scratch.max(16 * n);
+        }
+        if total_claimed > (blob.len() as u64).saturating_mul(MAX_RATIO) {
+            return Err(DecodeError::Format(dct_format::FormatError::Layout {
+                field: dct_format::Field::Header("n_chunks"),
+                offset: 36,
+                rule: format!(
+                    "the frames claim {total_claimed} decompressed bytes in all, more than a {}-byte tile can hold",
+                    blob.len()
+                ),
+            }));
         }
         let claimed = out_bytes.saturating_add(max_scratch.saturating_mul(self.opts.threads as u64));
+        if usize::try_from(claimed).is_err() || claimed > isize::MAX as u64 {
+            return Err(DecodeError::TooLarge { bytes: claimed });
+        }
         if claimed <= trust_budget(blob.len()) {
             return Ok(());
         }
         if self.sink.is_empty() {
             self.sink = vec![0; SINK_LEN];
         }
-        let dctx = &mut self.workers[0].dctx;
+        // A separate context whose window (which libzstd allocates itself, sized from the frame header) is
+        // capped by the trust budget, so proving a claim never allocates for the claim.
+        let budget = trust_budget(blob.len());
+        let window_log = (63 - budget.leading_zeros()).clamp(20, 30);
+        let dctx = self.proof_dctx.get_or_insert_with(|| {
+            let mut d = DCtx::create();
+            let _ = d.set_parameter(zstd_safe::DParameter::WindowLogMax(window_log));
+            d
+        });
+        let _ = dctx.set_parameter(zstd_safe::DParameter::WindowLogMax(window_log));
         for (c, e) in self.layout.chunks().iter().enumerate() {
             if !self.needed[c] {
                 continue;
@@ -506,8 +539,10 @@ fn decode_chunk<V: CountValue>(
         let k = read_exceptions(&mut w.dctx, &mut w.exc, blob, c, FrameKind::GapExceptions, frame, n)?;
         let (pos, pay) = w.exc.split_at(4 * k);
         let mut prev: Option<u32> = None;
-        let mut cell = e.cell_lo;
-        let mut cell_end = (ctx.indptr.get(cell as usize + 1) - e.nnz_lo) as usize;
+        // `next_cell` is the first cell not yet passed; `cell_end` the end of the cell before it. Positions are
+        // below n, so the walk stops inside the chunk (and never starts for a chunk without nonzeros).
+        let mut next_cell = e.cell_lo;
+        let mut cell_end = 0usize;
         for (p, q) in pos.chunks_exact(4).zip(pay.chunks_exact(4)) {
             let p = u32::from_le_bytes(p.try_into().expect("4 bytes"));
             let payload = u64::from(u32::from_le_bytes(q.try_into().expect("4 bytes")));
@@ -522,8 +557,8 @@ fn decode_chunk<V: CountValue>(
                 return Err(fail(format!("gap exception payload {payload} is outside 1..{n_genes}")));
             }
             while at >= cell_end {
-                cell += 1;
-                cell_end = (ctx.indptr.get(cell as usize + 1) - e.nnz_lo) as usize;
+                cell_end = (ctx.indptr.get(next_cell as usize + 1) - e.nnz_lo) as usize;
+                next_cell += 1;
             }
             // Indices only grow, so the cell's last index is its largest: check it first, then add.
             let last = u64::from(indices[cell_end - 1] as u32) + payload;

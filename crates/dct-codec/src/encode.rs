@@ -97,6 +97,7 @@ pub fn encode_canonical(m: &CanonicalCsr, opts: &EncodeOptions) -> Result<Vec<u8
             reason: format!("{} genes; version {} holds 1..={}", m.n_genes, version.number(), version.max_genes()),
         });
     }
+    m.validate()?;
     let bounds = if n_cells == 0 { Vec::new() } else { chunk_boundaries(&m.indptr, opts.n_chunks) };
     let ranges: Vec<(u64, u64)> = bounds.windows(2).map(|w| (w[0], w[1])).collect();
     for &(lo, hi) in &ranges {

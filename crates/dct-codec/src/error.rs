@@ -31,6 +31,12 @@ pub enum DecodeError {
         /// What is wrong.
         problem: String,
     },
+    /// Decoding would need more memory than this platform can address.
+    #[error("decoding needs {bytes} bytes, more than this platform can address")]
+    TooLarge {
+        /// Bytes needed.
+        bytes: u64,
+    },
     /// A requested row is not in the tile.
     #[error("row {row} requested from a tile of {n_cells} cells")]
     RowOutOfRange {

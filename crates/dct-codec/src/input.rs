@@ -49,7 +49,8 @@ macro_rules! count_float {
                 if !self.is_finite() { return Err("not finite"); }
                 if self < 0.0 { return Err("negative"); }
                 if self.fract() != 0.0 { return Err("not an integer"); }
-                if self > MAX_COUNT as $t { return Err("above 2^31 - 1"); }
+                // 2^31 is exact in both float types, unlike 2^31 - 1 in f32.
+                if self >= 2_147_483_648.0 { return Err("above 2^31 - 1"); }
                 Ok(self as u32)
             }
         }
@@ -109,6 +110,42 @@ impl CanonicalCsr {
         self.indptr.truncate(1);
         self.indices.clear();
         self.values.clear();
+    }
+
+    /// Checks that the matrix is canonical (its fields are public, so it may have been built by hand): indptr
+    /// from 0, non-decreasing, ending at the number of entries; within each row strictly increasing columns
+    /// below `n_genes`; counts in `1 ..= 2^31 - 1`.
+    pub fn validate(&self) -> Result<(), EncodeError> {
+        if self.indptr.first() != Some(&0) {
+            return Err(EncodeError::Shape("indptr must start at 0".into()));
+        }
+        if self.indices.len() != self.values.len() {
+            return Err(EncodeError::Shape(format!("{} indices but {} values", self.indices.len(), self.values.len())));
+        }
+        if *self.indptr.last().expect("non-empty") != self.indices.len() as u64 {
+            return Err(EncodeError::Shape("indptr does not end at the number of entries".into()));
+        }
+        for (r, w) in self.indptr.windows(2).enumerate() {
+            if w[1] < w[0] {
+                return Err(EncodeError::Shape(format!("indptr decreases at row {r}")));
+            }
+            let mut prev: Option<u32> = None;
+            for k in w[0] as usize..w[1] as usize {
+                let (c, v) = (self.indices[k], self.values[k]);
+                if u64::from(c) >= self.n_genes || prev.is_some_and(|p| c <= p) {
+                    return Err(EncodeError::Shape(format!(
+                        "row {r}: column {c} is not above the previous one or not below {}",
+                        self.n_genes
+                    )));
+                }
+                if v == 0 || v > MAX_COUNT {
+                    let reason = "not in 1..=2^31 - 1";
+                    return Err(EncodeError::NotACount { row: r as u64, col: c.into(), value: v.to_string(), reason });
+                }
+                prev = Some(c);
+            }
+        }
+        Ok(())
     }
 
     /// Validates and canonicalizes a whole matrix.

@@ -33,12 +33,11 @@ pub fn inspect(blob: &[u8]) -> Result<TileSummary, DecodeError> {
             if !f.is_present() {
                 return Ok(0);
             }
-            let size = frame_content_size(&blob[f.range()]).map_err(|problem| DecodeError::Frame {
-                chunk: c as u32,
-                kind,
-                offset: f.offset,
-                problem,
-            })?;
+            let err = |problem| DecodeError::Frame { chunk: c as u32, kind, offset: f.offset, problem };
+            let size = frame_content_size(&blob[f.range()]).map_err(err)?;
+            if size % 8 != 0 || size / 8 > e.nnz() {
+                return Err(err(format!("declares {size} bytes; needs 8k bytes with k <= n = {}", e.nnz())));
+            }
             Ok(size / 8)
         };
         chunks.push(ChunkSummary {

@@ -216,9 +216,81 @@ fn assert_valid_csr(t: &DecodedTile<u32>, file: &str) {
 #[test]
 fn errors_name_the_place() {
     let dir = tiles_dir("bad");
-    let msg = |file: &str| dct_codec::decode::<u32>(&std::fs::read(dir.join(file)).unwrap(), false).unwrap_err().to_string();
+    let msg =
+        |file: &str| dct_codec::decode::<u32>(&std::fs::read(dir.join(file)).unwrap(), false).unwrap_err().to_string();
     assert!(msg("zero_count.dct").contains("chunk 1"), "{}", msg("zero_count.dct"));
     assert!(msg("indptr_not_monotone.dct").contains("indptr[3]"), "{}", msg("indptr_not_monotone.dct"));
     assert!(msg("gaps_off_unaligned.dct").contains("chunk 1 gaps_off"), "{}", msg("gaps_off_unaligned.dct"));
     assert!(msg("vexc_positions_equal.dct").contains("vexc"), "{}", msg("vexc_positions_equal.dct"));
+}
+
+/// Tiles found by review or fuzzing that once broke the decoder (testdata/regressions).
+#[test]
+fn regression_tiles_are_rejected_without_panics() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/regressions");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let blob = std::fs::read(&path).unwrap();
+        for verify_crc in [true, false] {
+            let r = std::panic::catch_unwind(|| dct_codec::decode::<u32>(&blob, verify_crc));
+            let r = r.unwrap_or_else(|_| panic!("{}: decoder panicked", path.display()));
+            if let Ok(t) = r {
+                assert_valid_csr(&t, &path.display().to_string());
+            }
+        }
+        n += 1;
+    }
+    assert!(n >= 1);
+}
+
+/// Chunks may share frame bytes; a table of many chunks pointing at one frame must not multiply the work.
+#[test]
+fn shared_frames_cannot_multiply_the_claimed_size() {
+    use dct_format::{ChunkEntry, FrameRef, HEADER_LEN, TileHeader, Version, align8, compute_crc};
+    // 2000 chunks of 2^20 nonzeros whose gaps and vals all point at one small frame of 2^21 bytes.
+    let n = 1u64 << 20;
+    let mut frame = Vec::with_capacity(zstd_safe::compress_bound(2 * n as usize));
+    zstd_safe::compress(&mut frame, &vec![1u8; 2 * n as usize], 19).unwrap();
+    let n_chunks = 2000u64;
+    let table_end = HEADER_LEN as u64 + 96 * n_chunks;
+    let indptr_off = align8(table_end);
+    let n_cells = n_chunks;
+    let frame_off = align8(indptr_off + 8 * (n_cells + 1));
+    let total = frame_off + frame.len() as u64;
+    let mut blob = vec![0u8; total as usize];
+    for c in 0..n_chunks {
+        let e = ChunkEntry {
+            cell_lo: c,
+            cell_hi: c + 1,
+            nnz_lo: c * n,
+            nnz_hi: (c + 1) * n,
+            gaps: FrameRef { offset: frame_off, len: frame.len() as u64 },
+            vals: FrameRef { offset: frame_off, len: frame.len() as u64 },
+            ..Default::default()
+        };
+        let at = HEADER_LEN + 96 * c as usize;
+        e.write(&mut blob[at..at + 96], Version::V2);
+    }
+    for i in 0..=n_cells {
+        let at = (indptr_off + 8 * i) as usize;
+        blob[at..at + 8].copy_from_slice(&(i * n).to_le_bytes());
+    }
+    blob[frame_off as usize..].copy_from_slice(&frame);
+    let mut h = TileHeader {
+        version: Version::V2,
+        n_cells,
+        nnz: n_chunks * n,
+        n_genes: 1 << 31,
+        n_chunks: n_chunks as u32,
+        indptr_off,
+        total_size: total,
+        crc32: 0,
+    };
+    h.crc32 = compute_crc(&blob);
+    blob[..HEADER_LEN].copy_from_slice(&h.to_bytes());
+    let (result, largest) = largest_allocation(|| dct_codec::decode::<u32>(&blob, true));
+    let err = result.unwrap_err().to_string();
+    assert!(err.contains("claim"), "{err}");
+    assert!(largest <= (1 << 20) + 64 * blob.len(), "allocated {largest}");
 }

@@ -185,7 +185,11 @@ fn encode_bytes_do_not_depend_on_thread_count() {
     }
     let opts = EncodeOptions { n_chunks: 16, level: 3, ..Default::default() };
     let run = |threads| {
-        rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap().install(|| encode_canonical(&m, &opts).unwrap())
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap()
+            .install(|| encode_canonical(&m, &opts).unwrap())
     };
     let one = run(1);
     assert_eq!(one, run(2));
@@ -195,12 +199,8 @@ fn encode_bytes_do_not_depend_on_thread_count() {
 #[test]
 fn exception_policy_refuses_non_count_data() {
     // 2000 cells each with one count above 65535: 2000 value exceptions > max(1024, 2000 / 200).
-    let m = CanonicalCsr {
-        n_genes: 10,
-        indptr: (0..=2000).collect(),
-        indices: vec![3; 2000],
-        values: vec![70_000; 2000],
-    };
+    let m =
+        CanonicalCsr { n_genes: 10, indptr: (0..=2000).collect(), indices: vec![3; 2000], values: vec![70_000; 2000] };
     let err = encode_canonical(&m, &EncodeOptions { level: 1, ..Default::default() }).unwrap_err();
     assert!(matches!(err, EncodeError::TooManyExceptions { kind: "value", count: 2000, limit: 1024 }), "{err}");
     let opts = EncodeOptions { level: 1, exception_policy: ExceptionPolicy::AtMost(2000), ..Default::default() };
@@ -218,8 +218,19 @@ fn bad_input_names_row_and_column() {
     check(&[-1.0, 2.0], "row 0, column 0");
     check(&[1.0, f64::NAN], "not finite");
     check(&[1.0, 3e9], "above 2^31 - 1");
+    // 2^31 is the first float above the largest count (and what 2^31 - 1 rounds to in f32).
+    let m = CsrMatrix { n_rows: 1, n_cols: 4, indptr: &[0u32, 1], indices: &[2u32], values: &[2_147_483_648.0f32] };
+    assert!(encode_tile(&m, &EncodeOptions::default()).unwrap_err().to_string().contains("above 2^31 - 1"));
+    // A hand-built "canonical" matrix is checked too.
+    let unsorted = CanonicalCsr { n_genes: 9, indptr: vec![0, 2], indices: vec![5, 3], values: vec![1, 1] };
+    assert!(matches!(encode_canonical(&unsorted, &EncodeOptions::default()), Err(EncodeError::Shape(_))));
+    let zero = CanonicalCsr { n_genes: 9, indptr: vec![0, 1], indices: vec![5], values: vec![0] };
+    assert!(matches!(encode_canonical(&zero, &EncodeOptions::default()), Err(EncodeError::NotACount { .. })));
     let m = CsrMatrix { n_rows: 1, n_cols: 4, indptr: &[0i64, 1], indices: &[4i64], values: &[1u8] };
-    assert!(matches!(encode_tile(&m, &EncodeOptions::default()), Err(EncodeError::ColumnOutOfRange { row: 0, col: 4, .. })));
+    assert!(matches!(
+        encode_tile(&m, &EncodeOptions::default()),
+        Err(EncodeError::ColumnOutOfRange { row: 0, col: 4, .. })
+    ));
     let m = CsrMatrix { n_rows: 1, n_cols: 4, indptr: &[0i64, 2], indices: &[1i64], values: &[1u8] };
     assert!(matches!(encode_tile(&m, &EncodeOptions::default()), Err(EncodeError::Shape(_))));
 }
@@ -256,4 +267,3 @@ fn encoder_reproduces_independent_v2_tiles() {
         }
     }
 }
-

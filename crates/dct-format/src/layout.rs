@@ -326,7 +326,7 @@ fn check_frame(
     if frame.len == 0 {
         return err(format!("the {kind} frame is empty; every chunk has a gaps and a vals frame"));
     }
-    if frame.offset % 8 != 0 {
+    if !frame.offset.is_multiple_of(8) {
         return err(format!("the {kind} frame at {} does not start on an 8-byte boundary", frame.offset));
     }
     if frame.offset < data_start {
