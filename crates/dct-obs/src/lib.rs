@@ -1,1 +1,60 @@
-//! Placeholder: filled in by a later change.
+//! Per-cell metadata ("obs") of deltacells datasets: the schema (`obs/schema.json`), the parquet shards
+//! (`obs/obs_NNNN.parquet`, one row group per tile), the fingerprint, the local column cache and the gene table
+//! (`var.parquet`). See the "Obs" section of the format specification.
+//!
+//! This crate sits below the dataset layer: it takes an object store, the dataset's root path in it and the
+//! manifest's obs fields ([`ObsManifest`]); it never reads the manifest itself.
+//!
+//! * Writing: infer a schema with [`ObsSchemaBuilder`] over every input (global vocabularies, code widths, the
+//!   `max_categories` threshold), then feed tiles in order to an [`ObsWriter`] (or the I/O-free
+//!   [`ObsShardEncoder`]); [`ObsWriteSummary`] holds the manifest fields.
+//! * Reading: [`Obs::open`], [`Obs::localize`] (ranged reads of single column chunks into
+//!   `<cache>/<fingerprint>/obs/<column>.arrow`, memory-mapped), then [`Obs::take`], [`Obs::column`],
+//!   [`Obs::table`].
+//! * Verifying: [`verify_obs`], or [`check_shard_bytes`] and [`check_fingerprint`] for callers that fetch the
+//!   shards themselves.
+
+mod cache;
+mod data;
+mod error;
+mod fingerprint;
+mod infer;
+mod manifest;
+pub mod pyjson;
+mod reader;
+mod rt;
+mod schema;
+mod shard;
+mod util;
+mod var;
+mod verify;
+mod write;
+
+pub use cache::{CACHE_ENV, cache_root, column_file_name, quote_column_name, resolve_cache_root};
+pub use data::{CategoryData, ColumnData, TileObs};
+pub use error::{ObsError, Result};
+pub use fingerprint::{FINGERPRINT_LEN, fingerprint_json, is_fingerprint, obs_fingerprint, sha256_hex, to_hex};
+pub use infer::{DEFAULT_MAX_CATEGORIES, ObsSchemaBuilder, VocabularyBuilder, arrow_type_of, promote};
+pub use manifest::{
+    DEFAULT_TILES_PER_FILE, ObsManifest, SCHEMA_NAME, VAR_TABLE_NAME, child_path, n_shards, shard_name, shard_tiles,
+};
+pub use reader::{LocalizeReport, Obs, ObsOptions, category_labels, read_schema};
+pub use schema::{
+    ArrowType, ColumnKind, MAX_SCHEMA_BYTES, ObsColumn, ObsSchema, SCHEMA_FORMAT, SCHEMA_VERSION, code_type_for,
+};
+pub use shard::{MAX_CHUNK_UNCOMPRESSED_BYTES, MAX_FOOTER_BYTES};
+pub use var::{
+    MAX_VAR_BYTES, PANDAS_METADATA_KEY, VarTable, decode_var_parquet, encode_var_parquet, index_column, read_var_table,
+    write_var_table,
+};
+pub use verify::{
+    ObsProblem, ObsProblemKind, ObsVerifyReport, check_fingerprint, check_shard_bytes, verify_obs, verify_obs_blocking,
+};
+pub use write::{EncodedShard, ObsShardEncoder, ObsWriteOptions, ObsWriteSummary, ObsWriter};
+
+/// The Arrow crates this API uses, re-exported so callers use the same versions.
+pub mod arrow {
+    pub use arrow_array as array;
+    pub use arrow_schema as schema;
+}
+pub use object_store;

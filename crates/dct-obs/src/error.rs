@@ -1,0 +1,163 @@
+//! The error type of this crate.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong reading, writing, caching or verifying obs.
+///
+/// Every variant names the object (URL or local path) involved and, where it applies, the tile and the column, and its
+/// message says what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum ObsError {
+    /// An object store request failed (network, permissions, missing object, ...).
+    #[error("{op} {url} failed: {source}; check that the dataset URL is right and readable (credentials, network)")]
+    Store {
+        /// The request: GET, GET range, PUT, HEAD.
+        op: &'static str,
+        /// The object's URL.
+        url: String,
+        /// What the store said.
+        #[source]
+        source: object_store::Error,
+    },
+    /// A required object does not exist.
+    #[error(
+        "{url} does not exist; the dataset is incomplete or the manifest does not belong to it (re-run the conversion)"
+    )]
+    NotFound {
+        /// The object's URL.
+        url: String,
+    },
+    /// `obs/schema.json` is not a valid obs schema.
+    #[error("{url}: invalid obs schema: {message}; regenerate the dataset's obs with a deltacells writer")]
+    Schema {
+        /// Where the schema came from.
+        url: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// An object is larger than this reader accepts for its kind.
+    #[error("{url} is {size} bytes, more than the {limit} accepted for it; the file is not what the manifest says")]
+    TooLarge {
+        /// The object's URL.
+        url: String,
+        /// Its size.
+        size: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// The manifest facts handed to this crate are inconsistent.
+    #[error("invalid obs manifest fields: {0}; the manifest is damaged or was written by an incompatible writer")]
+    Manifest(String),
+    /// An obs shard does not match the manifest or the schema (layout, row counts, types, sizes).
+    #[error("{url}{}{}: {message}; the obs shards do not match the manifest, re-run the conversion",
+        tile.map(|t| format!(" (tile {t})")).unwrap_or_default(),
+        column.as_ref().map(|c| format!(" (column {c:?})")).unwrap_or_default())]
+    Shard {
+        /// The shard's URL.
+        url: String,
+        /// The tile (row group) concerned, if any.
+        tile: Option<usize>,
+        /// The column concerned, if any.
+        column: Option<String>,
+        /// What is wrong.
+        message: String,
+    },
+    /// The parquet library could not decode (or encode) a shard.
+    #[error("{url}{}{}: parquet error: {source}; the shard is corrupt or not written by a compatible writer",
+        tile.map(|t| format!(" (tile {t})")).unwrap_or_default(),
+        column.as_ref().map(|c| format!(" (column {c:?})")).unwrap_or_default())]
+    Parquet {
+        /// The file's URL.
+        url: String,
+        /// The tile (row group) concerned, if any.
+        tile: Option<usize>,
+        /// The column concerned, if any.
+        column: Option<String>,
+        /// The parquet error.
+        #[source]
+        source: parquet::errors::ParquetError,
+    },
+    /// An Arrow operation failed.
+    #[error("{context}: {source}")]
+    Arrow {
+        /// What was being done.
+        context: String,
+        /// The Arrow error.
+        #[source]
+        source: arrow_schema::ArrowError,
+    },
+    /// A column name that the schema does not have.
+    #[error("obs has no column {name:?}; available columns: {available}")]
+    UnknownColumn {
+        /// The requested name.
+        name: String,
+        /// The schema's column names, comma separated.
+        available: String,
+    },
+    /// A column was used before being localized.
+    #[error("obs column {0:?} is not localized yet; call localize([{0:?}]) first")]
+    NotLocalized(String),
+    /// A cell index at or past the number of cells.
+    #[error("cell {cell} is out of range: the dataset has {n_cells} cells")]
+    CellOutOfRange {
+        /// The requested cell.
+        cell: u64,
+        /// The number of cells.
+        n_cells: u64,
+    },
+    /// Input handed to the writer or the schema builder is unusable.
+    #[error("invalid obs input{}: {message}", column.as_ref().map(|c| format!(" (column {c:?})")).unwrap_or_default())]
+    Input {
+        /// The column concerned, if any.
+        column: Option<String>,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+    /// Local cache I/O failed.
+    #[error("obs cache {}: {message}: {source}; check that the cache directory is writable \
+             (set DELTACELLS_CACHE or pass cache_dir to use another one)", path.display())]
+    Cache {
+        /// The file or directory.
+        path: PathBuf,
+        /// What was being done.
+        message: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A cached column file is unusable even after being rebuilt.
+    #[error("obs cache file {} is invalid: {message}; delete the cache directory and retry", path.display())]
+    CacheCorrupt {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// No cache directory could be chosen.
+    #[error("no obs cache directory: pass cache_dir, or set DELTACELLS_CACHE, XDG_CACHE_HOME or HOME")]
+    NoCacheDir,
+    /// An internal task failed (panicked or was cancelled).
+    #[error("internal error: {0}; please report it")]
+    Internal(String),
+}
+
+impl ObsError {
+    pub(crate) fn input(column: Option<&str>, message: impl Into<String>) -> Self {
+        ObsError::Input { column: column.map(str::to_string), message: message.into() }
+    }
+
+    pub(crate) fn shard(url: &str, tile: Option<usize>, column: Option<&str>, message: impl Into<String>) -> Self {
+        ObsError::Shard { url: url.to_string(), tile, column: column.map(str::to_string), message: message.into() }
+    }
+
+    pub(crate) fn cache(path: impl Into<PathBuf>, message: impl Into<String>, source: std::io::Error) -> Self {
+        ObsError::Cache { path: path.into(), message: message.into(), source }
+    }
+
+    pub(crate) fn arrow(context: impl Into<String>, source: arrow_schema::ArrowError) -> Self {
+        ObsError::Arrow { context: context.into(), source }
+    }
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = ObsError> = std::result::Result<T, E>;

@@ -1,0 +1,137 @@
+//! The manifest facts obs needs, and the object paths of a dataset's obs files.
+
+use std::ops::Range;
+
+use object_store::path::Path;
+
+use crate::error::{ObsError, Result};
+use crate::fingerprint::{is_fingerprint, is_sha256_hex};
+
+/// Default number of tiles (row groups) per obs shard.
+pub const DEFAULT_TILES_PER_FILE: u64 = 1000;
+
+/// The obs fields of a dataset manifest (plus `tile_cells`), handed in by the dataset layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObsManifest {
+    /// Cells per tile (`tile_cells`).
+    pub tile_cells: Vec<u64>,
+    /// Tiles per shard (`obs_tiles_per_file`, K).
+    pub tiles_per_file: u64,
+    /// Size of each shard in bytes (`obs_shard_bytes`).
+    pub shard_bytes: Vec<u64>,
+    /// SHA-256 of each shard, hex (`obs_shard_sha256`).
+    pub shard_sha256: Vec<String>,
+    /// The obs fingerprint (`obs_fingerprint`, 24 hex digits).
+    pub fingerprint: String,
+}
+
+impl ObsManifest {
+    /// Number of tiles.
+    pub fn n_tiles(&self) -> usize {
+        self.tile_cells.len()
+    }
+
+    /// Number of shards implied by the tile count and K: `ceil(n_tiles / K)`.
+    pub fn n_shards(&self) -> usize {
+        n_shards(self.tile_cells.len(), self.tiles_per_file)
+    }
+
+    /// Total cells.
+    pub fn n_cells(&self) -> u64 {
+        self.tile_cells.iter().fold(0u64, |a, &b| a.saturating_add(b))
+    }
+
+    /// The tiles of shard `s`.
+    pub fn shard_tiles(&self, s: usize) -> Range<usize> {
+        shard_tiles(self.tile_cells.len(), self.tiles_per_file, s)
+    }
+
+    /// The shard holding tile `t` and its row group in that shard.
+    pub fn shard_of(&self, t: usize) -> (usize, usize) {
+        let k = self.tiles_per_file.max(1) as usize;
+        (t / k, t % k)
+    }
+
+    /// Checks that the fields agree (K ≥ 1, one size and hash per shard, hex formats, a cell count that fits
+    /// 64 bits); the fingerprint is lowercased.
+    pub fn validate(&mut self) -> Result<()> {
+        if self.tiles_per_file == 0 {
+            return Err(ObsError::Manifest("obs_tiles_per_file is 0".into()));
+        }
+        self.tile_cells
+            .iter()
+            .try_fold(0u64, |a, &b| a.checked_add(b))
+            .ok_or_else(|| ObsError::Manifest("tile_cells add up to more than 2^64 - 1".into()))?;
+        let n = self.n_shards();
+        if self.shard_bytes.len() != n || self.shard_sha256.len() != n {
+            return Err(ObsError::Manifest(format!(
+                "{} tiles in shards of {} need {n} shards, but obs_shard_bytes has {} entries and obs_shard_sha256 {}",
+                self.tile_cells.len(),
+                self.tiles_per_file,
+                self.shard_bytes.len(),
+                self.shard_sha256.len()
+            )));
+        }
+        if let Some((i, h)) = self.shard_sha256.iter().enumerate().find(|(_, h)| !is_sha256_hex(h)) {
+            return Err(ObsError::Manifest(format!("obs_shard_sha256[{i}] = {h:?} is not 64 hex digits")));
+        }
+        if !is_fingerprint(&self.fingerprint) {
+            return Err(ObsError::Manifest(format!("obs_fingerprint {:?} is not 24 hex digits", self.fingerprint)));
+        }
+        self.fingerprint.make_ascii_lowercase();
+        for h in &mut self.shard_sha256 {
+            h.make_ascii_lowercase();
+        }
+        Ok(())
+    }
+}
+
+/// `ceil(n_tiles / K)` (0 for K = 0).
+pub fn n_shards(n_tiles: usize, tiles_per_file: u64) -> usize {
+    if tiles_per_file == 0 {
+        return 0;
+    }
+    let k = usize::try_from(tiles_per_file).unwrap_or(usize::MAX);
+    n_tiles.div_ceil(k)
+}
+
+/// The tiles of shard `s`: `s*K .. min((s+1)*K, n_tiles)`.
+pub fn shard_tiles(n_tiles: usize, tiles_per_file: u64, s: usize) -> Range<usize> {
+    let k = usize::try_from(tiles_per_file.max(1)).unwrap_or(usize::MAX);
+    let lo = s.saturating_mul(k).min(n_tiles);
+    let hi = s.saturating_add(1).saturating_mul(k).min(n_tiles);
+    lo..hi
+}
+
+/// `obs/schema.json` relative to the dataset root.
+pub const SCHEMA_NAME: &str = "obs/schema.json";
+/// `var.parquet` relative to the dataset root.
+pub const VAR_TABLE_NAME: &str = "var.parquet";
+
+/// The relative name of shard `s`: `obs/obs_NNNN.parquet` (4-digit zero-padded index).
+pub fn shard_name(s: usize) -> String {
+    format!("obs/obs_{s:04}.parquet")
+}
+
+/// `prefix/rel` as an object store path (`rel` uses `/` separators).
+pub fn child_path(prefix: &Path, rel: &str) -> Path {
+    rel.split('/').fold(prefix.clone(), |p, part| p.join(part))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_arithmetic() {
+        assert_eq!(n_shards(4, 2), 2);
+        assert_eq!(n_shards(5, 2), 3);
+        assert_eq!(n_shards(0, 2), 0);
+        assert_eq!(shard_tiles(5, 2, 2), 4..5);
+        assert_eq!(shard_tiles(5, 2, 3), 5..5);
+        assert_eq!(shard_name(3), "obs/obs_0003.parquet");
+        assert_eq!(shard_name(12345), "obs/obs_12345.parquet");
+        assert_eq!(child_path(&Path::from("a/b"), "obs/x.parquet").as_ref(), "a/b/obs/x.parquet");
+        assert_eq!(child_path(&Path::default(), "obs/x.parquet").as_ref(), "obs/x.parquet");
+    }
+}

@@ -1,0 +1,517 @@
+//! Reading obs: open a dataset's obs, localize columns into the local cache, and look values up.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int8Type, Int16Type, Int32Type};
+use arrow_array::{Array, ArrayRef, RecordBatch, StringArray};
+use arrow_schema::{DataType, Schema};
+use dct_format::CellIndex;
+use futures::StreamExt;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt};
+
+use crate::cache::{CacheFileWriter, Cached, CachedColumn, FileLock, cache_root, column_file_name, open_cached};
+use crate::error::{ObsError, Result};
+use crate::fingerprint::obs_fingerprint;
+use crate::manifest::{ObsManifest, SCHEMA_NAME, child_path, shard_name};
+use crate::rt::{AbortOnDrop, block_on};
+use crate::schema::{ColumnKind, MAX_SCHEMA_BYTES, ObsColumn, ObsSchema};
+use crate::shard::{ShardMeta, check_layout, fetch_metadata, read_column_chunk};
+use crate::util::object_url;
+
+/// How obs is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObsOptions {
+    /// The cache directory; `None` uses `$DELTACELLS_CACHE`, `$XDG_CACHE_HOME/deltacells` or
+    /// `~/.cache/deltacells` (see [`cache_root`](crate::cache_root)).
+    pub cache_dir: Option<PathBuf>,
+    /// Column chunks fetched at once while localizing (default 16).
+    pub concurrency: usize,
+    /// Bytes of a shard's end fetched by the first footer request (default 64 KiB, but never more than 1/16 of
+    /// the shard). Longer footers take a second request.
+    pub footer_prefetch: u64,
+}
+
+impl Default for ObsOptions {
+    fn default() -> Self {
+        ObsOptions { cache_dir: None, concurrency: 16, footer_prefetch: 64 << 10 }
+    }
+}
+
+/// What [`Obs::localize`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LocalizeReport {
+    /// Columns fetched from the shards by this call.
+    pub fetched: Vec<String>,
+    /// Columns found valid in the cache (or already open).
+    pub cached: Vec<String>,
+    /// Columns whose cache file was invalid (truncated, corrupt, wrong layout) and was rebuilt.
+    pub rebuilt: Vec<String>,
+}
+
+/// A dataset's obs: the schema, and the columns localized so far (memory-mapped from the local cache).
+///
+/// Cheap to clone (shared state); all methods take `&self`.
+#[derive(Clone)]
+pub struct Obs {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Arc<dyn ObjectStore>,
+    prefix: Path,
+    manifest: ObsManifest,
+    schema: ObsSchema,
+    schema_text: String,
+    cells: CellIndex,
+    dir: PathBuf,
+    options: ObsOptions,
+    columns: RwLock<HashMap<String, Arc<CachedColumn>>>,
+}
+
+impl std::fmt::Debug for Obs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Obs")
+            .field("prefix", &self.inner.prefix)
+            .field("fingerprint", &self.inner.manifest.fingerprint)
+            .field("columns", &self.inner.schema.columns.len())
+            .field("cache", &self.inner.dir)
+            .finish()
+    }
+}
+
+/// Reads a small object whole, refusing objects above `limit` bytes before reading them.
+pub(crate) async fn get_limited(store: &dyn ObjectStore, path: &Path, limit: u64) -> Result<bytes::Bytes> {
+    let url = object_url(store, path);
+    let got = store.get(path).await.map_err(|e| match e {
+        object_store::Error::NotFound { .. } => ObsError::NotFound { url: url.clone() },
+        source => ObsError::Store { op: "GET", url: url.clone(), source },
+    })?;
+    if got.meta.size > limit {
+        return Err(ObsError::TooLarge { url, size: got.meta.size, limit });
+    }
+    let b = got.bytes().await.map_err(|source| ObsError::Store { op: "GET", url: url.clone(), source })?;
+    if b.len() as u64 > limit {
+        return Err(ObsError::TooLarge { url, size: b.len() as u64, limit });
+    }
+    Ok(b)
+}
+
+/// Reads and parses `obs/schema.json` of the dataset at `prefix`; returns the parsed schema and its exact text.
+pub async fn read_schema(store: &dyn ObjectStore, prefix: &Path) -> Result<(ObsSchema, String)> {
+    let path = child_path(prefix, SCHEMA_NAME);
+    let url = object_url(store, &path);
+    let bytes = get_limited(store, &path, MAX_SCHEMA_BYTES).await?;
+    let schema = ObsSchema::parse(&bytes, &url)?;
+    let text =
+        String::from_utf8(bytes.to_vec()).map_err(|_| ObsError::Schema { url, message: "not UTF-8 text".into() })?;
+    Ok((schema, text))
+}
+
+impl Obs {
+    /// Opens the obs of the dataset at `prefix` in `store`, described by the manifest fields in `manifest`: reads
+    /// `obs/schema.json` and checks it against the fingerprint (recomputed from the schema text, `tile_cells` and
+    /// the manifest's shard hashes). Nothing else is read until columns are localized.
+    pub async fn open(
+        store: Arc<dyn ObjectStore>,
+        prefix: Path,
+        mut manifest: ObsManifest,
+        options: ObsOptions,
+    ) -> Result<Obs> {
+        manifest.validate()?;
+        let cells = CellIndex::from_tile_cells(&manifest.tile_cells).map_err(|e| ObsError::Manifest(e.to_string()))?;
+        let (schema, schema_text) = read_schema(store.as_ref(), &prefix).await?;
+        let fp = obs_fingerprint(&schema_text, &manifest.tile_cells, &manifest.shard_sha256);
+        if fp != manifest.fingerprint {
+            return Err(ObsError::Schema {
+                url: object_url(store.as_ref(), &child_path(&prefix, SCHEMA_NAME)),
+                message: format!(
+                    "with the manifest's tile_cells and obs_shard_sha256 it gives fingerprint {fp}, but the manifest \
+                     says {}: the schema or the manifest changed after the dataset was written",
+                    manifest.fingerprint
+                ),
+            });
+        }
+        let dir = cache_root(options.cache_dir.as_deref())?.join(&manifest.fingerprint).join("obs");
+        Ok(Obs {
+            inner: Arc::new(Inner {
+                store,
+                prefix,
+                manifest,
+                schema,
+                schema_text,
+                cells,
+                dir,
+                options,
+                columns: RwLock::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// [`open`](Self::open) from synchronous code (runs on an internal runtime; fine to call from any thread).
+    pub fn open_blocking(
+        store: Arc<dyn ObjectStore>,
+        prefix: Path,
+        manifest: ObsManifest,
+        options: ObsOptions,
+    ) -> Result<Obs> {
+        block_on(Obs::open(store, prefix, manifest, options))
+    }
+
+    /// The schema.
+    pub fn schema(&self) -> &ObsSchema {
+        &self.inner.schema
+    }
+
+    /// The exact text of `obs/schema.json`.
+    pub fn schema_text(&self) -> &str {
+        &self.inner.schema_text
+    }
+
+    /// The manifest fields this was opened with.
+    pub fn manifest(&self) -> &ObsManifest {
+        &self.inner.manifest
+    }
+
+    /// The columns with their kinds, in schema order.
+    pub fn columns(&self) -> Vec<(&str, ColumnKind)> {
+        self.inner.schema.columns.iter().map(|c| (c.name.as_str(), c.kind)).collect()
+    }
+
+    /// The global categories of a category column (`None` for other kinds).
+    pub fn categories(&self, column: &str) -> Result<Option<&[String]>> {
+        Ok(self.inner.schema.require(column)?.1.categories.as_deref())
+    }
+
+    /// Total cells.
+    pub fn n_cells(&self) -> u64 {
+        self.inner.cells.n_cells()
+    }
+
+    /// This dataset's cache directory (`<cache>/<fingerprint>/obs`).
+    pub fn cache_dir(&self) -> &std::path::Path {
+        &self.inner.dir
+    }
+
+    /// Whether `column` is localized (open in this handle).
+    pub fn is_localized(&self, column: &str) -> bool {
+        self.inner.columns.read().expect("column map lock").contains_key(column)
+    }
+
+    /// Makes `columns` available locally: each column already valid in the cache is memory-mapped; others (and
+    /// invalid cache files, which are deleted) are fetched from the shards (only their column chunks, by ranged
+    /// requests, many at once), written to a temporary file, renamed into place and mapped. Each column is
+    /// fetched under a lock file, so concurrent threads and processes on a node fetch it once.
+    pub async fn localize(&self, columns: &[&str]) -> Result<LocalizeReport> {
+        let mut report = LocalizeReport::default();
+        let mut seen = HashSet::new();
+        let mut pending: Vec<(usize, ObsColumn)> = Vec::new();
+        for &name in columns {
+            let (pos, column) = self.inner.schema.require(name)?;
+            if seen.insert(name) {
+                pending.push((pos, column.clone()));
+            }
+        }
+        let outcome = self.inner.clone().localize_columns(pending, &self.inner.columns).await?;
+        for (name, how) in outcome {
+            match how {
+                How::Cached => report.cached.push(name),
+                How::Fetched => report.fetched.push(name),
+                How::Rebuilt => report.rebuilt.push(name),
+            }
+        }
+        Ok(report)
+    }
+
+    /// [`localize`](Self::localize) from synchronous code.
+    pub fn localize_blocking(&self, columns: &[&str]) -> Result<LocalizeReport> {
+        let this = self.clone();
+        let columns: Vec<String> = columns.iter().map(|s| s.to_string()).collect();
+        block_on(async move {
+            let refs: Vec<&str> = columns.iter().map(String::as_str).collect();
+            this.localize(&refs).await
+        })
+    }
+
+    fn cached(&self, column: &str) -> Result<(&ObsColumn, Arc<CachedColumn>)> {
+        let (_, c) = self.inner.schema.require(column)?;
+        let got = self.inner.columns.read().expect("column map lock").get(column).cloned();
+        got.map(|g| (c, g)).ok_or_else(|| ObsError::NotLocalized(column.to_string()))
+    }
+
+    /// A localized column's arrays, one per tile: zero-copy views of the memory-mapped cache file (category
+    /// columns as their integer codes).
+    pub fn column_chunks(&self, column: &str) -> Result<Vec<ArrayRef>> {
+        Ok(self.cached(column)?.1.arrays.clone())
+    }
+
+    /// A localized column, all cells in global order (one copy).
+    pub fn column(&self, column: &str) -> Result<ArrayRef> {
+        let (c, col) = self.cached(column)?;
+        concat_or_empty(&col.arrays, c)
+    }
+
+    /// Several localized columns, all cells, as a record batch (fields named and typed as in the schema).
+    pub fn table(&self, columns: &[&str]) -> Result<RecordBatch> {
+        let mut fields = Vec::with_capacity(columns.len());
+        let mut arrays = Vec::with_capacity(columns.len());
+        for &name in columns {
+            let (c, col) = self.cached(name)?;
+            fields.push(c.field());
+            arrays.push(concat_or_empty(&col.arrays, c)?);
+        }
+        batch(fields, arrays, self.n_cells())
+    }
+
+    /// The values of `columns` (localized) at global `cells`, in the order given (any order, repeats allowed):
+    /// one array per column, category columns as their integer codes (see [`categories`](Self::categories) and
+    /// [`category_labels`]).
+    pub fn take(&self, cells: &[u64], columns: &[&str]) -> Result<RecordBatch> {
+        let mut cols = Vec::with_capacity(columns.len());
+        for &name in columns {
+            cols.push(self.cached(name)?);
+        }
+        let idx = self.locate(cells)?;
+        let mut fields = Vec::with_capacity(cols.len());
+        let mut arrays = Vec::with_capacity(cols.len());
+        for (c, col) in cols {
+            fields.push(c.field());
+            arrays.push(take_located(&col.arrays, &idx, c)?);
+        }
+        batch(fields, arrays, cells.len() as u64)
+    }
+
+    /// One localized column at global `cells` (see [`take`](Self::take)).
+    pub fn take_column(&self, cells: &[u64], column: &str) -> Result<ArrayRef> {
+        let (c, col) = self.cached(column)?;
+        take_located(&col.arrays, &self.locate(cells)?, c)
+    }
+
+    fn locate(&self, cells: &[u64]) -> Result<Vec<(usize, usize)>> {
+        cells
+            .iter()
+            .map(|&cell| {
+                self.inner
+                    .cells
+                    .locate(cell)
+                    .map(|(t, r)| (t, r as usize))
+                    .ok_or(ObsError::CellOutOfRange { cell, n_cells: self.n_cells() })
+            })
+            .collect()
+    }
+}
+
+fn batch(fields: Vec<arrow_schema::Field>, arrays: Vec<ArrayRef>, rows: u64) -> Result<RecordBatch> {
+    let opts = arrow_array::RecordBatchOptions::new().with_row_count(Some(rows as usize));
+    RecordBatch::try_new_with_options(Arc::new(Schema::new(fields)), arrays, &opts)
+        .map_err(|e| ObsError::arrow("assembling obs columns", e))
+}
+
+fn concat_or_empty(arrays: &[ArrayRef], c: &ObsColumn) -> Result<ArrayRef> {
+    if arrays.is_empty() {
+        return Ok(arrow_array::new_empty_array(&c.arrow_type.data_type()));
+    }
+    let refs: Vec<&dyn Array> = arrays.iter().map(|a| a.as_ref()).collect();
+    arrow_select::concat::concat(&refs).map_err(|e| ObsError::arrow(format!("joining column {:?}", c.name), e))
+}
+
+fn take_located(arrays: &[ArrayRef], idx: &[(usize, usize)], c: &ObsColumn) -> Result<ArrayRef> {
+    if idx.is_empty() {
+        return Ok(arrow_array::new_empty_array(&c.arrow_type.data_type()));
+    }
+    let refs: Vec<&dyn Array> = arrays.iter().map(|a| a.as_ref()).collect();
+    arrow_select::interleave::interleave(&refs, idx)
+        .map_err(|e| ObsError::arrow(format!("taking cells of column {:?}", c.name), e))
+}
+
+/// Category codes (int8 / int16 / int32; -1 or null = missing) as their labels (missing = null).
+pub fn category_labels(codes: &dyn Array, categories: &[String]) -> Result<StringArray> {
+    fn map<I: Iterator<Item = Option<i64>>>(it: I, cats: &[String]) -> Result<StringArray> {
+        it.map(|c| match c {
+            None | Some(-1) => Ok(None),
+            Some(c) => usize::try_from(c)
+                .ok()
+                .and_then(|i| cats.get(i))
+                .map(|s| Some(s.as_str()))
+                .ok_or_else(|| ObsError::input(None, format!("code {c} is outside the {} categories", cats.len()))),
+        })
+        .collect()
+    }
+    match codes.data_type() {
+        DataType::Int8 => map(codes.as_primitive::<Int8Type>().iter().map(|v| v.map(i64::from)), categories),
+        DataType::Int16 => map(codes.as_primitive::<Int16Type>().iter().map(|v| v.map(i64::from)), categories),
+        DataType::Int32 => map(codes.as_primitive::<Int32Type>().iter().map(|v| v.map(i64::from)), categories),
+        t => Err(ObsError::input(None, format!("category codes must be int8, int16 or int32, not {t}"))),
+    }
+}
+
+enum How {
+    Cached,
+    Fetched,
+    Rebuilt,
+}
+
+impl Inner {
+    fn shard_url(&self, s: usize) -> (Path, String) {
+        let path = child_path(&self.prefix, &shard_name(s));
+        let url = object_url(self.store.as_ref(), &path);
+        (path, url)
+    }
+
+    async fn load_shard_meta(&self, s: usize) -> Result<Arc<ShardMeta>> {
+        let (path, url) = self.shard_url(s);
+        let size = self.manifest.shard_bytes[s];
+        let md = fetch_metadata(self.store.as_ref(), &path, &url, size, self.options.footer_prefetch).await?;
+        let tiles = self.manifest.shard_tiles(s);
+        let (problems, arrow) = check_layout(&md, size, tiles, &self.manifest.tile_cells, &self.schema);
+        if let Some((tile, column, message)) = problems.first().cloned() {
+            let more = problems.len() - 1;
+            let message = if more > 0 { format!("{message} (and {more} more problems)") } else { message };
+            return Err(ObsError::Shard { url, tile, column, message });
+        }
+        let arrow = arrow.ok_or_else(|| ObsError::Internal("layout check gave no schema".into()))?;
+        Ok(Arc::new(ShardMeta { metadata: md, arrow }))
+    }
+
+    /// Fetches tile `t` of every column in `columns` (schema position and column).
+    async fn fetch_tile(
+        self: Arc<Self>,
+        metas: Arc<MetaCache>,
+        t: usize,
+        columns: Arc<Vec<(usize, ObsColumn)>>,
+    ) -> Result<Vec<ArrayRef>> {
+        let (s, rg) = self.manifest.shard_of(t);
+        let meta = metas.get(&self, s).await?;
+        let (path, url) = self.shard_url(s);
+        let rows = self.manifest.tile_cells[t] as usize;
+        let reads = columns.iter().map(|(pos, column)| {
+            read_column_chunk(self.store.clone(), path.clone(), &url, &meta, rg, t, *pos, column, rows)
+        });
+        futures::future::try_join_all(reads).await
+    }
+
+    /// Localizes `columns`: those valid in the cache are mapped; the others are fetched in one pass over the tiles
+    /// (each shard footer read once, and dropped once its tiles are done), under their lock files (taken in name
+    /// order, so that processes never deadlock).
+    async fn localize_columns(
+        self: Arc<Self>,
+        columns: Vec<(usize, ObsColumn)>,
+        open: &RwLock<HashMap<String, Arc<CachedColumn>>>,
+    ) -> Result<Vec<(String, How)>> {
+        let register = |name: &str, c: CachedColumn| {
+            open.write().expect("column map lock").insert(name.to_string(), Arc::new(c));
+        };
+        let mut done = Vec::new();
+        let mut missing = Vec::new();
+        for (pos, column) in columns {
+            if open.read().expect("column map lock").contains_key(&column.name) {
+                done.push((column.name.clone(), How::Cached));
+                continue;
+            }
+            let path = self.dir.join(column_file_name(&column.name));
+            match open_cached(&path, &column, &self.manifest.tile_cells)? {
+                Cached::Valid(c) => {
+                    register(&column.name, c);
+                    done.push((column.name.clone(), How::Cached));
+                }
+                _ => missing.push((pos, column)),
+            }
+        }
+        if missing.is_empty() {
+            return Ok(done);
+        }
+        std::fs::create_dir_all(&self.dir).map_err(|e| ObsError::cache(&self.dir, "cannot create", e))?;
+        missing.sort_by_key(|(_, c)| column_file_name(&c.name));
+        let mut locks = Vec::with_capacity(missing.len());
+        let mut fetch: Vec<(usize, ObsColumn)> = Vec::new();
+        let mut how = Vec::new();
+        for (pos, column) in missing {
+            let file_name = column_file_name(&column.name);
+            locks.push(FileLock::acquire(self.dir.join(format!("{file_name}.lock"))).await?);
+            // Another thread or process may have built it while this one waited.
+            let path = self.dir.join(&file_name);
+            match open_cached(&path, &column, &self.manifest.tile_cells)? {
+                Cached::Valid(c) => {
+                    register(&column.name, c);
+                    done.push((column.name.clone(), How::Cached));
+                }
+                Cached::Missing => {
+                    how.push(How::Fetched);
+                    fetch.push((pos, column));
+                }
+                Cached::Invalid(_) => {
+                    match std::fs::remove_file(&path) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(ObsError::cache(&path, "cannot delete the invalid cache file", e)),
+                    }
+                    how.push(How::Rebuilt);
+                    fetch.push((pos, column));
+                }
+            }
+        }
+        if fetch.is_empty() {
+            return Ok(done);
+        }
+        let mut writers = fetch
+            .iter()
+            .map(|(_, c)| CacheFileWriter::create(&self.dir, &column_file_name(&c.name), c))
+            .collect::<Result<Vec<_>>>()?;
+        let fetch = Arc::new(fetch);
+        let metas = Arc::new(MetaCache::default());
+        let handle = tokio::runtime::Handle::current();
+        let mut tiles = futures::stream::iter(0..self.manifest.n_tiles())
+            .map(|t| AbortOnDrop(handle.spawn(self.clone().fetch_tile(metas.clone(), t, fetch.clone()))))
+            .buffered(self.options.concurrency.max(1));
+        let mut t = 0;
+        while let Some(joined) = tiles.next().await {
+            let arrays = joined.map_err(|e| ObsError::Internal(format!("a fetch task failed: {e}")))??;
+            for (w, a) in writers.iter_mut().zip(arrays) {
+                w.write(a)?;
+            }
+            let (s, _) = self.manifest.shard_of(t);
+            if t + 1 == self.manifest.shard_tiles(s).end {
+                metas.evict(s);
+            }
+            t += 1;
+        }
+        drop(tiles);
+        for ((w, (_, column)), how) in writers.into_iter().zip(fetch.iter()).zip(how) {
+            w.commit()?;
+            let path = self.dir.join(column_file_name(&column.name));
+            match open_cached(&path, column, &self.manifest.tile_cells)? {
+                Cached::Valid(c) => register(&column.name, c),
+                Cached::Missing => {
+                    return Err(ObsError::CacheCorrupt {
+                        path,
+                        message: "it vanished right after being written".into(),
+                    });
+                }
+                Cached::Invalid(message) => return Err(ObsError::CacheCorrupt { path, message }),
+            }
+            done.push((column.name.clone(), how));
+        }
+        drop(locks);
+        Ok(done)
+    }
+}
+
+/// Shard footers of one localize call, each fetched once and dropped when its tiles are done.
+#[derive(Default)]
+struct MetaCache {
+    cells: Mutex<HashMap<usize, Arc<tokio::sync::OnceCell<Arc<ShardMeta>>>>>,
+}
+
+impl MetaCache {
+    async fn get(&self, inner: &Inner, s: usize) -> Result<Arc<ShardMeta>> {
+        let cell = self.cells.lock().expect("footer cache lock").entry(s).or_default().clone();
+        cell.get_or_try_init(|| inner.load_shard_meta(s)).await.cloned()
+    }
+
+    fn evict(&self, s: usize) {
+        self.cells.lock().expect("footer cache lock").remove(&s);
+    }
+}

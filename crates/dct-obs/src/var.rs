@@ -1,0 +1,216 @@
+//! `var.parquet`: the gene table, with pandas metadata so that pandas restores its index.
+
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, ArrayRef, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema};
+use bytes::Bytes;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use parquet::arrow::ArrowWriter;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+
+use crate::error::{ObsError, Result};
+use crate::manifest::{VAR_TABLE_NAME, child_path};
+use crate::pyjson;
+use crate::reader::get_limited;
+use crate::util::object_url;
+
+/// Largest `var.parquet` accepted (512 MiB).
+pub const MAX_VAR_BYTES: u64 = 512 << 20;
+/// The Arrow schema metadata key holding the pandas metadata.
+pub const PANDAS_METADATA_KEY: &str = "pandas";
+
+/// A gene table: the pandas index (gene ids) and named columns, one row per gene in output order.
+#[derive(Debug, Clone)]
+pub struct VarTable {
+    /// The index's name (`None` for an unnamed pandas index, stored as `__index_level_0__`).
+    pub index_name: Option<String>,
+    /// The index values.
+    pub index: Vec<String>,
+    /// The columns: strings, booleans, integers, float32 or float64 (nulls allowed).
+    pub columns: Vec<(String, ArrayRef)>,
+}
+
+fn pandas_types(t: &DataType) -> Option<(&'static str, &'static str)> {
+    Some(match t {
+        DataType::Utf8 => ("unicode", "object"),
+        DataType::Boolean => ("bool", "bool"),
+        DataType::Int8 => ("int8", "int8"),
+        DataType::Int16 => ("int16", "int16"),
+        DataType::Int32 => ("int32", "int32"),
+        DataType::Int64 => ("int64", "int64"),
+        DataType::UInt8 => ("uint8", "uint8"),
+        DataType::UInt16 => ("uint16", "uint16"),
+        DataType::UInt32 => ("uint32", "uint32"),
+        DataType::UInt64 => ("uint64", "uint64"),
+        DataType::Float32 => ("float32", "float32"),
+        DataType::Float64 => ("float64", "float64"),
+        _ => return None,
+    })
+}
+
+impl VarTable {
+    /// The Arrow field name of the index column.
+    pub fn index_field_name(&self) -> &str {
+        self.index_name.as_deref().unwrap_or("__index_level_0__")
+    }
+
+    /// The pandas metadata JSON (as pyarrow writes it: `index_columns`, `column_indexes`, `columns`, `attributes`,
+    /// `creator`).
+    pub fn pandas_metadata(&self) -> String {
+        let mut out = String::from("{\"index_columns\": ");
+        pyjson::write_str_list(&mut out, &[self.index_field_name()]);
+        out.push_str(
+            ", \"column_indexes\": [{\"name\": null, \"field_name\": null, \"pandas_type\": \"unicode\", \
+             \"numpy_type\": \"object\", \"metadata\": {\"encoding\": \"UTF-8\"}}], \"columns\": [",
+        );
+        let mut entries: Vec<(Option<&str>, &str, &DataType)> =
+            self.columns.iter().map(|(n, a)| (Some(n.as_str()), n.as_str(), a.data_type())).collect();
+        entries.push((self.index_name.as_deref(), self.index_field_name(), &DataType::Utf8));
+        for (i, (name, field, t)) in entries.into_iter().enumerate() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            let (pt, nt) = pandas_types(t).unwrap_or(("object", "object"));
+            out.push_str("{\"name\": ");
+            match name {
+                Some(n) => pyjson::write_str(&mut out, n),
+                None => out.push_str("null"),
+            }
+            out.push_str(", \"field_name\": ");
+            pyjson::write_str(&mut out, field);
+            out.push_str(&format!(", \"pandas_type\": \"{pt}\", \"numpy_type\": \"{nt}\", \"metadata\": null}}"));
+        }
+        out.push_str("], \"attributes\": {}, \"creator\": {\"library\": \"deltacells\", \"version\": ");
+        pyjson::write_str(&mut out, env!("CARGO_PKG_VERSION"));
+        out.push_str("}}");
+        out
+    }
+
+    /// The table as a record batch: the columns, then the index as a string column, with the pandas metadata.
+    pub fn to_record_batch(&self) -> Result<RecordBatch> {
+        let n = self.index.len();
+        let idx = self.index_field_name();
+        let mut fields = Vec::with_capacity(self.columns.len() + 1);
+        let mut arrays: Vec<ArrayRef> = Vec::with_capacity(self.columns.len() + 1);
+        for (name, a) in &self.columns {
+            if name == idx {
+                return Err(ObsError::input(Some(name), "a var column has the index's name"));
+            }
+            if a.len() != n {
+                return Err(ObsError::input(Some(name), format!("{} values for {n} genes", a.len())));
+            }
+            if pandas_types(a.data_type()).is_none() {
+                return Err(ObsError::input(Some(name), format!("type {} is not supported in var", a.data_type())));
+            }
+            fields.push(Field::new(name, a.data_type().clone(), a.null_count() > 0));
+            arrays.push(a.clone());
+        }
+        fields.push(Field::new(idx, DataType::Utf8, false));
+        arrays.push(Arc::new(StringArray::from_iter_values(&self.index)));
+        let schema = Schema::new(fields).with_metadata(std::collections::HashMap::from([(
+            PANDAS_METADATA_KEY.to_string(),
+            self.pandas_metadata(),
+        )]));
+        RecordBatch::try_new(Arc::new(schema), arrays).map_err(|e| ObsError::arrow("assembling the var table", e))
+    }
+
+    /// The table from a record batch read back from `var.parquet`: the index is the (first) column named by the
+    /// pandas metadata's `index_columns` (or, without pandas metadata, the last string column).
+    pub fn from_record_batch(batch: &RecordBatch) -> Result<VarTable> {
+        let names: Vec<String> = batch.schema().fields().iter().map(|f| f.name().clone()).collect();
+        let idx = index_column(batch)
+            .or_else(|| {
+                batch.schema().fields().iter().rposition(|f| f.data_type() == &DataType::Utf8).map(|i| names[i].clone())
+            })
+            .ok_or_else(|| ObsError::input(None, "the var table has no index column"))?;
+        let pos = names
+            .iter()
+            .position(|n| *n == idx)
+            .ok_or_else(|| ObsError::input(Some(&idx), "the pandas metadata names an index column the table lacks"))?;
+        let index = batch.column(pos);
+        let index = index
+            .as_string_opt::<i32>()
+            .ok_or_else(|| ObsError::input(Some(&idx), format!("the index is {}, not strings", index.data_type())))?;
+        let index: Vec<String> = index.iter().map(|v| v.unwrap_or_default().to_string()).collect();
+        let columns = names
+            .iter()
+            .zip(batch.columns())
+            .filter(|(n, _)| **n != idx)
+            .map(|(n, a)| (n.clone(), a.clone()))
+            .collect();
+        let index_name = if idx == "__index_level_0__" { None } else { Some(idx) };
+        Ok(VarTable { index_name, index, columns })
+    }
+}
+
+/// The first index column named by a batch's pandas metadata.
+pub fn index_column(batch: &RecordBatch) -> Option<String> {
+    let meta = batch.schema().metadata().get(PANDAS_METADATA_KEY)?.clone();
+    let v: serde_json::Value = serde_json::from_str(&meta).ok()?;
+    v.get("index_columns")?.as_array()?.first()?.as_str().map(str::to_string)
+}
+
+/// Encodes a gene table as parquet (zstd, no statistics), index last, with the pandas metadata.
+pub fn encode_var_parquet(table: &VarTable) -> Result<Bytes> {
+    let batch = table.to_record_batch()?;
+    let props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::default()))
+        .set_statistics_enabled(EnabledStatistics::None)
+        .set_created_by(format!("deltacells dct-obs {}", env!("CARGO_PKG_VERSION")))
+        .build();
+    let perr = |source| ObsError::Parquet { url: VAR_TABLE_NAME.into(), tile: None, column: None, source };
+    let mut w = ArrowWriter::try_new(Vec::new(), batch.schema(), Some(props)).map_err(perr)?;
+    w.write(&batch).map_err(perr)?;
+    Ok(Bytes::from(w.into_inner().map_err(perr)?))
+}
+
+/// Decodes `var.parquet` bytes into one record batch (schema metadata kept, including `"pandas"`); `url` names the
+/// file in errors.
+pub fn decode_var_parquet(bytes: Bytes, url: &str) -> Result<RecordBatch> {
+    std::panic::catch_unwind(|| decode_var_inner(bytes, url)).unwrap_or_else(|_| {
+        Err(ObsError::Parquet {
+            url: url.to_string(),
+            tile: None,
+            column: None,
+            source: parquet::errors::ParquetError::General("the decoder failed on malformed input".into()),
+        })
+    })
+}
+
+fn decode_var_inner(bytes: Bytes, url: &str) -> Result<RecordBatch> {
+    let perr = |source| ObsError::Parquet { url: url.to_string(), tile: None, column: None, source };
+    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(perr)?;
+    let schema = builder.schema().clone();
+    let reader = builder.with_batch_size(64 << 10).build().map_err(perr)?;
+    let mut batches = Vec::new();
+    for b in reader {
+        batches.push(b.map_err(|e| ObsError::arrow(format!("{url}: reading the var table"), e))?);
+    }
+    arrow_select::concat::concat_batches(&schema, &batches)
+        .map_err(|e| ObsError::arrow(format!("{url}: joining the var table"), e))
+}
+
+/// Reads `var.parquet` of the dataset at `prefix`.
+pub async fn read_var_table(store: &dyn ObjectStore, prefix: &Path) -> Result<RecordBatch> {
+    let path = child_path(prefix, VAR_TABLE_NAME);
+    let bytes = get_limited(store, &path, MAX_VAR_BYTES).await?;
+    decode_var_parquet(bytes, &object_url(store, &path))
+}
+
+/// Writes `var.parquet` of the dataset at `prefix`; returns its size.
+pub async fn write_var_table(store: &dyn ObjectStore, prefix: &Path, table: &VarTable) -> Result<u64> {
+    let bytes = encode_var_parquet(table)?;
+    let n = bytes.len() as u64;
+    let path = child_path(prefix, VAR_TABLE_NAME);
+    store.put(&path, PutPayload::from_bytes(bytes)).await.map_err(|source| ObsError::Store {
+        op: "PUT",
+        url: object_url(store, &path),
+        source,
+    })?;
+    Ok(n)
+}

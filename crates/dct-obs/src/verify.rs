@@ -1,0 +1,277 @@
+//! Verifying a dataset's obs against its manifest: every problem, not only the first.
+
+use std::fmt;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt};
+
+use crate::error::ObsError;
+use crate::fingerprint::{obs_fingerprint, sha256_hex};
+use crate::manifest::{ObsManifest, child_path, shard_name};
+use crate::reader::read_schema;
+use crate::rt::block_on;
+use crate::schema::ObsSchema;
+use crate::shard::{check_layout, decode_metadata, has_leading_magic, metadata_length};
+use crate::util::object_url;
+
+/// What kind of problem was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ObsProblemKind {
+    /// The manifest's obs fields are inconsistent.
+    Manifest,
+    /// `obs/schema.json` is missing or invalid.
+    Schema,
+    /// A shard is missing.
+    ShardMissing,
+    /// A shard's size differs from `obs_shard_bytes`.
+    ShardSize,
+    /// A shard's SHA-256 differs from `obs_shard_sha256`.
+    ShardSha256,
+    /// A shard is not a valid parquet file or its layout (row groups, rows, columns, types) disagrees with the
+    /// manifest or the schema.
+    ShardLayout,
+    /// The recomputed fingerprint differs from `obs_fingerprint`.
+    Fingerprint,
+    /// A request failed.
+    Io,
+}
+
+/// One problem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObsProblem {
+    /// Its kind.
+    pub kind: ObsProblemKind,
+    /// The shard concerned, if any.
+    pub shard: Option<usize>,
+    /// The tile concerned, if any.
+    pub tile: Option<usize>,
+    /// The column concerned, if any.
+    pub column: Option<String>,
+    /// What is wrong (names the file).
+    pub message: String,
+}
+
+impl fmt::Display for ObsProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.message)?;
+        if let Some(t) = self.tile {
+            write!(f, " (tile {t})")?;
+        }
+        if let Some(c) = &self.column {
+            write!(f, " (column {c:?})")?;
+        }
+        Ok(())
+    }
+}
+
+fn problem(kind: ObsProblemKind, shard: Option<usize>, message: String) -> ObsProblem {
+    ObsProblem { kind, shard, tile: None, column: None, message }
+}
+
+/// The result of [`verify_obs`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ObsVerifyReport {
+    /// Every problem found (empty when the obs is intact).
+    pub problems: Vec<ObsProblem>,
+    /// Shard bytes read.
+    pub bytes_checked: u64,
+    /// The SHA-256 of each shard that could be read.
+    pub shard_sha256: Vec<Option<String>>,
+}
+
+impl ObsVerifyReport {
+    /// Whether no problem was found.
+    pub fn is_ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// Checks one whole shard (`bytes`, shard `s`, named `url`): size and SHA-256 against the manifest, then, if a schema
+/// is given, its layout (one row group per tile with `tile_cells[t]` rows; the schema's columns in order with the
+/// named types; column chunks inside the file). Returns the problems and the shard's SHA-256.
+pub fn check_shard_bytes(
+    s: usize,
+    bytes: &[u8],
+    url: &str,
+    manifest: &ObsManifest,
+    schema: Option<&ObsSchema>,
+) -> (Vec<ObsProblem>, String) {
+    let mut problems = Vec::new();
+    let sha = sha256_hex(bytes);
+    let size = bytes.len() as u64;
+    if let Some(&expected) = manifest.shard_bytes.get(s)
+        && size != expected
+    {
+        problems.push(problem(
+            ObsProblemKind::ShardSize,
+            Some(s),
+            format!("{url} is {size} bytes but obs_shard_bytes[{s}] is {expected}"),
+        ));
+    }
+    if let Some(expected) = manifest.shard_sha256.get(s)
+        && !sha.eq_ignore_ascii_case(expected)
+    {
+        problems.push(problem(
+            ObsProblemKind::ShardSha256,
+            Some(s),
+            format!("{url} has SHA-256 {sha} but obs_shard_sha256[{s}] is {expected}"),
+        ));
+    }
+    let Some(schema) = schema else { return (problems, sha) };
+    let layout = |m: String| problem(ObsProblemKind::ShardLayout, Some(s), format!("{url}: {m}"));
+    if !has_leading_magic(bytes) {
+        problems.push(layout("no parquet magic at the start".into()));
+        return (problems, sha);
+    }
+    let len = match metadata_length(bytes, size) {
+        Ok(l) => l as usize,
+        Err(m) => {
+            problems.push(layout(m));
+            return (problems, sha);
+        }
+    };
+    let md = match decode_metadata(&bytes[bytes.len() - 8 - len..bytes.len() - 8]) {
+        Ok(md) => Arc::new(md),
+        Err(e) => {
+            problems.push(layout(format!("invalid parquet metadata: {e}")));
+            return (problems, sha);
+        }
+    };
+    let tiles = manifest.shard_tiles(s);
+    let (found, _) = check_layout(&md, size, tiles, &manifest.tile_cells, schema);
+    problems.extend(found.into_iter().map(|(tile, column, message)| ObsProblem {
+        kind: ObsProblemKind::ShardLayout,
+        shard: Some(s),
+        tile,
+        column,
+        message: format!("{url}: {message}"),
+    }));
+    (problems, sha)
+}
+
+/// Recomputes the fingerprint from the schema text, `tile_cells` and the shards' actual SHA-256 and compares it with
+/// the manifest's.
+pub fn check_fingerprint(schema_text: &str, manifest: &ObsManifest, shard_sha256: &[String]) -> Option<ObsProblem> {
+    let fp = obs_fingerprint(schema_text, &manifest.tile_cells, shard_sha256);
+    if fp.eq_ignore_ascii_case(&manifest.fingerprint) {
+        return None;
+    }
+    Some(problem(
+        ObsProblemKind::Fingerprint,
+        None,
+        format!(
+            "obs_fingerprint is {} but obs/schema.json, tile_cells and the shards give {fp}: the obs changed after \
+             the manifest was written",
+            manifest.fingerprint
+        ),
+    ))
+}
+
+/// Verifies the obs of the dataset at `prefix`: the manifest fields, `obs/schema.json`, every shard (size, SHA-256,
+/// layout; `concurrency` shards at a time) and the fingerprint. Every problem is reported.
+pub async fn verify_obs(
+    store: Arc<dyn ObjectStore>,
+    prefix: &Path,
+    manifest: &ObsManifest,
+    concurrency: usize,
+) -> ObsVerifyReport {
+    let mut report = ObsVerifyReport::default();
+    let mut m = manifest.clone();
+    if let Err(e) = m.validate() {
+        report.problems.push(problem(ObsProblemKind::Manifest, None, e.to_string()));
+        // Check what can be checked with the shard count the manifest implies.
+        if m.tiles_per_file == 0 {
+            return report;
+        }
+    }
+    let schema = match read_schema(store.as_ref(), prefix).await {
+        Ok(s) => Some(s),
+        Err(e) => {
+            let kind = if matches!(e, ObsError::Store { .. }) { ObsProblemKind::Io } else { ObsProblemKind::Schema };
+            let msg = match e {
+                ObsError::NotFound { url } => format!("{url}: the obs schema is missing"),
+                e => e.to_string(),
+            };
+            report.problems.push(problem(kind, None, msg));
+            None
+        }
+    };
+    let n = m.n_shards();
+    let schema_ref = schema.as_ref().map(|(s, _)| s);
+    let mut results = futures::stream::iter(0..n)
+        .map(|s| {
+            let store = store.clone();
+            let m = &m;
+            async move {
+                let path = child_path(prefix, &shard_name(s));
+                let url = object_url(store.as_ref(), &path);
+                let got = match store.get(&path).await {
+                    Ok(g) => g,
+                    Err(object_store::Error::NotFound { .. }) => {
+                        return (
+                            s,
+                            vec![problem(ObsProblemKind::ShardMissing, Some(s), format!("{url} is missing"))],
+                            None,
+                            0,
+                        );
+                    }
+                    Err(e) => {
+                        return (
+                            s,
+                            vec![problem(ObsProblemKind::Io, Some(s), format!("GET {url} failed: {e}"))],
+                            None,
+                            0,
+                        );
+                    }
+                };
+                let expected = m.shard_bytes.get(s).copied().unwrap_or(0);
+                if got.meta.size != expected {
+                    let msg = format!("{url} is {} bytes but obs_shard_bytes[{s}] is {expected}", got.meta.size);
+                    return (s, vec![problem(ObsProblemKind::ShardSize, Some(s), msg)], None, 0);
+                }
+                let bytes = match got.bytes().await {
+                    Ok(b) => b,
+                    Err(e) => {
+                        return (
+                            s,
+                            vec![problem(ObsProblemKind::Io, Some(s), format!("GET {url} failed: {e}"))],
+                            None,
+                            0,
+                        );
+                    }
+                };
+                let (problems, sha) = check_shard_bytes(s, &bytes, &url, m, schema_ref);
+                (s, problems, Some(sha), bytes.len() as u64)
+            }
+        })
+        .buffered(concurrency.max(1));
+    report.shard_sha256 = vec![None; n];
+    while let Some((s, problems, sha, nbytes)) = results.next().await {
+        report.problems.extend(problems);
+        report.shard_sha256[s] = sha;
+        report.bytes_checked += nbytes;
+    }
+    drop(results);
+    if let Some((_, text)) = &schema
+        && let Some(hashes) = report.shard_sha256.iter().cloned().collect::<Option<Vec<String>>>()
+    {
+        report.problems.extend(check_fingerprint(text, &m, &hashes));
+    }
+    report
+}
+
+/// [`verify_obs`] from synchronous code.
+pub fn verify_obs_blocking(
+    store: Arc<dyn ObjectStore>,
+    prefix: &Path,
+    manifest: &ObsManifest,
+    concurrency: usize,
+) -> ObsVerifyReport {
+    let prefix = prefix.clone();
+    let manifest = manifest.clone();
+    block_on(async move { Ok(verify_obs(store, &prefix, &manifest, concurrency).await) }).unwrap_or_else(|e| {
+        ObsVerifyReport { problems: vec![problem(ObsProblemKind::Io, None, e.to_string())], ..Default::default() }
+    })
+}

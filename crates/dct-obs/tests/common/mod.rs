@@ -1,0 +1,399 @@
+//! Shared test helpers: a request-counting object store, manifest loading, a synthetic obs dataset with its truth.
+#![allow(dead_code)]
+
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path as FsPath, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::*;
+use arrow_array::{
+    Array, ArrayRef, BooleanArray, Float32Array, Float64Array, Int16Array, Int32Array, Int64Array, StringArray,
+    UInt8Array,
+};
+use arrow_schema::DataType;
+use bytes::Bytes;
+use dct_obs::object_store::local::LocalFileSystem;
+use dct_obs::object_store::path::Path;
+use dct_obs::object_store::{
+    CopyOptions, GetOptions, GetRange, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions,
+};
+use dct_obs::{
+    ColumnData, ColumnKind, ObsManifest, ObsSchema, ObsSchemaBuilder, ObsWriteOptions, ObsWriteSummary, ObsWriter,
+    TileObs, category_labels,
+};
+use futures::stream::BoxStream;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// One recorded read request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// The object.
+    pub path: String,
+    /// What was asked: `None` for a whole-object GET, else the byte range actually returned.
+    pub range: Option<Range<u64>>,
+    /// Whether it was a suffix request.
+    pub suffix: bool,
+    /// Bytes returned.
+    pub bytes: u64,
+}
+
+/// An object store wrapper that records every read (get_opts and get_ranges) with its byte count.
+#[derive(Debug)]
+pub struct CountingStore {
+    pub inner: Arc<dyn ObjectStore>,
+    pub log: Mutex<Vec<Request>>,
+}
+
+impl CountingStore {
+    pub fn new(inner: Arc<dyn ObjectStore>) -> Arc<Self> {
+        Arc::new(CountingStore { inner, log: Mutex::new(Vec::new()) })
+    }
+
+    pub fn requests(&self) -> Vec<Request> {
+        self.log.lock().unwrap().clone()
+    }
+
+    pub fn total_bytes(&self) -> u64 {
+        self.log.lock().unwrap().iter().map(|r| r.bytes).sum()
+    }
+
+    pub fn clear(&self) {
+        self.log.lock().unwrap().clear();
+    }
+}
+
+impl fmt::Display for CountingStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Counting({})", self.inner)
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for CountingStore {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> dct_obs::object_store::Result<PutResult> {
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> dct_obs::object_store::Result<Box<dyn MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(&self, location: &Path, options: GetOptions) -> dct_obs::object_store::Result<GetResult> {
+        let suffix = matches!(options.range, Some(GetRange::Suffix(_)));
+        let ranged = options.range.is_some();
+        let r = self.inner.get_opts(location, options).await?;
+        self.log.lock().unwrap().push(Request {
+            path: location.to_string(),
+            range: ranged.then(|| r.range.clone()),
+            suffix,
+            bytes: r.range.end - r.range.start,
+        });
+        Ok(r)
+    }
+
+    async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> dct_obs::object_store::Result<Vec<Bytes>> {
+        let out = self.inner.get_ranges(location, ranges).await?;
+        let mut log = self.log.lock().unwrap();
+        for (r, b) in ranges.iter().zip(&out) {
+            log.push(Request {
+                path: location.to_string(),
+                range: Some(r.clone()),
+                suffix: false,
+                bytes: b.len() as u64,
+            });
+        }
+        Ok(out)
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, dct_obs::object_store::Result<Path>>,
+    ) -> BoxStream<'static, dct_obs::object_store::Result<Path>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, dct_obs::object_store::Result<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> dct_obs::object_store::Result<ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> dct_obs::object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+
+    async fn rename_opts(&self, from: &Path, to: &Path, options: RenameOptions) -> dct_obs::object_store::Result<()> {
+        self.inner.rename_opts(from, to, options).await
+    }
+}
+
+/// A local store rooted at `dir`.
+pub fn local_store(dir: &FsPath) -> Arc<dyn ObjectStore> {
+    Arc::new(LocalFileSystem::new_with_prefix(dir).unwrap())
+}
+
+/// The conformance dataset directory `name`.
+pub fn conformance_dir(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/conformance/datasets").join(name)
+}
+
+/// The obs fields of the manifest in `dir`.
+pub fn load_manifest(dir: &FsPath) -> ObsManifest {
+    let m: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
+    let u64s = |k: &str| m[k].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect::<Vec<_>>();
+    ObsManifest {
+        tile_cells: u64s("tile_cells"),
+        tiles_per_file: m["obs_tiles_per_file"].as_u64().unwrap(),
+        shard_bytes: u64s("obs_shard_bytes"),
+        shard_sha256: m["obs_shard_sha256"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().into()).collect(),
+        fingerprint: m["obs_fingerprint"].as_str().unwrap().into(),
+    }
+}
+
+/// A value in the truth tables.
+#[derive(Debug, Clone, PartialEq)]
+pub enum V {
+    Null,
+    I(i64),
+    F(f64),
+    B(bool),
+    S(String),
+}
+
+/// The values of `array` (a column of `kind`, with `categories` for a category column) as `V`s, labels for
+/// categories.
+pub fn values(array: &dyn Array, kind: ColumnKind, categories: Option<&[String]>) -> Vec<V> {
+    if kind == ColumnKind::Category {
+        let labels = category_labels(array, categories.unwrap()).unwrap();
+        return labels.iter().map(|v| v.map_or(V::Null, |s| V::S(s.to_string()))).collect();
+    }
+    fn prim<T: ArrowPrimitiveType>(a: &dyn Array, f: impl Fn(T::Native) -> V) -> Vec<V> {
+        a.as_primitive::<T>().iter().map(|v| v.map_or(V::Null, &f)).collect()
+    }
+    match array.data_type() {
+        DataType::Int8 => prim::<Int8Type>(array, |v| V::I(v.into())),
+        DataType::Int16 => prim::<Int16Type>(array, |v| V::I(v.into())),
+        DataType::Int32 => prim::<Int32Type>(array, |v| V::I(v.into())),
+        DataType::Int64 => prim::<Int64Type>(array, V::I),
+        DataType::UInt8 => prim::<UInt8Type>(array, |v| V::I(v.into())),
+        DataType::UInt16 => prim::<UInt16Type>(array, |v| V::I(v.into())),
+        DataType::UInt32 => prim::<UInt32Type>(array, |v| V::I(v.into())),
+        DataType::UInt64 => prim::<UInt64Type>(array, |v| V::I(v as i64)),
+        DataType::Float32 => prim::<Float32Type>(array, |v| V::F(v.into())),
+        DataType::Float64 => prim::<Float64Type>(array, V::F),
+        DataType::Boolean => array.as_boolean().iter().map(|v| v.map_or(V::Null, V::B)).collect(),
+        DataType::Utf8 => array.as_string::<i32>().iter().map(|v| v.map_or(V::Null, |s| V::S(s.into()))).collect(),
+        t => panic!("unexpected type {t}"),
+    }
+}
+
+/// A JSON value of the expected files as a `V` (numbers as floats for float columns).
+pub fn json_value(v: &serde_json::Value, float: bool) -> V {
+    match v {
+        serde_json::Value::Null => V::Null,
+        serde_json::Value::Bool(b) => V::B(*b),
+        serde_json::Value::String(s) => V::S(s.clone()),
+        serde_json::Value::Number(n) if float => V::F(n.as_f64().unwrap()),
+        serde_json::Value::Number(n) => V::I(n.as_i64().unwrap()),
+        other => panic!("unexpected {other}"),
+    }
+}
+
+/// A synthetic obs dataset written with the crate's writer, and the truth of every column.
+pub struct Synth {
+    pub dir: tempfile::TempDir,
+    pub tile_cells: Vec<u64>,
+    pub schema: ObsSchema,
+    pub summary: ObsWriteSummary,
+    pub manifest: ObsManifest,
+    /// Column name -> one value per cell, in global cell order.
+    pub truth: Vec<(String, Vec<V>)>,
+}
+
+impl Synth {
+    pub fn truth(&self, column: &str) -> &[V] {
+        &self.truth.iter().find(|(n, _)| n == column).unwrap().1
+    }
+
+    pub fn store(&self) -> Arc<dyn ObjectStore> {
+        local_store(self.dir.path())
+    }
+
+    pub fn shard_path(&self, s: usize) -> PathBuf {
+        self.dir.path().join(dct_obs::shard_name(s))
+    }
+}
+
+fn opt<T>(rng: &mut ChaCha8Rng, p_null: f64, v: T) -> Option<T> {
+    if rng.random_bool(p_null) { None } else { Some(v) }
+}
+
+/// One input of `n` cells (cells `base..base+n` of the dataset) with its own local vocabularies.
+fn input(rng: &mut ChaCha8Rng, n: usize, second: bool) -> TileObs {
+    let cell_types: Vec<String> = if second {
+        vec!["T cell".into(), "Monocyte".into(), "\u{1F600} odd \"quoted\"".into()]
+    } else {
+        vec!["B cell".into(), "T cell".into(), "na\u{ef}ve B".into()]
+    };
+    let donors: Vec<String> = if second {
+        (100..250).map(|i| format!("donor_{i:03}")).collect()
+    } else {
+        (0..150).map(|i| format!("donor_{i:03}")).collect()
+    };
+    let cell_types: Arc<[String]> = cell_types.into();
+    let donors: Arc<[String]> = donors.into();
+    let ct: Vec<i32> = (0..n).map(|_| if rng.random_bool(0.1) { -1 } else { rng.random_range(0..3) }).collect();
+    let dn: Vec<i32> = (0..n).map(|_| if rng.random_bool(0.05) { -1 } else { rng.random_range(0..150) }).collect();
+    let mut t = TileObs::new()
+        .with("cell_type", ColumnData::category(ct, cell_types))
+        .with("donor", ColumnData::category(dn, donors));
+    // n_genes: int32 in the first input, int16 in the second (promoted to int32).
+    let genes: ArrayRef = if second {
+        Arc::new(Int16Array::from(
+            (0..n)
+                .map(|_| {
+                    let v = rng.random_range(0..30_000i16);
+                    opt(rng, 0.05, v)
+                })
+                .collect::<Vec<_>>(),
+        ))
+    } else {
+        Arc::new(Int32Array::from(
+            (0..n)
+                .map(|_| {
+                    let v = rng.random_range(0..100_000i32);
+                    opt(rng, 0.05, v)
+                })
+                .collect::<Vec<_>>(),
+        ))
+    };
+    t.push("n_genes", genes);
+    t.push(
+        "pct",
+        Arc::new(Float32Array::from(
+            (0..n)
+                .map(|_| {
+                    let v = rng.random_range(0..4096) as f32 / 64.0;
+                    opt(rng, 0.05, v)
+                })
+                .collect::<Vec<_>>(),
+        )) as ArrayRef,
+    );
+    t.push(
+        "score",
+        Arc::new(Float64Array::from(
+            (0..n)
+                .map(|_| {
+                    let v = rng.random::<f64>() * 2000.0 - 1000.0;
+                    opt(rng, 0.05, v)
+                })
+                .collect::<Vec<_>>(),
+        )) as ArrayRef,
+    );
+    t.push(
+        "flag",
+        Arc::new(BooleanArray::from(
+            (0..n)
+                .map(|_| {
+                    let v = rng.random_bool(0.2);
+                    opt(rng, 0.05, v)
+                })
+                .collect::<Vec<_>>(),
+        )) as ArrayRef,
+    );
+    let acgt = b"ACGT";
+    t.push(
+        "barcode",
+        Arc::new(StringArray::from_iter_values((0..n).map(|_| {
+            let s: String = (0..16).map(|_| acgt[rng.random_range(0..4)] as char).collect();
+            format!("{s}-{}", if second { 2 } else { 1 })
+        }))) as ArrayRef,
+    );
+    t.push(
+        "batch",
+        Arc::new(StringArray::from(
+            (0..n)
+                .map(|_| {
+                    let v = format!("run{}", rng.random_range(1..4));
+                    opt(rng, 0.1, v)
+                })
+                .collect::<Vec<_>>(),
+        )) as ArrayRef,
+    );
+    t.push("u8", Arc::new(UInt8Array::from_iter_values((0..n).map(|_| rng.random::<u8>()))) as ArrayRef);
+    t.push(
+        "big",
+        Arc::new(Int64Array::from(
+            (0..n)
+                .map(|_| {
+                    let v = rng.random::<i64>();
+                    opt(rng, 0.05, v)
+                })
+                .collect::<Vec<_>>(),
+        )) as ArrayRef,
+    );
+    t
+}
+
+/// Writes a synthetic dataset: `tile_cells` tiles, two inputs (the second starting at tile `split`), K tiles per
+/// shard.
+pub async fn write_synth(tile_cells: &[u64], split: usize, k: u64, seed: u64) -> Synth {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let n1: u64 = tile_cells[..split].iter().sum();
+    let n2: u64 = tile_cells[split..].iter().sum();
+    let inputs = [input(&mut rng, n1 as usize, false), input(&mut rng, n2 as usize, true)];
+    let mut b = ObsSchemaBuilder::new();
+    for i in &inputs {
+        b.add_input(i).unwrap();
+    }
+    let schema = b.finish();
+    let dir = tempfile::tempdir().unwrap();
+    let store = local_store(dir.path());
+    let opts = ObsWriteOptions { tiles_per_file: k, ..Default::default() };
+    let mut w = ObsWriter::new(store, Path::default(), schema.clone(), tile_cells, &opts).unwrap();
+    let mut offset = 0usize;
+    for (t, &n) in tile_cells.iter().enumerate() {
+        let (inp, base) = if t < split { (&inputs[0], 0) } else { (&inputs[1], n1 as usize) };
+        w.write_tile(&inp.slice(offset - base, n as usize)).await.unwrap();
+        offset += n as usize;
+    }
+    let summary = w.finish().await.unwrap();
+    // Truth: each input's values, decoded through its own local vocabularies, concatenated.
+    let mut truth = Vec::new();
+    for c in &schema.columns {
+        let mut vals = Vec::new();
+        for i in &inputs {
+            match i.get(&c.name).unwrap() {
+                ColumnData::Category(cd) => vals.extend(
+                    cd.codes.iter().map(|&x| if x < 0 { V::Null } else { V::S(cd.categories[x as usize].clone()) }),
+                ),
+                ColumnData::Array(a) => vals.extend(values(a.as_ref(), ColumnKind::Numeric, None)),
+            }
+        }
+        truth.push((c.name.clone(), vals));
+    }
+    let manifest = summary.manifest(tile_cells);
+    Synth { dir, tile_cells: tile_cells.to_vec(), schema, summary, manifest, truth }
+}
+
+/// `n_tiles` tiles of `size` cells, the last one `last` cells.
+pub fn tiles(n_tiles: usize, size: u64, last: u64) -> Vec<u64> {
+    let mut v = vec![size; n_tiles];
+    *v.last_mut().unwrap() = last;
+    v
+}
