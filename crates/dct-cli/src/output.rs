@@ -1,4 +1,8 @@
-//! Shared output helpers: human tables or JSON.
+//! Shared output helpers: human-readable sizes, JSON, progress bars and cell selections.
+
+use std::io::IsTerminal;
+
+use indicatif::{ProgressBar, ProgressStyle};
 
 /// Prints `value` as pretty JSON on stdout.
 pub fn print_json(value: &serde_json::Value) {
@@ -15,4 +19,61 @@ pub fn human_bytes(n: u64) -> String {
         u += 1;
     }
     if u == 0 { format!("{n} B") } else { format!("{x:.2} {}", units[u]) }
+}
+
+/// A progress bar on stderr, hidden when stderr is not a terminal (logs and pipes stay clean).
+pub fn progress(total: u64, what: &str) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} ({per_sec}, eta {eta})")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    bar.set_message(what.to_string());
+    bar
+}
+
+/// Parses a cell selection such as `0:100,5000,7:9` (half-open ranges and single cells) against `n_cells`.
+pub fn parse_cells(spec: &str, n_cells: u64) -> anyhow::Result<Vec<u64>> {
+    let mut cells = Vec::new();
+    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let num = |s: &str, what: &str| -> anyhow::Result<u64> {
+            s.trim()
+                .parse::<u64>()
+                .map_err(|_| anyhow::anyhow!("--cells: {what} `{s}` in `{part}` is not a cell index"))
+        };
+        let (lo, hi) = match part.split_once(':') {
+            Some((a, b)) => {
+                let lo = if a.trim().is_empty() { 0 } else { num(a, "start")? };
+                let hi = if b.trim().is_empty() { n_cells } else { num(b, "end")? };
+                (lo, hi)
+            }
+            None => {
+                let c = num(part, "cell")?;
+                (c, c + 1)
+            }
+        };
+        if lo > hi || hi > n_cells {
+            anyhow::bail!("--cells: `{part}` is outside the dataset's {n_cells} cells (0:{n_cells})");
+        }
+        cells.extend(lo..hi);
+    }
+    Ok(cells)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cell_selections() {
+        assert_eq!(parse_cells("0:3,7", 10).unwrap(), vec![0, 1, 2, 7]);
+        assert_eq!(parse_cells("8:", 10).unwrap(), vec![8, 9]);
+        assert!(parse_cells("0:11", 10).is_err());
+        assert!(parse_cells("x", 10).is_err());
+        assert!(parse_cells("5:2", 10).is_err());
+    }
 }

@@ -1,1 +1,65 @@
-//! Placeholder: filled in by a later change.
+//! deltacells datasets: the manifest, where datasets live (local directories and cloud buckets), a
+//! random-access reader, a verifier and a writer.
+//!
+//! A dataset is a directory (or bucket prefix) holding `manifest.json`, one object per tile
+//! (`tiles/tile_NNNNNN.dct`) and optional side files (`gene_order.npy`, `var_names.txt`, `var.parquet`, `obs/`);
+//! see FORMAT-v2.md.
+//!
+//! * [`Manifest`]: typed model of `manifest.json`, validation with [`Category`]-classified errors.
+//! * [`Store`]: a local path or `file://`, `s3://`, `gs://`, `az://`/`abfs://`, `http(s)://` URL (cloud backends
+//!   behind the cargo features `aws`, `gcp`, `azure`, `http`, all off by default), or any
+//!   `Arc<dyn ObjectStore>`; [`InstrumentedStore`] counts requests and injects failures for tests.
+//! * [`Dataset`]: open, read any cells as CSR batches, prefetch, cache, counters.
+//! * [`verify`]: check every tile, side file and obs shard, reporting every problem.
+//! * [`DatasetWriter`]: append CSR blocks of any size, re-chunked into tiles encoded in parallel; the manifest
+//!   is written last.
+//!
+//! # Cargo features
+//!
+//! | feature | enables |
+//! |---|---|
+//! | `aws` | `s3://`, `s3a://` and `https://…amazonaws.com` locations (Amazon S3 and S3-compatible stores) |
+//! | `gcp` | `gs://` locations (Google Cloud Storage) |
+//! | `azure` | `az://`, `abfs://`, `abfss://`, `adl://`, `azure://` and `https://…blob.core.windows.net` |
+//! | `http` | other `http://` / `https://` locations (static files served with range GETs) |
+//! | `cloud` | all four |
+//!
+//! All are off by default, so a crate that only decodes tiles never compiles an HTTP client or TLS; the
+//! deltacells CLI enables them. Local paths and `file://` URLs always work.
+//!
+//! ```
+//! # fn main() -> Result<(), dct_dataset::DatasetError> {
+//! use dct_codec::CsrMatrix;
+//! use dct_dataset::{Dataset, DatasetWriter, ReadOptions, WriterOptions};
+//! let dir = tempfile::tempdir().unwrap();
+//! let url = dir.path().join("ds");
+//! let url = url.to_str().unwrap();
+//! let mut w = DatasetWriter::create(url, WriterOptions { tile_size: 2, ..WriterOptions::new(4) })?;
+//! // 3 cells x 4 genes, in a block of any size
+//! w.append(&CsrMatrix { n_rows: 3, n_cols: 4, indptr: &[0u32, 2, 2, 3], indices: &[3u32, 0, 1], values: &[5u32, 1, 2] })?;
+//! w.finish()?;
+//! let ds = Dataset::open(url, ReadOptions::default())?;
+//! assert_eq!(ds.n_tiles(), 2); // tiles of 2 cells and 1 cell
+//! let b = ds.get_batch_as::<u32>(&[2, 0])?;
+//! assert_eq!(b.row(0), (&[1][..], &[2][..]));
+//! assert_eq!(b.row(1), (&[0, 3][..], &[1, 5][..])); // sorted by gene
+//! # Ok(()) }
+//! ```
+
+mod error;
+pub mod manifest;
+pub mod npy;
+mod reader;
+mod rt;
+pub mod store;
+mod verify;
+mod writer;
+
+pub use dct_codec::{CountValue, CsrMatrix};
+pub use error::{Category, DatasetError, ManifestError};
+pub use manifest::Manifest;
+pub use object_store;
+pub use reader::{Batch, Dataset, ReadOptions, ReadStats};
+pub use store::{InstrumentedStore, RequestCounts, Store, StoreOptions};
+pub use verify::{Problem, VerifyOptions, VerifyReport, obs_fingerprint, verify, verify_url};
+pub use writer::{DatasetWriter, ObsFields, WriterOptions};

@@ -1,3 +1,9 @@
 //! One module per subcommand.
 
+pub mod bench;
+pub mod convert;
+pub mod demo;
+pub mod export;
+pub mod info;
 pub mod inspect;
+pub mod verify;

@@ -1,0 +1,203 @@
+//! `deltacells convert`: one-shot, or as a plan, parts and a finalize step for batch schedulers.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use dct_convert::{ConvertOptions, GeneSort, Plan, Progress, RunOptions, natural_cmp};
+use dct_input::H5adMatrix;
+
+use crate::output::{human_bytes, progress};
+
+/// Arguments of `convert`.
+///
+/// One machine: `deltacells convert IN... --output URL`. Many machines: `deltacells convert IN... --output URL
+/// --plan P.json` once, then `deltacells convert --plan P.json --part I/N` for I = 0..N-1 (e.g. a Slurm array
+/// with `--part $SLURM_ARRAY_TASK_ID/N`, a Kubernetes indexed Job with `$JOB_COMPLETION_INDEX`), then
+/// `deltacells convert --plan P.json --finalize`. Re-running any of them is safe: complete tiles are kept.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Input files or folders (`.h5ad`, 10x `.h5`, 10x Matrix Market folders) or glob patterns; converted in
+    /// natural sort order.
+    inputs: Vec<String>,
+    /// Output dataset: a local path or an `s3://`, `gs://`, `az://`, `https://` URL.
+    #[arg(long)]
+    output: Option<String>,
+    /// Cells per tile.
+    #[arg(long, default_value_t = 10_000)]
+    tile_size: u64,
+    /// zstd level (3 is fast; 19, the default, is smallest and decodes fastest).
+    #[arg(long, default_value_t = 19)]
+    level: i32,
+    /// Chunks per tile (units of parallel decoding).
+    #[arg(long, default_value_t = 8)]
+    chunks: usize,
+    /// Compression threads (default: every core).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+    /// Replace whatever the output holds.
+    #[arg(long)]
+    overwrite: bool,
+    /// Read this layer of `.h5ad` inputs instead of X.
+    #[arg(long, conflicts_with = "raw")]
+    layer: Option<String>,
+    /// Read `raw/X` of `.h5ad` inputs.
+    #[arg(long)]
+    raw: bool,
+    /// Feature type kept from 10x inputs.
+    #[arg(long, default_value = "Gene Expression", conflicts_with = "all_features")]
+    feature_type: String,
+    /// Keep every feature type of 10x inputs.
+    #[arg(long)]
+    all_features: bool,
+    /// Order genes by total counts over an evenly spread sample of this many inputs (faster first pass).
+    #[arg(long, conflicts_with = "no_sort_genes")]
+    sort_genes_max_files: Option<usize>,
+    /// Keep the source gene order (no first pass over the data).
+    #[arg(long)]
+    no_sort_genes: bool,
+    /// The plan file: written when inputs are given, read with --part or --finalize.
+    #[arg(long)]
+    plan: Option<PathBuf>,
+    /// Write only part I of N (0-based) of the plan's tiles.
+    #[arg(long, requires = "plan", conflicts_with = "finalize")]
+    part: Option<String>,
+    /// Check every tile of the plan and write the manifest.
+    #[arg(long, requires = "plan")]
+    finalize: bool,
+}
+
+fn expand_inputs(patterns: &[String]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for p in patterns {
+        if p.contains(['*', '?', '[']) {
+            let mut matched: Vec<PathBuf> =
+                glob::glob(p).with_context(|| format!("bad pattern {p}"))?.collect::<Result<_, _>>()?;
+            if matched.is_empty() {
+                bail!("{p} matches no file");
+            }
+            matched.sort_by(|a, b| natural_cmp(&a.to_string_lossy(), &b.to_string_lossy()));
+            out.extend(matched);
+        } else {
+            out.push(PathBuf::from(p));
+        }
+    }
+    out.sort_by(|a, b| natural_cmp(&a.to_string_lossy(), &b.to_string_lossy()));
+    Ok(out)
+}
+
+fn parse_part(s: &str) -> anyhow::Result<(usize, usize)> {
+    let (i, n) = s.split_once('/').context("--part takes I/N, e.g. 3/100")?;
+    let (i, n): (usize, usize) = (i.trim().parse()?, n.trim().parse()?);
+    if n == 0 || i >= n {
+        bail!("--part {s}: parts are numbered 0..N-1");
+    }
+    Ok((i, n))
+}
+
+fn reporter(total_tiles: usize, what: &str) -> impl FnMut(&Progress) {
+    let bar = progress(total_tiles as u64, what);
+    move |p: &Progress| {
+        bar.set_length(p.tiles_total as u64);
+        bar.set_position(p.tiles_done as u64);
+        let rate = if p.seconds > 0.0 { p.input_bytes as f64 / p.seconds } else { 0.0 };
+        bar.set_message(format!(
+            "{what}: input {}, {} cells, {}/s",
+            p.input + 1,
+            p.cells_written,
+            human_bytes(rate as u64)
+        ));
+        if p.tiles_done == p.tiles_total {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+/// Runs `convert`.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let run = RunOptions { threads: args.threads, ..RunOptions::default() };
+    if let Some(plan_path) = &args.plan
+        && args.inputs.is_empty()
+    {
+        let plan = Plan::load(plan_path)?;
+        if args.finalize {
+            let m = dct_convert::finalize(&plan, &run)?;
+            println!("finalized {}: {} cells in {} tiles", plan.output, m.n_cells, m.n_tiles());
+            return Ok(ExitCode::SUCCESS);
+        }
+        let (i, n) =
+            parse_part(args.part.as_deref().context("with --plan and no inputs, give --part I/N or --finalize")?)?;
+        let tiles = plan.part_tiles(i, n);
+        let report = dct_convert::run_part(&plan, i, n, &run, reporter(tiles.len(), &format!("part {i}/{n}")))?;
+        println!(
+            "part {i}/{n} of {}: tiles {}..{}: {} written, {} already complete",
+            plan.output, report.tiles.start, report.tiles.end, report.written, report.skipped
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    if args.inputs.is_empty() {
+        bail!("give input files, or --plan with --part or --finalize");
+    }
+    let output = args.output.clone().context("--output is required with inputs")?;
+    let inputs = expand_inputs(&args.inputs)?;
+    let options = ConvertOptions {
+        output,
+        tile_size: args.tile_size,
+        level: args.level,
+        n_chunks: args.chunks,
+        matrix: match (&args.layer, args.raw) {
+            (Some(l), _) => H5adMatrix::Layer(l.clone()),
+            (None, true) => H5adMatrix::RawX,
+            (None, false) => H5adMatrix::X,
+        },
+        feature_type: (!args.all_features).then(|| args.feature_type.clone()),
+        gene_sort: match (args.no_sort_genes, args.sort_genes_max_files) {
+            (true, _) => GeneSort::Keep,
+            (false, Some(n)) => GeneSort::Sample(n),
+            (false, None) => GeneSort::AllInputs,
+        },
+    };
+    eprintln!("planning: {} input(s)", inputs.len());
+    let plan = dct_convert::make_plan(&inputs, &options)?;
+    if let Some(plan_path) = &args.plan {
+        plan.save(plan_path)?;
+        println!(
+            "plan {}: {} cells x {} genes from {} input(s) -> {} tiles of {} at {}; run `deltacells convert --plan {} \
+             --part I/N` for I in 0..N, then `--finalize`",
+            plan_path.display(),
+            plan.n_cells,
+            plan.n_genes,
+            plan.inputs.len(),
+            plan.n_tiles,
+            plan.tile_size,
+            plan.output,
+            plan_path.display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    if args.overwrite {
+        dct_convert::clear_output(&plan.output, &run.store)?;
+    }
+    let start = std::time::Instant::now();
+    let report = dct_convert::run_part(&plan, 0, 1, &run, reporter(plan.n_tiles, "converting"))?;
+    let m = dct_convert::finalize(&plan, &run)?;
+    let secs = start.elapsed().as_secs_f64();
+    let bytes: u64 = m.tile_bytes.iter().sum();
+    let input_bytes: u64 = plan.inputs.iter().map(|i| i.size_bytes).sum();
+    println!(
+        "converted {} cells x {} genes into {} ({} tiles, {} written, {} kept): {} in tiles, {:.3} bytes per \
+         nonzero; {:.1} s, {:.0} cells/s, {}/s of input",
+        m.n_cells,
+        m.n_genes,
+        plan.output,
+        m.n_tiles(),
+        report.written,
+        report.skipped,
+        human_bytes(bytes),
+        bytes as f64 / m.nnz().max(1) as f64,
+        secs,
+        report.cells as f64 / secs,
+        human_bytes((input_bytes as f64 / secs) as u64)
+    );
+    Ok(ExitCode::SUCCESS)
+}

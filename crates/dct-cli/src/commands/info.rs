@@ -1,0 +1,67 @@
+//! `deltacells info DATASET [--json]`.
+
+use std::process::ExitCode;
+
+use dct_dataset::{Dataset, ReadOptions};
+use serde_json::json;
+
+use crate::output::{human_bytes, print_json};
+
+/// Arguments of `info`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Dataset location: a path or a `file://`, `s3://`, `gs://`, `az://` or `https://` URL.
+    dataset: String,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `info`.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let ds = Dataset::open(&args.dataset, ReadOptions::default())?;
+    let m = ds.manifest();
+    let bytes: u64 = m.tile_bytes.iter().sum();
+    let nnz = m.nnz();
+    let per_nnz = bytes as f64 / nnz.max(1) as f64;
+    let kb_per_cell = bytes as f64 / 1000.0 / m.n_cells.max(1) as f64;
+    let obs_bytes: u64 = m.obs_shard_bytes.iter().sum();
+    if args.json {
+        print_json(&json!({
+            "dataset": args.dataset, "version": m.version, "n_cells": m.n_cells, "n_genes": m.n_genes,
+            "n_tiles": m.n_tiles(), "tile_size": m.tile_size, "nnz": nnz, "tile_bytes_total": bytes,
+            "bytes_per_nnz": per_nnz, "kb_per_cell": kb_per_cell, "n_chunks": m.n_chunks, "zstd_level": m.zstd_level,
+            "has_gene_order": m.has_gene_order, "has_var_names": m.has_var_names, "has_var_table": m.has_var_table,
+            "has_obs": m.has_obs, "obs_shards": m.obs_shard_bytes.len(), "obs_bytes": obs_bytes,
+            "obs_fingerprint": m.has_obs.then(|| m.obs_fingerprint.clone()),
+        }));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let opt = |x: Option<i64>| x.map_or("-".to_string(), |v| v.to_string());
+    println!("dataset   {}", args.dataset);
+    println!("format    deltacells-dataset version {}", m.version);
+    println!("shape     {} cells x {} genes", m.n_cells, m.n_genes);
+    println!("tiles     {} of {} cells (last {})", m.n_tiles(), m.tile_size, m.tile_cells.last().copied().unwrap_or(0));
+    println!("nonzeros  {nnz} ({:.1} per cell)", nnz as f64 / m.n_cells.max(1) as f64);
+    println!("size      {} in tiles: {per_nnz:.3} bytes per nonzero, {kb_per_cell:.2} kB per cell", human_bytes(bytes));
+    println!("encoder   {} chunks per tile, zstd level {}", opt(m.n_chunks.map(|c| c as i64)), opt(m.zstd_level));
+    let yes = |b: bool| if b { "yes" } else { "no" };
+    println!(
+        "side      gene_order.npy {}, var_names.txt {}, var.parquet {}",
+        yes(m.has_gene_order),
+        yes(m.has_var_names),
+        yes(m.has_var_table)
+    );
+    if m.has_obs {
+        println!(
+            "obs       {} shards of {} tiles, {}, fingerprint {}",
+            m.obs_shard_bytes.len(),
+            m.obs_tiles_per_file,
+            human_bytes(obs_bytes),
+            m.obs_fingerprint
+        );
+    } else {
+        println!("obs       none");
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,58 @@
+use dct_dataset::DatasetError;
+use dct_input::InputError;
+
+/// Why a conversion step failed. Each variant says which input, tile or file, and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum ConvertError {
+    /// An input could not be read.
+    #[error(transparent)]
+    Input(#[from] InputError),
+    /// The output dataset could not be written or read back.
+    #[error(transparent)]
+    Dataset(#[from] DatasetError),
+    /// The inputs do not describe one matrix (different gene lists, no inputs, no cells).
+    #[error("{0}")]
+    Inputs(String),
+    /// A tile could not be encoded.
+    #[error("tile {tile} (cells {first}..{end}): {source}")]
+    Encode {
+        /// Tile index.
+        tile: usize,
+        /// First global cell.
+        first: u64,
+        /// One past the last global cell.
+        end: u64,
+        /// The encoder's error.
+        #[source]
+        source: dct_codec::EncodeError,
+    },
+    /// The plan file is unreadable, or belongs to another conversion.
+    #[error("plan {path}: {message}")]
+    Plan {
+        /// Where the plan is.
+        path: String,
+        /// What is wrong and what to do.
+        message: String,
+    },
+    /// Finalize found tiles missing or invalid.
+    #[error("{} tile(s) missing or invalid in {output}: {}; run the parts that write them (or the plain convert again), \
+             then finalize", problems.len(), problems.iter().take(5).cloned().collect::<Vec<_>>().join("; "))]
+    Incomplete {
+        /// The output URL.
+        output: String,
+        /// One message per bad tile.
+        problems: Vec<String>,
+    },
+    /// The output already holds a different dataset or conversion.
+    #[error("{0}")]
+    Output(String),
+    /// A local file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+}

@@ -1,0 +1,399 @@
+//! The conversion plan: inputs, options, gene order and tile assignment, fixed once so that any number of parts
+//! on any number of machines write the same tiles.
+
+use std::path::{Path, PathBuf};
+
+use dct_input::{CountSource, H5adMatrix, InputOptions, open_input_with, scan};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::error::ConvertError;
+
+/// Identifies plan files.
+pub const PLAN_FORMAT: &str = "deltacells-convert-plan";
+/// Name of the copy of the plan kept in the output, which ties its tiles to one conversion.
+pub const PLAN_MARKER: &str = "convert-plan.json";
+/// Largest plan file read.
+const MAX_PLAN_BYTES: u64 = 1 << 30;
+
+/// How the output's gene (column) order is chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GeneSort {
+    /// By decreasing total count over every input (ties by source index): the smallest tiles. Reads every input
+    /// once more before writing.
+    AllInputs,
+    /// By decreasing total over an evenly spread sample of this many inputs.
+    Sample(usize),
+    /// Keep the source order.
+    Keep,
+}
+
+/// What to convert and how.
+#[derive(Debug, Clone)]
+pub struct ConvertOptions {
+    /// Output dataset: a local path or an object-store URL.
+    pub output: String,
+    /// Cells per tile (default 10,000).
+    pub tile_size: u64,
+    /// zstd level (default 19).
+    pub level: i32,
+    /// Chunks per tile (default 8).
+    pub n_chunks: usize,
+    /// Which matrix of `.h5ad` inputs (X, a layer, raw/X).
+    pub matrix: H5adMatrix,
+    /// Feature type kept from 10x inputs (default `Gene Expression`; `None` keeps all).
+    pub feature_type: Option<String>,
+    /// Gene order.
+    pub gene_sort: GeneSort,
+}
+
+impl ConvertOptions {
+    /// Defaults for `output`.
+    pub fn new(output: impl Into<String>) -> Self {
+        ConvertOptions {
+            output: output.into(),
+            tile_size: 10_000,
+            level: 19,
+            n_chunks: 8,
+            matrix: H5adMatrix::X,
+            feature_type: Some("Gene Expression".into()),
+            gene_sort: GeneSort::AllInputs,
+        }
+    }
+
+    pub(crate) fn input_options(&self) -> InputOptions {
+        InputOptions { matrix: self.matrix.clone(), feature_type: self.feature_type.clone() }
+    }
+}
+
+/// One input file of a plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanInput {
+    /// Path as given.
+    pub path: String,
+    /// Kind detected (`h5ad`, `10x h5`, `Matrix Market`).
+    pub kind: String,
+    /// Cells.
+    pub n_cells: u64,
+    /// Size of the file (or matrix file) in bytes, to notice a changed input.
+    pub size_bytes: u64,
+}
+
+/// A fixed conversion: every part and the finalize step read it, so they agree on every tile.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    /// Always [`PLAN_FORMAT`].
+    pub format: String,
+    /// Plan format version (1).
+    pub version: u32,
+    /// Output dataset URL.
+    pub output: String,
+    /// Cells per tile.
+    pub tile_size: u64,
+    /// zstd level.
+    pub zstd_level: i32,
+    /// Chunks per tile.
+    pub n_chunks: usize,
+    /// Matrix read from `.h5ad` inputs: `X`, `raw` or `layer:NAME`.
+    pub matrix: String,
+    /// Feature type kept from 10x inputs.
+    pub feature_type: Option<String>,
+    /// `all`, `sample:N` or `keep`.
+    pub gene_sort: String,
+    /// Inputs in conversion order.
+    pub inputs: Vec<PlanInput>,
+    /// Genes.
+    pub n_genes: u64,
+    /// Cells over all inputs.
+    pub n_cells: u64,
+    /// Tiles of the output.
+    pub n_tiles: usize,
+    /// Gene names in output order (written to `var_names.txt`).
+    pub var_names: Vec<String>,
+    /// `gene_order[j]` is the source gene stored in output column `j`.
+    pub gene_order: Vec<u32>,
+    /// 24 hex digits of the SHA-256 of everything above: ties tiles and parts to this plan.
+    pub fingerprint: String,
+}
+
+impl Plan {
+    /// Cells `[first, end)` of tile `t`.
+    pub fn tile_cells(&self, t: usize) -> (u64, u64) {
+        let first = t as u64 * self.tile_size;
+        (first, (first + self.tile_size).min(self.n_cells))
+    }
+
+    /// Tiles written by part `part` of `parts` (contiguous, so each part reads its inputs in order).
+    pub fn part_tiles(&self, part: usize, parts: usize) -> std::ops::Range<usize> {
+        let n = self.n_tiles;
+        (part * n / parts)..((part + 1) * n / parts)
+    }
+
+    /// The options this plan was made with (for re-opening its inputs).
+    pub fn input_options(&self) -> Result<InputOptions, ConvertError> {
+        let matrix = match self.matrix.as_str() {
+            "X" => H5adMatrix::X,
+            "raw" => H5adMatrix::RawX,
+            m => match m.strip_prefix("layer:") {
+                Some(name) => H5adMatrix::Layer(name.to_string()),
+                None => return Err(self.err(format!("unknown matrix `{m}`"))),
+            },
+        };
+        Ok(InputOptions { matrix, feature_type: self.feature_type.clone() })
+    }
+
+    fn compute_fingerprint(&self) -> String {
+        let mut copy = self.clone();
+        copy.fingerprint = String::new();
+        let json = serde_json::to_vec(&copy).expect("plans serialize");
+        let digest = Sha256::digest(&json);
+        digest.iter().take(12).map(|b| format!("{b:02x}")).collect()
+    }
+
+    fn err(&self, message: String) -> ConvertError {
+        ConvertError::Plan { path: self.output.clone(), message }
+    }
+
+    /// Parses and checks a plan (format, version, fingerprint, internal consistency).
+    pub fn from_json(bytes: &[u8], path: &str) -> Result<Plan, ConvertError> {
+        let err = |message: String| ConvertError::Plan { path: path.to_string(), message };
+        let plan: Plan = serde_json::from_slice(bytes).map_err(|e| err(format!("not a conversion plan: {e}")))?;
+        if plan.format != PLAN_FORMAT || plan.version != 1 {
+            return Err(err(format!(
+                "format {:?} version {} is not a version-1 conversion plan",
+                plan.format, plan.version
+            )));
+        }
+        if plan.compute_fingerprint() != plan.fingerprint {
+            return Err(err("its fingerprint does not match its contents: it was edited; make a new plan".into()));
+        }
+        let cells: u64 = plan.inputs.iter().map(|i| i.n_cells).sum();
+        let ok = plan.tile_size > 0
+            && cells == plan.n_cells
+            && plan.n_tiles as u64 == plan.n_cells.div_ceil(plan.tile_size)
+            && plan.gene_order.len() as u64 == plan.n_genes
+            && plan.var_names.len() as u64 == plan.n_genes
+            && is_permutation(&plan.gene_order);
+        if !ok {
+            return Err(err("its counts are inconsistent (cells, tiles, genes or gene order)".into()));
+        }
+        Ok(plan)
+    }
+
+    /// Reads a plan file.
+    pub fn load(path: &Path) -> Result<Plan, ConvertError> {
+        let shown = path.display().to_string();
+        let io = |source| ConvertError::Io { path: shown.clone(), source };
+        let len = std::fs::metadata(path).map_err(io)?.len();
+        if len > MAX_PLAN_BYTES {
+            return Err(ConvertError::Plan { path: shown, message: format!("{len} bytes is too large for a plan") });
+        }
+        Plan::from_json(&std::fs::read(path).map_err(io)?, &shown)
+    }
+
+    /// Writes the plan atomically (temporary file, then rename).
+    pub fn save(&self, path: &Path) -> Result<(), ConvertError> {
+        let io = |source| ConvertError::Io { path: path.display().to_string(), source };
+        let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+        std::fs::write(&tmp, self.to_json()).map_err(io)?;
+        std::fs::rename(&tmp, path).map_err(io)
+    }
+
+    /// The plan as pretty JSON.
+    pub fn to_json(&self) -> Vec<u8> {
+        let mut v = serde_json::to_vec_pretty(self).expect("plans serialize");
+        v.push(b'\n');
+        v
+    }
+}
+
+fn is_permutation(order: &[u32]) -> bool {
+    let mut seen = vec![false; order.len()];
+    order.iter().all(|&g| (g as usize) < seen.len() && !std::mem::replace(&mut seen[g as usize], true))
+}
+
+/// Compares natural-sort keys: digit runs by value, so `part2` sorts before `part10`.
+pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    let (mut x, mut y) = (a.as_bytes(), b.as_bytes());
+    loop {
+        match (x.first(), y.first()) {
+            (None, None) => return a.cmp(b),
+            (None, _) => return std::cmp::Ordering::Less,
+            (_, None) => return std::cmp::Ordering::Greater,
+            (Some(c), Some(d)) if c.is_ascii_digit() && d.is_ascii_digit() => {
+                let lx = x.iter().take_while(|c| c.is_ascii_digit()).count();
+                let ly = y.iter().take_while(|c| c.is_ascii_digit()).count();
+                let (nx, ny) = (trim_zeros(&x[..lx]), trim_zeros(&y[..ly]));
+                let ord = nx.len().cmp(&ny.len()).then_with(|| nx.cmp(ny));
+                if ord != std::cmp::Ordering::Equal {
+                    return ord;
+                }
+                x = &x[lx..];
+                y = &y[ly..];
+            }
+            (Some(c), Some(d)) => {
+                if c != d {
+                    return c.cmp(d);
+                }
+                x = &x[1..];
+                y = &y[1..];
+            }
+        }
+    }
+}
+
+fn trim_zeros(d: &[u8]) -> &[u8] {
+    let z = d.iter().take_while(|&&c| c == b'0').count();
+    &d[z.min(d.len().saturating_sub(1))..]
+}
+
+/// Genes of an input as compared across inputs: ids when every input has them, otherwise names.
+fn gene_keys(source: &dyn CountSource) -> Vec<String> {
+    let g = source.genes();
+    if g.ids.len() == g.names.len() && !g.ids.is_empty() { g.ids.clone() } else { g.names.clone() }
+}
+
+fn size_of_input(path: &Path) -> u64 {
+    let p: PathBuf = if path.is_dir() {
+        ["matrix.mtx.gz", "matrix.mtx"].iter().map(|n| path.join(n)).find(|p| p.exists()).unwrap_or(path.to_path_buf())
+    } else {
+        path.to_path_buf()
+    };
+    std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
+}
+
+/// Rows read per window while scanning (bounded memory per input).
+const SCAN_WINDOW: u64 = 4096;
+
+/// Makes a plan: opens every input, checks that their gene lists agree, sums gene totals (over all inputs, a
+/// sample, or none, as `opts.gene_sort` says; inputs are scanned in parallel) and fixes the gene order and the
+/// tiles. `inputs` are converted in the order given (the CLI sorts them naturally).
+pub fn make_plan(inputs: &[PathBuf], opts: &ConvertOptions) -> Result<Plan, ConvertError> {
+    if inputs.is_empty() {
+        return Err(ConvertError::Inputs("no inputs given".into()));
+    }
+    if opts.tile_size == 0 {
+        return Err(ConvertError::Inputs("the tile size must be at least 1 cell".into()));
+    }
+    let input_opts = opts.input_options();
+    let sample: Vec<bool> = match opts.gene_sort {
+        GeneSort::AllInputs => vec![true; inputs.len()],
+        GeneSort::Keep => vec![false; inputs.len()],
+        GeneSort::Sample(n) => {
+            let n = n.clamp(1, inputs.len());
+            let mut s = vec![false; inputs.len()];
+            for i in 0..n {
+                let pick = if n == 1 { 0 } else { i * (inputs.len() - 1) / (n - 1) };
+                s[pick] = true;
+            }
+            s
+        }
+    };
+    struct Scanned {
+        input: PlanInput,
+        keys: Vec<String>,
+        names: Vec<String>,
+        totals: Option<Vec<u64>>,
+    }
+    let scanned: Vec<Scanned> = inputs
+        .par_iter()
+        .zip(&sample)
+        .map(|(path, &do_scan)| -> Result<Scanned, ConvertError> {
+            let mut source = open_input_with(path, &input_opts)?;
+            let totals = if do_scan { Some(scan(source.as_mut(), SCAN_WINDOW)?.gene_totals) } else { None };
+            Ok(Scanned {
+                input: PlanInput {
+                    path: path.display().to_string(),
+                    kind: source.kind().to_string(),
+                    n_cells: source.n_cells(),
+                    size_bytes: size_of_input(path),
+                },
+                keys: gene_keys(source.as_ref()),
+                names: source.genes().names.clone(),
+                totals,
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    let first = &scanned[0];
+    for s in &scanned[1..] {
+        if s.keys.len() != first.keys.len() {
+            return Err(ConvertError::Inputs(format!(
+                "{} has {} genes but {} has {}: inputs of one dataset must list the same genes in the same order",
+                s.input.path,
+                s.keys.len(),
+                first.input.path,
+                first.keys.len()
+            )));
+        }
+        if let Some(i) = (0..s.keys.len()).find(|&i| s.keys[i] != first.keys[i]) {
+            return Err(ConvertError::Inputs(format!(
+                "{} lists gene {i} as {:?} but {} lists {:?}: inputs of one dataset must list the same genes in the \
+                 same order",
+                s.input.path, s.keys[i], first.input.path, first.keys[i]
+            )));
+        }
+    }
+    let n_genes = first.keys.len() as u64;
+    if n_genes == 0 {
+        return Err(ConvertError::Inputs(format!("{} has no genes", first.input.path)));
+    }
+    let mut totals = vec![0u64; n_genes as usize];
+    for t in scanned.iter().filter_map(|s| s.totals.as_ref()) {
+        for (a, b) in totals.iter_mut().zip(t) {
+            *a += b;
+        }
+    }
+    let mut gene_order: Vec<u32> = (0..n_genes as u32).collect();
+    if opts.gene_sort != GeneSort::Keep {
+        // Stable: ties keep source order.
+        gene_order.sort_by_key(|&g| std::cmp::Reverse(totals[g as usize]));
+    }
+    let names = &first.names;
+    let var_names: Vec<String> =
+        gene_order.iter().map(|&g| names.get(g as usize).cloned().unwrap_or_default()).collect();
+    let n_cells: u64 = scanned.iter().map(|s| s.input.n_cells).sum();
+    if n_cells == 0 {
+        return Err(ConvertError::Inputs("the inputs hold no cells".into()));
+    }
+    let mut plan = Plan {
+        format: PLAN_FORMAT.into(),
+        version: 1,
+        output: opts.output.clone(),
+        tile_size: opts.tile_size,
+        zstd_level: opts.level,
+        n_chunks: opts.n_chunks,
+        matrix: match &opts.matrix {
+            H5adMatrix::X => "X".into(),
+            H5adMatrix::RawX => "raw".into(),
+            H5adMatrix::Layer(n) => format!("layer:{n}"),
+        },
+        feature_type: opts.feature_type.clone(),
+        gene_sort: match opts.gene_sort {
+            GeneSort::AllInputs => "all".into(),
+            GeneSort::Sample(n) => format!("sample:{n}"),
+            GeneSort::Keep => "keep".into(),
+        },
+        inputs: scanned.into_iter().map(|s| s.input).collect(),
+        n_genes,
+        n_cells,
+        n_tiles: n_cells.div_ceil(opts.tile_size) as usize,
+        var_names,
+        gene_order,
+        fingerprint: String::new(),
+    };
+    plan.fingerprint = plan.compute_fingerprint();
+    Ok(plan)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn natural_order() {
+        let mut v = vec!["b10.h5ad", "b2.h5ad", "a.h5ad", "b02x", "b1.h5ad"];
+        v.sort_by(|a, b| natural_cmp(a, b));
+        assert_eq!(v, ["a.h5ad", "b1.h5ad", "b2.h5ad", "b02x", "b10.h5ad"]);
+    }
+}

@@ -1,0 +1,377 @@
+//! Writing tiles (one part of a plan, or all of it), finalizing, and the one-shot conversion.
+
+use std::path::PathBuf;
+use std::sync::mpsc::sync_channel;
+use std::time::Instant;
+
+use bytes::Bytes;
+use dct_codec::{CanonicalCsr, EncodeOptions, encode_canonical};
+use dct_dataset::manifest::{GENE_ORDER_NAME, MANIFEST_NAME, VAR_NAMES_NAME, tile_path};
+use dct_dataset::{Manifest, StoreOptions};
+use dct_format::{TileLayout, Version, verify_crc};
+use dct_input::{CountSource, RowBlock, open_input_with};
+use serde_json::json;
+
+use crate::error::ConvertError;
+use crate::io::Output;
+use crate::plan::{ConvertOptions, PLAN_MARKER, Plan, make_plan};
+use crate::remap::GeneRemap;
+
+/// How to run parts and finalize.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Threads compressing tiles (0: every core).
+    pub threads: usize,
+    /// Configuration of cloud backends for the output.
+    pub store: StoreOptions,
+    /// Stop after writing this many tiles (tests of interrupted conversions; `None` in normal use).
+    pub stop_after_tiles: Option<usize>,
+}
+
+/// Progress of a part, reported after each tile.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Progress {
+    /// Tiles of the part done (written or skipped).
+    pub tiles_done: usize,
+    /// Tiles in the part.
+    pub tiles_total: usize,
+    /// Cells written so far.
+    pub cells_written: u64,
+    /// Input bytes read so far (estimated from the share of cells of each input read).
+    pub input_bytes: u64,
+    /// Index of the input being read.
+    pub input: usize,
+    /// Seconds since the part started.
+    pub seconds: f64,
+}
+
+/// What a part did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PartReport {
+    /// Tiles of the part.
+    pub tiles: std::ops::Range<usize>,
+    /// Tiles written now.
+    pub written: usize,
+    /// Tiles found complete and valid, and skipped.
+    pub skipped: usize,
+    /// Cells written now.
+    pub cells: u64,
+    /// Nonzeros written now.
+    pub nnz: u64,
+}
+
+/// A tile already in the output, checked.
+enum TileState {
+    Valid { nnz: u64, bytes: u64 },
+    Missing,
+    Invalid(String),
+}
+
+fn check_tile(out: &Output, plan: &Plan, t: usize) -> Result<TileState, ConvertError> {
+    let Some(blob) = out.get(&tile_path(t))? else { return Ok(TileState::Missing) };
+    let layout = match TileLayout::parse(&blob) {
+        Ok(l) => l,
+        Err(e) => return Ok(TileState::Invalid(e.to_string())),
+    };
+    let h = *layout.header();
+    if let Err(e) = verify_crc(&blob, &h) {
+        return Ok(TileState::Invalid(e.to_string()));
+    }
+    let (first, end) = plan.tile_cells(t);
+    if h.version != Version::V2 || h.n_cells != end - first || u64::from(h.n_genes) != plan.n_genes {
+        return Ok(TileState::Invalid(format!(
+            "holds {} cells x {} genes (version {}); the plan needs {} x {} (version 2)",
+            h.n_cells,
+            h.n_genes,
+            h.version.number(),
+            end - first,
+            plan.n_genes
+        )));
+    }
+    Ok(TileState::Valid { nnz: h.nnz, bytes: blob.len() as u64 })
+}
+
+/// Ties the output to `plan`: writes the plan marker, or checks that the one there is this plan's.
+fn claim_output(out: &Output, plan: &Plan) -> Result<(), ConvertError> {
+    match out.get(PLAN_MARKER)? {
+        Some(bytes) => {
+            let theirs = Plan::from_json(&bytes, &out.store.url(PLAN_MARKER))?;
+            if theirs.fingerprint != plan.fingerprint {
+                return Err(ConvertError::Output(format!(
+                    "{} belongs to another conversion (plan {} there, {} here): use another output, or convert with \
+                     --overwrite to replace it",
+                    out.store.root(),
+                    theirs.fingerprint,
+                    plan.fingerprint
+                )));
+            }
+            Ok(())
+        }
+        None => {
+            if out.get(MANIFEST_NAME)?.is_some() {
+                return Err(ConvertError::Output(format!(
+                    "{} already holds a dataset: use another output, or convert with --overwrite to replace it",
+                    out.store.root()
+                )));
+            }
+            out.put(PLAN_MARKER, Bytes::from(plan.to_json()))
+        }
+    }
+}
+
+/// Reads the cells of tiles in order across input boundaries, renumbering genes into the output order.
+struct TileReader<'a> {
+    plan: &'a Plan,
+    remap: GeneRemap,
+    input_starts: Vec<u64>,
+    current: Option<(usize, Box<dyn CountSource>)>,
+    block: RowBlock,
+}
+
+/// Rows read from an input at a time: bounds the input window whatever the tile size.
+const WINDOW_ROWS: u64 = 2048;
+
+impl<'a> TileReader<'a> {
+    fn new(plan: &'a Plan) -> Self {
+        let mut input_starts = Vec::with_capacity(plan.inputs.len() + 1);
+        let mut acc = 0;
+        input_starts.push(0);
+        for i in &plan.inputs {
+            acc += i.n_cells;
+            input_starts.push(acc);
+        }
+        TileReader {
+            plan,
+            remap: GeneRemap::new(&plan.gene_order),
+            input_starts,
+            current: None,
+            block: RowBlock::new(plan.n_genes),
+        }
+    }
+
+    fn source(&mut self, i: usize) -> Result<&mut dyn CountSource, ConvertError> {
+        if self.current.as_ref().is_none_or(|(j, _)| *j != i) {
+            let input = &self.plan.inputs[i];
+            let source = open_input_with(PathBuf::from(&input.path), &self.plan.input_options()?)?;
+            if source.n_cells() != input.n_cells || source.n_genes() != self.plan.n_genes {
+                return Err(ConvertError::Inputs(format!(
+                    "{} changed since the plan was made ({} x {} now, {} x {} in the plan): make a new plan",
+                    input.path,
+                    source.n_cells(),
+                    source.n_genes(),
+                    input.n_cells,
+                    self.plan.n_genes
+                )));
+            }
+            self.current = Some((i, source));
+        }
+        Ok(self.current.as_mut().expect("just set").1.as_mut())
+    }
+
+    /// The cells `[first, end)` as a canonical matrix in output gene order, and the index of the last input read.
+    fn read(&mut self, first: u64, end: u64) -> Result<(CanonicalCsr, usize), ConvertError> {
+        let mut csr = CanonicalCsr::new(self.plan.n_genes);
+        let mut cell = first;
+        let mut last_input = 0;
+        while cell < end {
+            let i = self.input_starts.partition_point(|&s| s <= cell) - 1;
+            let (lo, hi) = (self.input_starts[i], self.input_starts[i + 1]);
+            let stop = end.min(hi).min(cell + WINDOW_ROWS);
+            let mut block = std::mem::take(&mut self.block);
+            self.source(i)?.read_rows_into(cell - lo..stop - lo, &mut block)?;
+            for r in 0..block.n_rows() {
+                let (genes, counts) = block.row(r);
+                self.remap.push_row(genes, counts, &mut csr.indices, &mut csr.values);
+                csr.indptr.push(csr.indices.len() as u64);
+            }
+            self.block = block;
+            last_input = i;
+            cell = stop;
+        }
+        Ok((csr, last_input))
+    }
+}
+
+/// Writes the tiles of part `part` of `parts` (0-based), skipping tiles already complete and valid. Idempotent:
+/// running a part twice, or two overlapping runs, writes the same bytes.
+pub fn run_part(
+    plan: &Plan,
+    part: usize,
+    parts: usize,
+    opts: &RunOptions,
+    mut progress: impl FnMut(&Progress),
+) -> Result<PartReport, ConvertError> {
+    if parts == 0 || part >= parts {
+        return Err(ConvertError::Inputs(format!("part {part}/{parts}: parts are numbered 0..N-1 of N >= 1")));
+    }
+    let out = Output::open(&plan.output, &opts.store)?;
+    claim_output(&out, plan)?;
+    let tiles = plan.part_tiles(part, parts);
+    let mut report = PartReport { tiles: tiles.clone(), ..Default::default() };
+    let mut todo = Vec::new();
+    for t in tiles.clone() {
+        match check_tile(&out, plan, t)? {
+            TileState::Valid { .. } => report.skipped += 1,
+            TileState::Missing | TileState::Invalid(_) => todo.push(t),
+        }
+    }
+    if let Some(limit) = opts.stop_after_tiles {
+        todo.truncate(limit);
+    }
+    let threads =
+        if opts.threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { opts.threads };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("dct-encode-{i}"))
+        .build()
+        .map_err(|e| ConvertError::Output(format!("cannot start encode threads: {e}")))?;
+    let encode = EncodeOptions { n_chunks: plan.n_chunks, level: plan.zstd_level, ..EncodeOptions::default() };
+    let started = Instant::now();
+    let input_bytes_per_cell: Vec<f64> =
+        plan.inputs.iter().map(|i| i.size_bytes as f64 / i.n_cells.max(1) as f64).collect();
+    let mut prog = Progress { tiles_total: tiles.len(), tiles_done: report.skipped, ..Default::default() };
+    progress(&prog);
+
+    // One thread reads and renumbers the next tiles while the pool compresses the current one.
+    std::thread::scope(|scope| -> Result<(), ConvertError> {
+        let (tx, rx) = sync_channel::<Result<(usize, CanonicalCsr, usize), ConvertError>>(1);
+        let todo_ref = &todo;
+        scope.spawn(move || {
+            let mut reader = TileReader::new(plan);
+            for &t in todo_ref {
+                let (first, end) = plan.tile_cells(t);
+                let item = reader.read(first, end).map(|(csr, input)| (t, csr, input));
+                let failed = item.is_err();
+                if tx.send(item).is_err() || failed {
+                    return;
+                }
+            }
+        });
+        for item in rx {
+            let (t, csr, input) = item?;
+            let (first, end) = plan.tile_cells(t);
+            let blob = pool.install(|| encode_canonical(&csr, &encode)).map_err(|source| ConvertError::Encode {
+                tile: t,
+                first,
+                end,
+                source,
+            })?;
+            out.put(&tile_path(t), Bytes::from(blob))?;
+            report.written += 1;
+            report.cells += end - first;
+            report.nnz += csr.nnz() as u64;
+            prog.tiles_done += 1;
+            prog.cells_written += end - first;
+            prog.input = input;
+            prog.input_bytes += ((end - first) as f64 * input_bytes_per_cell[input]) as u64;
+            prog.seconds = started.elapsed().as_secs_f64();
+            progress(&prog);
+        }
+        Ok(())
+    })?;
+    Ok(report)
+}
+
+/// Checks every tile of the plan (present, structure, CRC, cells and genes) and writes `gene_order.npy`,
+/// `var_names.txt` and, last, `manifest.json`.
+pub fn finalize(plan: &Plan, opts: &RunOptions) -> Result<Manifest, ConvertError> {
+    let out = Output::open(&plan.output, &opts.store)?;
+    match out.get(PLAN_MARKER)? {
+        Some(bytes) if Plan::from_json(&bytes, &out.store.url(PLAN_MARKER))?.fingerprint == plan.fingerprint => {}
+        Some(_) => {
+            return Err(ConvertError::Output(format!("{} belongs to another conversion", out.store.root())));
+        }
+        None => {
+            return Err(ConvertError::Output(format!(
+                "{} holds no tiles of this plan: run its parts first",
+                out.store.root()
+            )));
+        }
+    }
+    let mut manifest = Manifest::new(plan.n_genes, plan.tile_size);
+    let mut problems = Vec::new();
+    for t in 0..plan.n_tiles {
+        match check_tile(&out, plan, t)? {
+            TileState::Valid { nnz, bytes } => {
+                let (first, end) = plan.tile_cells(t);
+                manifest.tile_cells.push(end - first);
+                manifest.tile_nnz.push(nnz);
+                manifest.tile_bytes.push(bytes);
+            }
+            TileState::Missing => problems.push(format!("tile {t} is missing")),
+            TileState::Invalid(why) => problems.push(format!("tile {t} is invalid: {why}")),
+        }
+    }
+    if !problems.is_empty() {
+        return Err(ConvertError::Incomplete { output: out.store.root().to_string(), problems });
+    }
+    manifest.n_cells = plan.n_cells;
+    manifest.n_chunks = Some(plan.n_chunks as u64);
+    manifest.zstd_level = Some(i64::from(plan.zstd_level));
+    manifest.has_gene_order = true;
+    manifest.has_var_names = true;
+    manifest.metadata = json!({
+        "converter": format!("deltacells {}", env!("CARGO_PKG_VERSION")),
+        "inputs": plan.inputs.iter().map(|i| &i.path).collect::<Vec<_>>(),
+        "matrix": plan.matrix,
+        "gene_sort": plan.gene_sort,
+        "convert_plan": plan.fingerprint,
+    });
+    manifest.validate().map_err(|e| ConvertError::Output(format!("internal error: manifest invalid: {e}")))?;
+    let order: Vec<i32> = plan.gene_order.iter().map(|&g| g as i32).collect();
+    out.put(GENE_ORDER_NAME, Bytes::from(dct_dataset::npy::write_i32(&order)))?;
+    let mut names = String::new();
+    for n in &plan.var_names {
+        if n.contains('\n') {
+            return Err(ConvertError::Inputs(format!("gene name {n:?} contains a newline")));
+        }
+        names.push_str(n);
+        names.push('\n');
+    }
+    out.put(VAR_NAMES_NAME, Bytes::from(names))?;
+    // Last: the manifest makes the dataset visible.
+    out.put(MANIFEST_NAME, Bytes::from(manifest.to_json_pretty()))?;
+    Ok(manifest)
+}
+
+/// Removes a previous dataset or conversion from the output: the manifest first (so it never looks complete),
+/// then the plan marker, tiles and side files.
+pub fn clear_output(url: &str, store: &StoreOptions) -> Result<(), ConvertError> {
+    let out = Output::open(url, store)?;
+    out.delete(MANIFEST_NAME)?;
+    out.delete(PLAN_MARKER)?;
+    let mut t = 0;
+    // Tiles are numbered densely; stop after a run of absent ones.
+    let mut absent = 0;
+    while absent < 64 {
+        if out.get(&tile_path(t))?.is_some() {
+            out.delete(&tile_path(t))?;
+            absent = 0;
+        } else {
+            absent += 1;
+        }
+        t += 1;
+    }
+    for rel in [GENE_ORDER_NAME, VAR_NAMES_NAME, "var.parquet"] {
+        out.delete(rel)?;
+    }
+    Ok(())
+}
+
+/// Plan, write every tile, finalize: a whole conversion on one machine. Re-running an interrupted conversion
+/// with the same inputs and options resumes it (complete tiles are kept); `overwrite` replaces whatever the
+/// output holds.
+pub fn convert(
+    inputs: &[PathBuf],
+    options: &ConvertOptions,
+    run: &RunOptions,
+    overwrite: bool,
+    progress: impl FnMut(&Progress),
+) -> Result<Manifest, ConvertError> {
+    let plan = make_plan(inputs, options)?;
+    if overwrite {
+        clear_output(&plan.output, &run.store)?;
+    }
+    run_part(&plan, 0, 1, run, progress)?;
+    finalize(&plan, run)
+}

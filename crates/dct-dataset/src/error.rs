@@ -1,0 +1,302 @@
+//! Typed errors and their categories.
+
+use std::fmt;
+use std::sync::Arc;
+
+use dct_codec::{DecodeError, EncodeError};
+use dct_format::FormatError;
+
+/// What kind of problem an error or a verification finding is.
+///
+/// The first twelve are the categories of the conformance suite (`testdata/conformance/README.md`, "datasets"),
+/// with the same names ([`Category::as_str`]); the rest are this crate's extensions for problems the suite does
+/// not name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Category {
+    /// There is no `manifest.json`: not a dataset, or one whose writer did not finish.
+    ManifestMissing,
+    /// `format` is missing or is not `"deltacells-dataset"`.
+    ManifestFormat,
+    /// `version` is missing or not one this reader knows (1 or 2).
+    ManifestVersion,
+    /// `n_cells`, `n_genes` or `tile_size` is missing, out of range or inconsistent with the tile lists.
+    ManifestCounts,
+    /// A per-tile list is missing, malformed or of a different length than the others.
+    ManifestLists,
+    /// A tile other than the last holds other than `tile_size` cells, or the last holds 0 or more.
+    ManifestTileCells,
+    /// A tile object named by the manifest does not exist.
+    TileMissing,
+    /// A tile object's size differs from the manifest's `tile_bytes`.
+    TileBytes,
+    /// A tile's header is invalid or disagrees with the manifest (version, cells, nonzeros, genes).
+    TileHeader,
+    /// A tile's CRC-32 does not match its bytes.
+    TileCrc,
+    /// An obs shard's SHA-256 differs from the manifest's, or the obs fingerprint does not match.
+    ObsSha256,
+    /// The manifest's obs fields are missing or inconsistent.
+    ObsFields,
+    /// Extension: `manifest.json` is not a JSON object, is too large, or has a key of the wrong type.
+    ManifestInvalid,
+    /// Extension: a tile's structure or contents break the format (anything but the CRC and the header checks).
+    TileDecode,
+    /// Extension: `gene_order.npy`, `var_names.txt` or `var.parquet` is missing or malformed.
+    SideFile,
+    /// Extension: an obs shard or `obs/schema.json` is missing or has the wrong size.
+    ObsShard,
+    /// Extension: the storage backend failed (network, permissions, throttling); retrying may succeed.
+    Io,
+    /// Extension: the caller passed something invalid (a cell out of range, a bad URL or option, bad input data).
+    InvalidArgument,
+    /// Extension: the writer's destination already holds files and `overwrite` is off.
+    AlreadyExists,
+}
+
+impl Category {
+    /// Every category, conformance categories first.
+    pub const ALL: [Category; 19] = [
+        Category::ManifestMissing,
+        Category::ManifestFormat,
+        Category::ManifestVersion,
+        Category::ManifestCounts,
+        Category::ManifestLists,
+        Category::ManifestTileCells,
+        Category::TileMissing,
+        Category::TileBytes,
+        Category::TileHeader,
+        Category::TileCrc,
+        Category::ObsSha256,
+        Category::ObsFields,
+        Category::ManifestInvalid,
+        Category::TileDecode,
+        Category::SideFile,
+        Category::ObsShard,
+        Category::Io,
+        Category::InvalidArgument,
+        Category::AlreadyExists,
+    ];
+
+    /// The snake-case name, as the conformance files spell it (e.g. `manifest_tile_cells`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Category::ManifestMissing => "manifest_missing",
+            Category::ManifestFormat => "manifest_format",
+            Category::ManifestVersion => "manifest_version",
+            Category::ManifestCounts => "manifest_counts",
+            Category::ManifestLists => "manifest_lists",
+            Category::ManifestTileCells => "manifest_tile_cells",
+            Category::TileMissing => "tile_missing",
+            Category::TileBytes => "tile_bytes",
+            Category::TileHeader => "tile_header",
+            Category::TileCrc => "tile_crc",
+            Category::ObsSha256 => "obs_sha256",
+            Category::ObsFields => "obs_fields",
+            Category::ManifestInvalid => "manifest_invalid",
+            Category::TileDecode => "tile_decode",
+            Category::SideFile => "side_file",
+            Category::ObsShard => "obs_shard",
+            Category::Io => "io",
+            Category::InvalidArgument => "invalid_argument",
+            Category::AlreadyExists => "already_exists",
+        }
+    }
+
+    /// The category with this name, if any.
+    pub fn from_name(name: &str) -> Option<Category> {
+        Category::ALL.into_iter().find(|c| c.as_str() == name)
+    }
+}
+
+impl fmt::Display for Category {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A manifest that cannot be used: which key, what is wrong, and the category.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ManifestError {
+    /// The kind of problem.
+    pub category: Category,
+    /// The key concerned, if one is.
+    pub key: Option<String>,
+    /// What is wrong, with the values involved.
+    pub message: String,
+}
+
+impl ManifestError {
+    pub(crate) fn new(category: Category, key: Option<&str>, message: impl Into<String>) -> Self {
+        ManifestError { category, key: key.map(str::to_owned), message: message.into() }
+    }
+}
+
+/// Every error of this crate. Each says what (file or object URL, tile, field) and, where it helps, what to do;
+/// [`DatasetError::category`] classifies it.
+///
+/// Errors are `Clone` (sources are shared) so that one failed fetch can be reported to every caller waiting on it.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum DatasetError {
+    /// The manifest is missing, unreadable or invalid.
+    #[error("{url}: {source}")]
+    Manifest {
+        /// URL of `manifest.json`.
+        url: String,
+        /// What is wrong.
+        #[source]
+        source: ManifestError,
+    },
+    /// A tile object is missing, has the wrong size, or its header disagrees with the manifest.
+    #[error("tile {tile} ({url}): {message}")]
+    Tile {
+        /// The kind of problem ([`Category::TileMissing`], [`Category::TileBytes`] or [`Category::TileHeader`]).
+        category: Category,
+        /// Tile index.
+        tile: usize,
+        /// URL of the tile object.
+        url: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A tile's bytes are corrupt (CRC, structure or compressed contents).
+    #[error("tile {tile} ({url}) is corrupt: {source}; re-create the dataset or restore the tile")]
+    Decode {
+        /// Tile index.
+        tile: usize,
+        /// URL of the tile object.
+        url: String,
+        /// What the decoder found.
+        #[source]
+        source: DecodeError,
+    },
+    /// A side file (`gene_order.npy`, `var_names.txt`, `var.parquet`) is missing or malformed.
+    #[error("{url}: {message}")]
+    SideFile {
+        /// URL of the file.
+        url: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// An obs file (shard or schema) is missing, has the wrong size or hash.
+    #[error("{url}: {message}")]
+    Obs {
+        /// [`Category::ObsShard`], [`Category::ObsSha256`] or [`Category::ObsFields`].
+        category: Category,
+        /// URL of the file.
+        url: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The storage backend failed. Transient failures (network, throttling) may succeed on retry.
+    #[error("{operation} {url} failed: {source}")]
+    Store {
+        /// What was being done (`GET`, `PUT`, `LIST`, `DELETE`).
+        operation: &'static str,
+        /// URL of the object or prefix.
+        url: String,
+        /// The backend's error.
+        #[source]
+        source: Arc<object_store::Error>,
+    },
+    /// A URL or path that cannot be opened (unknown scheme, backend not compiled in, bad option).
+    #[error("cannot use {url}: {message}")]
+    Url {
+        /// The URL as given.
+        url: String,
+        /// Why not, and what to do.
+        message: String,
+    },
+    /// A requested cell does not exist.
+    #[error("cell {cell} (position {position} of the request) is out of range: the dataset has {n_cells} cells")]
+    CellOutOfRange {
+        /// The cell index asked for.
+        cell: u64,
+        /// Its position in the request.
+        position: usize,
+        /// Cells in the dataset.
+        n_cells: u64,
+    },
+    /// The writer's input cannot be stored (bad shape, not counts, too many exceptions).
+    #[error("{context}: {source}")]
+    Encode {
+        /// Where: the tile and its global cell range.
+        context: String,
+        /// The encoder's error.
+        #[source]
+        source: EncodeError,
+    },
+    /// The destination of a writer already holds files.
+    #[error("{url} already holds files ({example}); pass overwrite to replace the dataset there")]
+    AlreadyExists {
+        /// The destination.
+        url: String,
+        /// One of the objects found.
+        example: String,
+    },
+    /// An argument or option is invalid, or the object is in a state where the call is not allowed.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// A background task failed unexpectedly (cancelled at shutdown, or a bug); retrying may succeed.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl DatasetError {
+    /// The category of this error.
+    pub fn category(&self) -> Category {
+        match self {
+            DatasetError::Manifest { source, .. } => source.category,
+            DatasetError::Tile { category, .. } | DatasetError::Obs { category, .. } => *category,
+            DatasetError::Decode { source, .. } => decode_category(source),
+            DatasetError::SideFile { .. } => Category::SideFile,
+            DatasetError::Store { .. } | DatasetError::Internal(_) => Category::Io,
+            DatasetError::Url { .. }
+            | DatasetError::CellOutOfRange { .. }
+            | DatasetError::Encode { .. }
+            | DatasetError::InvalidArgument(_) => Category::InvalidArgument,
+            DatasetError::AlreadyExists { .. } => Category::AlreadyExists,
+        }
+    }
+
+    /// The tile concerned, if one is.
+    pub fn tile(&self) -> Option<usize> {
+        match self {
+            DatasetError::Tile { tile, .. } | DatasetError::Decode { tile, .. } => Some(*tile),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn store(operation: &'static str, url: impl Into<String>, source: object_store::Error) -> Self {
+        DatasetError::Store { operation, url: url.into(), source: Arc::new(source) }
+    }
+}
+
+/// The category of a decoding failure: a CRC mismatch, a header problem, or anything else.
+pub(crate) fn decode_category(e: &DecodeError) -> Category {
+    match e {
+        DecodeError::Format(FormatError::CrcMismatch { .. }) => Category::TileCrc,
+        DecodeError::Format(
+            FormatError::TooShort { .. }
+            | FormatError::BadMagic { .. }
+            | FormatError::UnsupportedVersion { .. }
+            | FormatError::NonZeroField { .. }
+            | FormatError::GenesOutOfRange { .. }
+            | FormatError::SizeMismatch { .. },
+        ) => Category::TileHeader,
+        _ => Category::TileDecode,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for c in Category::ALL {
+            assert_eq!(Category::from_name(c.as_str()), Some(c));
+        }
+        assert_eq!(Category::from_name("nope"), None);
+    }
+}

@@ -1,0 +1,544 @@
+//! `manifest.json`: a typed model of every key, strict validation, and unknown keys kept for rewriting.
+
+use dct_format::{CellIndex, Version};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+use crate::error::{Category, ManifestError};
+
+/// The value of the manifest's `format` key.
+pub const FORMAT_NAME: &str = "deltacells-dataset";
+/// The manifest version this crate writes.
+pub const WRITE_VERSION: u32 = 2;
+/// Largest `manifest.json` [`crate::Dataset::open`] reads by default (256 MiB; a manifest is about 30 bytes per
+/// tile, so this is millions of tiles).
+pub const DEFAULT_MAX_MANIFEST_BYTES: u64 = 256 << 20;
+/// Name of the manifest object inside a dataset.
+pub const MANIFEST_NAME: &str = "manifest.json";
+/// Name of the gene-order side file.
+pub const GENE_ORDER_NAME: &str = "gene_order.npy";
+/// Name of the gene-name side file.
+pub const VAR_NAMES_NAME: &str = "var_names.txt";
+/// Name of the gene table side file.
+pub const VAR_TABLE_NAME: &str = "var.parquet";
+/// Name of the obs schema file.
+pub const OBS_SCHEMA_NAME: &str = "obs/schema.json";
+
+/// Path of tile `tile` relative to the dataset root: `tiles/tile_NNNNNN.dct` (at least 6 digits).
+pub fn tile_path(tile: usize) -> String {
+    format!("tiles/tile_{tile:06}.dct")
+}
+
+/// Path of obs shard `shard` relative to the dataset root: `obs/obs_NNNN.parquet` (at least 4 digits).
+pub fn obs_shard_path(shard: usize) -> String {
+    format!("obs/obs_{shard:04}.parquet")
+}
+
+/// The contents of `manifest.json` (see FORMAT-v2.md, "manifest.json").
+///
+/// Parse with [`Manifest::from_json`], which also [validates](Manifest::validate); serialize with
+/// [`Manifest::to_json_pretty`]. Keys this crate does not know are kept in [`Manifest::extra`] and written back
+/// unchanged. Missing optional keys take their defaults (`false`, `0`, empty); `n_chunks` and `zstd_level` are
+/// informational and may be absent.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Manifest {
+    /// Always [`FORMAT_NAME`].
+    pub format: String,
+    /// Manifest (and tile) version, 1 or 2.
+    pub version: u32,
+    /// Total cells, the sum of `tile_cells`.
+    pub n_cells: u64,
+    /// Genes (columns).
+    pub n_genes: u64,
+    /// Cells per tile (every tile but the last holds exactly this many).
+    pub tile_size: u64,
+    /// Cells in each tile.
+    pub tile_cells: Vec<u64>,
+    /// Stored nonzeros in each tile.
+    pub tile_nnz: Vec<u64>,
+    /// Size in bytes of each tile object.
+    pub tile_bytes: Vec<u64>,
+    /// Chunks per tile requested by the writer (informational).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub n_chunks: Option<u64>,
+    /// zstd level used by the writer (informational).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zstd_level: Option<i64>,
+    /// Whether `gene_order.npy` exists.
+    pub has_gene_order: bool,
+    /// Whether `var_names.txt` exists.
+    pub has_var_names: bool,
+    /// Whether `var.parquet` exists.
+    pub has_var_table: bool,
+    /// Free-form JSON (an object when written by this crate).
+    pub metadata: Value,
+    /// Whether the dataset has obs shards; if so the four `obs_*` fields below are meaningful.
+    pub has_obs: bool,
+    /// Tiles (row groups) per obs shard.
+    pub obs_tiles_per_file: u64,
+    /// 24 hex characters identifying the obs content.
+    pub obs_fingerprint: String,
+    /// Size of each obs shard in bytes.
+    pub obs_shard_bytes: Vec<u64>,
+    /// SHA-256 (hex) of each obs shard.
+    pub obs_shard_sha256: Vec<String>,
+    /// Keys this crate does not know, preserved on rewrite.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+fn type_name(v: &Value) -> String {
+    match v {
+        Value::Null => "null".into(),
+        Value::Bool(b) => format!("the boolean {b}"),
+        Value::Number(n) => format!("the number {n}"),
+        Value::String(s) if s.len() <= 40 => format!("the string {s:?}"),
+        Value::String(_) => "a long string".into(),
+        Value::Array(a) => format!("an array of {} items", a.len()),
+        Value::Object(_) => "an object".into(),
+    }
+}
+
+/// Removes `key` from `map` and converts it to `T`; `Ok(None)` if absent.
+fn take<T: DeserializeOwned>(
+    map: &mut Map<String, Value>,
+    key: &str,
+    category: Category,
+    expected: &str,
+) -> Result<Option<T>, ManifestError> {
+    let Some(v) = map.remove(key) else { return Ok(None) };
+    let found = type_name(&v);
+    serde_json::from_value(v).map(Some).map_err(|_| {
+        ManifestError::new(category, Some(key), format!("manifest key `{key}` must be {expected}, found {found}"))
+    })
+}
+
+fn required<T: DeserializeOwned>(
+    map: &mut Map<String, Value>,
+    key: &str,
+    category: Category,
+    expected: &str,
+) -> Result<T, ManifestError> {
+    take(map, key, category, expected)?
+        .ok_or_else(|| ManifestError::new(category, Some(key), format!("manifest key `{key}` ({expected}) is missing")))
+}
+
+fn is_hex(s: &str, len: usize) -> bool {
+    s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+impl Manifest {
+    /// A manifest for a new, empty dataset of version [`WRITE_VERSION`] (no tiles yet).
+    pub fn new(n_genes: u64, tile_size: u64) -> Self {
+        Manifest {
+            format: FORMAT_NAME.into(),
+            version: WRITE_VERSION,
+            n_cells: 0,
+            n_genes,
+            tile_size,
+            tile_cells: Vec::new(),
+            tile_nnz: Vec::new(),
+            tile_bytes: Vec::new(),
+            n_chunks: None,
+            zstd_level: None,
+            has_gene_order: false,
+            has_var_names: false,
+            has_var_table: false,
+            metadata: Value::Object(Map::new()),
+            has_obs: false,
+            obs_tiles_per_file: 0,
+            obs_fingerprint: String::new(),
+            obs_shard_bytes: Vec::new(),
+            obs_shard_sha256: Vec::new(),
+            extra: Map::new(),
+        }
+    }
+
+    /// Parses and [validates](Manifest::validate) the bytes of a `manifest.json`.
+    ///
+    /// `format` and `version` are checked first (so a file of another format is reported as such, whatever else
+    /// it holds), then every known key's type; unknown keys are kept in [`Manifest::extra`].
+    pub fn from_json(bytes: &[u8]) -> Result<Self, ManifestError> {
+        let value: Value = serde_json::from_slice(bytes).map_err(|e| {
+            ManifestError::new(Category::ManifestInvalid, None, format!("manifest.json is not valid JSON: {e}"))
+        })?;
+        let Value::Object(mut map) = value else {
+            return Err(ManifestError::new(
+                Category::ManifestInvalid,
+                None,
+                format!("manifest.json must hold a JSON object, found {}", type_name(&value)),
+            ));
+        };
+        let format: String = required(&mut map, "format", Category::ManifestFormat, "a string")?;
+        if format != FORMAT_NAME {
+            return Err(ManifestError::new(
+                Category::ManifestFormat,
+                Some("format"),
+                format!("manifest format is {format:?}, expected {FORMAT_NAME:?}: not a deltacells dataset"),
+            ));
+        }
+        let version_value = map.get("version").cloned();
+        let version: u64 =
+            required(&mut map, "version", Category::ManifestVersion, "an integer").map_err(|mut e| {
+                if let Some(v) = version_value {
+                    e.message = format!("manifest version {v} is not supported (this reader knows versions 1 and 2)");
+                }
+                e
+            })?;
+        let version = u32::try_from(version).ok().and_then(Version::from_number).ok_or_else(|| {
+            ManifestError::new(
+                Category::ManifestVersion,
+                Some("version"),
+                format!(
+                    "manifest version {version} is not supported (this reader knows versions 1 and 2); \
+                     upgrade deltacells to read it"
+                ),
+            )
+        })?;
+        const INT: &str = "a non-negative integer";
+        const LIST: &str = "a list of non-negative integers";
+        const BOOL: &str = "true or false";
+        let m = &mut map;
+        let n_cells = required(m, "n_cells", Category::ManifestCounts, INT)?;
+        let n_genes = required(m, "n_genes", Category::ManifestCounts, INT)?;
+        let tile_size = required(m, "tile_size", Category::ManifestCounts, INT)?;
+        let tile_cells = required(m, "tile_cells", Category::ManifestLists, LIST)?;
+        let tile_nnz = required(m, "tile_nnz", Category::ManifestLists, LIST)?;
+        let tile_bytes = required(m, "tile_bytes", Category::ManifestLists, LIST)?;
+        let n_chunks = take(m, "n_chunks", Category::ManifestInvalid, INT)?;
+        let zstd_level = take(m, "zstd_level", Category::ManifestInvalid, "an integer")?;
+        let has_gene_order = take(m, "has_gene_order", Category::ManifestInvalid, BOOL)?.unwrap_or(false);
+        let has_var_names = take(m, "has_var_names", Category::ManifestInvalid, BOOL)?.unwrap_or(false);
+        let has_var_table = take(m, "has_var_table", Category::ManifestInvalid, BOOL)?.unwrap_or(false);
+        let metadata = m.remove("metadata").unwrap_or_else(|| Value::Object(Map::new()));
+        let has_obs = take(m, "has_obs", Category::ObsFields, BOOL)?.unwrap_or(false);
+        // With has_obs false the obs fields are not used, so their types are not held against the manifest.
+        let obs_cat = if has_obs { Category::ObsFields } else { Category::ManifestInvalid };
+        let mut obs = |key: &str, expected: &str| -> Result<Option<Value>, ManifestError> {
+            let v = m.remove(key);
+            if !has_obs && v.is_some() {
+                // Keep whatever is there; it is meaningless without has_obs.
+                return Ok(v);
+            }
+            if let Some(v) = v {
+                let found = type_name(&v);
+                let ok = match expected {
+                    "int" => v.as_u64().is_some(),
+                    "str" => v.is_string(),
+                    "ints" => v.as_array().is_some_and(|a| a.iter().all(|x| x.as_u64().is_some())),
+                    _ => v.as_array().is_some_and(|a| a.iter().all(Value::is_string)),
+                };
+                if !ok {
+                    return Err(ManifestError::new(
+                        obs_cat,
+                        Some(key),
+                        format!("manifest key `{key}` has the wrong type ({found})"),
+                    ));
+                }
+                return Ok(Some(v));
+            }
+            Ok(None)
+        };
+        let tiles_per_file = obs("obs_tiles_per_file", "int")?;
+        let fingerprint = obs("obs_fingerprint", "str")?;
+        let shard_bytes = obs("obs_shard_bytes", "ints")?;
+        let shard_sha = obs("obs_shard_sha256", "strs")?;
+        let manifest = Manifest {
+            format,
+            version: version.number(),
+            n_cells,
+            n_genes,
+            tile_size,
+            tile_cells,
+            tile_nnz,
+            tile_bytes,
+            n_chunks,
+            zstd_level,
+            has_gene_order,
+            has_var_names,
+            has_var_table,
+            metadata,
+            has_obs,
+            obs_tiles_per_file: tiles_per_file.and_then(|v| v.as_u64()).unwrap_or(0),
+            obs_fingerprint: fingerprint.and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),
+            obs_shard_bytes: shard_bytes.and_then(|v| serde_json::from_value(v).ok()).unwrap_or_default(),
+            obs_shard_sha256: shard_sha.and_then(|v| serde_json::from_value(v).ok()).unwrap_or_default(),
+            extra: map,
+        };
+        manifest.validate()?;
+        Ok(manifest)
+    }
+
+    /// Checks every rule of the format a manifest alone can break (see [`Category`] for the kinds).
+    pub fn validate(&self) -> Result<(), ManifestError> {
+        let err = |c: Category, key: &str, msg: String| Err(ManifestError::new(c, Some(key), msg));
+        if self.format != FORMAT_NAME {
+            return err(
+                Category::ManifestFormat,
+                "format",
+                format!("format is {:?}, not {FORMAT_NAME:?}", self.format),
+            );
+        }
+        let Some(version) = Version::from_number(self.version) else {
+            return err(Category::ManifestVersion, "version", format!("version {} is not supported", self.version));
+        };
+        let n_tiles = self.tile_cells.len();
+        if self.tile_nnz.len() != n_tiles || self.tile_bytes.len() != n_tiles {
+            return err(
+                Category::ManifestLists,
+                "tile_cells",
+                format!(
+                    "the per-tile lists differ in length: tile_cells has {}, tile_nnz {}, tile_bytes {}",
+                    n_tiles,
+                    self.tile_nnz.len(),
+                    self.tile_bytes.len()
+                ),
+            );
+        }
+        if self.n_genes == 0 || self.n_genes > version.max_genes() {
+            return err(
+                Category::ManifestCounts,
+                "n_genes",
+                format!("n_genes is {}; version {} allows 1..={}", self.n_genes, self.version, version.max_genes()),
+            );
+        }
+        if self.tile_size == 0 {
+            return err(Category::ManifestCounts, "tile_size", "tile_size is 0; it must be at least 1".into());
+        }
+        let sum = self.tile_cells.iter().try_fold(0u64, |acc, &c| acc.checked_add(c));
+        if sum != Some(self.n_cells) {
+            let sum = sum.map_or_else(|| "more than 2^64".to_string(), |s| s.to_string());
+            return err(
+                Category::ManifestCounts,
+                "n_cells",
+                format!("n_cells is {} but tile_cells adds up to {sum}", self.n_cells),
+            );
+        }
+        for (t, &c) in self.tile_cells.iter().enumerate() {
+            let last = t + 1 == n_tiles;
+            let ok = if last { (1..=self.tile_size).contains(&c) } else { c == self.tile_size };
+            if !ok {
+                let rule = if last { format!("1..={}", self.tile_size) } else { format!("exactly {}", self.tile_size) };
+                return err(
+                    Category::ManifestTileCells,
+                    "tile_cells",
+                    format!(
+                        "tile_cells[{t}] is {c}, but {} must hold {rule} cells (tile_size {}): only the last \
+                         tile may be short",
+                        if last { "the last tile" } else { "every tile but the last" },
+                        self.tile_size
+                    ),
+                );
+            }
+        }
+        for (t, (&nnz, &cells)) in self.tile_nnz.iter().zip(&self.tile_cells).enumerate() {
+            if u128::from(nnz) > u128::from(cells) * u128::from(self.n_genes) {
+                return err(
+                    Category::ManifestLists,
+                    "tile_nnz",
+                    format!("tile_nnz[{t}] is {nnz}, more than {cells} cells x {} genes", self.n_genes),
+                );
+            }
+        }
+        if self.has_obs {
+            self.validate_obs()?;
+        }
+        Ok(())
+    }
+
+    fn validate_obs(&self) -> Result<(), ManifestError> {
+        let err = |key: &str, msg: String| Err(ManifestError::new(Category::ObsFields, Some(key), msg));
+        let k = self.obs_tiles_per_file;
+        if k == 0 {
+            return err("obs_tiles_per_file", "has_obs is true but obs_tiles_per_file is missing or 0".into());
+        }
+        if !is_hex(&self.obs_fingerprint, 24) {
+            return err(
+                "obs_fingerprint",
+                format!(
+                    "has_obs is true but obs_fingerprint is {:?}; it must be 24 hex characters",
+                    self.obs_fingerprint
+                ),
+            );
+        }
+        let shards = self.n_obs_shards();
+        if self.obs_shard_bytes.len() as u64 != shards {
+            return err(
+                "obs_shard_bytes",
+                format!(
+                    "obs_shard_bytes has {} entries; {} tiles in shards of {k} need {shards}",
+                    self.obs_shard_bytes.len(),
+                    self.n_tiles()
+                ),
+            );
+        }
+        if self.obs_shard_sha256.len() as u64 != shards {
+            return err(
+                "obs_shard_sha256",
+                format!(
+                    "obs_shard_sha256 has {} entries; {} tiles in shards of {k} need {shards}",
+                    self.obs_shard_sha256.len(),
+                    self.n_tiles()
+                ),
+            );
+        }
+        if let Some((s, h)) = self.obs_shard_sha256.iter().enumerate().find(|(_, h)| !is_hex(h, 64)) {
+            return err("obs_shard_sha256", format!("obs_shard_sha256[{s}] is {h:?}; it must be 64 hex characters"));
+        }
+        Ok(())
+    }
+
+    /// Serializes as pretty-printed JSON (2-space indent, trailing newline), unknown keys included.
+    pub fn to_json_pretty(&self) -> Vec<u8> {
+        let mut out = serde_json::to_vec_pretty(self).expect("a manifest always serializes");
+        out.push(b'\n');
+        out
+    }
+
+    /// Number of tiles.
+    pub fn n_tiles(&self) -> usize {
+        self.tile_cells.len()
+    }
+
+    /// Total stored nonzeros.
+    pub fn nnz(&self) -> u64 {
+        self.tile_nnz.iter().fold(0u64, |a, &b| a.saturating_add(b))
+    }
+
+    /// Number of obs shards the manifest implies (`ceil(n_tiles / obs_tiles_per_file)`; 0 without obs).
+    pub fn n_obs_shards(&self) -> u64 {
+        if !self.has_obs || self.obs_tiles_per_file == 0 {
+            return 0;
+        }
+        (self.n_tiles() as u64).div_ceil(self.obs_tiles_per_file)
+    }
+
+    /// The tile format version (valid after [`Manifest::validate`]).
+    pub fn tile_version(&self) -> Version {
+        Version::from_number(self.version).unwrap_or(Version::V2)
+    }
+
+    /// The cell index built from `tile_cells`.
+    pub fn cell_index(&self) -> CellIndex {
+        // validate() proved the sum fits in 64 bits.
+        CellIndex::from_tile_cells(&self.tile_cells).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> Value {
+        serde_json::json!({
+            "format": "deltacells-dataset", "version": 2, "n_cells": 250, "n_genes": 10, "tile_size": 100,
+            "tile_cells": [100, 100, 50], "tile_nnz": [5, 6, 7], "tile_bytes": [200, 210, 150],
+            "n_chunks": 8, "zstd_level": 19, "has_gene_order": false, "has_var_names": false,
+            "has_var_table": false, "metadata": {"a": 1}, "has_obs": false, "obs_tiles_per_file": 0,
+            "obs_fingerprint": "", "obs_shard_bytes": [], "obs_shard_sha256": []
+        })
+    }
+
+    fn parse(v: &Value) -> Result<Manifest, ManifestError> {
+        Manifest::from_json(&serde_json::to_vec(v).unwrap())
+    }
+
+    fn category_with(edit: impl FnOnce(&mut Map<String, Value>)) -> Category {
+        let mut v = base();
+        edit(v.as_object_mut().unwrap());
+        parse(&v).unwrap_err().category
+    }
+
+    #[test]
+    fn parses_and_round_trips_with_unknown_keys() {
+        let mut v = base();
+        v["future"] = serde_json::json!({"x": [1, 2]});
+        let m = parse(&v).unwrap();
+        assert_eq!(m.n_tiles(), 3);
+        assert_eq!(m.nnz(), 18);
+        assert_eq!(m.extra["future"], serde_json::json!({"x": [1, 2]}));
+        let again = Manifest::from_json(&m.to_json_pretty()).unwrap();
+        assert_eq!(again, m);
+        let text = String::from_utf8(m.to_json_pretty()).unwrap();
+        assert!(text.contains("\n  \"future\": {"), "{text}");
+    }
+
+    #[test]
+    fn categories() {
+        use Category::*;
+        assert_eq!(category_with(|m| drop(m.insert("format".into(), "x".into()))), ManifestFormat);
+        assert_eq!(category_with(|m| drop(m.remove("format"))), ManifestFormat);
+        assert_eq!(category_with(|m| drop(m.insert("version".into(), 3.into()))), ManifestVersion);
+        assert_eq!(category_with(|m| drop(m.insert("version".into(), "2".into()))), ManifestVersion);
+        assert_eq!(category_with(|m| drop(m.insert("n_cells".into(), 251.into()))), ManifestCounts);
+        assert_eq!(category_with(|m| drop(m.insert("n_cells".into(), (-1).into()))), ManifestCounts);
+        assert_eq!(category_with(|m| drop(m.insert("n_genes".into(), 0.into()))), ManifestCounts);
+        assert_eq!(category_with(|m| drop(m.insert("tile_size".into(), 0.into()))), ManifestCounts);
+        assert_eq!(category_with(|m| drop(m.insert("tile_nnz".into(), serde_json::json!([1, 2])))), ManifestLists);
+        assert_eq!(
+            category_with(|m| drop(m.insert("tile_nnz".into(), serde_json::json!([1, 2, 1001])))),
+            ManifestLists
+        );
+        assert_eq!(category_with(|m| drop(m.remove("tile_bytes"))), ManifestLists);
+        assert_eq!(
+            category_with(|m| drop(m.insert("tile_cells".into(), serde_json::json!([50, 100, 100])))),
+            ManifestTileCells
+        );
+        assert_eq!(
+            category_with(|m| {
+                m.insert("tile_cells".into(), serde_json::json!([100, 100, 0, 50]));
+                m.insert("tile_nnz".into(), serde_json::json!([1, 1, 0, 1]));
+                m.insert("tile_bytes".into(), serde_json::json!([1, 1, 1, 1]));
+            }),
+            ManifestTileCells
+        );
+        assert_eq!(category_with(|m| drop(m.insert("has_obs".into(), true.into()))), ObsFields);
+        assert_eq!(category_with(|m| drop(m.insert("has_gene_order".into(), 1.into()))), ManifestInvalid);
+        assert_eq!(parse(&Value::Array(vec![])).unwrap_err().category, ManifestInvalid);
+        assert_eq!(Manifest::from_json(b"{").unwrap_err().category, ManifestInvalid);
+    }
+
+    #[test]
+    fn obs_fields() {
+        let with_obs = |edit: &dyn Fn(&mut Value)| {
+            let mut v = base();
+            v["has_obs"] = true.into();
+            v["obs_tiles_per_file"] = 2.into();
+            v["obs_fingerprint"] = "0123456789abcdef01234567".into();
+            v["obs_shard_bytes"] = serde_json::json!([10, 20]);
+            v["obs_shard_sha256"] = serde_json::json!(["a".repeat(64), "B".repeat(64)]);
+            edit(&mut v);
+            parse(&v)
+        };
+        assert!(with_obs(&|_| {}).is_ok());
+        for edit in [
+            &(|v: &mut Value| v["obs_tiles_per_file"] = 0.into()) as &dyn Fn(&mut Value),
+            &|v| v["obs_tiles_per_file"] = 3.into(),
+            &|v| v["obs_fingerprint"] = "0123".into(),
+            &|v| drop(v.as_object_mut().unwrap().remove("obs_fingerprint")),
+            &|v| v["obs_shard_bytes"] = serde_json::json!([10]),
+            &|v| v["obs_shard_sha256"] = serde_json::json!(["a".repeat(64), "g".repeat(64)]),
+            &|v| v["obs_shard_bytes"] = serde_json::json!("x"),
+        ] {
+            assert_eq!(with_obs(edit).unwrap_err().category, Category::ObsFields);
+        }
+    }
+
+    #[test]
+    fn empty_dataset_is_valid_and_versions_bound_genes() {
+        let m = Manifest::new(5, 10);
+        m.validate().unwrap();
+        let mut m = Manifest::new(65537, 10);
+        m.validate().unwrap();
+        m.version = 1;
+        assert_eq!(m.validate().unwrap_err().category, Category::ManifestCounts);
+    }
+
+    #[test]
+    fn paths() {
+        assert_eq!(tile_path(7), "tiles/tile_000007.dct");
+        assert_eq!(tile_path(1234567), "tiles/tile_1234567.dct");
+        assert_eq!(obs_shard_path(3), "obs/obs_0003.parquet");
+    }
+}

@@ -1,0 +1,980 @@
+//! Random access to the cells of a dataset: [`Dataset`] (see its docs for threading, caching and checks).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use dct_codec::{CountValue, DecodeError, DecodeOptions, DecodedTile, Decoder};
+use dct_format::{CellIndex, TileHeader, TileLayout};
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
+use object_store::ObjectStore;
+use tokio::sync::{Notify, Semaphore};
+
+use crate::error::{Category, DatasetError, ManifestError};
+use crate::manifest::{
+    DEFAULT_MAX_MANIFEST_BYTES, GENE_ORDER_NAME, MANIFEST_NAME, Manifest, VAR_NAMES_NAME, tile_path,
+};
+use crate::rt::{Rt, default_threads, on_pool};
+use crate::store::{GetError, Store, StoreOptions};
+
+/// Settings of a [`Dataset`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadOptions {
+    /// Decoded tiles kept in the LRU cache (default 16; 0 disables caching).
+    pub max_cached_tiles: usize,
+    /// Prefetched tiles fetched at the same time (default 4; 0 counts as 1); more wait their turn.
+    pub max_prefetch_tiles: usize,
+    /// Threads decoding tiles (default 0 = the machine's parallelism).
+    pub decode_threads: usize,
+    /// Threads running object-store requests (default 2; requests are async, so a few threads keep many in
+    /// flight).
+    pub io_threads: usize,
+    /// Check each tile's CRC-32 before decoding it (default `true`).
+    pub verify_crc: bool,
+    /// Largest `manifest.json` read (default [`DEFAULT_MAX_MANIFEST_BYTES`], 256 MiB).
+    pub max_manifest_bytes: u64,
+    /// Largest `var_names.txt` read (default 256 MiB).
+    pub max_side_file_bytes: u64,
+    /// Configuration of cloud backends.
+    pub store: StoreOptions,
+}
+
+impl Default for ReadOptions {
+    fn default() -> Self {
+        ReadOptions {
+            max_cached_tiles: 16,
+            max_prefetch_tiles: 4,
+            decode_threads: 0,
+            io_threads: 2,
+            verify_crc: true,
+            max_manifest_bytes: DEFAULT_MAX_MANIFEST_BYTES,
+            max_side_file_bytes: 256 << 20,
+            store: StoreOptions::default(),
+        }
+    }
+}
+
+/// Counters of a [`Dataset`] since it was opened (or since [`Dataset::reset_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadStats {
+    /// Tile GET requests issued (by reads, prefetches and [`Dataset::fetch_tile_bytes`]).
+    pub tiles_fetched: u64,
+    /// Bytes of tile objects received.
+    pub bytes_fetched: u64,
+    /// Tile loads that failed (missing, wrong size or header, corrupt, I/O error).
+    pub failed_loads: u64,
+    /// Tiles a read found ready in the cache.
+    pub cache_hits: u64,
+    /// Tiles a read found being loaded (usually by a prefetch) and waited for.
+    pub inflight_joins: u64,
+    /// Tiles a read had to start loading itself.
+    pub cache_misses: u64,
+    /// Tiles a prefetch started loading.
+    pub prefetched: u64,
+    /// Tiles decoded.
+    pub tiles_decoded: u64,
+    /// Time spent decoding tiles, summed over threads.
+    pub decode_time: Duration,
+    /// Time reads spent blocked waiting for tiles to arrive (fetch and background decode), summed over calling
+    /// threads. Prefetching early enough brings this towards zero.
+    pub stall_time: Duration,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    tiles_fetched: AtomicU64,
+    bytes_fetched: AtomicU64,
+    failed_loads: AtomicU64,
+    cache_hits: AtomicU64,
+    inflight_joins: AtomicU64,
+    cache_misses: AtomicU64,
+    prefetched: AtomicU64,
+    tiles_decoded: AtomicU64,
+    decode_nanos: AtomicU64,
+    stall_nanos: AtomicU64,
+}
+
+fn add(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Rows of a dataset in CSR form, in the order they were requested.
+///
+/// `V` is the count type: `f32` (the default, what training pipelines want), `u32`, `i32`, `u64`, `i64` or
+/// `f64` ([`CountValue`]). Counts above 2^24 are not exact in `f32`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch<V = f32> {
+    /// Genes (columns).
+    pub n_genes: u64,
+    /// Row offsets, `n_rows + 1` entries starting at 0.
+    pub indptr: Vec<i64>,
+    /// Gene indices (stored column order), strictly increasing within each row.
+    pub indices: Vec<i32>,
+    /// Counts.
+    pub values: Vec<V>,
+}
+
+impl<V> Default for Batch<V> {
+    fn default() -> Self {
+        Batch { n_genes: 0, indptr: vec![0], indices: Vec::new(), values: Vec::new() }
+    }
+}
+
+impl<V> Batch<V> {
+    /// Rows.
+    pub fn n_rows(&self) -> usize {
+        self.indptr.len().saturating_sub(1)
+    }
+
+    /// Stored nonzeros.
+    pub fn nnz(&self) -> usize {
+        self.indices.len()
+    }
+
+    /// The gene indices and counts of row `r`.
+    ///
+    /// # Panics
+    /// If `r >= self.n_rows()`.
+    pub fn row(&self, r: usize) -> (&[i32], &[V]) {
+        let (lo, hi) = (self.indptr[r] as usize, self.indptr[r + 1] as usize);
+        (&self.indices[lo..hi], &self.values[lo..hi])
+    }
+}
+
+/// A fetched tile: its bytes until it is decoded, then its decoded contents.
+pub(crate) struct Tile {
+    data: Mutex<TileData>,
+}
+
+enum TileData {
+    Raw { blob: Bytes, indptr: Vec<i64> },
+    Decoded(Arc<DecodedTile<u32>>),
+}
+
+impl Tile {
+    fn lock(&self) -> MutexGuard<'_, TileData> {
+        self.data.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Distinct tiles of a request, and `(index in that list, local row)` per requested cell.
+type Plan = (Vec<usize>, Vec<(u32, u64)>);
+
+type LoadFuture = Shared<BoxFuture<'static, Result<Arc<Tile>, DatasetError>>>;
+
+enum Slot {
+    Loading { id: u64, fut: LoadFuture, urgent: Arc<Notify> },
+    Ready { tile: Arc<Tile>, tick: u64 },
+}
+
+#[derive(Default)]
+struct Cache {
+    slots: HashMap<usize, Slot>,
+    lru: BTreeMap<u64, usize>,
+    tick: u64,
+    next_id: u64,
+}
+
+impl Cache {
+    fn insert_ready(&mut self, t: usize, tile: Arc<Tile>, capacity: usize) {
+        if let Some(Slot::Ready { tick, .. }) = self.slots.get(&t) {
+            self.lru.remove(tick);
+        }
+        self.tick += 1;
+        self.slots.insert(t, Slot::Ready { tile, tick: self.tick });
+        self.lru.insert(self.tick, t);
+        while self.lru.len() > capacity {
+            let (_, old) = self.lru.pop_first().expect("non-empty");
+            self.slots.remove(&old);
+        }
+    }
+
+    fn touch(&mut self, t: usize) {
+        self.tick += 1;
+        let now = self.tick;
+        if let Some(Slot::Ready { tick, .. }) = self.slots.get_mut(&t) {
+            self.lru.remove(tick);
+            *tick = now;
+            self.lru.insert(now, t);
+        }
+    }
+
+    fn remove_ready(&mut self, t: usize, tile: &Arc<Tile>) {
+        if let Some(Slot::Ready { tile: cached, tick }) = self.slots.get(&t)
+            && Arc::ptr_eq(cached, tile)
+        {
+            self.lru.remove(tick);
+            self.slots.remove(&t);
+        }
+    }
+}
+
+enum Acquired {
+    Ready(Arc<Tile>),
+    Pending(LoadFuture),
+}
+
+/// State shared by a [`Dataset`] and its background tasks.
+pub(crate) struct Core {
+    pub(crate) store: Store,
+    pub(crate) manifest: Manifest,
+    pub(crate) index: CellIndex,
+    pub(crate) pool: Arc<rayon::ThreadPool>,
+    pub(crate) decode_threads: usize,
+    verify_crc: bool,
+    max_cached: usize,
+    pub(crate) max_side_file_bytes: u64,
+    cache: Mutex<Cache>,
+    decoders: Mutex<Vec<Decoder>>,
+    prefetch_sem: Arc<Semaphore>,
+    counters: Counters,
+    handle: tokio::runtime::Handle,
+    var_names: Mutex<Option<Arc<Vec<String>>>>,
+    gene_order: Mutex<Option<Arc<Vec<i32>>>>,
+}
+
+/// A dataset opened for reading.
+///
+/// # Threading model
+///
+/// * A [`Dataset`] owns a small tokio runtime (`io_threads` workers, named `dct-io`) on which every object-store
+///   request runs, and a rayon pool (`decode_threads` workers, named `dct-decode`) on which tiles are decoded
+///   (the chunks of one tile in parallel).
+/// * Every public method is synchronous: it blocks the calling thread until its result is ready. It may be
+///   called from any thread, from many threads at once (`Dataset: Send + Sync`; share it with an `Arc`), and
+///   from inside another async runtime (it then blocks that runtime's thread, so prefer `spawn_blocking` there).
+///   Concurrent [`Dataset::get_batch`] calls run in parallel: they share the tile cache and never fetch the same
+///   tile twice at the same time.
+/// * [`Dataset::prefetch`] returns at once; the tiles are fetched (at most `max_prefetch_tiles` at a time) and
+///   decoded in the background, then kept in the cache for the next batch.
+///
+/// # Caching
+///
+/// Decoded tiles (CSR with `u32` counts, about 8 bytes per nonzero) are kept in an LRU cache of at most
+/// `max_cached_tiles` tiles (0 disables it: every batch then fetches its tiles). A tile being fetched is shared
+/// by every caller that needs it. A failed fetch or decode is never cached: the next request tries again.
+///
+/// # Checks
+///
+/// Every fetched tile is checked against the manifest before use: object size equal to `tile_bytes`, header
+/// version, `n_cells`, `nnz` and `n_genes` equal to the manifest's; then it is decoded with every rule of the
+/// format checked (and the CRC, unless `verify_crc` is off). Errors name the tile index and the object's URL.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> Result<(), dct_dataset::DatasetError> {
+/// use dct_dataset::{Dataset, ReadOptions};
+/// let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/conformance/datasets/v2_with_obs");
+/// let ds = Dataset::open(dir, ReadOptions::default())?;
+/// let batch = ds.get_batch(&[349, 0, 150, 0])?; // any cells, any order, repeats allowed
+/// assert_eq!(batch.n_rows(), 4);
+/// assert_eq!(batch.row(1), batch.row(3));
+/// # Ok(()) }
+/// ```
+pub struct Dataset {
+    core: Arc<Core>,
+    rt: Rt,
+}
+
+impl std::fmt::Debug for Dataset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dataset")
+            .field("url", &self.core.store.root())
+            .field("n_cells", &self.core.manifest.n_cells)
+            .field("n_genes", &self.core.manifest.n_genes)
+            .field("n_tiles", &self.core.manifest.n_tiles())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Dataset {
+    /// Opens the dataset at `url` (a local path, `file://`, `s3://`, `gs://`, `az://`, `http(s)://`; see
+    /// [`crate::store`]): reads and validates `manifest.json`. Tiles are fetched when needed.
+    pub fn open(url: &str, options: ReadOptions) -> Result<Dataset, DatasetError> {
+        let store = Store::from_url(url, &options.store)?;
+        Dataset::open_store(store, options)
+    }
+
+    /// Opens the dataset under `prefix` of an existing object store (e.g. an in-memory, throttled or
+    /// instrumented store in tests).
+    pub fn open_with_store(
+        store: Arc<dyn ObjectStore>,
+        prefix: &str,
+        options: ReadOptions,
+    ) -> Result<Dataset, DatasetError> {
+        Dataset::open_store(Store::with_object_store(store, prefix)?, options)
+    }
+
+    /// Opens the dataset at a [`Store`].
+    pub fn open_store(store: Store, options: ReadOptions) -> Result<Dataset, DatasetError> {
+        let rt = Rt::new(options.io_threads, "dct-io")?;
+        let limit = options.max_manifest_bytes;
+        let s = store.clone();
+        let got = rt.block_on(async move { s.get_limited(MANIFEST_NAME, limit).await });
+        let url = store.url(MANIFEST_NAME);
+        let manifest_err = |category, message: String| DatasetError::Manifest {
+            url: url.clone(),
+            source: ManifestError::new(category, None, message),
+        };
+        let bytes = match got {
+            Ok(b) => b,
+            Err(GetError::NotFound) => {
+                return Err(manifest_err(
+                    Category::ManifestMissing,
+                    "there is no manifest.json: this is not a deltacells dataset, or its writer did not finish \
+                     (the manifest is written last)"
+                        .into(),
+                ));
+            }
+            Err(GetError::TooLarge(n)) => {
+                return Err(manifest_err(
+                    Category::ManifestInvalid,
+                    format!(
+                        "manifest.json is {n} bytes, more than the limit of {limit} (ReadOptions::max_manifest_bytes): \
+                         not a manifest, or raise the limit"
+                    ),
+                ));
+            }
+            Err(GetError::Store(e)) => return Err(store.store_error("GET", MANIFEST_NAME, e)),
+        };
+        let manifest = Manifest::from_json(&bytes).map_err(|source| DatasetError::Manifest { url, source })?;
+        let decode_threads = if options.decode_threads == 0 { default_threads() } else { options.decode_threads };
+        let pool = Arc::new(crate::rt::pool(decode_threads, "dct-decode")?);
+        let core = Core {
+            index: manifest.cell_index(),
+            manifest,
+            store,
+            pool,
+            decode_threads,
+            verify_crc: options.verify_crc,
+            max_cached: options.max_cached_tiles,
+            max_side_file_bytes: options.max_side_file_bytes,
+            cache: Mutex::new(Cache::default()),
+            decoders: Mutex::new(Vec::new()),
+            prefetch_sem: Arc::new(Semaphore::new(options.max_prefetch_tiles.max(1))),
+            counters: Counters::default(),
+            handle: rt.handle().clone(),
+            var_names: Mutex::new(None),
+            gene_order: Mutex::new(None),
+        };
+        Ok(Dataset { core: Arc::new(core), rt })
+    }
+
+    pub(crate) fn core(&self) -> &Arc<Core> {
+        &self.core
+    }
+
+    pub(crate) fn rt(&self) -> &Rt {
+        &self.rt
+    }
+
+    /// The manifest.
+    pub fn manifest(&self) -> &Manifest {
+        &self.core.manifest
+    }
+
+    /// Where the dataset is (the URL or absolute path it was opened with).
+    pub fn url(&self) -> &str {
+        self.core.store.root()
+    }
+
+    /// The store the dataset is read from.
+    pub fn store(&self) -> &Store {
+        &self.core.store
+    }
+
+    /// Cells (rows).
+    pub fn n_cells(&self) -> u64 {
+        self.core.manifest.n_cells
+    }
+
+    /// Genes (columns).
+    pub fn n_genes(&self) -> u64 {
+        self.core.manifest.n_genes
+    }
+
+    /// Tiles.
+    pub fn n_tiles(&self) -> usize {
+        self.core.manifest.n_tiles()
+    }
+
+    /// The cell index (cumulative cell counts per tile).
+    pub fn cell_index(&self) -> &CellIndex {
+        &self.core.index
+    }
+
+    /// Cumulative cell counts, one per tile (`limits[i]` = cells in tiles `0..=i`).
+    pub fn limits(&self) -> &[u64] {
+        self.core.index.limits()
+    }
+
+    /// Global cell range `[lo, hi)` of tile `tile`, or `None` past the last tile.
+    pub fn tile_bounds(&self, tile: usize) -> Option<(u64, u64)> {
+        self.core.index.tile_bounds(tile)
+    }
+
+    /// `(tile, local row)` of global cell `cell`, or `None` if it does not exist.
+    pub fn locate(&self, cell: u64) -> Option<(usize, u64)> {
+        self.core.index.locate(cell)
+    }
+
+    /// The tile holding global cell `cell`, or `None` if it does not exist.
+    pub fn tile_of(&self, cell: u64) -> Option<usize> {
+        self.core.index.locate(cell).map(|(t, _)| t)
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> ReadStats {
+        let c = &self.core.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        ReadStats {
+            tiles_fetched: get(&c.tiles_fetched),
+            bytes_fetched: get(&c.bytes_fetched),
+            failed_loads: get(&c.failed_loads),
+            cache_hits: get(&c.cache_hits),
+            inflight_joins: get(&c.inflight_joins),
+            cache_misses: get(&c.cache_misses),
+            prefetched: get(&c.prefetched),
+            tiles_decoded: get(&c.tiles_decoded),
+            decode_time: Duration::from_nanos(get(&c.decode_nanos)),
+            stall_time: Duration::from_nanos(get(&c.stall_nanos)),
+        }
+    }
+
+    /// Sets every counter to zero.
+    pub fn reset_stats(&self) {
+        let c = &self.core.counters;
+        for a in [
+            &c.tiles_fetched,
+            &c.bytes_fetched,
+            &c.failed_loads,
+            &c.cache_hits,
+            &c.inflight_joins,
+            &c.cache_misses,
+            &c.prefetched,
+            &c.tiles_decoded,
+            &c.decode_nanos,
+            &c.stall_nanos,
+        ] {
+            a.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// The rows of `cells` (global indices, any order, repeats allowed) with `f32` counts.
+    pub fn get_batch(&self, cells: &[u64]) -> Result<Batch<f32>, DatasetError> {
+        self.get_batch_as(cells)
+    }
+
+    /// The rows of `cells` with counts of type `V` (e.g. `ds.get_batch_as::<u32>(&cells)`).
+    pub fn get_batch_as<V: CountValue>(&self, cells: &[u64]) -> Result<Batch<V>, DatasetError> {
+        let mut out = Batch::default();
+        self.get_batch_into(cells, &mut out)?;
+        Ok(out)
+    }
+
+    /// The rows of `cells` into `out`, reusing its allocations. On error `out` is left empty or partly
+    /// filled.
+    pub fn get_batch_into<V: CountValue>(&self, cells: &[u64], out: &mut Batch<V>) -> Result<(), DatasetError> {
+        let (tiles, rows) = self.plan(cells)?;
+        let loaded = self.core.wait_tiles(&tiles, true)?;
+        let decoded: Vec<Arc<DecodedTile<u32>>> =
+            loaded.iter().zip(&tiles).map(|(tile, &t)| self.core.ensure_decoded(t, tile)).collect::<Result<_, _>>()?;
+        out.n_genes = self.core.manifest.n_genes;
+        out.indptr.clear();
+        out.indptr.push(0);
+        out.indices.clear();
+        out.values.clear();
+        let total: usize = rows
+            .iter()
+            .map(|&(s, r)| {
+                let ip = &decoded[s as usize].indptr;
+                (ip[r as usize + 1] - ip[r as usize]) as usize
+            })
+            .sum();
+        out.indices.reserve(total);
+        out.values.reserve(total);
+        out.indptr.reserve(rows.len());
+        for &(s, r) in &rows {
+            let (idx, vals) = decoded[s as usize].row(r as usize);
+            out.indices.extend_from_slice(idx);
+            out.values.extend(vals.iter().map(|&v| V::from_count(v)));
+            out.indptr.push(out.indices.len() as i64);
+        }
+        Ok(())
+    }
+
+    /// Total stored nonzeros of the rows of `cells` (with repeats), from the tiles' indptrs: tiles not yet
+    /// loaded are fetched (and kept in the cache) but not decoded.
+    pub fn batch_nnz(&self, cells: &[u64]) -> Result<u64, DatasetError> {
+        let (tiles, rows) = self.plan(cells)?;
+        let loaded = self.core.wait_tiles(&tiles, false)?;
+        // One tile locked at a time (never two: concurrent calls could otherwise lock them in opposite orders).
+        let mut rows_of: Vec<Vec<u64>> = vec![Vec::new(); tiles.len()];
+        for &(s, r) in &rows {
+            rows_of[s as usize].push(r);
+        }
+        let mut total = 0u64;
+        for (tile, tile_rows) in loaded.iter().zip(&rows_of) {
+            let data = tile.lock();
+            let ip = match &*data {
+                TileData::Raw { indptr, .. } => indptr.as_slice(),
+                TileData::Decoded(d) => d.indptr.as_slice(),
+            };
+            total += tile_rows.iter().map(|&r| (ip[r as usize + 1] - ip[r as usize]) as u64).sum::<u64>();
+        }
+        Ok(total)
+    }
+
+    /// Starts fetching and decoding `tiles` in the background and returns at once. Tiles already cached or
+    /// being fetched are skipped; at most `max_prefetch_tiles` are fetched at a time (the rest wait their turn,
+    /// unless a read needs them first). Prefetched tiles enter the cache, so prefetch at most
+    /// `max_cached_tiles` ahead.
+    pub fn prefetch(&self, tiles: &[usize]) -> Result<(), DatasetError> {
+        let n = self.n_tiles();
+        if let Some(&t) = tiles.iter().find(|&&t| t >= n) {
+            return Err(DatasetError::InvalidArgument(format!(
+                "prefetch of tile {t}: the dataset has {n} tiles ({})",
+                self.url()
+            )));
+        }
+        for &t in tiles {
+            self.core.acquire(t, true, true);
+        }
+        Ok(())
+    }
+
+    /// Starts fetching the tiles holding `cells` (see [`Dataset::prefetch`]).
+    pub fn prefetch_cells(&self, cells: &[u64]) -> Result<(), DatasetError> {
+        let (tiles, _) = self.plan(cells)?;
+        self.prefetch(&tiles)
+    }
+
+    /// The raw bytes of tile `tile`, fetched now (not cached), after the size and header checks against the
+    /// manifest (but not decoded).
+    pub fn fetch_tile_bytes(&self, tile: usize) -> Result<Bytes, DatasetError> {
+        self.check_tile(tile)?;
+        let core = self.core.clone();
+        self.rt.block_on(async move { core.fetch_checked(tile).await })
+    }
+
+    /// The gene names (`var_names.txt`, one per gene in stored column order), or `None` if the dataset has
+    /// none. Read once, then kept.
+    pub fn var_names(&self) -> Result<Option<Arc<Vec<String>>>, DatasetError> {
+        if !self.core.manifest.has_var_names {
+            return Ok(None);
+        }
+        let mut slot = self.core.var_names.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(v) = &*slot {
+            return Ok(Some(v.clone()));
+        }
+        let bytes = self.side_file(VAR_NAMES_NAME, self.core.max_side_file_bytes)?;
+        let names = parse_var_names(&bytes, self.n_genes())
+            .map_err(|message| DatasetError::SideFile { url: self.core.store.url(VAR_NAMES_NAME), message })?;
+        let names = Arc::new(names);
+        *slot = Some(names.clone());
+        Ok(Some(names))
+    }
+
+    /// The gene order (`gene_order.npy`: stored column `j` was column `gene_order[j]` of the source), or `None`
+    /// if the dataset has none. Checked to be a permutation of `0..n_genes`. Read once, then kept.
+    pub fn gene_order(&self) -> Result<Option<Arc<Vec<i32>>>, DatasetError> {
+        if !self.core.manifest.has_gene_order {
+            return Ok(None);
+        }
+        let mut slot = self.core.gene_order.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(v) = &*slot {
+            return Ok(Some(v.clone()));
+        }
+        let bytes = self.side_file(GENE_ORDER_NAME, gene_order_limit(self.n_genes()))?;
+        let order = parse_gene_order(&bytes, self.n_genes())
+            .map_err(|message| DatasetError::SideFile { url: self.core.store.url(GENE_ORDER_NAME), message })?;
+        let order = Arc::new(order);
+        *slot = Some(order.clone());
+        Ok(Some(order))
+    }
+
+    fn side_file(&self, rel: &'static str, limit: u64) -> Result<Bytes, DatasetError> {
+        let store = self.core.store.clone();
+        let got = self.rt.block_on(async move { store.get_limited(rel, limit).await });
+        side_file_result(&self.core.store, rel, limit, got)
+    }
+
+    fn check_tile(&self, tile: usize) -> Result<(), DatasetError> {
+        if tile >= self.n_tiles() {
+            return Err(DatasetError::InvalidArgument(format!(
+                "tile {tile} does not exist: {} has {} tiles",
+                self.url(),
+                self.n_tiles()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Distinct tiles in order of first use, and `(slot in that list, local row)` per requested cell.
+    fn plan(&self, cells: &[u64]) -> Result<Plan, DatasetError> {
+        let index = &self.core.index;
+        let mut tiles = Vec::new();
+        let mut slot_of: HashMap<usize, u32> = HashMap::new();
+        let mut rows = Vec::with_capacity(cells.len());
+        for (position, &cell) in cells.iter().enumerate() {
+            let (t, r) =
+                index.locate(cell).ok_or(DatasetError::CellOutOfRange { cell, position, n_cells: index.n_cells() })?;
+            let s = *slot_of.entry(t).or_insert_with(|| {
+                tiles.push(t);
+                (tiles.len() - 1) as u32
+            });
+            rows.push((s, r));
+        }
+        Ok((tiles, rows))
+    }
+}
+
+pub(crate) fn gene_order_limit(n_genes: u64) -> u64 {
+    n_genes.saturating_mul(4).saturating_add(crate::npy::MAX_HEADER_LEN as u64 + 12)
+}
+
+pub(crate) fn side_file_result(
+    store: &Store,
+    rel: &str,
+    limit: u64,
+    got: Result<Bytes, GetError>,
+) -> Result<Bytes, DatasetError> {
+    let url = store.url(rel);
+    match got {
+        Ok(b) => Ok(b),
+        Err(GetError::NotFound) => Err(DatasetError::SideFile {
+            url,
+            message: "the manifest says this file exists, but it does not: the dataset is incomplete".into(),
+        }),
+        Err(GetError::TooLarge(n)) => Err(DatasetError::SideFile {
+            url,
+            message: format!("the file is {n} bytes, more than the {limit} bytes accepted"),
+        }),
+        Err(GetError::Store(e)) => Err(store.store_error("GET", rel, e)),
+    }
+}
+
+/// Parses `var_names.txt`: UTF-8, one name per line (`\n`, an optional `\r` before it is dropped), exactly
+/// `n_genes` lines.
+pub(crate) fn parse_var_names(bytes: &[u8], n_genes: u64) -> Result<Vec<String>, String> {
+    let text = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8 text: {e}"))?;
+    let body = text.strip_suffix('\n').unwrap_or(text);
+    let lines = if text.is_empty() { 0 } else { body.split('\n').count() as u64 };
+    if lines != n_genes {
+        return Err(format!("holds {lines} names but the dataset has {n_genes} genes (one name per line expected)"));
+    }
+    Ok(body.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l).to_string()).collect())
+}
+
+/// Parses `gene_order.npy` and checks it is a permutation of `0..n_genes`.
+pub(crate) fn parse_gene_order(bytes: &[u8], n_genes: u64) -> Result<Vec<i32>, String> {
+    let order = crate::npy::parse_i32(bytes)?;
+    if order.len() as u64 != n_genes {
+        return Err(format!("holds {} entries but the dataset has {n_genes} genes", order.len()));
+    }
+    check_permutation(&order)?;
+    Ok(order)
+}
+
+pub(crate) fn check_permutation(order: &[i32]) -> Result<(), String> {
+    let n = order.len();
+    let mut seen = vec![false; n];
+    for (j, &g) in order.iter().enumerate() {
+        let ok = usize::try_from(g).ok().filter(|&g| g < n);
+        let Some(g) = ok else {
+            return Err(format!("entry {j} is {g}, outside 0..{n}: not a permutation of the genes"));
+        };
+        if std::mem::replace(&mut seen[g], true) {
+            return Err(format!("gene {g} appears twice (again at entry {j}): not a permutation of the genes"));
+        }
+    }
+    Ok(())
+}
+
+impl Core {
+    fn lock_cache(&self) -> MutexGuard<'_, Cache> {
+        self.cache.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The tile `t` if cached, else the future of its load (joining one in flight or starting one).
+    fn acquire(self: &Arc<Self>, t: usize, decode: bool, prefetch: bool) -> Acquired {
+        let mut cache = self.lock_cache();
+        match cache.slots.get(&t) {
+            Some(Slot::Ready { tile, .. }) => {
+                let tile = tile.clone();
+                if !prefetch {
+                    cache.touch(t);
+                    add(&self.counters.cache_hits, 1);
+                }
+                return Acquired::Ready(tile);
+            }
+            Some(Slot::Loading { fut, urgent, .. }) => {
+                if !prefetch {
+                    // A queued prefetch of this tile skips the queue.
+                    urgent.notify_one();
+                    add(&self.counters.inflight_joins, 1);
+                }
+                return Acquired::Pending(fut.clone());
+            }
+            None => {}
+        }
+        let id = cache.next_id;
+        cache.next_id += 1;
+        let urgent = Arc::new(Notify::new());
+        let core = self.clone();
+        let task_urgent = urgent.clone();
+        let handle = self.handle.spawn(async move { core.load_task(t, id, decode, prefetch, task_urgent).await });
+        let fut = async move {
+            match handle.await {
+                Ok(r) => r,
+                Err(e) => Err(DatasetError::Internal(format!("tile {t}: the loading task failed: {e}"))),
+            }
+        }
+        .boxed()
+        .shared();
+        cache.slots.insert(t, Slot::Loading { id, fut: fut.clone(), urgent });
+        add(if prefetch { &self.counters.prefetched } else { &self.counters.cache_misses }, 1);
+        Acquired::Pending(fut)
+    }
+
+    async fn load_task(
+        self: Arc<Self>,
+        t: usize,
+        id: u64,
+        decode: bool,
+        prefetch: bool,
+        urgent: Arc<Notify>,
+    ) -> Result<Arc<Tile>, DatasetError> {
+        let _permit = if prefetch {
+            tokio::select! {
+                p = self.prefetch_sem.clone().acquire_owned() => p.ok(),
+                () = urgent.notified() => None,
+            }
+        } else {
+            None
+        };
+        let result = self.load(t, decode).await;
+        if result.is_err() {
+            add(&self.counters.failed_loads, 1);
+        }
+        let mut cache = self.lock_cache();
+        if let Some(Slot::Loading { id: current, .. }) = cache.slots.get(&t)
+            && *current == id
+        {
+            match &result {
+                Ok(tile) if self.max_cached > 0 => cache.insert_ready(t, tile.clone(), self.max_cached),
+                _ => {
+                    cache.slots.remove(&t);
+                }
+            }
+        }
+        result
+    }
+
+    async fn load(self: &Arc<Self>, t: usize, decode: bool) -> Result<Arc<Tile>, DatasetError> {
+        let blob = self.fetch_checked(t).await?;
+        let core = self.clone();
+        let data = on_pool(&self.pool, move || core.parse_blob(t, blob, decode))
+            .await
+            .map_err(|m| DatasetError::Internal(format!("tile {t}: {m}")))??;
+        Ok(Arc::new(Tile { data: Mutex::new(data) }))
+    }
+
+    fn parse_blob(&self, t: usize, blob: Bytes, decode: bool) -> Result<TileData, DatasetError> {
+        if decode {
+            return Ok(TileData::Decoded(Arc::new(self.decode_blob(t, &blob, self.verify_crc)?)));
+        }
+        let err = |e: dct_format::FormatError| self.decode_error(t, DecodeError::Format(e));
+        let layout = TileLayout::parse(&blob).map_err(err)?;
+        if self.verify_crc {
+            dct_format::verify_crc(&blob, layout.header()).map_err(err)?;
+        }
+        let mut indptr = Vec::new();
+        layout.indptr(&blob).copy_range_into(0, layout.header().n_cells as usize, &mut indptr);
+        Ok(TileData::Raw { blob, indptr })
+    }
+
+    pub(crate) fn decode_error(&self, t: usize, source: DecodeError) -> DatasetError {
+        DatasetError::Decode { tile: t, url: self.store.url(&tile_path(t)), source }
+    }
+
+    /// Decodes a whole tile (chunks in parallel on the pool).
+    pub(crate) fn decode_blob(
+        &self,
+        t: usize,
+        blob: &[u8],
+        verify_crc: bool,
+    ) -> Result<DecodedTile<u32>, DatasetError> {
+        let reuse = verify_crc == self.verify_crc;
+        let pooled = if reuse { self.decoders.lock().unwrap_or_else(|e| e.into_inner()).pop() } else { None };
+        let mut decoder = pooled.unwrap_or_else(|| {
+            Decoder::with_pool(DecodeOptions { verify_crc, threads: self.decode_threads }, self.pool.clone())
+        });
+        let start = Instant::now();
+        let mut out = DecodedTile::default();
+        let result = decoder.decode_into(blob, &mut out);
+        add(&self.counters.decode_nanos, nanos(start.elapsed()));
+        add(&self.counters.tiles_decoded, 1);
+        if reuse {
+            self.decoders.lock().unwrap_or_else(|e| e.into_inner()).push(decoder);
+        }
+        result.map_err(|e| self.decode_error(t, e))?;
+        Ok(out)
+    }
+
+    /// GETs tile `t` and checks its size and header against the manifest.
+    pub(crate) async fn fetch_checked(&self, t: usize) -> Result<Bytes, DatasetError> {
+        let blob = self.fetch_checked_size(t).await?;
+        self.check_header(t, &blob)?;
+        Ok(blob)
+    }
+
+    /// GETs tile `t` and checks its size against the manifest.
+    pub(crate) async fn fetch_checked_size(&self, t: usize) -> Result<Bytes, DatasetError> {
+        let rel = tile_path(t);
+        let expected = self.manifest.tile_bytes[t];
+        add(&self.counters.tiles_fetched, 1);
+        let tile_err =
+            |category, message: String| DatasetError::Tile { category, tile: t, url: self.store.url(&rel), message };
+        match self.store.get_exact(&rel, expected).await {
+            Err(GetError::NotFound) => Err(tile_err(
+                Category::TileMissing,
+                "the tile object does not exist: the dataset is incomplete or was partly deleted".into(),
+            )),
+            Err(GetError::Store(e)) => Err(self.store.store_error("GET", &rel, e)),
+            Err(GetError::TooLarge(size)) | Ok(Err(size)) => Err(tile_err(
+                Category::TileBytes,
+                format!(
+                    "the object is {size} bytes but the manifest's tile_bytes[{t}] is {expected}: the tile was \
+                     replaced or truncated, or the manifest is stale; re-create the dataset"
+                ),
+            )),
+            Ok(Ok(blob)) => {
+                add(&self.counters.bytes_fetched, blob.len() as u64);
+                Ok(blob)
+            }
+        }
+    }
+
+    /// Checks the header of tile `t` against the manifest: version, cells, nonzeros, genes.
+    pub(crate) fn check_header(&self, t: usize, blob: &[u8]) -> Result<TileHeader, DatasetError> {
+        let tile_err = |message: String| DatasetError::Tile {
+            category: Category::TileHeader,
+            tile: t,
+            url: self.store.url(&tile_path(t)),
+            message,
+        };
+        let h = TileHeader::parse(blob).map_err(|e| tile_err(format!("invalid tile header: {e}")))?;
+        let m = &self.manifest;
+        let mut problems = Vec::new();
+        if h.version.number() != m.version {
+            problems.push(format!(
+                "the tile is version {} but the manifest says version {} (a dataset's tiles all have its version)",
+                h.version.number(),
+                m.version
+            ));
+        }
+        if h.n_cells != m.tile_cells[t] {
+            problems.push(format!("header n_cells is {} but tile_cells[{t}] is {}", h.n_cells, m.tile_cells[t]));
+        }
+        if h.nnz != m.tile_nnz[t] {
+            problems.push(format!("header nnz is {} but tile_nnz[{t}] is {}", h.nnz, m.tile_nnz[t]));
+        }
+        if u64::from(h.n_genes) != m.n_genes {
+            problems.push(format!("header n_genes is {} but the manifest's n_genes is {}", h.n_genes, m.n_genes));
+        }
+        if problems.is_empty() {
+            Ok(h)
+        } else {
+            Err(tile_err(format!("{}: the tile does not belong to this manifest", problems.join("; "))))
+        }
+    }
+
+    /// Waits until every tile of `tiles` is loaded (`decode`: loads started here decode in the background too).
+    fn wait_tiles(self: &Arc<Self>, tiles: &[usize], decode: bool) -> Result<Vec<Arc<Tile>>, DatasetError> {
+        let acquired: Vec<Acquired> = tiles.iter().map(|&t| self.acquire(t, decode, false)).collect();
+        let pending: Vec<LoadFuture> = acquired
+            .iter()
+            .filter_map(|a| match a {
+                Acquired::Pending(f) => Some(f.clone()),
+                Acquired::Ready(_) => None,
+            })
+            .collect();
+        let mut results = if pending.is_empty() {
+            Vec::new()
+        } else {
+            let start = Instant::now();
+            let r = futures::executor::block_on(futures::future::join_all(pending));
+            add(&self.counters.stall_nanos, nanos(start.elapsed()));
+            r
+        }
+        .into_iter();
+        acquired
+            .into_iter()
+            .map(|a| match a {
+                Acquired::Ready(tile) => Ok(tile),
+                Acquired::Pending(_) => results.next().expect("one result per pending load"),
+            })
+            .collect()
+    }
+
+    /// The decoded contents of `tile`, decoding it now (on the calling thread and the pool) if it was loaded
+    /// without decoding. A tile that fails to decode is dropped from the cache.
+    fn ensure_decoded(&self, t: usize, tile: &Arc<Tile>) -> Result<Arc<DecodedTile<u32>>, DatasetError> {
+        let mut data = tile.lock();
+        let decoded = match &*data {
+            TileData::Decoded(d) => return Ok(d.clone()),
+            TileData::Raw { blob, .. } => self.decode_blob(t, blob, self.verify_crc),
+        };
+        match decoded {
+            Ok(d) => {
+                let d = Arc::new(d);
+                *data = TileData::Decoded(d.clone());
+                Ok(d)
+            }
+            Err(e) => {
+                drop(data);
+                self.lock_cache().remove_ready(t, tile);
+                Err(e)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dataset_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<Dataset>();
+        check::<Batch<f32>>();
+    }
+
+    #[test]
+    fn var_names_parsing() {
+        assert_eq!(parse_var_names(b"a\nb\n", 2).unwrap(), vec!["a", "b"]);
+        assert_eq!(parse_var_names(b"a\r\nb", 2).unwrap(), vec!["a", "b"]);
+        assert_eq!(parse_var_names(b"\n", 1).unwrap(), vec![""]);
+        assert!(parse_var_names(b"a\nb\n", 3).is_err());
+        assert!(parse_var_names(b"", 1).is_err());
+        assert!(parse_var_names(b"\xff\n", 1).is_err());
+    }
+
+    #[test]
+    fn permutation_check() {
+        assert!(check_permutation(&[2, 0, 1]).is_ok());
+        assert!(check_permutation(&[2, 0, 0]).is_err());
+        assert!(check_permutation(&[3, 0, 1]).is_err());
+        assert!(check_permutation(&[-1, 0, 1]).is_err());
+    }
+}

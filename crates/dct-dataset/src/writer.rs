@@ -1,0 +1,479 @@
+//! Writing a dataset: [`DatasetWriter`].
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use dct_codec::{CanonicalCsr, CountLike, CsrMatrix, EncodeOptions, ExceptionPolicy, IndexLike, encode_canonical};
+use dct_format::Version;
+use object_store::ObjectStore;
+use serde_json::Value;
+use tokio::task::JoinHandle;
+
+use crate::error::DatasetError;
+use crate::manifest::{GENE_ORDER_NAME, MANIFEST_NAME, Manifest, VAR_NAMES_NAME, VAR_TABLE_NAME, tile_path};
+use crate::reader::check_permutation;
+use crate::rt::{Rt, default_threads, on_pool};
+use crate::store::{Store, StoreOptions};
+
+/// Settings of a [`DatasetWriter`]. Start from [`WriterOptions::new`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct WriterOptions {
+    /// Genes (columns) of every appended block, `1 ..= 2^31`.
+    pub n_genes: u64,
+    /// Cells per tile (default 4096); the last tile holds the remainder.
+    pub tile_size: u64,
+    /// Chunks per tile (default 8): the unit of parallel decoding.
+    pub n_chunks: usize,
+    /// zstd level (default 19; higher is smaller and decodes as fast, it only costs encoding time).
+    pub zstd_level: i32,
+    /// How many counts or gaps above 65535 a tile may hold (default: the reference writer's policy).
+    pub exception_policy: ExceptionPolicy,
+    /// Replace a dataset already at the destination (default `false`: a destination holding any file is
+    /// refused).
+    pub overwrite: bool,
+    /// Tiles being encoded or uploaded at once (default 0 = encode threads + 2); bounds memory, since each
+    /// holds a tile's rows and bytes. [`DatasetWriter::append`] blocks while this many are in flight.
+    pub max_tiles_in_flight: usize,
+    /// Threads encoding tiles (default 0 = the machine's parallelism).
+    pub encode_threads: usize,
+    /// Threads running object-store requests (default 2).
+    pub io_threads: usize,
+    /// The manifest's free-form `metadata` (default `{}`).
+    pub metadata: Value,
+    /// Configuration of cloud backends.
+    pub store: StoreOptions,
+}
+
+impl WriterOptions {
+    /// Defaults for a dataset of `n_genes` genes.
+    pub fn new(n_genes: u64) -> Self {
+        WriterOptions {
+            n_genes,
+            tile_size: 4096,
+            n_chunks: 8,
+            zstd_level: 19,
+            exception_policy: ExceptionPolicy::default(),
+            overwrite: false,
+            max_tiles_in_flight: 0,
+            encode_threads: 0,
+            io_threads: 2,
+            metadata: Value::Object(serde_json::Map::new()),
+            store: StoreOptions::default(),
+        }
+    }
+}
+
+/// The manifest's obs fields, for a writer whose caller also wrote the obs shards (with
+/// [`DatasetWriter::put_file`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObsFields {
+    /// Tiles (row groups) per shard.
+    pub tiles_per_file: u64,
+    /// Size of each shard in bytes.
+    pub shard_bytes: Vec<u64>,
+    /// SHA-256 (hex) of each shard.
+    pub shard_sha256: Vec<String>,
+    /// The obs fingerprint (see [`crate::obs_fingerprint`]).
+    pub fingerprint: String,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct TileInfo {
+    cells: u64,
+    nnz: u64,
+    bytes: u64,
+}
+
+/// Writes a dataset: append CSR blocks of any size; they are re-chunked into tiles of exactly `tile_size`
+/// cells, encoded in parallel (at most `max_tiles_in_flight` at a time) and stored as they complete;
+/// [`DatasetWriter::finish`] stores the last tile, the side files and then, last, `manifest.json`.
+///
+/// Atomicity: every object is stored whole or not at all (local files are written to a temporary name and
+/// renamed; object stores publish a PUT atomically), and the manifest is stored only after every tile and side
+/// file. An error (after which every call fails) or a writer dropped before `finish` leaves no manifest, so
+/// readers see an incomplete dataset and refuse it (`manifest_missing`).
+///
+/// The calls block; encoding runs on the writer's own rayon pool and uploads on its own tokio runtime.
+pub struct DatasetWriter {
+    store: Store,
+    opts: WriterOptions,
+    rt: Rt,
+    pool: Arc<rayon::ThreadPool>,
+    encode: EncodeOptions,
+    max_in_flight: usize,
+    current: CanonicalCsr,
+    n_cells: u64,
+    pending: VecDeque<JoinHandle<Result<TileInfo, DatasetError>>>,
+    done: Vec<TileInfo>,
+    gene_order: Option<Vec<i32>>,
+    var_names: Option<Vec<String>>,
+    files: Vec<(String, Bytes)>,
+    has_var_table: bool,
+    obs: Option<ObsFields>,
+    failed: Option<DatasetError>,
+    finished: bool,
+}
+
+impl std::fmt::Debug for DatasetWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DatasetWriter")
+            .field("url", &self.store.root())
+            .field("n_cells", &self.n_cells)
+            .field("tiles_stored", &self.done.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl DatasetWriter {
+    /// Starts a dataset at `url` (a local path, created if needed, or a URL; see [`crate::store`]).
+    ///
+    /// A destination that already holds any file is refused unless `overwrite` is set; with it, the old
+    /// `manifest.json` is deleted first, then the old tiles, side files and obs files (other files are left).
+    pub fn create(url: &str, options: WriterOptions) -> Result<DatasetWriter, DatasetError> {
+        let store = Store::from_url(url, &options.store)?;
+        DatasetWriter::create_in(store, options)
+    }
+
+    /// Starts a dataset under `prefix` of an existing object store.
+    pub fn create_with_store(
+        store: Arc<dyn ObjectStore>,
+        prefix: &str,
+        options: WriterOptions,
+    ) -> Result<DatasetWriter, DatasetError> {
+        DatasetWriter::create_in(Store::with_object_store(store, prefix)?, options)
+    }
+
+    /// Starts a dataset at a [`Store`].
+    pub fn create_in(store: Store, options: WriterOptions) -> Result<DatasetWriter, DatasetError> {
+        let bad = |m: String| Err(DatasetError::InvalidArgument(format!("writer for {}: {m}", store.root())));
+        if options.n_genes == 0 || options.n_genes > Version::V2.max_genes() {
+            return bad(format!("n_genes is {}; it must be in 1..=2^31", options.n_genes));
+        }
+        if options.tile_size == 0 || options.tile_size > u64::from(u32::MAX) {
+            return bad(format!("tile_size is {}; it must be in 1..=2^32-1", options.tile_size));
+        }
+        if options.n_chunks == 0 {
+            return bad("n_chunks must be at least 1".into());
+        }
+        if !(-7..=22).contains(&options.zstd_level) {
+            return bad(format!("zstd_level is {}; zstd accepts -7..=22", options.zstd_level));
+        }
+        let threads = if options.encode_threads == 0 { default_threads() } else { options.encode_threads };
+        let max_in_flight = if options.max_tiles_in_flight == 0 { threads + 2 } else { options.max_tiles_in_flight };
+        let rt = Rt::new(options.io_threads, "dct-write-io")?;
+        let pool = Arc::new(crate::rt::pool(threads, "dct-encode")?);
+        let s = store.clone();
+        let overwrite = options.overwrite;
+        rt.block_on(async move { prepare_destination(&s, overwrite).await })?;
+        let encode = EncodeOptions {
+            n_chunks: options.n_chunks,
+            level: options.zstd_level,
+            exception_policy: options.exception_policy,
+            version: Version::V2,
+        };
+        Ok(DatasetWriter {
+            current: CanonicalCsr::new(options.n_genes),
+            store,
+            rt,
+            pool,
+            encode,
+            max_in_flight,
+            n_cells: 0,
+            pending: VecDeque::new(),
+            done: Vec::new(),
+            gene_order: None,
+            var_names: None,
+            files: Vec::new(),
+            has_var_table: false,
+            obs: None,
+            failed: None,
+            finished: false,
+            opts: options,
+        })
+    }
+
+    /// Where the dataset is being written.
+    pub fn url(&self) -> &str {
+        self.store.root()
+    }
+
+    /// Cells appended so far.
+    pub fn n_cells(&self) -> u64 {
+        self.n_cells
+    }
+
+    /// Tiles stored so far (tiles still being encoded or uploaded are not counted).
+    pub fn tiles_stored(&self) -> usize {
+        self.done.len()
+    }
+
+    fn usable(&self) -> Result<(), DatasetError> {
+        if let Some(e) = &self.failed {
+            return Err(DatasetError::InvalidArgument(format!(
+                "the writer for {} failed earlier and cannot continue ({e}); no manifest was written",
+                self.store.root()
+            )));
+        }
+        Ok(())
+    }
+
+    fn fail(&mut self, e: DatasetError) -> DatasetError {
+        for job in &self.pending {
+            job.abort();
+        }
+        self.pending.clear();
+        self.failed = Some(e.clone());
+        e
+    }
+
+    /// Appends the rows of `m` (cells; columns = genes, `m.n_cols` must be `n_genes`). Rows may have unsorted
+    /// and repeated columns (repeats are summed) and explicit zeros (dropped); values must be integral counts
+    /// in `0 ..= 2^31 - 1`. Blocks while `max_tiles_in_flight` tiles are being encoded or stored.
+    ///
+    /// A wrong number of columns is refused without changing anything; any other error (invalid data, an
+    /// encoding or storage failure) stops the writer.
+    pub fn append<P: IndexLike, I: IndexLike, V: CountLike>(
+        &mut self,
+        m: &CsrMatrix<'_, P, I, V>,
+    ) -> Result<(), DatasetError> {
+        self.usable()?;
+        if m.n_cols != self.opts.n_genes {
+            return Err(DatasetError::InvalidArgument(format!(
+                "append to {}: the block has {} columns but the dataset has {} genes",
+                self.store.root(),
+                m.n_cols,
+                self.opts.n_genes
+            )));
+        }
+        let base = self.n_cells;
+        let mut r = 0usize;
+        while r < m.n_rows {
+            let room = (self.opts.tile_size - self.current.n_rows() as u64) as usize;
+            let take = room.min(m.n_rows - r);
+            if let Err(source) = self.current.push_rows(m, r..r + take, base) {
+                let e = DatasetError::Encode {
+                    context: format!(
+                        "append to {}: block rows {}..{} (global cells from {base})",
+                        self.store.root(),
+                        r,
+                        r + take
+                    ),
+                    source,
+                };
+                return Err(self.fail(e));
+            }
+            r += take;
+            self.n_cells += take as u64;
+            if self.current.n_rows() as u64 == self.opts.tile_size {
+                self.submit_tile()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn submit_tile(&mut self) -> Result<(), DatasetError> {
+        let csr = std::mem::replace(&mut self.current, CanonicalCsr::new(self.opts.n_genes));
+        let t = self.done.len() + self.pending.len();
+        let first = self.n_cells - csr.n_rows() as u64;
+        let job = encode_and_store(self.store.clone(), self.pool.clone(), csr, t, first, self.encode);
+        self.pending.push_back(self.rt.handle().spawn(job));
+        while self.pending.len() >= self.max_in_flight {
+            self.wait_oldest()?;
+        }
+        Ok(())
+    }
+
+    fn wait_oldest(&mut self) -> Result<(), DatasetError> {
+        let Some(job) = self.pending.pop_front() else { return Ok(()) };
+        let result = match futures::executor::block_on(job) {
+            Ok(r) => r,
+            Err(e) => Err(DatasetError::Internal(format!("a tile task of {} failed: {e}", self.store.root()))),
+        };
+        match result {
+            Ok(info) => {
+                self.done.push(info);
+                Ok(())
+            }
+            Err(e) => Err(self.fail(e)),
+        }
+    }
+
+    /// Records the gene order (`gene_order.npy`): stored column `j` was column `order[j]` of the source. Must be
+    /// a permutation of `0..n_genes`.
+    pub fn set_gene_order(&mut self, order: Vec<i32>) -> Result<(), DatasetError> {
+        self.usable()?;
+        if order.len() as u64 != self.opts.n_genes {
+            return Err(DatasetError::InvalidArgument(format!(
+                "gene order has {} entries but the dataset has {} genes",
+                order.len(),
+                self.opts.n_genes
+            )));
+        }
+        check_permutation(&order).map_err(|m| DatasetError::InvalidArgument(format!("gene order: {m}")))?;
+        self.gene_order = Some(order);
+        Ok(())
+    }
+
+    /// Records the gene names (`var_names.txt`, one per line in stored column order). Names may not contain a
+    /// line break.
+    pub fn set_var_names(&mut self, names: Vec<String>) -> Result<(), DatasetError> {
+        self.usable()?;
+        if names.len() as u64 != self.opts.n_genes {
+            return Err(DatasetError::InvalidArgument(format!(
+                "{} gene names given but the dataset has {} genes",
+                names.len(),
+                self.opts.n_genes
+            )));
+        }
+        if let Some((j, name)) = names.iter().enumerate().find(|(_, n)| n.contains(['\n', '\r'])) {
+            return Err(DatasetError::InvalidArgument(format!(
+                "gene name {j} ({name:?}) contains a line break, which var_names.txt cannot hold"
+            )));
+        }
+        self.var_names = Some(names);
+        Ok(())
+    }
+
+    /// Sets the manifest's free-form `metadata`.
+    pub fn set_metadata(&mut self, metadata: Value) {
+        self.opts.metadata = metadata;
+    }
+
+    /// Stores another file of the dataset at `rel` (e.g. `var.parquet`, `obs/schema.json`,
+    /// `obs/obs_0000.parquet`) before the manifest. Storing `var.parquet` sets the manifest's `has_var_table`.
+    /// The manifest, tiles and the files with setters of their own are refused.
+    pub fn put_file(&mut self, rel: &str, bytes: Bytes) -> Result<(), DatasetError> {
+        self.usable()?;
+        let reserved = rel == MANIFEST_NAME || rel == GENE_ORDER_NAME || rel == VAR_NAMES_NAME;
+        let valid = !rel.is_empty() && rel.split('/').all(|p| !p.is_empty() && p != "." && p != "..");
+        if reserved || rel.starts_with("tiles/") || !valid {
+            return Err(DatasetError::InvalidArgument(format!(
+                "put_file({rel:?}): not an allowed side-file path (the writer stores the manifest, tiles, \
+                 gene_order.npy and var_names.txt itself)"
+            )));
+        }
+        if rel == VAR_TABLE_NAME {
+            self.has_var_table = true;
+        }
+        self.files.push((rel.to_string(), bytes));
+        Ok(())
+    }
+
+    /// Sets the manifest's obs fields (and `has_obs`); the shards and schema are stored with
+    /// [`DatasetWriter::put_file`]. Checked against the tiles at [`DatasetWriter::finish`].
+    pub fn set_obs(&mut self, obs: ObsFields) {
+        self.obs = Some(obs);
+    }
+
+    /// Stores the last (short) tile, waits for every tile, stores the side files and then `manifest.json`, and
+    /// returns the manifest written.
+    pub fn finish(mut self) -> Result<Manifest, DatasetError> {
+        self.usable()?;
+        if self.current.n_rows() > 0 {
+            self.submit_tile()?;
+        }
+        while !self.pending.is_empty() {
+            self.wait_oldest()?;
+        }
+        let manifest = self.build_manifest().map_err(|e| self.fail(e))?;
+        let mut files = std::mem::take(&mut self.files);
+        if let Some(order) = &self.gene_order {
+            files.push((GENE_ORDER_NAME.into(), Bytes::from(crate::npy::write_i32(order))));
+        }
+        if let Some(names) = &self.var_names {
+            let mut text = String::with_capacity(names.iter().map(|n| n.len() + 1).sum());
+            for n in names {
+                text.push_str(n);
+                text.push('\n');
+            }
+            files.push((VAR_NAMES_NAME.into(), Bytes::from(text)));
+        }
+        let store = self.store.clone();
+        let json = Bytes::from(manifest.to_json_pretty());
+        let result = self.rt.block_on(async move {
+            for (rel, bytes) in files {
+                store.put(&rel, bytes).await?;
+            }
+            // Last: the manifest makes the dataset visible.
+            store.put(MANIFEST_NAME, json).await
+        });
+        result.map_err(|e| self.fail(e))?;
+        self.finished = true;
+        Ok(manifest)
+    }
+
+    fn build_manifest(&self) -> Result<Manifest, DatasetError> {
+        let mut m = Manifest::new(self.opts.n_genes, self.opts.tile_size);
+        m.n_cells = self.n_cells;
+        m.tile_cells = self.done.iter().map(|t| t.cells).collect();
+        m.tile_nnz = self.done.iter().map(|t| t.nnz).collect();
+        m.tile_bytes = self.done.iter().map(|t| t.bytes).collect();
+        m.n_chunks = Some(self.opts.n_chunks as u64);
+        m.zstd_level = Some(i64::from(self.opts.zstd_level));
+        m.has_gene_order = self.gene_order.is_some();
+        m.has_var_names = self.var_names.is_some();
+        m.has_var_table = self.has_var_table;
+        m.metadata = self.opts.metadata.clone();
+        if let Some(obs) = &self.obs {
+            m.has_obs = true;
+            m.obs_tiles_per_file = obs.tiles_per_file;
+            m.obs_shard_bytes = obs.shard_bytes.clone();
+            m.obs_shard_sha256 = obs.shard_sha256.clone();
+            m.obs_fingerprint = obs.fingerprint.clone();
+        }
+        m.validate().map_err(|source| DatasetError::Manifest { url: self.store.url(MANIFEST_NAME), source })?;
+        Ok(m)
+    }
+}
+
+impl Drop for DatasetWriter {
+    fn drop(&mut self) {
+        if !self.finished {
+            for job in &self.pending {
+                job.abort();
+            }
+        }
+    }
+}
+
+async fn encode_and_store(
+    store: Store,
+    pool: Arc<rayon::ThreadPool>,
+    csr: CanonicalCsr,
+    t: usize,
+    first: u64,
+    encode: EncodeOptions,
+) -> Result<TileInfo, DatasetError> {
+    let cells = csr.n_rows() as u64;
+    let nnz = csr.nnz() as u64;
+    let context = || format!("tile {t} (cells {first}..{}) of {}", first + cells, store.root());
+    let blob = on_pool(&pool, move || encode_canonical(&csr, &encode))
+        .await
+        .map_err(|m| DatasetError::Internal(format!("{}: {m}", context())))?
+        .map_err(|source| DatasetError::Encode { context: context(), source })?;
+    let bytes = blob.len() as u64;
+    store.put(&tile_path(t), Bytes::from(blob)).await?;
+    Ok(TileInfo { cells, nnz, bytes })
+}
+
+/// Refuses a destination holding files (unless `overwrite`); with `overwrite`, deletes the old manifest first,
+/// then the old dataset's files.
+async fn prepare_destination(store: &Store, overwrite: bool) -> Result<(), DatasetError> {
+    let Some(first) = store.first_object().await? else { return Ok(()) };
+    if !overwrite {
+        let example = store.relative(&first.location).unwrap_or_else(|| first.location.to_string());
+        return Err(DatasetError::AlreadyExists { url: store.root().to_string(), example });
+    }
+    store.delete_path(&store.path(MANIFEST_NAME)).await?;
+    for meta in store.list_all().await? {
+        let Some(rel) = store.relative(&meta.location) else { continue };
+        let ours = rel.starts_with("tiles/")
+            || rel.starts_with("obs/")
+            || [GENE_ORDER_NAME, VAR_NAMES_NAME, VAR_TABLE_NAME].contains(&rel.as_str());
+        if ours {
+            store.delete_path(&meta.location).await?;
+        }
+    }
+    Ok(())
+}

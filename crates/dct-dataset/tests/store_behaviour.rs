@@ -1,0 +1,271 @@
+//! Requests, caching, prefetching, transient failures, corruption and latency, measured with instrumented and
+//! throttled in-memory stores.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{Truth, append_all, assert_batch, random_batches, random_truth};
+use dct_dataset::object_store::memory::InMemory;
+use dct_dataset::object_store::path::Path as ObjPath;
+use dct_dataset::object_store::throttle::{ThrottleConfig, ThrottledStore};
+use dct_dataset::object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use dct_dataset::{Category, Dataset, DatasetWriter, InstrumentedStore, ReadOptions, VerifyOptions, WriterOptions};
+
+const N_GENES: u64 = 200;
+const TILE: u64 = 50;
+
+/// A dataset of `n_cells` cells in tiles of 50, written into a fresh in-memory store under `ds/`.
+fn dataset(seed: u64, n_cells: usize) -> (Arc<InMemory>, Truth) {
+    let truth = random_truth(seed, n_cells, N_GENES, 0.05, false);
+    let mem = Arc::new(InMemory::new());
+    let opts =
+        WriterOptions { tile_size: TILE, n_chunks: 2, zstd_level: 3, encode_threads: 2, ..WriterOptions::new(N_GENES) };
+    let mut w = DatasetWriter::create_with_store(mem.clone(), "ds", opts).unwrap();
+    append_all(&mut w, &truth, seed + 1, 120);
+    w.set_var_names((0..N_GENES).map(|g| format!("g{g}")).collect()).unwrap();
+    w.finish().unwrap();
+    (mem, truth)
+}
+
+fn instrumented(mem: &Arc<InMemory>) -> Arc<InstrumentedStore> {
+    Arc::new(InstrumentedStore::new(mem.clone()))
+}
+
+fn tile_cells(ds: &Dataset, t: usize) -> Vec<u64> {
+    let (lo, hi) = ds.tile_bounds(t).unwrap();
+    (lo..hi).collect()
+}
+
+fn tile_name(t: usize) -> String {
+    format!("tiles/tile_{t:06}.dct")
+}
+
+fn run<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
+}
+
+#[test]
+fn one_get_per_tile_and_cached_tiles_are_not_fetched_again() {
+    let (mem, truth) = dataset(1, 420);
+    let store = instrumented(&mem);
+    let ds =
+        Dataset::open_with_store(store.clone(), "ds", ReadOptions { max_cached_tiles: 16, ..ReadOptions::default() })
+            .unwrap();
+    assert_eq!(store.counts().gets, 1, "open reads the manifest only");
+    let n_tiles = ds.n_tiles();
+    assert_eq!(n_tiles, 9);
+
+    let all: Vec<u64> = (0..truth.n_cells()).rev().collect();
+    assert_batch(&ds.get_batch_as::<u32>(&all).unwrap(), &truth, &all);
+    let counts = store.counts();
+    assert_eq!(counts.gets, 1 + n_tiles as u64);
+    for t in 0..n_tiles {
+        assert_eq!(counts.gets_of(&tile_name(t)), 1, "tile {t}");
+    }
+    assert_eq!(counts.get_bytes, ds.manifest().tile_bytes.iter().sum::<u64>() + manifest_len(&mem));
+    let stats = ds.stats();
+    assert_eq!(stats.tiles_fetched, n_tiles as u64);
+    assert_eq!(stats.bytes_fetched, ds.manifest().tile_bytes.iter().sum::<u64>());
+    assert_eq!(stats.cache_misses, n_tiles as u64);
+    assert_eq!(stats.tiles_decoded, n_tiles as u64);
+
+    // Everything again, in other batches: no request at all.
+    for batch in random_batches(2, truth.n_cells(), 30, 100) {
+        assert_batch(&ds.get_batch_as::<u32>(&batch).unwrap(), &truth, &batch);
+        assert_eq!(ds.batch_nnz(&batch).unwrap(), truth.nnz_of(&batch));
+    }
+    assert_eq!(store.counts().gets, 1 + n_tiles as u64);
+    assert!(ds.stats().cache_hits > 0);
+}
+
+fn manifest_len(mem: &Arc<InMemory>) -> u64 {
+    run(mem.head(&ObjPath::from("ds/manifest.json"))).unwrap().size
+}
+
+#[test]
+fn lru_evicts_the_least_recently_used_tile() {
+    let (mem, truth) = dataset(3, 200);
+    let store = instrumented(&mem);
+    let ds =
+        Dataset::open_with_store(store.clone(), "ds", ReadOptions { max_cached_tiles: 2, ..ReadOptions::default() })
+            .unwrap();
+    for t in [0, 1, 0, 2, 0, 1] {
+        let cells = tile_cells(&ds, t);
+        assert_batch(&ds.get_batch_as::<u32>(&cells).unwrap(), &truth, &cells);
+    }
+    let c = store.counts();
+    // 0 miss, 1 miss, 0 hit, 2 miss (evicts 1), 0 hit, 1 miss (evicts 2).
+    assert_eq!((c.gets_of(&tile_name(0)), c.gets_of(&tile_name(1)), c.gets_of(&tile_name(2))), (1, 2, 1));
+
+    // Without a cache every read fetches.
+    let store = instrumented(&mem);
+    let ds =
+        Dataset::open_with_store(store.clone(), "ds", ReadOptions { max_cached_tiles: 0, ..ReadOptions::default() })
+            .unwrap();
+    let cells = tile_cells(&ds, 3);
+    ds.get_batch(&cells).unwrap();
+    ds.get_batch(&cells).unwrap();
+    assert_eq!(store.counts().gets_of(&tile_name(3)), 2);
+}
+
+#[test]
+fn prefetched_tiles_are_fetched_once_and_batch_nnz_reuses_fetches() {
+    let (mem, truth) = dataset(4, 400);
+    let store = instrumented(&mem);
+    let ds =
+        Dataset::open_with_store(store.clone(), "ds", ReadOptions { max_prefetch_tiles: 3, ..ReadOptions::default() })
+            .unwrap();
+    let n = ds.n_tiles();
+    ds.prefetch(&(0..n).collect::<Vec<_>>()).unwrap();
+    ds.prefetch(&[0, 1]).unwrap(); // already under way: nothing new
+    let all: Vec<u64> = (0..truth.n_cells()).collect();
+    assert_batch(&ds.get_batch_as::<u32>(&all).unwrap(), &truth, &all);
+    let c = store.counts();
+    for t in 0..n {
+        assert_eq!(c.gets_of(&tile_name(t)), 1, "tile {t}");
+    }
+    let s = ds.stats();
+    assert_eq!(s.prefetched, n as u64);
+    assert_eq!(s.cache_misses, 0);
+    assert_eq!(s.inflight_joins + s.cache_hits, n as u64);
+
+    // batch_nnz loads tiles without decoding; a following read decodes them without fetching again.
+    let store = instrumented(&mem);
+    let ds = Dataset::open_with_store(store.clone(), "ds", ReadOptions::default()).unwrap();
+    let cells = [5, 390, 5, 120];
+    assert_eq!(ds.batch_nnz(&cells).unwrap(), truth.nnz_of(&cells));
+    assert_eq!(ds.stats().tiles_decoded, 0);
+    assert_batch(&ds.get_batch_as::<u32>(&cells).unwrap(), &truth, &cells);
+    assert_eq!(ds.stats().tiles_decoded, 3);
+    assert_eq!(store.counts().gets, 1 + 3);
+    ds.prefetch_cells(&[0, 60]).unwrap();
+}
+
+#[test]
+fn a_transient_failure_is_reported_and_not_cached() {
+    let (mem, truth) = dataset(5, 200);
+    let store = instrumented(&mem);
+    let ds = Dataset::open_with_store(store.clone(), "ds", ReadOptions::default()).unwrap();
+    store.fail_next_gets(&tile_name(1), 1);
+    let cells = [0, 60, 199];
+    let e = ds.get_batch(&cells).unwrap_err();
+    assert_eq!(e.category(), Category::Io, "{e}");
+    assert!(e.to_string().contains(&tile_name(1)), "the message names the object: {e}");
+    assert_eq!(ds.stats().failed_loads, 1);
+    // The retry succeeds: tile 1 is fetched again, the tiles that did load are not.
+    assert_batch(&ds.get_batch_as::<u32>(&cells).unwrap(), &truth, &cells);
+    let c = store.counts();
+    assert_eq!((c.gets_of(&tile_name(0)), c.gets_of(&tile_name(1)), c.gets_of(&tile_name(3))), (1, 2, 1));
+
+    // The same for side files.
+    store.fail_next_gets("var_names.txt", 1);
+    assert_eq!(ds.var_names().unwrap_err().category(), Category::Io);
+    assert_eq!(ds.var_names().unwrap().unwrap().len(), N_GENES as usize);
+}
+
+#[test]
+fn concurrent_readers_share_tiles() {
+    let (mem, truth) = dataset(6, 600);
+    let store = instrumented(&mem);
+    let ds = Arc::new(
+        Dataset::open_with_store(store.clone(), "ds", ReadOptions { max_cached_tiles: 64, ..ReadOptions::default() })
+            .unwrap(),
+    );
+    let truth = Arc::new(truth);
+    let threads: Vec<_> = (0..4)
+        .map(|i| {
+            let (ds, truth) = (ds.clone(), truth.clone());
+            std::thread::spawn(move || {
+                for batch in random_batches(100 + i, truth.n_cells(), 25, 80) {
+                    assert_batch(&ds.get_batch_as::<u32>(&batch).unwrap(), &truth, &batch);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let c = store.counts();
+    for t in 0..ds.n_tiles() {
+        assert!(c.gets_of(&tile_name(t)) <= 1, "tile {t} fetched {} times", c.gets_of(&tile_name(t)));
+    }
+}
+
+#[test]
+fn verify_reports_every_problem() {
+    let (mem, truth) = dataset(7, 300);
+    // Tile 1: one byte flipped (the CRC catches it); tile 4: missing; var_names.txt: one name short.
+    let p1 = ObjPath::from("ds/tiles/tile_000001.dct");
+    let mut bytes = run(async { mem.get(&p1).await.unwrap().bytes().await }).unwrap().to_vec();
+    let mid = bytes.len() - 5;
+    bytes[mid] ^= 0x40;
+    run(mem.put(&p1, PutPayload::from(bytes))).unwrap();
+    run(mem.delete(&ObjPath::from("ds/tiles/tile_000004.dct"))).unwrap();
+    let names: String = (0..N_GENES - 1).map(|g| format!("g{g}\n")).collect();
+    run(mem.put(&ObjPath::from("ds/var_names.txt"), PutPayload::from(names.into_bytes()))).unwrap();
+
+    let ds = Dataset::open_with_store(mem.clone(), "ds", ReadOptions::default()).unwrap();
+    let mut progress = Vec::new();
+    let report = ds.verify(&VerifyOptions { parallel: 3, ..VerifyOptions::default() }, |d, t| progress.push((d, t)));
+    let found: Vec<(Category, Option<usize>)> = report.problems.iter().map(|p| (p.category, p.tile)).collect();
+    assert_eq!(
+        found,
+        vec![(Category::TileCrc, Some(1)), (Category::TileMissing, Some(4)), (Category::SideFile, None)],
+        "{:#?}",
+        report.problems
+    );
+    assert!(report.problems[2].message.contains("var_names.txt"));
+    assert_eq!(progress.len(), ds.n_tiles() + 1);
+    assert_eq!(report.tiles_checked, 6);
+
+    // Reading: the corrupt tile fails with its CRC; the rest reads.
+    let e = ds.get_batch(&[60]).unwrap_err();
+    assert_eq!((e.category(), e.tile()), (Category::TileCrc, Some(1)), "{e}");
+    let ok: Vec<u64> = (0..50).chain(100..200).collect();
+    assert_batch(&ds.get_batch_as::<u32>(&ok).unwrap(), &truth, &ok);
+    assert_eq!(ds.var_names().unwrap_err().category(), Category::SideFile);
+}
+
+/// With a 50 ms latency per GET, a loop that prefetches the next tiles while it "computes" waits far less for
+/// data than one that does not. Only the two stall counters of this test are compared, never wall-clock
+/// constants.
+#[test]
+fn prefetching_hides_latency() {
+    let (mem, truth) = dataset(8, 400);
+    let config = ThrottleConfig { wait_get_per_call: Duration::from_millis(50), ..ThrottleConfig::default() };
+    let slow: Arc<dyn ObjectStore> = Arc::new(ThrottledStore::new(mem.clone(), config));
+    let epoch = |prefetch: bool| {
+        let ds = Dataset::open_with_store(
+            slow.clone(),
+            "ds",
+            ReadOptions { max_cached_tiles: 8, max_prefetch_tiles: 4, ..ReadOptions::default() },
+        )
+        .unwrap();
+        let n = ds.n_tiles();
+        if prefetch {
+            ds.prefetch(&[0, 1, 2]).unwrap();
+        }
+        for t in 0..n {
+            if prefetch && t + 3 < n {
+                ds.prefetch(&[t + 3]).unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(80)); // the training step
+            let cells = tile_cells(&ds, t);
+            assert_batch(&ds.get_batch_as::<u32>(&cells).unwrap(), &truth, &cells);
+        }
+        ds.stats()
+    };
+    let without = epoch(false);
+    let with = epoch(true);
+    assert_eq!(without.tiles_fetched, 8);
+    assert_eq!(with.tiles_fetched, 8);
+    assert_eq!(with.prefetched, 8);
+    assert!(
+        with.stall_time * 4 < without.stall_time,
+        "stall with prefetch {:?}, without {:?}",
+        with.stall_time,
+        without.stall_time
+    );
+}
