@@ -4,6 +4,8 @@
 //! * `conformance [DIR]` — the public conformance set through the release CLI (needs python3 and the shared
 //!   tools; skipped with a message when they are absent).
 
+mod fuzz;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
@@ -12,6 +14,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
         Some("conformance") => conformance(args.get(1).map(PathBuf::from)),
+        Some("fuzz") => fuzz::run(&args[1..]),
         _ => {
             eprintln!("usage: cargo xtask <ci | conformance [DIR]>");
             return ExitCode::from(2);

@@ -1,0 +1,78 @@
+//! Full and partial decoding of arbitrary bytes with CRC checking off, so that corrupt frames, indptrs and
+//! exception lists reach the decoder. Never panics; whatever decodes is a structurally valid CSR matrix; partial
+//! decodes agree with the full decode; the CRC check only ever turns a success into an error; the parallel
+//! decoder and reused buffers give the same result as a fresh single-threaded decode.
+
+#![no_main]
+
+use std::sync::{Mutex, OnceLock};
+
+use dct_codec::{DecodeOptions, DecodedTile, Decoder};
+use dct_format::{TileLayout, compute_crc};
+use deltacells_fuzz::{assert_rows_match, assert_valid_csr};
+use libfuzzer_sys::fuzz_target;
+
+/// A two-thread decoder shared by all inputs (its pool is expensive to start), reused as a real reader would.
+fn parallel() -> &'static Mutex<Decoder> {
+    static DECODER: OnceLock<Mutex<Decoder>> = OnceLock::new();
+    DECODER.get_or_init(|| Mutex::new(Decoder::new(DecodeOptions { verify_crc: false, threads: 2 })))
+}
+
+fuzz_target!(|data: &[u8]| {
+    let mut decoder = Decoder::new(DecodeOptions { verify_crc: false, threads: 1 });
+    let mut full = DecodedTile::<u32>::default();
+    let result = decoder.decode_into(data, &mut full);
+    let layout = TileLayout::parse(data).ok();
+    let crc_ok = layout.as_ref().is_some_and(|l| compute_crc(data) == l.header().crc32);
+
+    let mut checked = Decoder::new(DecodeOptions { verify_crc: true, threads: 1 });
+    let with_crc = checked.decode::<u32>(data);
+    match &result {
+        Ok(()) => {
+            assert_valid_csr(&full);
+            let h = *layout.as_ref().expect("a decoded tile has a valid layout").header();
+            assert_eq!((full.n_rows() as u64, full.nnz() as u64), (h.n_cells, h.nnz));
+            assert_eq!((full.n_genes, full.version), (h.n_genes, h.version));
+            // The CRC check changes nothing but the verdict on a mismatching CRC.
+            match with_crc {
+                Ok(t) => {
+                    assert!(crc_ok, "decoded with a CRC mismatch");
+                    assert_eq!(t, full);
+                }
+                Err(_) => assert!(!crc_ok, "CRC on rejects a tile that decodes with CRC off and a matching CRC"),
+            }
+            // Decoding again into the same, already sized buffers, and on two threads, gives the same tile.
+            let mut again = full.clone();
+            decoder.decode_into(data, &mut again).expect("second decode of the same bytes failed");
+            assert_eq!(again, full);
+            let mut par = DecodedTile::<u32>::default();
+            parallel().lock().unwrap().decode_into(data, &mut par).expect("parallel decode failed");
+            assert_eq!(par, full);
+            // Float output: the same counts, rounded as f32 rounds them.
+            let floats = decoder.decode::<f32>(data).expect("f32 decode failed");
+            assert_eq!(floats.indices, full.indices);
+            assert!(floats.values.iter().zip(&full.values).all(|(&f, &v)| f == v as f32));
+        }
+        Err(_) => assert!(with_crc.is_err(), "CRC on accepts a tile CRC off rejects"),
+    }
+
+    // Partial decode of a few rows: reversed, repeated, spread over the chunks.
+    let Some(layout) = layout else { return };
+    let n = layout.header().n_cells;
+    let mut part = DecodedTile::<u32>::default();
+    assert!(decoder.decode_rows_into(data, &[n], &mut part).is_err(), "row n_cells accepted");
+    if n == 0 {
+        return;
+    }
+    let pick = (data.len() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) % n;
+    let rows = [n - 1, 0, n / 2, pick, n - 1];
+    match decoder.decode_rows_into(data, &rows, &mut part) {
+        Ok(()) => {
+            assert_valid_csr(&part);
+            if result.is_ok() {
+                assert_rows_match(&full, &rows, &part);
+            }
+        }
+        Err(e) => assert!(result.is_err(), "rows {rows:?} fail ({e}) but the full decode succeeds"),
+    }
+});
