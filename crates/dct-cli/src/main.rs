@@ -1,4 +1,4 @@
-//! `deltacells`: inspect, verify, export and benchmark deltacells datasets and tiles.
+//! `deltacells`: convert, inspect, verify, export and benchmark deltacells datasets and tiles, and read their obs.
 //!
 //! Exit status: 0 when all is well, 1 when problems were found (bad input, failed verification), 2 for usage
 //! errors. Bad input never panics; the message says what is wrong and where.
@@ -28,6 +28,8 @@ enum Command {
     Info(commands::info::Args),
     /// Check every tile (CRC, full decode, agreement with the manifest), side file and obs shard.
     Verify(commands::verify::Args),
+    /// Per-cell metadata: columns and their sizes, localize columns into the node cache, show cells' values.
+    Obs(commands::obs::Args),
     /// Write decoded rows as Matrix Market or CSV.
     Export(commands::export::Args),
     /// Show the header, chunk table, per-chunk sizes and exception counts of one tile file.
@@ -43,6 +45,7 @@ fn main() -> ExitCode {
         Command::Convert(args) => commands::convert::run(args),
         Command::Info(args) => commands::info::run(args),
         Command::Verify(args) => commands::verify::run(args),
+        Command::Obs(args) => commands::obs::run(args),
         Command::Export(args) => commands::export::run(args),
         Command::InspectTile(args) => commands::inspect::run(args),
         Command::Bench(args) => commands::bench::run(args),

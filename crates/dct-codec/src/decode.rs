@@ -449,6 +449,9 @@ fn data_err(indptr: &IndptrView<'_>, chunk: u32, e: &ChunkEntry, pos: u64, probl
     DecodeError::Data { chunk, cell: cell_of(indptr, e, pos), nonzero: e.nnz_lo + pos, problem }
 }
 
+/// Longest cell whose gaps (each at most 65,535) are summed in 32 bits: 65,537 x 65,535 = 2^32 - 1.
+const MAX_U32_SUM_LEN: usize = 65_537;
+
 #[inline]
 fn plane(lo: &[u8], hi: &[u8], i: usize) -> u32 {
     u32::from(lo[i]) | u32::from(hi[i]) << 8
@@ -484,24 +487,40 @@ fn decode_chunk<V: CountValue>(
         return Err(data_err(&ctx.indptr, chunk, e, pos as u64, "stored count is 0; zeros are never stored".into()));
     }
 
-    // Gene indices: prefix sums of the gaps, restarting at each cell. 64-bit accumulation cannot wrap.
+    // Gene indices: prefix sums of the gaps, restarting at each cell. Per cell, two passes over data that stays
+    // in L1: recombine the byte planes into the output and count zero gaps (vectorizes), then sum in place.
     let (glo, ghi) = w.gaps.split_at(n);
     let n_genes = u64::from(ctx.header.n_genes);
     let mut start = 0usize;
     for cell in e.cell_lo..e.cell_hi {
         let end = (ctx.indptr.get(cell as usize + 1) - e.nnz_lo) as usize;
         if end > start {
-            let (gl, gh, out) = (&glo[start..end], &ghi[start..end], &mut indices[start..end]);
-            let mut acc = u64::from(gl[0]) | u64::from(gh[0]) << 8;
-            out[0] = acc as i32;
-            let mut zero_gap = false;
-            for ((o, &l), &h) in out[1..].iter_mut().zip(&gl[1..]).zip(&gh[1..]) {
-                let g = u64::from(l) | u64::from(h) << 8;
-                zero_gap |= g == 0;
-                acc += g;
-                *o = acc as i32;
+            let (gl, gh, row) = (&glo[start..end], &ghi[start..end], &mut indices[start..end]);
+            let mut zeros = 0u32;
+            for ((o, &l), &h) in row.iter_mut().zip(gl).zip(gh) {
+                let g = u32::from(l) | u32::from(h) << 8;
+                zeros += u32::from(g == 0);
+                *o = g as i32;
             }
-            if zero_gap || acc >= n_genes {
+            // A cell's first gap is its first gene index and may be 0; any later zero repeats a gene.
+            zeros -= u32::from(row[0] == 0);
+            let last = if row.len() <= MAX_U32_SUM_LEN {
+                // At most 65,537 gaps of at most 65,535: the sum fits in 32 bits and cannot wrap.
+                let mut acc = 0u32;
+                for x in row.iter_mut() {
+                    acc = acc.wrapping_add(*x as u32);
+                    *x = acc as i32;
+                }
+                u64::from(acc)
+            } else {
+                let mut acc = 0u64;
+                for x in row.iter_mut() {
+                    acc += u64::from(*x as u32);
+                    *x = acc as i32;
+                }
+                acc
+            };
+            if zeros != 0 || last >= n_genes {
                 return Err(gap_error(ctx, chunk, e, glo, ghi, start, end, n_genes));
             }
         }

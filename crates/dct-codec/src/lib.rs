@@ -8,6 +8,8 @@
 //! * [`encode_tile`] / [`encode_canonical`]: a CSR matrix of any index and value type to a version-2 tile.
 //! * [`inspect`]: header, chunk table and per-chunk exception counts without decompressing the streams.
 
+#![forbid(unsafe_code)]
+
 mod decode;
 mod encode;
 mod error;

@@ -46,6 +46,15 @@ pub enum ConvertError {
     /// The output already holds a different dataset or conversion.
     #[error("{0}")]
     Output(String),
+    /// The obs shards, `obs/schema.json` or `var.parquet` could not be built or written.
+    #[error("{context}: {source}")]
+    Obs {
+        /// What was being written, and where.
+        context: String,
+        /// The obs layer's error.
+        #[source]
+        source: Box<dct_obs::ObsError>,
+    },
     /// A local file could not be read or written.
     #[error("{path}: {source}")]
     Io {

@@ -1,8 +1,11 @@
 //! Blocking access to the output store for the converter (a small tokio runtime of its own).
 
+use std::future::Future;
+
 use bytes::Bytes;
-use dct_dataset::object_store::{ObjectStoreExt, PutPayload};
+use dct_dataset::object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use dct_dataset::{DatasetError, Store, StoreOptions};
+use futures::TryStreamExt;
 
 use crate::error::ConvertError;
 
@@ -42,6 +45,31 @@ impl Output {
         let (os, path) = (self.store.object_store().clone(), self.store.path(rel));
         let result = self.rt.block_on(async move { os.put(&path, PutPayload::from_bytes(bytes)).await });
         result.map(|_| ()).map_err(|e| store_error("PUT", self.store.url(rel), e).into())
+    }
+
+    /// Runs `f` on the output's I/O threads and waits for it.
+    pub(crate) fn block_on<F: Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
+    }
+
+    /// Deletes every object under the folder `rel` (e.g. `obs`), if any.
+    pub(crate) fn delete_prefix(&self, rel: &str) -> Result<(), ConvertError> {
+        let (os, prefix) = (self.store.object_store().clone(), self.store.path(rel));
+        let result = self.rt.block_on(async move {
+            let listed: Vec<_> = match os.list(Some(&prefix)).try_collect().await {
+                Ok(l) => l,
+                Err(dct_dataset::object_store::Error::NotFound { .. }) => Vec::new(),
+                Err(e) => return Err(e),
+            };
+            for meta in listed {
+                match os.delete(&meta.location).await {
+                    Ok(()) | Err(dct_dataset::object_store::Error::NotFound { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(())
+        });
+        result.map_err(|e| store_error("DELETE", self.store.url(rel), e).into())
     }
 
     /// Deletes `rel` if it exists.

@@ -9,19 +9,35 @@
 //!    a part skips tiles that are already complete and valid, so parts are idempotent and an interrupted part
 //!    resumes where it stopped. Memory is bounded by the tile being built, the tile being compressed and one input
 //!    window, not by the inputs' size.
-//! 3. [`finalize`]: check every tile and write the side files, then `manifest.json` last.
+//! 3. [`finalize`]: check every tile and write the side files (`gene_order.npy`, `var_names.txt`, `var.parquet`)
+//!    and the obs, then `manifest.json` last.
 //!
 //! [`convert`] does all three on one machine. Tiles hold `tile_size` consecutive cells across input
 //! boundaries, so the same cells split into files differently give byte-identical tiles, and a plan's parts
 //! give the same bytes as a one-shot conversion.
+//!
+//! # Obs
+//!
+//! Per-cell metadata goes into obs shards beside the tiles (FORMAT-v2.md, "Obs"): the cell names as `obs_names`
+//! (string), then the obs columns of `.h5ad` inputs (inputs without obs, 10x HDF5 and Matrix Market, give
+//! `obs_names` from their barcodes, and missing values in the other columns). [`make_plan`] fixes ONE schema for
+//! all inputs: one vocabulary per categorical column, the union over inputs in order of first appearance, coded
+//! int8 / int16 / int32 by its size, or stored as strings above [`ConvertOptions::max_categories`]; numeric types
+//! widened to hold every input's values; NaN floats become nulls. Columns are chosen with
+//! [`ConvertOptions::obs_columns`] / [`ConvertOptions::obs_exclude`]; a selected column the reader cannot convert
+//! (datetimes, nested data) is an error naming it and its file. The schema's exact `obs/schema.json` text is part of
+//! the [`Plan`] (so its fingerprint covers it). [`finalize`] writes the shards, one row group per tile, tiles
+//! crossing input boundaries (memory and reasons: see [`finalize`]).
 
 mod error;
 mod io;
+mod obs;
 mod plan;
 mod remap;
 mod run;
 
 pub use error::ConvertError;
-pub use plan::{ConvertOptions, GeneSort, PLAN_FORMAT, PLAN_MARKER, Plan, PlanInput, make_plan, natural_cmp};
+pub use obs::OBS_NAMES;
+pub use plan::{ConvertOptions, GeneSort, PLAN_FORMAT, PLAN_MARKER, Plan, PlanInput, PlanObs, make_plan, natural_cmp};
 pub use remap::GeneRemap;
 pub use run::{PartReport, Progress, RunOptions, clear_output, convert, finalize, run_part};

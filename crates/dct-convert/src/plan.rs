@@ -3,12 +3,14 @@
 
 use std::path::{Path, PathBuf};
 
-use dct_input::{CountSource, H5adMatrix, InputOptions, open_input_with, scan};
+use dct_input::{CountSource, H5adMatrix, H5adSource, InputKind, InputOptions, detect_kind, open_input_with, scan};
+use dct_obs::{DEFAULT_MAX_CATEGORIES, DEFAULT_TILES_PER_FILE, ObsSchema};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::error::ConvertError;
+use crate::obs::{InputSummary, Selection, build_schema, summarize};
 
 /// Identifies plan files.
 pub const PLAN_FORMAT: &str = "deltacells-convert-plan";
@@ -46,6 +48,18 @@ pub struct ConvertOptions {
     pub feature_type: Option<String>,
     /// Gene order.
     pub gene_sort: GeneSort,
+    /// Write obs (per-cell metadata): the cell names as `obs_names` plus the obs columns of `.h5ad` inputs
+    /// (default `true`; inputs without obs give `obs_names` only).
+    pub write_obs: bool,
+    /// Keep only these obs columns, in this order (`obs_names` names the cell names; leave it out to drop them);
+    /// `None` (the default) keeps `obs_names` and every column.
+    pub obs_columns: Option<Vec<String>>,
+    /// Leave these obs columns out (needed for columns the reader cannot convert, such as datetimes).
+    pub obs_exclude: Vec<String>,
+    /// Tiles (row groups) per obs shard (default 1000).
+    pub obs_tiles_per_file: u64,
+    /// Categorical columns with more categories than this over all inputs are stored as strings (default 20,000).
+    pub max_categories: usize,
 }
 
 impl ConvertOptions {
@@ -59,12 +73,30 @@ impl ConvertOptions {
             matrix: H5adMatrix::X,
             feature_type: Some("Gene Expression".into()),
             gene_sort: GeneSort::AllInputs,
+            write_obs: true,
+            obs_columns: None,
+            obs_exclude: Vec::new(),
+            obs_tiles_per_file: DEFAULT_TILES_PER_FILE,
+            max_categories: DEFAULT_MAX_CATEGORIES,
         }
     }
 
     pub(crate) fn input_options(&self) -> InputOptions {
         InputOptions { matrix: self.matrix.clone(), feature_type: self.feature_type.clone() }
     }
+
+    fn obs_selection(&self) -> Selection<'_> {
+        Selection { columns: self.obs_columns.as_deref(), exclude: &self.obs_exclude }
+    }
+}
+
+/// The obs of a plan: written at finalize, from the inputs, with this schema.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanObs {
+    /// Tiles (row groups) per shard.
+    pub tiles_per_file: u64,
+    /// The exact text of `obs/schema.json` (columns, kinds, Arrow types and global vocabularies).
+    pub schema: String,
 }
 
 /// One input file of a plan.
@@ -113,6 +145,9 @@ pub struct Plan {
     pub var_names: Vec<String>,
     /// `gene_order[j]` is the source gene stored in output column `j`.
     pub gene_order: Vec<u32>,
+    /// The obs written at finalize (`None`: no obs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub obs: Option<PlanObs>,
     /// 24 hex digits of the SHA-256 of everything above: ties tiles and parts to this plan.
     pub fingerprint: String,
 }
@@ -141,6 +176,14 @@ impl Plan {
             },
         };
         Ok(InputOptions { matrix, feature_type: self.feature_type.clone() })
+    }
+
+    /// The obs schema written at finalize, parsed (`None` without obs).
+    pub fn obs_schema(&self) -> Result<Option<ObsSchema>, ConvertError> {
+        let Some(obs) = &self.obs else { return Ok(None) };
+        ObsSchema::parse(obs.schema.as_bytes(), "the plan's obs schema")
+            .map(Some)
+            .map_err(|e| self.err(format!("its obs schema is invalid: {e}; make a new plan")))
     }
 
     fn compute_fingerprint(&self) -> String {
@@ -177,6 +220,13 @@ impl Plan {
             && is_permutation(&plan.gene_order);
         if !ok {
             return Err(err("its counts are inconsistent (cells, tiles, genes or gene order)".into()));
+        }
+        if let Some(obs) = &plan.obs {
+            if obs.tiles_per_file == 0 {
+                return Err(err("its obs tiles_per_file is 0".into()));
+            }
+            ObsSchema::parse(obs.schema.as_bytes(), path)
+                .map_err(|e| err(format!("its obs schema is invalid: {e}")))?;
         }
         Ok(plan)
     }
@@ -269,6 +319,11 @@ const SCAN_WINDOW: u64 = 4096;
 /// Makes a plan: opens every input, checks that their gene lists agree, sums gene totals (over all inputs, a
 /// sample, or none, as `opts.gene_sort` says; inputs are scanned in parallel) and fixes the gene order and the
 /// tiles. `inputs` are converted in the order given (the CLI sorts them naturally).
+///
+/// Unless `opts.write_obs` is off it also fixes the obs schema: the obs of every `.h5ad` input is read (the
+/// selected columns; categories kept up to `max_categories` per column and input) and merged into one schema with
+/// global vocabularies (see [`crate`] docs, "Obs"). A selected column the reader cannot convert (datetimes, nested
+/// data, ...) is an error naming the column and the file, unless excluded.
 pub fn make_plan(inputs: &[PathBuf], opts: &ConvertOptions) -> Result<Plan, ConvertError> {
     if inputs.is_empty() {
         return Err(ConvertError::Inputs("no inputs given".into()));
@@ -276,7 +331,11 @@ pub fn make_plan(inputs: &[PathBuf], opts: &ConvertOptions) -> Result<Plan, Conv
     if opts.tile_size == 0 {
         return Err(ConvertError::Inputs("the tile size must be at least 1 cell".into()));
     }
+    if opts.write_obs && opts.obs_tiles_per_file == 0 {
+        return Err(ConvertError::Inputs("obs tiles per file must be at least 1".into()));
+    }
     let input_opts = opts.input_options();
+    let selection = opts.obs_selection();
     let sample: Vec<bool> = match opts.gene_sort {
         GeneSort::AllInputs => vec![true; inputs.len()],
         GeneSort::Keep => vec![false; inputs.len()],
@@ -295,12 +354,24 @@ pub fn make_plan(inputs: &[PathBuf], opts: &ConvertOptions) -> Result<Plan, Conv
         keys: Vec<String>,
         names: Vec<String>,
         totals: Option<Vec<u64>>,
+        obs: Option<InputSummary>,
     }
     let scanned: Vec<Scanned> = inputs
         .par_iter()
         .zip(&sample)
         .map(|(path, &do_scan)| -> Result<Scanned, ConvertError> {
-            let mut source = open_input_with(path, &input_opts)?;
+            // h5ad inputs are opened as such so that their obs can be read; the others have cell names only.
+            let (mut source, obs): (Box<dyn CountSource>, _) = if detect_kind(path)? == InputKind::H5ad {
+                let source = H5adSource::open(path, &input_opts.matrix)?;
+                let obs = if opts.write_obs {
+                    Some(summarize(&source.read_obs()?, selection, opts.max_categories))
+                } else {
+                    None
+                };
+                (Box::new(source), obs)
+            } else {
+                (open_input_with(path, &input_opts)?, None)
+            };
             let totals = if do_scan { Some(scan(source.as_mut(), SCAN_WINDOW)?.gene_totals) } else { None };
             Ok(Scanned {
                 input: PlanInput {
@@ -312,6 +383,7 @@ pub fn make_plan(inputs: &[PathBuf], opts: &ConvertOptions) -> Result<Plan, Conv
                 keys: gene_keys(source.as_ref()),
                 names: source.genes().names.clone(),
                 totals,
+                obs,
             })
         })
         .collect::<Result<_, _>>()?;
@@ -356,6 +428,14 @@ pub fn make_plan(inputs: &[PathBuf], opts: &ConvertOptions) -> Result<Plan, Conv
     if n_cells == 0 {
         return Err(ConvertError::Inputs("the inputs hold no cells".into()));
     }
+    let obs = if opts.write_obs {
+        let inputs: Vec<(&str, Option<&InputSummary>)> =
+            scanned.iter().map(|s| (s.input.path.as_str(), s.obs.as_ref())).collect();
+        build_schema(&inputs, selection, opts.max_categories)?
+            .map(|schema| PlanObs { tiles_per_file: opts.obs_tiles_per_file, schema: schema.to_json() })
+    } else {
+        None
+    };
     let mut plan = Plan {
         format: PLAN_FORMAT.into(),
         version: 1,
@@ -380,6 +460,7 @@ pub fn make_plan(inputs: &[PathBuf], opts: &ConvertOptions) -> Result<Plan, Conv
         n_tiles: n_cells.div_ceil(opts.tile_size) as usize,
         var_names,
         gene_order,
+        obs,
         fingerprint: String::new(),
     };
     plan.fingerprint = plan.compute_fingerprint();

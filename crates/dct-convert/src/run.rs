@@ -6,14 +6,16 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use dct_codec::{CanonicalCsr, EncodeOptions, encode_canonical};
-use dct_dataset::manifest::{GENE_ORDER_NAME, MANIFEST_NAME, VAR_NAMES_NAME, tile_path};
+use dct_dataset::manifest::{GENE_ORDER_NAME, MANIFEST_NAME, VAR_NAMES_NAME, VAR_TABLE_NAME, tile_path};
 use dct_dataset::{Manifest, StoreOptions};
 use dct_format::{TileLayout, Version, verify_crc};
-use dct_input::{CountSource, RowBlock, open_input_with};
+use dct_input::{CountSource, H5adSource, RowBlock, open_input_with};
+use dct_obs::{ObsWriteOptions, ObsWriteSummary, ObsWriter, encode_var_parquet};
 use serde_json::json;
 
 use crate::error::ConvertError;
 use crate::io::Output;
+use crate::obs::{InputObs, SchemaPlan, TileCutter, var_table};
 use crate::plan::{ConvertOptions, PLAN_MARKER, Plan, make_plan};
 use crate::remap::GeneRemap;
 
@@ -272,8 +274,101 @@ pub fn run_part(
     Ok(report)
 }
 
+/// Re-opens input `i` of the plan and checks that it still has the plan's cells and genes.
+fn reopen_input(plan: &Plan, i: usize) -> Result<Box<dyn CountSource>, ConvertError> {
+    let input = &plan.inputs[i];
+    let source = open_input_with(PathBuf::from(&input.path), &plan.input_options()?)?;
+    if source.n_cells() != input.n_cells || source.n_genes() != plan.n_genes {
+        return Err(ConvertError::Inputs(format!(
+            "{} changed since the plan was made ({} x {} now, {} x {} in the plan): make a new plan",
+            input.path,
+            source.n_cells(),
+            source.n_genes(),
+            input.n_cells,
+            plan.n_genes
+        )));
+    }
+    Ok(source)
+}
+
+/// Writes `var.parquet`: the gene table of the first input in output column order. Returns the var columns left
+/// out, with the reason.
+fn write_var_table(out: &Output, plan: &Plan) -> Result<Vec<(String, String)>, ConvertError> {
+    let source = reopen_input(plan, 0)?;
+    let (table, skipped) = var_table(source.genes(), &plan.gene_order, source.path())?;
+    let bytes = encode_var_parquet(&table).map_err(|source| ConvertError::Obs {
+        context: format!("encoding {}", out.store.url(VAR_TABLE_NAME)),
+        source: Box::new(source),
+    })?;
+    out.put(VAR_TABLE_NAME, bytes)?;
+    Ok(skipped)
+}
+
+/// Writes the obs shards and `obs/schema.json` (see [`finalize`]).
+fn write_obs(out: &Output, plan: &Plan, tile_cells: &[u64]) -> Result<Option<ObsWriteSummary>, ConvertError> {
+    let (Some(obs), Some(schema)) = (&plan.obs, plan.obs_schema()?) else { return Ok(None) };
+    let schema = SchemaPlan::new(schema);
+    let context = || format!("writing the obs of {}", out.store.root());
+    let options = ObsWriteOptions { tiles_per_file: obs.tiles_per_file, zstd_level: plan.zstd_level.clamp(1, 22) };
+    let mut writer = ObsWriter::new(
+        out.store.object_store().clone(),
+        out.store.prefix().clone(),
+        schema.schema().clone(),
+        tile_cells,
+        &options,
+    )
+    .map_err(|source| ConvertError::Obs { context: context(), source: Box::new(source) })?;
+    let mut cutter = TileCutter::new(&schema, tile_cells);
+    for (i, input) in plan.inputs.iter().enumerate() {
+        // One input's obs in memory at a time (plus the tile being cut and the shard being encoded).
+        let (frame, names) = if input.kind == "h5ad" && schema.needs_frame() {
+            let h5ad = H5adSource::open(std::path::Path::new(&input.path), &plan.input_options()?.matrix)?;
+            let frame = h5ad.read_obs()?;
+            let names = frame.index.clone();
+            (Some(frame), names)
+        } else {
+            (None, reopen_input(plan, i)?.cell_names().to_vec())
+        };
+        if names.len() as u64 != input.n_cells {
+            return Err(ConvertError::Inputs(format!(
+                "{} has {} cell names but {} cells in the plan: the input changed since the plan was made; make a \
+                 new plan",
+                input.path,
+                names.len(),
+                input.n_cells
+            )));
+        }
+        let converted = InputObs::read(&schema, &input.path, frame, names)?;
+        debug_assert_eq!(converted.n_cells() as u64, input.n_cells);
+        cutter.push(&converted, |t, tile| {
+            out.block_on(writer.write_tile(&tile)).map_err(|source| ConvertError::Obs {
+                context: format!("{} (tile {t})", context()),
+                source: Box::new(source),
+            })
+        })?;
+    }
+    cutter.finish()?;
+    let summary = out
+        .block_on(writer.finish())
+        .map_err(|source| ConvertError::Obs { context: context(), source: Box::new(source) })?;
+    Ok(Some(summary))
+}
+
 /// Checks every tile of the plan (present, structure, CRC, cells and genes) and writes `gene_order.npy`,
-/// `var_names.txt` and, last, `manifest.json`.
+/// `var_names.txt`, `var.parquet`, the obs (shards, then `obs/schema.json`) and, last, `manifest.json`.
+///
+/// `var.parquet` is the gene table of the first input (h5ad `var`, or id, name and feature type of 10x inputs) in
+/// output column order, its index (the gene names) kept with pandas metadata.
+///
+/// # Obs
+///
+/// Obs is written here, once, rather than by the parts: it is small next to X (tens of bytes per cell against
+/// kilobytes), and one writer gives shards of whole tiles without coordination between parts. Each input's obs is
+/// read again, converted to the plan's schema (categorical codes remapped to the global vocabulary, NaN floats as
+/// nulls, numeric types widened), and cut into tiles of the plan's cells that cross input boundaries: exactly one
+/// row group per tile. Memory: one input's obs at a time, read whole (about its decoded size twice over while it
+/// is converted: 8 bytes per value of numeric columns, 4 per categorical code, the bytes of strings), one tile, and
+/// the shard being encoded (compressed, up to `tiles_per_file` tiles). Re-running finalize rewrites the same bytes.
 pub fn finalize(plan: &Plan, opts: &RunOptions) -> Result<Manifest, ConvertError> {
     let out = Output::open(&plan.output, &opts.store)?;
     match out.get(PLAN_MARKER)? {
@@ -310,16 +405,6 @@ pub fn finalize(plan: &Plan, opts: &RunOptions) -> Result<Manifest, ConvertError
     manifest.zstd_level = Some(i64::from(plan.zstd_level));
     manifest.has_gene_order = true;
     manifest.has_var_names = true;
-    manifest.metadata = json!({
-        "converter": format!("deltacells {}", env!("CARGO_PKG_VERSION")),
-        "inputs": plan.inputs.iter().map(|i| &i.path).collect::<Vec<_>>(),
-        "matrix": plan.matrix,
-        "gene_sort": plan.gene_sort,
-        "convert_plan": plan.fingerprint,
-    });
-    manifest.validate().map_err(|e| ConvertError::Output(format!("internal error: manifest invalid: {e}")))?;
-    let order: Vec<i32> = plan.gene_order.iter().map(|&g| g as i32).collect();
-    out.put(GENE_ORDER_NAME, Bytes::from(dct_dataset::npy::write_i32(&order)))?;
     let mut names = String::new();
     for n in &plan.var_names {
         if n.contains('\n') {
@@ -328,14 +413,37 @@ pub fn finalize(plan: &Plan, opts: &RunOptions) -> Result<Manifest, ConvertError
         names.push_str(n);
         names.push('\n');
     }
+    let order: Vec<i32> = plan.gene_order.iter().map(|&g| g as i32).collect();
+    out.put(GENE_ORDER_NAME, Bytes::from(dct_dataset::npy::write_i32(&order)))?;
     out.put(VAR_NAMES_NAME, Bytes::from(names))?;
+    let var_skipped = write_var_table(&out, plan)?;
+    manifest.has_var_table = true;
+    if let Some(obs) = write_obs(&out, plan, &manifest.tile_cells)? {
+        manifest.has_obs = true;
+        manifest.obs_tiles_per_file = obs.tiles_per_file;
+        manifest.obs_shard_bytes = obs.shard_bytes;
+        manifest.obs_shard_sha256 = obs.shard_sha256;
+        manifest.obs_fingerprint = obs.fingerprint;
+    }
+    let mut metadata = json!({
+        "converter": format!("deltacells {}", env!("CARGO_PKG_VERSION")),
+        "inputs": plan.inputs.iter().map(|i| &i.path).collect::<Vec<_>>(),
+        "matrix": plan.matrix,
+        "gene_sort": plan.gene_sort,
+        "convert_plan": plan.fingerprint,
+    });
+    if !var_skipped.is_empty() {
+        metadata["var_columns_left_out"] = json!(var_skipped);
+    }
+    manifest.metadata = metadata;
+    manifest.validate().map_err(|e| ConvertError::Output(format!("internal error: manifest invalid: {e}")))?;
     // Last: the manifest makes the dataset visible.
     out.put(MANIFEST_NAME, Bytes::from(manifest.to_json_pretty()))?;
     Ok(manifest)
 }
 
 /// Removes a previous dataset or conversion from the output: the manifest first (so it never looks complete),
-/// then the plan marker, tiles and side files.
+/// then the plan marker, tiles, side files and obs (`obs/`).
 pub fn clear_output(url: &str, store: &StoreOptions) -> Result<(), ConvertError> {
     let out = Output::open(url, store)?;
     out.delete(MANIFEST_NAME)?;
@@ -352,9 +460,10 @@ pub fn clear_output(url: &str, store: &StoreOptions) -> Result<(), ConvertError>
         }
         t += 1;
     }
-    for rel in [GENE_ORDER_NAME, VAR_NAMES_NAME, "var.parquet"] {
+    for rel in [GENE_ORDER_NAME, VAR_NAMES_NAME, VAR_TABLE_NAME] {
         out.delete(rel)?;
     }
+    out.delete_prefix("obs")?;
     Ok(())
 }
 

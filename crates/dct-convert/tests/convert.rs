@@ -111,7 +111,11 @@ fn h5ad_converts_exactly_and_three_formats_give_identical_tiles() {
         assert_eq!(dataset_rows_in_source_order(url), truth, "{name}: cells differ from the source");
         let report = dct_dataset::verify_url(url, ReadOptions::default(), &Default::default(), |_, _| {});
         assert!(report.is_ok(), "{name}: {:?}", report.problems);
-        tiles.push(tiles_only(&files(&out)));
+        let all = files(&out);
+        for side in ["var.parquet", "obs/schema.json", "obs/obs_0000.parquet", "gene_order.npy", "var_names.txt"] {
+            assert!(all.contains_key(side), "{name}: {side} is written");
+        }
+        tiles.push(tiles_only(&all));
     }
     assert_eq!(tiles[0].len(), 4, "200 cells in tiles of 64");
     assert_eq!(tiles[0], tiles[1], "h5ad and 10x h5 give different tiles");
@@ -285,8 +289,13 @@ fn an_output_holding_another_dataset_is_refused_unless_overwrite() {
     let other = ConvertOptions { gene_sort: GeneSort::Keep, ..options(&out, 64) };
     let err = convert(std::slice::from_ref(&input), &other, &RunOptions::default(), false, |_| {}).unwrap_err();
     assert!(err.to_string().contains("another conversion"), "{err}");
+    assert!(out.join("obs/obs_0000.parquet").exists() && out.join("var.parquet").exists());
+    let other = ConvertOptions { write_obs: false, ..other };
     convert(std::slice::from_ref(&input), &other, &RunOptions::default(), true, |_| {}).unwrap();
+    assert!(!out.join("obs/obs_0000.parquet").exists(), "--overwrite removed the old obs");
+    assert!(out.join("var.parquet").exists());
     let ds = Dataset::open(out.to_str().unwrap(), ReadOptions::default()).unwrap();
+    assert!(!ds.manifest().has_obs);
     let order = ds.gene_order().unwrap().unwrap();
     assert!(order.iter().enumerate().all(|(j, &g)| j as i32 == g), "--no-sort-genes keeps the source order");
 }

@@ -11,6 +11,7 @@
 //!   `Arc<dyn ObjectStore>`; [`InstrumentedStore`] counts requests and injects failures for tests.
 //! * [`Dataset`]: open, read any cells as CSR batches, prefetch, cache, counters.
 //! * [`verify`]: check every tile, side file and obs shard, reporting every problem.
+//! * `Dataset::obs` (feature `obs`): the per-cell metadata through `dct-obs` (localize columns, then take cells).
 //! * [`DatasetWriter`]: append CSR blocks of any size, re-chunked into tiles encoded in parallel; the manifest
 //!   is written last.
 //!
@@ -23,9 +24,11 @@
 //! | `azure` | `az://`, `abfs://`, `abfss://`, `adl://`, `azure://` and `https://…blob.core.windows.net` |
 //! | `http` | other `http://` / `https://` locations (static files served with range GETs) |
 //! | `cloud` | all four |
+//! | `obs` (default) | `Dataset::obs`, and shard layout and fingerprint checks in `verify`, through `dct-obs` (parquet) |
 //!
-//! All are off by default, so a crate that only decodes tiles never compiles an HTTP client or TLS; the
-//! deltacells CLI enables them. Local paths and `file://` URLs always work.
+//! The cloud features are off by default, so a crate that only decodes tiles never compiles an HTTP client or TLS;
+//! the deltacells CLI enables them. `obs` is on by default; a reader that needs only X can turn it off
+//! (`default-features = false`) and compiles no parquet. Local paths and `file://` URLs always work.
 //!
 //! ```
 //! # fn main() -> Result<(), dct_dataset::DatasetError> {
@@ -56,10 +59,14 @@ mod verify;
 mod writer;
 
 pub use dct_codec::{CountValue, CsrMatrix};
+#[cfg(feature = "obs")]
+pub use dct_obs;
 pub use error::{Category, DatasetError, ManifestError};
 pub use manifest::Manifest;
 pub use object_store;
 pub use reader::{Batch, Dataset, ReadOptions, ReadStats};
 pub use store::{InstrumentedStore, RequestCounts, Store, StoreOptions};
-pub use verify::{Problem, VerifyOptions, VerifyReport, obs_fingerprint, verify, verify_url};
+#[cfg(feature = "obs")]
+pub use verify::obs_fingerprint;
+pub use verify::{Problem, VerifyOptions, VerifyReport, verify, verify_url};
 pub use writer::{DatasetWriter, ObsFields, WriterOptions};

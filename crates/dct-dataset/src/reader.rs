@@ -637,6 +637,73 @@ impl Dataset {
     }
 }
 
+/// The obs facts of a manifest, as `dct-obs` takes them.
+#[cfg(feature = "obs")]
+pub(crate) fn obs_manifest(m: &Manifest) -> dct_obs::ObsManifest {
+    dct_obs::ObsManifest {
+        tile_cells: m.tile_cells.clone(),
+        tiles_per_file: m.obs_tiles_per_file,
+        shard_bytes: m.obs_shard_bytes.clone(),
+        shard_sha256: m.obs_shard_sha256.clone(),
+        fingerprint: m.obs_fingerprint.clone(),
+    }
+}
+
+#[cfg(feature = "obs")]
+impl Dataset {
+    /// Opens this dataset's obs (per-cell metadata) for a training job: reads `obs/schema.json` and checks it
+    /// against the manifest's obs fingerprint. Then [`localize`](dct_obs::Obs::localize) the columns needed (ranged
+    /// reads of their column chunks into the node-local cache, once per node) and look cells up with
+    /// [`take`](dct_obs::Obs::take). Needs the `obs` feature (on by default).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use dct_dataset::{Dataset, ReadOptions};
+    /// let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/conformance/datasets/v2_with_obs");
+    /// let ds = Dataset::open(dir, ReadOptions::default())?;
+    /// let cache = tempfile::tempdir()?;
+    /// let obs = ds.obs(dct_dataset::dct_obs::ObsOptions { cache_dir: Some(cache.path().into()), ..Default::default() })?;
+    /// obs.localize_blocking(&["cell_type"])?;
+    /// let batch = obs.take(&[349, 0], &["cell_type"])?; // category codes; labels via obs.categories("cell_type")
+    /// assert_eq!(batch.num_rows(), 2);
+    /// # Ok(()) }
+    /// ```
+    pub fn obs(&self, options: dct_obs::ObsOptions) -> Result<dct_obs::Obs, DatasetError> {
+        let m = &self.core.manifest;
+        if !m.has_obs {
+            return Err(DatasetError::InvalidArgument(format!(
+                "{} has no obs (has_obs is false in its manifest); convert it again with obs to get per-cell metadata",
+                self.url()
+            )));
+        }
+        let store = self.core.store.clone();
+        let manifest = obs_manifest(m);
+        let opened = self.rt.block_on(async move {
+            dct_obs::Obs::open(store.object_store().clone(), store.prefix().clone(), manifest, options).await
+        });
+        opened.map_err(|e| obs_error(self.url(), e))
+    }
+}
+
+/// A `dct-obs` error as a dataset error (storage failures keep their kind; the rest name the dataset).
+#[cfg(feature = "obs")]
+pub(crate) fn obs_error(dataset: &str, e: dct_obs::ObsError) -> DatasetError {
+    use dct_obs::ObsError;
+    if let ObsError::Store { op, url, source } = e {
+        return DatasetError::Store { operation: op, url, source: Arc::new(source) };
+    }
+    let category = match &e {
+        ObsError::Manifest(_) => Category::ObsFields,
+        ObsError::Schema { message, .. } if message.contains("fingerprint") => Category::ObsSha256,
+        ObsError::Cache { .. } | ObsError::NoCacheDir | ObsError::Internal(_) => Category::Io,
+        ObsError::UnknownColumn { .. } | ObsError::NotLocalized(_) | ObsError::CellOutOfRange { .. } => {
+            Category::InvalidArgument
+        }
+        _ => Category::ObsShard,
+    };
+    DatasetError::Obs { category, url: dataset.to_string(), message: e.to_string() }
+}
+
 pub(crate) fn gene_order_limit(n_genes: u64) -> u64 {
     n_genes.saturating_mul(4).saturating_add(crate::npy::MAX_HEADER_LEN as u64 + 12)
 }

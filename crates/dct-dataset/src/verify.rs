@@ -8,7 +8,7 @@ use object_store::ObjectStoreExt;
 use sha2::{Digest, Sha256};
 
 use crate::error::{Category, DatasetError};
-use crate::manifest::{GENE_ORDER_NAME, OBS_SCHEMA_NAME, VAR_NAMES_NAME, VAR_TABLE_NAME, obs_shard_path};
+use crate::manifest::{GENE_ORDER_NAME, VAR_NAMES_NAME, VAR_TABLE_NAME, obs_shard_path};
 use crate::reader::{
     Core, Dataset, ReadOptions, gene_order_limit, parse_gene_order, parse_var_names, side_file_result,
 };
@@ -20,7 +20,8 @@ use crate::store::{GetError, Store};
 pub struct VerifyOptions {
     /// Tiles and shards checked at the same time (default 0 = twice the dataset's decode threads).
     pub parallel: usize,
-    /// Check obs shards (size, SHA-256) and the obs fingerprint (default `true`).
+    /// Check the obs (default `true`): each shard's size and SHA-256 and, with the `obs` feature, `obs/schema.json`,
+    /// each shard's layout against the manifest and the schema, and the obs fingerprint.
     pub check_obs: bool,
     /// Check the side files `gene_order.npy`, `var_names.txt`, `var.parquet` (default `true`).
     pub check_side_files: bool,
@@ -91,8 +92,11 @@ struct JobResult {
 
 /// Verifies `ds` completely: each tile's size and header against the manifest, its CRC and a full decode (tiles
 /// in parallel); `gene_order.npy` (a permutation of `0..n_genes`), `var_names.txt` (one name per gene) and
-/// `var.parquet` (present) when the manifest says they exist; each obs shard's size and SHA-256 and the obs
-/// fingerprint (recomputed from `obs/schema.json`, `tile_cells` and the shards' actual hashes).
+/// `var.parquet` (present) when the manifest says they exist; and the obs when it has some: each shard's size and
+/// SHA-256 (streamed, never held whole) and, with the `obs` feature (on by default), `obs/schema.json`, each shard's
+/// layout (parquet footer: one row group per tile with `tile_cells[t]` rows, the schema's columns in order with
+/// their Arrow types, column chunks inside the file) and the obs fingerprint (recomputed from the schema text,
+/// `tile_cells` and the shards' actual hashes), all through `dct-obs`.
 ///
 /// `progress(done, total)` is called on the calling thread after each tile and obs shard (`total` = tiles +
 /// shards). Tiles are fetched afresh (the cache is neither used nor filled) and decoded with CRC checks
@@ -100,25 +104,39 @@ struct JobResult {
 pub fn verify(ds: &Dataset, options: &VerifyOptions, mut progress: impl FnMut(u64, u64)) -> VerifyReport {
     let core = ds.core().clone();
     let m = &core.manifest;
-    let n_shards = if options.check_obs { m.n_obs_shards() as usize } else { 0 };
+    let check_obs = options.check_obs && m.has_obs;
+    let n_shards = if check_obs { m.n_obs_shards() as usize } else { 0 };
     let total = (m.n_tiles() + n_shards) as u64;
     let parallel = if options.parallel == 0 { 2 * core.decode_threads } else { options.parallel };
-    let handle = ds.rt().handle().clone();
+    let rt = ds.rt();
+    let mut report = VerifyReport::default();
+    // The obs schema first: shard layouts are checked against it.
+    let obs = if check_obs {
+        let c = core.clone();
+        let (schema, problems) = rt.block_on(async move { obs::read_schema(&c).await });
+        report.problems.extend(problems);
+        schema
+    } else {
+        None
+    };
+    let handle = rt.handle().clone();
     let jobs = (0..m.n_tiles()).map(Job::Tile).chain((0..n_shards).map(Job::Shard));
     let spawner = core.clone();
+    let shard_schema = obs.clone();
     let mut results = futures::stream::iter(jobs)
         .map(move |job| {
             let core = spawner.clone();
+            let schema = shard_schema.clone();
             handle.spawn(async move {
                 match job {
                     Job::Tile(t) => check_tile(core, t).await,
-                    Job::Shard(s) => check_shard(core, s).await,
+                    Job::Shard(s) => check_shard(core, s, schema).await,
                 }
             })
         })
         .buffer_unordered(parallel.max(1));
-    let mut report = VerifyReport::default();
     let mut shard_hashes: Vec<Option<String>> = vec![None; n_shards];
+    let mut found = Vec::new();
     let mut done = 0u64;
     progress(0, total);
     futures::executor::block_on(async {
@@ -133,7 +151,7 @@ pub fn verify(ds: &Dataset, options: &VerifyOptions, mut progress: impl FnMut(u6
                 shard_hash: None,
             });
             report.bytes_checked += r.bytes;
-            report.problems.extend(r.problems);
+            found.extend(r.problems);
             if let Some((s, h)) = r.shard_hash {
                 shard_hashes[s] = Some(h);
             }
@@ -142,15 +160,16 @@ pub fn verify(ds: &Dataset, options: &VerifyOptions, mut progress: impl FnMut(u6
         }
     });
     report.tiles_checked = m.n_tiles();
-    report.problems.sort_by_key(|p| (p.tile.is_none(), p.tile));
-    let rt = ds.rt();
+    // Tiles first, in tile order; then the obs shards in the order they finished.
+    found.sort_by_key(|p| (p.tile.is_none(), p.tile));
+    let schema_problems = std::mem::replace(&mut report.problems, found);
     if options.check_side_files {
         let c = core.clone();
         report.problems.extend(rt.block_on(async move { check_side_files(&c).await }));
     }
-    if options.check_obs && m.has_obs {
-        let c = core.clone();
-        report.problems.extend(rt.block_on(async move { check_fingerprint(&c, shard_hashes).await }));
+    report.problems.extend(schema_problems);
+    if check_obs {
+        report.problems.extend(obs::check_fingerprint(&core, obs.as_deref(), shard_hashes));
     }
     report
 }
@@ -199,40 +218,56 @@ async fn check_tile(core: Arc<Core>, t: usize) -> JobResult {
     out
 }
 
-async fn check_shard(core: Arc<Core>, s: usize) -> JobResult {
+async fn check_shard(core: Arc<Core>, s: usize, schema: Option<obs::Schema>) -> JobResult {
     let mut out = JobResult { bytes: 0, problems: Vec::new(), shard_hash: None };
     let m = &core.manifest;
     let rel = obs_shard_path(s);
     let url = core.store.url(&rel);
     let expected = m.obs_shard_bytes[s];
     let problem = |category, message: String| Problem { category, tile: None, message: format!("{url}: {message}") };
-    match sha256_of(&core.store, &rel, expected).await {
+    match stream_shard(&core.store, &rel, expected, SHARD_TAIL_KEEP).await {
         Err(GetError::NotFound) => out.problems.push(problem(Category::ObsShard, "the obs shard is missing".into())),
         Err(GetError::Store(e)) => out.problems.push(Problem::from_error(&core.store.store_error("GET", &rel, e))),
         Err(GetError::TooLarge(size)) => out.problems.push(problem(
             Category::ObsShard,
             format!("the obs shard is {size} bytes but obs_shard_bytes[{s}] is {expected}"),
         )),
-        Ok(hash) => {
+        Ok(shard) => {
             out.bytes = expected;
-            if !hash.eq_ignore_ascii_case(&m.obs_shard_sha256[s]) {
+            if !shard.sha256.eq_ignore_ascii_case(&m.obs_shard_sha256[s]) {
                 out.problems.push(problem(
                     Category::ObsSha256,
                     format!(
-                        "SHA-256 is {hash} but obs_shard_sha256[{s}] is {}: the shard or the manifest was changed",
-                        m.obs_shard_sha256[s]
+                        "SHA-256 is {} but obs_shard_sha256[{s}] is {}: the shard or the manifest was changed",
+                        shard.sha256, m.obs_shard_sha256[s]
                     ),
                 ));
             }
-            out.shard_hash = Some((s, hash));
+            if let Some(schema) = &schema {
+                out.problems.extend(obs::check_layout(&core, s, &url, &shard, schema).await);
+            }
+            out.shard_hash = Some((s, shard.sha256));
         }
     }
     out
 }
 
-/// SHA-256 (lowercase hex) of an object that must be `expected` bytes, streamed (never held whole in memory).
-/// `TooLarge(size)` reports a size other than `expected`.
-async fn sha256_of(store: &Store, rel: &str, expected: u64) -> Result<String, GetError> {
+/// Bytes kept from the end of a shard while streaming it: enough for the footer of most shards (a longer footer is
+/// fetched with one more ranged request).
+const SHARD_TAIL_KEEP: usize = 1 << 20;
+
+/// What streaming a shard gives: its SHA-256 and its two ends (for the layout check).
+#[cfg_attr(not(feature = "obs"), allow(dead_code))]
+struct StreamedShard {
+    sha256: String,
+    head: Vec<u8>,
+    tail: Vec<u8>,
+}
+
+/// Streams an object that must be `expected` bytes (never held whole in memory): its SHA-256 (lowercase hex), its
+/// first 4 bytes and its last bytes (at least `keep` of them, or all). `TooLarge(size)` reports a size other than
+/// `expected`.
+async fn stream_shard(store: &Store, rel: &str, expected: u64, keep: usize) -> Result<StreamedShard, GetError> {
     let result = match store.object_store().get(&store.path(rel)).await {
         Ok(r) => r,
         Err(object_store::Error::NotFound { .. }) => return Err(GetError::NotFound),
@@ -244,6 +279,7 @@ async fn sha256_of(store: &Store, rel: &str, expected: u64) -> Result<String, Ge
     let mut stream = result.into_stream();
     let mut hasher = Sha256::new();
     let mut seen = 0u64;
+    let (mut head, mut tail) = (Vec::with_capacity(4), Vec::new());
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(GetError::Store)?;
         seen += chunk.len() as u64;
@@ -251,11 +287,28 @@ async fn sha256_of(store: &Store, rel: &str, expected: u64) -> Result<String, Ge
             return Err(GetError::TooLarge(seen));
         }
         hasher.update(&chunk);
+        let want = 4 - head.len();
+        head.extend_from_slice(&chunk[..want.min(chunk.len())]);
+        keep_tail(&mut tail, &chunk, keep);
     }
     if seen != expected {
         return Err(GetError::TooLarge(seen));
     }
-    Ok(hex(hasher.finalize().as_slice()))
+    Ok(StreamedShard { sha256: hex(hasher.finalize().as_slice()), head, tail })
+}
+
+/// Appends `chunk` to `tail`, keeping at least the last `keep` bytes seen (and at most about twice that).
+fn keep_tail(tail: &mut Vec<u8>, chunk: &[u8], keep: usize) {
+    if chunk.len() >= keep {
+        tail.clear();
+        tail.extend_from_slice(&chunk[chunk.len() - keep..]);
+        return;
+    }
+    tail.extend_from_slice(chunk);
+    if tail.len() > 2 * keep {
+        let cut = tail.len() - keep;
+        tail.drain(..cut);
+    }
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -308,118 +361,148 @@ async fn check_side_files(core: &Core) -> Vec<Problem> {
     problems
 }
 
-/// Largest `obs/schema.json` read (16 MiB; a schema with 20,000 categories per column is well below).
-const MAX_SCHEMA_BYTES: u64 = 16 << 20;
+/// The obs checks done with `dct-obs` (feature `obs`).
+#[cfg(feature = "obs")]
+mod obs {
+    use std::sync::Arc;
 
-async fn check_fingerprint(core: &Core, shard_hashes: Vec<Option<String>>) -> Vec<Problem> {
-    let m = &core.manifest;
-    let store = &core.store;
-    let url = store.url(OBS_SCHEMA_NAME);
-    let schema = match store.get_limited(OBS_SCHEMA_NAME, MAX_SCHEMA_BYTES).await {
-        Ok(b) => b,
-        Err(GetError::NotFound) => {
-            return vec![Problem {
-                category: Category::ObsShard,
-                tile: None,
-                message: format!("{url}: has_obs is true but the obs schema is missing"),
-            }];
-        }
-        Err(GetError::TooLarge(n)) => {
-            return vec![Problem {
-                category: Category::ObsShard,
-                tile: None,
-                message: format!("{url}: the obs schema is {n} bytes, more than {MAX_SCHEMA_BYTES} accepted"),
-            }];
-        }
-        Err(GetError::Store(e)) => return vec![Problem::from_error(&store.store_error("GET", OBS_SCHEMA_NAME, e))],
-    };
-    let Ok(schema) = std::str::from_utf8(&schema) else {
-        return vec![Problem {
-            category: Category::ObsShard,
-            tile: None,
-            message: format!("{url}: the obs schema is not UTF-8 text"),
-        }];
-    };
-    // Shards that could not be hashed were reported already; the fingerprint needs all of them.
-    let Some(hashes) = shard_hashes.into_iter().collect::<Option<Vec<String>>>() else {
-        return Vec::new();
-    };
-    let fingerprint = obs_fingerprint(schema, &m.tile_cells, &hashes);
-    if fingerprint.eq_ignore_ascii_case(&m.obs_fingerprint) {
-        return Vec::new();
-    }
-    vec![Problem {
-        category: Category::ObsSha256,
-        tile: None,
-        message: format!(
-            "{}: obs_fingerprint is {} but the schema, tile_cells and shards give {fingerprint}: the obs content \
-             changed after the manifest was written",
-            store.url("manifest.json"),
-            m.obs_fingerprint
-        ),
-    }]
-}
+    use dct_obs::{ObsError, ObsProblem, ObsProblemKind, ObsSchema, check_shard_tail};
+    use object_store::ObjectStoreExt;
 
-/// The obs fingerprint (FORMAT-v2.md, "Obs"): the first 24 hex characters of the SHA-256 of
-/// `{"schema": <schema.json text>, "shards": [<sha256 of each shard>], "tile_cells": [...]}` serialized as
-/// Python's `json.dumps(..., sort_keys=True)` does (separators `", "` and `": "`, non-ASCII escaped as `\uXXXX`).
-pub fn obs_fingerprint(schema_text: &str, tile_cells: &[u64], shard_sha256: &[String]) -> String {
-    let mut s = String::from("{\"schema\": ");
-    push_py_json_string(&mut s, schema_text);
-    s.push_str(", \"shards\": [");
-    for (i, h) in shard_sha256.iter().enumerate() {
-        if i > 0 {
-            s.push_str(", ");
-        }
-        push_py_json_string(&mut s, h);
-    }
-    s.push_str("], \"tile_cells\": [");
-    for (i, c) in tile_cells.iter().enumerate() {
-        if i > 0 {
-            s.push_str(", ");
-        }
-        s.push_str(&c.to_string());
-    }
-    s.push_str("]}");
-    let mut h = hex(Sha256::digest(s.as_bytes()).as_slice());
-    h.truncate(24);
-    h
-}
+    use super::{Category, Problem, StreamedShard};
+    use crate::manifest::{MANIFEST_NAME, OBS_SCHEMA_NAME};
+    use crate::reader::{Core, obs_manifest};
 
-/// Appends `text` as a JSON string the way Python's `json.dumps` (with `ensure_ascii=True`) writes it.
-fn push_py_json_string(out: &mut String, text: &str) {
-    out.push('"');
-    for ch in text.chars() {
-        match ch {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 || (c as u32) > 0x7e && (c as u32) != 0x7f => {
-                let mut buf = [0u16; 2];
-                for unit in c.encode_utf16(&mut buf) {
-                    out.push_str(&format!("\\u{unit:04x}"));
+    /// `obs/schema.json`, parsed, and its exact text.
+    pub(super) type Schema = Arc<(ObsSchema, String)>;
+
+    fn category(kind: ObsProblemKind) -> Category {
+        match kind {
+            ObsProblemKind::Manifest => Category::ObsFields,
+            ObsProblemKind::ShardSha256 | ObsProblemKind::Fingerprint => Category::ObsSha256,
+            ObsProblemKind::Io => Category::Io,
+            ObsProblemKind::Schema
+            | ObsProblemKind::ShardMissing
+            | ObsProblemKind::ShardSize
+            | ObsProblemKind::ShardLayout => Category::ObsShard,
+        }
+    }
+
+    /// An obs problem as a verification problem (its tile and column stay in the message: `tile` is for tiles).
+    fn problem(p: ObsProblem) -> Problem {
+        Problem { category: category(p.kind), tile: None, message: p.to_string() }
+    }
+
+    /// Reads and parses `obs/schema.json`; a missing or invalid schema is a problem (and shard layouts are then not
+    /// checked).
+    pub(super) async fn read_schema(core: &Core) -> (Option<Schema>, Vec<Problem>) {
+        let store = &core.store;
+        let url = store.url(OBS_SCHEMA_NAME);
+        match dct_obs::read_schema(store.object_store().as_ref(), store.prefix()).await {
+            Ok(schema) => (Some(Arc::new(schema)), Vec::new()),
+            Err(ObsError::NotFound { .. }) => (
+                None,
+                vec![Problem {
+                    category: Category::ObsShard,
+                    tile: None,
+                    message: format!("{url}: has_obs is true but the obs schema is missing"),
+                }],
+            ),
+            Err(ObsError::Store { source, .. }) => {
+                (None, vec![Problem::from_error(&store.store_error("GET", OBS_SCHEMA_NAME, source))])
+            }
+            Err(e) => {
+                (None, vec![Problem { category: Category::ObsShard, tile: None, message: format!("{url}: {e}") }])
+            }
+        }
+    }
+
+    /// The layout of shard `s` from its streamed ends (one more ranged request if its footer is longer than the
+    /// tail kept).
+    pub(super) async fn check_layout(
+        core: &Core,
+        s: usize,
+        url: &str,
+        shard: &StreamedShard,
+        schema: &Schema,
+    ) -> Vec<Problem> {
+        let m = obs_manifest(&core.manifest);
+        let size = core.manifest.obs_shard_bytes[s];
+        let schema = &schema.0;
+        let found = match check_shard_tail(s, &shard.head, &shard.tail, size, url, &m, schema) {
+            Ok(found) => found,
+            Err(needed) => {
+                let rel = crate::manifest::obs_shard_path(s);
+                let path = core.store.path(&rel);
+                match core.store.object_store().get_range(&path, size - needed..size).await {
+                    Ok(tail) => check_shard_tail(s, &shard.head, &tail, size, url, &m, schema).unwrap_or_else(|n| {
+                        vec![ObsProblem {
+                            kind: ObsProblemKind::ShardLayout,
+                            shard: Some(s),
+                            tile: None,
+                            column: None,
+                            message: format!("{url}: a {needed}-byte footer read still needs {n} bytes"),
+                        }]
+                    }),
+                    Err(e) => return vec![Problem::from_error(&core.store.store_error("GET range", &rel, e))],
                 }
             }
-            c => out.push(c),
-        }
+        };
+        found.into_iter().map(problem).collect()
     }
-    out.push('"');
+
+    /// The fingerprint recomputed from the schema text, `tile_cells` and the shards' actual hashes (when every
+    /// shard could be hashed and the schema read; those failures were reported already).
+    pub(super) fn check_fingerprint(
+        core: &Core,
+        schema: Option<&(ObsSchema, String)>,
+        shard_hashes: Vec<Option<String>>,
+    ) -> Vec<Problem> {
+        let Some((_, text)) = schema else { return Vec::new() };
+        let Some(hashes) = shard_hashes.into_iter().collect::<Option<Vec<String>>>() else { return Vec::new() };
+        let manifest_url = core.store.url(MANIFEST_NAME);
+        dct_obs::check_fingerprint(text, &obs_manifest(&core.manifest), &hashes)
+            .map(|p| Problem { category: category(p.kind), tile: None, message: format!("{manifest_url}: {p}") })
+            .into_iter()
+            .collect()
+    }
 }
+
+/// Without the `obs` feature, obs shards are checked by size and SHA-256 only.
+#[cfg(not(feature = "obs"))]
+mod obs {
+    use super::{Problem, StreamedShard};
+    use crate::reader::Core;
+
+    /// No schema is read without `dct-obs`.
+    pub(super) type Schema = std::sync::Arc<()>;
+
+    pub(super) async fn read_schema(_core: &Core) -> (Option<Schema>, Vec<Problem>) {
+        (None, Vec::new())
+    }
+
+    pub(super) async fn check_layout(
+        _core: &Core,
+        _s: usize,
+        _url: &str,
+        _shard: &StreamedShard,
+        _schema: &Schema,
+    ) -> Vec<Problem> {
+        Vec::new()
+    }
+
+    pub(super) fn check_fingerprint(_core: &Core, _schema: Option<&()>, _hashes: Vec<Option<String>>) -> Vec<Problem> {
+        Vec::new()
+    }
+}
+
+/// The obs fingerprint (FORMAT-v2.md, "Obs"), re-exported from `dct-obs` (where it is defined) for compatibility.
+#[cfg(feature = "obs")]
+pub use dct_obs::obs_fingerprint;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn python_json_strings() {
-        let mut s = String::new();
-        push_py_json_string(&mut s, "a\"b\\c\nd\te\u{1}f\u{7f}g\u{e9}h\u{1F600}");
-        assert_eq!(s, r#""a\"b\\c\nd\te\u0001f"#.to_string() + "\u{7f}" + r#"g\u00e9h\ud83d\ude00""#);
-    }
 
     #[test]
     fn hex_encoding() {
@@ -428,5 +511,158 @@ mod tests {
             hex(Sha256::digest(b"abc").as_slice()),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
+    }
+
+    #[test]
+    fn the_kept_tail_is_the_end_of_the_stream() {
+        let data: Vec<u8> = (0..=255u8).cycle().take(5000).collect();
+        for chunk in [1, 7, 64, 100, 5000] {
+            let mut tail = Vec::new();
+            for c in data.chunks(chunk) {
+                keep_tail(&mut tail, c, 100);
+                assert!(tail.len() <= 200 + chunk.min(100));
+            }
+            assert!(tail.len() >= 100, "chunk {chunk}");
+            assert!(data.ends_with(&tail), "chunk {chunk}: the tail is the end of the data");
+        }
+    }
+
+    /// Obs checks through dct-obs on copies of the conformance dataset `v2_with_obs`, altered.
+    #[cfg(feature = "obs")]
+    mod obs_checks {
+        use std::path::{Path, PathBuf};
+
+        use serde_json::Value;
+
+        use super::super::*;
+
+        fn copy_dataset(to: &Path) -> PathBuf {
+            let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/conformance/datasets/v2_with_obs");
+            let mut stack = vec![PathBuf::new()];
+            while let Some(rel) = stack.pop() {
+                std::fs::create_dir_all(to.join(&rel)).unwrap();
+                for e in std::fs::read_dir(from.join(&rel)).unwrap() {
+                    let e = e.unwrap();
+                    let r = rel.join(e.file_name());
+                    if e.file_type().unwrap().is_dir() {
+                        stack.push(r);
+                    } else {
+                        std::fs::copy(e.path(), to.join(&r)).unwrap();
+                    }
+                }
+            }
+            to.to_path_buf()
+        }
+
+        fn edit_manifest(dir: &Path, f: impl FnOnce(&mut Value)) {
+            let p = dir.join("manifest.json");
+            let mut m: Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+            f(&mut m);
+            std::fs::write(&p, serde_json::to_vec(&m).unwrap()).unwrap();
+        }
+
+        fn check(dir: &Path) -> VerifyReport {
+            let ds = Dataset::open(dir.to_str().unwrap(), ReadOptions::default()).unwrap();
+            verify(&ds, &VerifyOptions::default(), |_, _| {})
+        }
+
+        #[test]
+        fn an_intact_copy_verifies() {
+            let tmp = tempfile::tempdir().unwrap();
+            let report = check(&copy_dataset(tmp.path()));
+            assert!(report.is_ok(), "{:?}", report.problems);
+        }
+
+        #[test]
+        fn an_edited_schema_breaks_the_fingerprint_only() {
+            let tmp = tempfile::tempdir().unwrap();
+            let dir = copy_dataset(tmp.path());
+            let p = dir.join("obs/schema.json");
+            let text = std::fs::read_to_string(&p).unwrap();
+            assert!(text.contains("\"T cell\""));
+            std::fs::write(&p, text.replace("\"T cell\"", "\"X cell\"")).unwrap();
+            let report = check(&dir);
+            assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+            let p = &report.problems[0];
+            assert_eq!(p.category, Category::ObsSha256, "{p}");
+            assert!(p.message.contains("manifest.json") && p.message.contains("obs_fingerprint"), "{p}");
+        }
+
+        #[test]
+        fn a_schema_that_disagrees_with_the_shards_is_a_layout_problem() {
+            let tmp = tempfile::tempdir().unwrap();
+            let dir = copy_dataset(tmp.path());
+            let p = dir.join("obs/schema.json");
+            let text = std::fs::read_to_string(&p).unwrap();
+            // n_counts is int64 in the shards; claim int32.
+            let edited = text.replace(
+                "{\"name\": \"n_counts\", \"kind\": \"numeric\", \"arrow_type\": \"int64\"",
+                "{\"name\": \"n_counts\", \"kind\": \"numeric\", \"arrow_type\": \"int32\"",
+            );
+            assert_ne!(edited, text);
+            std::fs::write(&p, &edited).unwrap();
+            let report = check(&dir);
+            let layout: Vec<_> = report.problems.iter().filter(|p| p.category == Category::ObsShard).collect();
+            assert_eq!(layout.len(), 2, "one per shard: {:?}", report.problems);
+            for p in layout {
+                assert!(p.message.contains("n_counts") && p.message.contains("int32"), "{p}");
+                assert!(p.message.contains("obs_000"), "names the shard: {p}");
+            }
+            assert!(report.has(Category::ObsSha256), "and the fingerprint: {:?}", report.problems);
+        }
+
+        #[test]
+        fn a_shard_with_the_wrong_row_groups_is_found_even_with_matching_hashes() {
+            let tmp = tempfile::tempdir().unwrap();
+            let dir = copy_dataset(tmp.path());
+            // Shard 1 (tiles 2, 3: 100 and 50 cells) in place of shard 0 (tiles 0, 1: 100 cells each), with the
+            // manifest's size and hash updated to match, as a careless rewrite would.
+            let bytes = std::fs::read(dir.join("obs/obs_0001.parquet")).unwrap();
+            std::fs::write(dir.join("obs/obs_0000.parquet"), &bytes).unwrap();
+            edit_manifest(&dir, |m| {
+                m["obs_shard_bytes"][0] = bytes.len().into();
+                m["obs_shard_sha256"][0] = hex(Sha256::digest(&bytes).as_slice()).into();
+            });
+            let report = check(&dir);
+            let layout: Vec<_> = report.problems.iter().filter(|p| p.category == Category::ObsShard).collect();
+            assert_eq!(layout.len(), 1, "{:?}", report.problems);
+            assert!(layout[0].message.contains("row group 1 has 50 rows but tile 1 has 100 cells"), "{}", layout[0]);
+            assert!(layout[0].message.contains("obs_0000.parquet"), "{}", layout[0]);
+            assert!(report.has(Category::ObsSha256), "the fingerprint changes too: {:?}", report.problems);
+        }
+
+        #[test]
+        fn a_missing_schema_is_reported_and_shards_still_hashed() {
+            let tmp = tempfile::tempdir().unwrap();
+            let dir = copy_dataset(tmp.path());
+            std::fs::remove_file(dir.join("obs/schema.json")).unwrap();
+            let report = check(&dir);
+            assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+            assert_eq!(report.problems[0].category, Category::ObsShard);
+            assert!(report.problems[0].message.contains("schema.json"), "{}", report.problems[0]);
+        }
+
+        #[test]
+        fn a_footer_longer_than_the_kept_tail_is_fetched() {
+            let tmp = tempfile::tempdir().unwrap();
+            let dir = copy_dataset(tmp.path());
+            let ds = Dataset::open(dir.to_str().unwrap(), ReadOptions::default()).unwrap();
+            let core = ds.core().clone();
+            let rt = ds.rt();
+            let (schema, problems) = {
+                let c = core.clone();
+                rt.block_on(async move { obs::read_schema(&c).await })
+            };
+            assert!(problems.is_empty());
+            let schema = schema.unwrap();
+            let size = core.manifest.obs_shard_bytes[0];
+            let c = core.clone();
+            let found = rt.block_on(async move {
+                let shard = stream_shard(&c.store, "obs/obs_0000.parquet", size, 16).await.ok().unwrap();
+                assert!(shard.tail.len() < 64, "only a short tail was kept");
+                obs::check_layout(&c, 0, "obs_0000", &shard, &schema).await
+            });
+            assert!(found.is_empty(), "{found:?}");
+        }
     }
 }

@@ -17,6 +17,8 @@
 //! # Ok::<(), dct_format::CellIndexError>(())
 //! ```
 
+#![forbid(unsafe_code)]
+
 #[cfg(target_endian = "big")]
 compile_error!("deltacells tiles are little-endian; big-endian hosts must not load them (see FORMAT-v2.md)");
 

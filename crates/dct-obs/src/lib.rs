@@ -38,7 +38,7 @@ pub use infer::{DEFAULT_MAX_CATEGORIES, ObsSchemaBuilder, VocabularyBuilder, arr
 pub use manifest::{
     DEFAULT_TILES_PER_FILE, ObsManifest, SCHEMA_NAME, VAR_TABLE_NAME, child_path, n_shards, shard_name, shard_tiles,
 };
-pub use reader::{LocalizeReport, Obs, ObsOptions, category_labels, read_schema};
+pub use reader::{ColumnSize, LocalizeReport, Obs, ObsOptions, category_labels, read_schema};
 pub use schema::{
     ArrowType, ColumnKind, MAX_SCHEMA_BYTES, ObsColumn, ObsSchema, SCHEMA_FORMAT, SCHEMA_VERSION, code_type_for,
 };
@@ -48,7 +48,8 @@ pub use var::{
     write_var_table,
 };
 pub use verify::{
-    ObsProblem, ObsProblemKind, ObsVerifyReport, check_fingerprint, check_shard_bytes, verify_obs, verify_obs_blocking,
+    ObsProblem, ObsProblemKind, ObsVerifyReport, check_fingerprint, check_shard_bytes, check_shard_tail, verify_obs,
+    verify_obs_blocking,
 };
 pub use write::{EncodedShard, ObsShardEncoder, ObsWriteOptions, ObsWriteSummary, ObsWriter};
 

@@ -41,6 +41,17 @@ impl Default for ObsOptions {
     }
 }
 
+/// The stored size of one column over every shard: the sums of its column chunks' sizes from the shard footers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ColumnSize {
+    /// The column.
+    pub name: String,
+    /// Bytes stored in the shards (compressed column chunks, page headers included).
+    pub compressed_bytes: u64,
+    /// Bytes once decompressed (still parquet-encoded).
+    pub uncompressed_bytes: u64,
+}
+
 /// What [`Obs::localize`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LocalizeReport {
@@ -67,6 +78,9 @@ struct Inner {
     schema: ObsSchema,
     schema_text: String,
     cells: CellIndex,
+    /// The tile size when every tile but the last holds exactly that many cells (always so in datasets): cells are
+    /// then located by a division instead of a search.
+    uniform_tile: Option<u64>,
     dir: PathBuf,
     options: ObsOptions,
     columns: RwLock<HashMap<String, Arc<CachedColumn>>>,
@@ -136,6 +150,7 @@ impl Obs {
             });
         }
         let dir = cache_root(options.cache_dir.as_deref())?.join(&manifest.fingerprint).join("obs");
+        let uniform_tile = uniform_tile(&manifest.tile_cells);
         Ok(Obs {
             inner: Arc::new(Inner {
                 store,
@@ -144,6 +159,7 @@ impl Obs {
                 schema,
                 schema_text,
                 cells,
+                uniform_tile,
                 dir,
                 options,
                 columns: RwLock::new(HashMap::new()),
@@ -236,6 +252,34 @@ impl Obs {
         })
     }
 
+    /// The stored size of every column, in schema order: reads each shard's footer (a ranged request, `concurrency`
+    /// shards at a time; the footer is checked against the manifest and the schema) and sums each column's column
+    /// chunk sizes. No column data is read.
+    pub async fn column_sizes(&self) -> Result<Vec<ColumnSize>> {
+        let inner = &self.inner;
+        let mut out: Vec<ColumnSize> =
+            inner.schema.columns.iter().map(|c| ColumnSize { name: c.name.clone(), ..Default::default() }).collect();
+        let mut metas = futures::stream::iter(0..inner.manifest.n_shards())
+            .map(|s| inner.load_shard_meta(s))
+            .buffered(inner.options.concurrency.max(1));
+        while let Some(meta) = metas.next().await {
+            for rg in meta?.metadata.row_groups() {
+                // The layout check made leaf columns and schema columns agree one to one.
+                for (size, chunk) in out.iter_mut().zip(rg.columns()) {
+                    size.compressed_bytes += u64::try_from(chunk.compressed_size()).unwrap_or(0);
+                    size.uncompressed_bytes += u64::try_from(chunk.uncompressed_size()).unwrap_or(0);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// [`column_sizes`](Self::column_sizes) from synchronous code.
+    pub fn column_sizes_blocking(&self) -> Result<Vec<ColumnSize>> {
+        let this = self.clone();
+        block_on(async move { this.column_sizes().await })
+    }
+
     fn cached(&self, column: &str) -> Result<(&ObsColumn, Arc<CachedColumn>)> {
         let (_, c) = self.inner.schema.require(column)?;
         let got = self.inner.columns.read().expect("column map lock").get(column).cloned();
@@ -291,17 +335,35 @@ impl Obs {
     }
 
     fn locate(&self, cells: &[u64]) -> Result<Vec<(usize, usize)>> {
-        cells
-            .iter()
-            .map(|&cell| {
-                self.inner
-                    .cells
-                    .locate(cell)
-                    .map(|(t, r)| (t, r as usize))
-                    .ok_or(ObsError::CellOutOfRange { cell, n_cells: self.n_cells() })
-            })
-            .collect()
+        let n_cells = self.n_cells();
+        let out_of_range = |cell| ObsError::CellOutOfRange { cell, n_cells };
+        match self.inner.uniform_tile {
+            Some(k) => cells
+                .iter()
+                .map(|&cell| {
+                    if cell < n_cells {
+                        Ok(((cell / k) as usize, (cell % k) as usize))
+                    } else {
+                        Err(out_of_range(cell))
+                    }
+                })
+                .collect(),
+            None => cells
+                .iter()
+                .map(|&cell| {
+                    self.inner.cells.locate(cell).map(|(t, r)| (t, r as usize)).ok_or_else(|| out_of_range(cell))
+                })
+                .collect(),
+        }
     }
+}
+
+/// `Some(k)` when every tile but the last holds `k` cells and the last at most `k`.
+fn uniform_tile(tile_cells: &[u64]) -> Option<u64> {
+    let (&k, rest) = tile_cells.split_first()?;
+    let all_but_last = rest.len().saturating_sub(1);
+    let uniform = k > 0 && rest[..all_but_last].iter().all(|&n| n == k) && rest.last().is_none_or(|&n| n <= k);
+    uniform.then_some(k)
 }
 
 fn batch(fields: Vec<arrow_schema::Field>, arrays: Vec<ArrayRef>, rows: u64) -> Result<RecordBatch> {
@@ -513,5 +575,28 @@ impl MetaCache {
 
     fn evict(&self, s: usize) {
         self.cells.lock().expect("footer cache lock").remove(&s);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uniform_tiles_locate_by_division_like_the_search() {
+        assert_eq!(uniform_tile(&[100, 100, 100, 50]), Some(100));
+        assert_eq!(uniform_tile(&[100, 100]), Some(100));
+        assert_eq!(uniform_tile(&[7]), Some(7));
+        assert_eq!(uniform_tile(&[]), None);
+        assert_eq!(uniform_tile(&[100, 50, 100]), None);
+        assert_eq!(uniform_tile(&[100, 100, 101]), None);
+        assert_eq!(uniform_tile(&[0, 0]), None);
+        for tiles in [&[4u64, 4, 4, 1][..], &[4, 4, 4, 4], &[3]] {
+            let k = uniform_tile(tiles).unwrap();
+            let idx = CellIndex::from_tile_cells(tiles).unwrap();
+            for cell in 0..idx.n_cells() {
+                assert_eq!(idx.locate(cell), Some(((cell / k) as usize, cell % k)), "{tiles:?} cell {cell}");
+            }
+        }
     }
 }

@@ -13,7 +13,7 @@ use crate::manifest::{ObsManifest, child_path, shard_name};
 use crate::reader::read_schema;
 use crate::rt::block_on;
 use crate::schema::ObsSchema;
-use crate::shard::{check_layout, decode_metadata, has_leading_magic, metadata_length};
+use crate::shard::{MAX_FOOTER_BYTES, check_layout, decode_metadata, has_leading_magic, metadata_length};
 use crate::util::object_url;
 
 /// What kind of problem was found.
@@ -120,35 +120,67 @@ pub fn check_shard_bytes(
         ));
     }
     let Some(schema) = schema else { return (problems, sha) };
-    let layout = |m: String| problem(ObsProblemKind::ShardLayout, Some(s), format!("{url}: {m}"));
-    if !has_leading_magic(bytes) {
-        problems.push(layout("no parquet magic at the start".into()));
-        return (problems, sha);
+    match check_shard_tail(s, bytes, bytes, size, url, manifest, schema) {
+        Ok(found) => problems.extend(found),
+        // The whole file holds its footer, so this cannot happen; report it rather than trust that.
+        Err(needed) => problems.push(problem(
+            ObsProblemKind::ShardLayout,
+            Some(s),
+            format!("{url}: the footer needs {needed} bytes but the file has {size}"),
+        )),
     }
-    let len = match metadata_length(bytes, size) {
-        Ok(l) => l as usize,
-        Err(m) => {
-            problems.push(layout(m));
-            return (problems, sha);
-        }
+    (problems, sha)
+}
+
+/// Checks the layout of shard `s` (named `url`, `size` bytes long) from its first bytes `head` (at least 4) and its
+/// last bytes `tail` (which must end at the end of the file): the parquet magic, the footer, one row group per tile
+/// with `tile_cells[t]` rows, the schema's columns in order with the named Arrow types, and column chunks inside the
+/// file. Lets a caller that streams a shard (to hash it) keep only its ends.
+///
+/// Returns the problems found, or `Err(n)` when `tail` is shorter than the `n` bytes the footer occupies: fetch the
+/// last `n` bytes and call again. `n` is at most [`MAX_FOOTER_BYTES`](crate::MAX_FOOTER_BYTES) + 8; a longer footer is
+/// reported as a problem instead.
+pub fn check_shard_tail(
+    s: usize,
+    head: &[u8],
+    tail: &[u8],
+    size: u64,
+    url: &str,
+    manifest: &ObsManifest,
+    schema: &ObsSchema,
+) -> Result<Vec<ObsProblem>, u64> {
+    let layout = |m: String| problem(ObsProblemKind::ShardLayout, Some(s), format!("{url}: {m}"));
+    if !has_leading_magic(head) {
+        return Ok(vec![layout("no parquet magic at the start".into())]);
+    }
+    let len = match metadata_length(tail, size) {
+        Ok(l) => l,
+        Err(m) => return Ok(vec![layout(m)]),
     };
-    let md = match decode_metadata(&bytes[bytes.len() - 8 - len..bytes.len() - 8]) {
+    if len > MAX_FOOTER_BYTES {
+        return Ok(vec![layout(format!("its footer claims {len} bytes, more than the {MAX_FOOTER_BYTES} accepted"))]);
+    }
+    let needed = len + 8;
+    if needed > tail.len() as u64 {
+        return Err(needed);
+    }
+    let end = tail.len() - 8;
+    let md = match decode_metadata(&tail[end - len as usize..end]) {
         Ok(md) => Arc::new(md),
-        Err(e) => {
-            problems.push(layout(format!("invalid parquet metadata: {e}")));
-            return (problems, sha);
-        }
+        Err(e) => return Ok(vec![layout(format!("invalid parquet metadata: {e}"))]),
     };
     let tiles = manifest.shard_tiles(s);
     let (found, _) = check_layout(&md, size, tiles, &manifest.tile_cells, schema);
-    problems.extend(found.into_iter().map(|(tile, column, message)| ObsProblem {
-        kind: ObsProblemKind::ShardLayout,
-        shard: Some(s),
-        tile,
-        column,
-        message: format!("{url}: {message}"),
-    }));
-    (problems, sha)
+    Ok(found
+        .into_iter()
+        .map(|(tile, column, message)| ObsProblem {
+            kind: ObsProblemKind::ShardLayout,
+            shard: Some(s),
+            tile,
+            column,
+            message: format!("{url}: {message}"),
+        })
+        .collect())
 }
 
 /// Recomputes the fingerprint from the schema text, `tile_cells` and the shards' actual SHA-256 and compares it with

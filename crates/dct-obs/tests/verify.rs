@@ -183,3 +183,59 @@ async fn damaged_shards_give_errors_not_panics() {
     let e = obs.localize(&["flag"]).await.unwrap_err();
     assert!(matches!(e, ObsError::Shard { .. }) && e.to_string().contains("manifest says"), "{e}");
 }
+
+#[tokio::test]
+async fn the_layout_check_from_the_shard_ends_agrees_with_the_whole_file_check() {
+    let s = small().await;
+    let schema = ObsSchema::parse(s.summary.schema_json.as_bytes(), "schema.json").unwrap();
+    // Shard 1 holds tiles 3..6; a wrong manifest row count for tile 4 is a layout problem.
+    let mut m = s.manifest.clone();
+    m.tile_cells[4] += 1;
+    let bytes = std::fs::read(s.shard_path(1)).unwrap();
+    let size = bytes.len() as u64;
+    let (whole, _) = dct_obs::check_shard_bytes(1, &bytes, "obs_0001", &m, Some(&schema));
+    let layout: Vec<_> = whole.iter().filter(|p| p.kind == ObsProblemKind::ShardLayout).cloned().collect();
+    assert_eq!(layout.len(), 1, "{whole:?}");
+    assert_eq!(layout[0].tile, Some(4));
+    // Too short a tail: the function says how many bytes the footer needs, and with those it finds the same.
+    let needed = dct_obs::check_shard_tail(1, &bytes[..4], &bytes[bytes.len() - 8..], size, "obs_0001", &m, &schema)
+        .expect_err("8 bytes hold no footer");
+    assert!(needed > 8 && needed < size, "{needed}");
+    let tail = &bytes[bytes.len() - needed as usize..];
+    let found = dct_obs::check_shard_tail(1, &bytes[..4], tail, size, "obs_0001", &m, &schema).unwrap();
+    assert_eq!(found, layout);
+    // The intact manifest gives no problem; a head without the magic is one.
+    assert_eq!(dct_obs::check_shard_tail(1, &bytes[..4], tail, size, "obs_0001", &s.manifest, &schema), Ok(vec![]));
+    let bad = dct_obs::check_shard_tail(1, b"PAR0", tail, size, "obs_0001", &s.manifest, &schema).unwrap();
+    assert_eq!(bad.len(), 1);
+    assert!(bad[0].message.contains("magic"), "{}", bad[0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn column_sizes_are_the_sums_of_the_column_chunks() {
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    let s = small().await;
+    let cache = tempfile::tempdir().unwrap();
+    let opts = ObsOptions { cache_dir: Some(cache.path().into()), concurrency: 2, ..Default::default() };
+    let obs = Obs::open(s.store(), Path::default(), s.manifest.clone(), opts).await.unwrap();
+    let sizes = obs.column_sizes().await.unwrap();
+    assert_eq!(
+        sizes.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
+        obs.columns().iter().map(|c| c.0).collect::<Vec<_>>()
+    );
+    let mut want = vec![(0u64, 0u64); sizes.len()];
+    for shard in 0..s.manifest.n_shards() {
+        let r = SerializedFileReader::new(std::fs::File::open(s.shard_path(shard)).unwrap()).unwrap();
+        for g in r.metadata().row_groups() {
+            for (w, c) in want.iter_mut().zip(g.columns()) {
+                w.0 += c.compressed_size() as u64;
+                w.1 += c.uncompressed_size() as u64;
+            }
+        }
+    }
+    let got: Vec<(u64, u64)> = sizes.iter().map(|c| (c.compressed_bytes, c.uncompressed_bytes)).collect();
+    assert_eq!(got, want);
+    assert!(got.iter().all(|&(c, _)| c > 0));
+    // Nothing was localized.
+    assert!(obs.columns().iter().all(|(name, _)| !obs.is_localized(name)));
+}

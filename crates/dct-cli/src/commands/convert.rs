@@ -15,6 +15,10 @@ use crate::output::{human_bytes, progress};
 /// --plan P.json` once, then `deltacells convert --plan P.json --part I/N` for I = 0..N-1 (e.g. a Slurm array
 /// with `--part $SLURM_ARRAY_TASK_ID/N`, a Kubernetes indexed Job with `$JOB_COMPLETION_INDEX`), then
 /// `deltacells convert --plan P.json --finalize`. Re-running any of them is safe: complete tiles are kept.
+///
+/// Obs (per-cell metadata: the cell names as `obs_names` and the obs columns of `.h5ad` inputs, with one global
+/// vocabulary per categorical column) and `var.parquet` are written by the finalize step: obs is small next to X,
+/// and finalize reads one input's obs at a time.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Input files or folders (`.h5ad`, 10x `.h5`, 10x Matrix Market folders) or glob patterns; converted in
@@ -56,6 +60,22 @@ pub struct Args {
     /// Keep the source gene order (no first pass over the data).
     #[arg(long)]
     no_sort_genes: bool,
+    /// Write only these obs columns, in this order (comma separated; `obs_names` is the cell names). Default: the
+    /// cell names and every obs column of `.h5ad` inputs.
+    #[arg(long, value_delimiter = ',', conflicts_with = "no_obs")]
+    obs_columns: Option<Vec<String>>,
+    /// Leave these obs columns out (comma separated), e.g. datetime or nested columns the converter cannot store.
+    #[arg(long, value_delimiter = ',', conflicts_with = "no_obs")]
+    obs_exclude: Vec<String>,
+    /// Write no obs (per-cell metadata) at all.
+    #[arg(long)]
+    no_obs: bool,
+    /// Tiles (row groups) per obs shard.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    obs_tiles_per_file: u64,
+    /// Categorical obs columns with more categories than this over all inputs are stored as strings.
+    #[arg(long, default_value_t = 20_000)]
+    max_categories: usize,
     /// The plan file: written when inputs are given, read with --part or --finalize.
     #[arg(long)]
     plan: Option<PathBuf>,
@@ -156,6 +176,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             (false, Some(n)) => GeneSort::Sample(n),
             (false, None) => GeneSort::AllInputs,
         },
+        write_obs: !args.no_obs,
+        obs_columns: args.obs_columns.clone(),
+        obs_exclude: args.obs_exclude.clone(),
+        obs_tiles_per_file: args.obs_tiles_per_file,
+        max_categories: args.max_categories,
     };
     eprintln!("planning: {} input(s)", inputs.len());
     let plan = dct_convert::make_plan(&inputs, &options)?;
@@ -180,6 +205,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let start = std::time::Instant::now();
     let report = dct_convert::run_part(&plan, 0, 1, &run, reporter(plan.n_tiles, "converting"))?;
+    if plan.obs.is_some() {
+        eprintln!("finalizing: checking tiles, writing var.parquet and the obs shards");
+    }
     let m = dct_convert::finalize(&plan, &run)?;
     let secs = start.elapsed().as_secs_f64();
     let bytes: u64 = m.tile_bytes.iter().sum();

@@ -6,4 +6,5 @@ pub mod demo;
 pub mod export;
 pub mod info;
 pub mod inspect;
+pub mod obs;
 pub mod verify;

@@ -1,0 +1,143 @@
+//! get_batch throughput (issue 3): 5,000-cell batches over a 20-tile synthetic dataset (10,000-cell tiles), tiles
+//! visited in shuffled order and cells shuffled within each tile; from local disk with 1 and 2 decode threads, and
+//! through object_store's ThrottledStore (50 ms per request, ~150 MB/s per request) with and without prefetch.
+//!
+//! `cargo bench -p dct-bench --bench dataset` (env: DCT_BENCH_TILES, DCT_BENCH_TILE_SIZE, DCT_BENCH_ROUNDS).
+//! Every scenario opens the dataset afresh (cold cache) and replays the same epoch; the scenarios are interleaved
+//! round by round so that machine noise hits them alike, and the medians are reported.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dct_bench::{path_str, shuffled_epoch, synthetic_dataset};
+use dct_dataset::object_store::local::LocalFileSystem;
+use dct_dataset::object_store::throttle::{ThrottleConfig, ThrottledStore};
+use dct_dataset::{Batch, Dataset, ReadOptions};
+
+const BATCH: usize = 5000;
+const PREFETCH: usize = 4;
+
+struct Scenario {
+    name: &'static str,
+    threads: usize,
+    throttled: bool,
+    prefetch: bool,
+}
+
+struct Run {
+    seconds: f64,
+    stall: Duration,
+    nnz: u64,
+}
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn open(dir: &std::path::Path, s: &Scenario) -> Dataset {
+    let options = ReadOptions {
+        decode_threads: s.threads,
+        max_prefetch_tiles: PREFETCH,
+        max_cached_tiles: PREFETCH + 2,
+        ..ReadOptions::default()
+    };
+    if s.throttled {
+        let local = LocalFileSystem::new_with_prefix(dir).expect("dataset dir");
+        // 50 ms per GET plus 1 s per 150 MB of body, per request.
+        let config = ThrottleConfig {
+            wait_get_per_call: Duration::from_millis(50),
+            wait_get_per_byte: Duration::from_nanos(1_000_000_000 / 150_000_000).max(Duration::from_nanos(6)),
+            ..ThrottleConfig::default()
+        };
+        let store = Arc::new(ThrottledStore::new(local, config));
+        Dataset::open_with_store(store, "", options).expect("open throttled")
+    } else {
+        Dataset::open(path_str(dir), options).expect("open local")
+    }
+}
+
+fn epoch(ds: &Dataset, cells: &[u64], tile_of: &[usize], order: &[usize], prefetch: bool) -> Run {
+    let mut batch = Batch::<f32>::default();
+    let mut nnz = 0u64;
+    let start = Instant::now();
+    let mut next = 0; // next position in `order` not yet prefetched
+    for (b, chunk) in cells.chunks(BATCH).enumerate() {
+        if prefetch {
+            // Keep the tiles of this batch and the next PREFETCH tiles of the epoch in flight.
+            let pos = order.iter().position(|&t| t == tile_of[b * BATCH]).expect("tile in order");
+            let want_end = (pos + 1 + PREFETCH).min(order.len());
+            if next < want_end {
+                ds.prefetch(&order[next.max(pos)..want_end]).expect("prefetch");
+                next = want_end;
+            }
+        }
+        ds.get_batch_into(chunk, &mut batch).expect("get_batch");
+        nnz += batch.nnz() as u64;
+        std::hint::black_box(&batch);
+    }
+    Run { seconds: start.elapsed().as_secs_f64(), stall: ds.stats().stall_time, nnz }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list" || a == "--test") {
+        // `cargo test --benches` runs bench binaries in test mode: keep that quick.
+        return;
+    }
+    let tiles = env("DCT_BENCH_TILES", 20);
+    let tile_size = env("DCT_BENCH_TILE_SIZE", 10_000);
+    let rounds = env("DCT_BENCH_ROUNDS", 3) as usize;
+    let dir = synthetic_dataset(tiles, tile_size).expect("benchmark dataset");
+    let probe = Dataset::open(path_str(&dir), ReadOptions::default()).expect("open");
+    let limits: Vec<(u64, u64)> = (0..probe.n_tiles()).map(|t| probe.tile_bounds(t).expect("tile")).collect();
+    let bytes: u64 = probe.manifest().tile_bytes.iter().sum();
+    let nnz = probe.manifest().nnz();
+    drop(probe);
+    let (cells, tile_of) = shuffled_epoch(&limits, 1);
+    let mut order: Vec<usize> = Vec::new();
+    for &t in &tile_of {
+        if order.last() != Some(&t) {
+            order.push(t);
+        }
+    }
+    println!(
+        "dataset: {} cells x 30000 genes, {tiles} tiles of {tile_size}, {nnz} nonzeros, {:.1} MB ({:.3} bytes/nnz)",
+        cells.len(),
+        bytes as f64 / 1e6,
+        bytes as f64 / nnz as f64
+    );
+    let scenarios = [
+        Scenario { name: "local, 1 thread, prefetch", threads: 1, throttled: false, prefetch: true },
+        Scenario { name: "local, 2 threads, prefetch", threads: 2, throttled: false, prefetch: true },
+        Scenario { name: "local, 2 threads, no prefetch", threads: 2, throttled: false, prefetch: false },
+        Scenario { name: "throttled, 2 threads, no prefetch", threads: 2, throttled: true, prefetch: false },
+        Scenario { name: "throttled, 2 threads, prefetch 4", threads: 2, throttled: true, prefetch: true },
+    ];
+    let mut results: Vec<Vec<Run>> = scenarios.iter().map(|_| Vec::new()).collect();
+    for round in 0..rounds {
+        for (s, out) in scenarios.iter().zip(&mut results) {
+            let ds = open(&dir, s);
+            let run = epoch(&ds, &cells, &tile_of, &order, s.prefetch);
+            eprintln!("round {round}: {:<36} {:>9.0} cells/s", s.name, cells.len() as f64 / run.seconds);
+            out.push(run);
+        }
+    }
+    println!("\n{:<36} {:>12} {:>14} {:>12}", "scenario (median of rounds)", "cells/s", "M nonzeros/s", "stall s");
+    let mut rates = Vec::new();
+    for (s, runs) in scenarios.iter().zip(&results) {
+        let secs = median(runs.iter().map(|r| r.seconds).collect());
+        let stall = median(runs.iter().map(|r| r.stall.as_secs_f64()).collect());
+        let rate = cells.len() as f64 / secs;
+        rates.push(rate);
+        println!("{:<36} {:>12.0} {:>14.1} {:>12.2}", s.name, rate, runs[0].nnz as f64 / secs / 1e6, stall);
+    }
+    println!("\nratios (same run):");
+    println!("  local 2 threads / 1 thread                     {:.2}x", rates[1] / rates[0]);
+    println!("  local 2 threads: {:.0} cells/s (target >= 120,000)", rates[1]);
+    println!("  throttled with prefetch / local 2 threads      {:.2} (target >= 0.80)", rates[4] / rates[1]);
+    println!("  throttled with prefetch / without              {:.2}x", rates[4] / rates[3]);
+}

@@ -1,0 +1,372 @@
+//! Obs and var.parquet written by the converter, against independent truth: the inputs read through dct-input's
+//! own readers (`read_obs`, the gene tables), the fingerprint recomputed from the files, and byte-identity of obs
+//! shards across input splits.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Float64Type, Int64Type};
+use arrow_array::{Array, ArrayRef};
+use arrow_schema::DataType;
+use dct_convert::{ConvertOptions, RunOptions, convert};
+use dct_dataset::dct_obs::{self, ColumnKind, ObsOptions, VarTable, category_labels};
+use dct_dataset::object_store::local::LocalFileSystem;
+use dct_dataset::object_store::path::Path as StorePath;
+use dct_dataset::{Dataset, ReadOptions};
+use dct_input::{ColumnData, CountSource, H5adMatrix, H5adSource, open_input};
+
+fn testdata(rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata").join(rel)
+}
+
+fn options(out: &Path, tile_size: u64) -> ConvertOptions {
+    ConvertOptions { tile_size, level: 3, n_chunks: 2, ..ConvertOptions::new(out.to_str().unwrap()) }
+}
+
+fn run(inputs: &[PathBuf], opts: &ConvertOptions) -> dct_dataset::Manifest {
+    convert(inputs, opts, &RunOptions::default(), false, |_| {}).unwrap()
+}
+
+/// A value as both sides can express it.
+#[derive(Debug, Clone, PartialEq)]
+enum V {
+    Null,
+    Str(String),
+    Int(i128),
+    Float(f64),
+    Bool(bool),
+}
+
+/// The source column's values as pandas sees them: categorical labels (code -1 missing), NaN floats missing.
+fn source_values(data: &ColumnData) -> Vec<V> {
+    match data {
+        ColumnData::Str(v) => v.iter().map(|s| V::Str(s.clone())).collect(),
+        ColumnData::Int(v) => v.iter().map(|&x| V::Int(x.into())).collect(),
+        ColumnData::UInt(v) => v.iter().map(|&x| V::Int(x.into())).collect(),
+        ColumnData::Float(v) => v.iter().map(|&x| if x.is_nan() { V::Null } else { V::Float(x) }).collect(),
+        ColumnData::Bool(v) => v.iter().map(|&x| V::Bool(x)).collect(),
+        ColumnData::Categorical { codes, categories, .. } => {
+            codes.iter().map(|&c| if c < 0 { V::Null } else { V::Str(categories[c as usize].clone()) }).collect()
+        }
+        ColumnData::NullableInt { values, valid } => {
+            values.iter().zip(valid).map(|(&x, &ok)| if ok { V::Int(x.into()) } else { V::Null }).collect()
+        }
+        ColumnData::NullableBool { values, valid } => {
+            values.iter().zip(valid).map(|(&x, &ok)| if ok { V::Bool(x) } else { V::Null }).collect()
+        }
+    }
+}
+
+/// An Arrow array's values (category codes through `categories` to labels).
+fn arrow_values(a: &dyn Array, categories: Option<&[String]>) -> Vec<V> {
+    if let Some(cats) = categories {
+        return category_labels(a, cats).unwrap().iter().map(|v| v.map_or(V::Null, |s| V::Str(s.into()))).collect();
+    }
+    let nullable = |i: usize, v: V| if a.is_null(i) { V::Null } else { v };
+    match a.data_type() {
+        DataType::Utf8 => a.as_string::<i32>().iter().map(|v| v.map_or(V::Null, |s| V::Str(s.into()))).collect(),
+        DataType::Boolean => a.as_boolean().iter().map(|v| v.map_or(V::Null, V::Bool)).collect(),
+        DataType::Float32 | DataType::Float64 => {
+            let f = arrow_cast::cast(a, &DataType::Float64).unwrap();
+            let f = f.as_primitive::<Float64Type>();
+            (0..f.len()).map(|i| nullable(i, V::Float(f.value(i)))).collect()
+        }
+        DataType::UInt64 => {
+            let u = a.as_primitive::<arrow_array::types::UInt64Type>();
+            (0..u.len()).map(|i| nullable(i, V::Int(u.value(i).into()))).collect()
+        }
+        _ => {
+            let x = arrow_cast::cast(a, &DataType::Int64).unwrap();
+            let x = x.as_primitive::<Int64Type>();
+            (0..x.len()).map(|i| nullable(i, V::Int(x.value(i).into()))).collect()
+        }
+    }
+}
+
+/// Every obs column of a dataset, read back through `Dataset::obs` (localize, then whole columns).
+fn dataset_obs(url: &str, cache: &Path) -> (dct_obs::Obs, BTreeMap<String, Vec<V>>) {
+    let ds = Dataset::open(url, ReadOptions::default()).unwrap();
+    let obs = ds.obs(ObsOptions { cache_dir: Some(cache.into()), ..Default::default() }).unwrap();
+    let names: Vec<String> = obs.columns().iter().map(|(n, _)| n.to_string()).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    obs.localize_blocking(&refs).unwrap();
+    let mut out = BTreeMap::new();
+    for name in &names {
+        let col = obs.column(name).unwrap();
+        out.insert(name.clone(), arrow_values(col.as_ref(), obs.categories(name).unwrap()));
+    }
+    (obs, out)
+}
+
+fn local(dir: &Path) -> (Arc<LocalFileSystem>, StorePath) {
+    (Arc::new(LocalFileSystem::new()), StorePath::from_absolute_path(dir.canonicalize().unwrap()).unwrap())
+}
+
+/// `var.parquet` of a dataset, read with dct-obs.
+fn read_var(dir: &Path) -> VarTable {
+    let (store, prefix) = local(dir);
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let batch = rt.block_on(dct_obs::read_var_table(store.as_ref(), &prefix)).unwrap();
+    VarTable::from_record_batch(&batch).unwrap()
+}
+
+fn recomputed_fingerprint(dir: &Path, m: &dct_dataset::Manifest) -> String {
+    let schema = std::fs::read_to_string(dir.join("obs/schema.json")).unwrap();
+    let shards: Vec<String> = (0..m.obs_shard_bytes.len())
+        .map(|s| dct_obs::sha256_hex(&std::fs::read(dir.join(dct_obs::shard_name(s))).unwrap()))
+        .collect();
+    assert_eq!(shards, m.obs_shard_sha256, "the manifest lists the shards' hashes");
+    dct_obs::obs_fingerprint(&schema, &m.tile_cells, &shards)
+}
+
+/// Checks a dataset's var.parquet against the source gene table, in output order.
+fn check_var(dir: &Path, source: &dyn CountSource) {
+    let ds = Dataset::open(dir.to_str().unwrap(), ReadOptions::default()).unwrap();
+    assert!(ds.manifest().has_var_table);
+    let order = ds.gene_order().unwrap().unwrap();
+    let var = read_var(dir);
+    let genes = source.genes();
+    let want_index: Vec<String> = order.iter().map(|&g| genes.names[g as usize].clone()).collect();
+    assert_eq!(var.index, want_index, "the index is the gene names in output order");
+    assert_eq!(*ds.var_names().unwrap().unwrap(), want_index, "and agrees with var_names.txt");
+    let want_name = (genes.index_name != "_index").then(|| genes.index_name.clone());
+    assert_eq!(var.index_name, want_name);
+    assert_eq!(
+        var.columns.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+        genes.columns.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
+        "every var column, in order"
+    );
+    for (c, (_, got)) in genes.columns.iter().zip(&var.columns) {
+        let src = source_values(&c.data);
+        let want: Vec<V> = order.iter().map(|&g| src[g as usize].clone()).collect();
+        assert_eq!(arrow_values(got.as_ref(), None), want, "var column {}", c.name);
+    }
+}
+
+#[test]
+fn wu2020_obs_and_var_match_the_source() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("inputs/wu2020_200.h5ad");
+    let source = H5adSource::open(&input, &H5adMatrix::X).unwrap();
+    let frame = source.read_obs().unwrap();
+    assert!(frame.columns.len() >= 40 && frame.skipped.is_empty());
+    // 200 cells in tiles of 64 (4 tiles, the last of 8), 3 tiles per shard: shards of 3 and 1 tiles.
+    let out = tmp.path().join("wu");
+    let opts = ConvertOptions { obs_tiles_per_file: 3, ..options(&out, 64) };
+    let m = run(std::slice::from_ref(&input), &opts);
+    assert!(m.has_obs && m.has_var_table);
+    assert_eq!(m.tile_cells, [64, 64, 64, 8]);
+    assert_eq!((m.obs_tiles_per_file, m.obs_shard_bytes.len()), (3, 2));
+    assert_eq!(recomputed_fingerprint(&out, &m), m.obs_fingerprint);
+    let url = out.to_str().unwrap();
+    let report = dct_dataset::verify_url(url, ReadOptions::default(), &Default::default(), |_, _| {});
+    assert!(report.is_ok(), "{:?}", report.problems);
+
+    let (obs, got) = dataset_obs(url, tmp.path().join("cache").as_path());
+    let schema = obs.schema();
+    assert_eq!(schema.columns.len(), frame.columns.len() + 1);
+    assert_eq!(schema.columns[0].name, "obs_names");
+    assert_eq!(got["obs_names"], frame.index.iter().map(|s| V::Str(s.clone())).collect::<Vec<_>>());
+    for c in &frame.columns {
+        let col = schema.column(&c.name).unwrap_or_else(|| panic!("column {} is missing", c.name));
+        assert_eq!(got[&c.name], source_values(&c.data), "column {}", c.name);
+        if let ColumnData::Categorical { categories, .. } = &c.data {
+            // One input: the global vocabulary is the input's, in its order; codes as narrow as they can be.
+            assert_eq!(col.kind, ColumnKind::Category, "{}", c.name);
+            assert_eq!(col.categories.as_deref(), Some(categories.as_slice()), "{}", c.name);
+            assert_eq!(col.arrow_type, dct_obs::code_type_for(categories.len()), "{}", c.name);
+        }
+    }
+    let kind = |n: &str| (schema.column(n).unwrap().kind, schema.column(n).unwrap().arrow_type.as_str());
+    assert_eq!(kind("clonotype_orig"), (ColumnKind::Category, "int16"), "197 categories need int16 codes");
+    assert_eq!(kind("source"), (ColumnKind::Category, "int8"));
+    assert_eq!(kind("IR_VJ_1_duplicate_count"), (ColumnKind::Numeric, "double"));
+    assert_eq!(kind("extra_chains"), (ColumnKind::Category, "int8"), "no categories, every value missing");
+    assert!(got["IR_VJ_1_duplicate_count"].iter().filter(|v| **v == V::Null).count() == 74, "NaN are nulls");
+    assert!(got["IR_VJ_1_d_call"].contains(&V::Null), "missing categorical values survive");
+
+    // take: random cells, in any order, across tiles and shards.
+    let cells = [199u64, 0, 64, 63, 191, 192, 5, 199];
+    let batch = obs.take(&cells, &["cluster_orig", "IR_VDJ_1_duplicate_count"]).unwrap();
+    for (j, name) in ["cluster_orig", "IR_VDJ_1_duplicate_count"].iter().enumerate() {
+        let vals = arrow_values(batch.column(j).as_ref(), obs.categories(name).unwrap());
+        let want: Vec<V> = cells.iter().map(|&c| got[*name][c as usize].clone()).collect();
+        assert_eq!(vals, want, "take of {name}");
+    }
+
+    check_var(&out, &source);
+    let var = read_var(&out);
+    assert_eq!(var.index_name, None, "an index stored as _index has no name in pandas");
+
+    // Above max_categories a categorical becomes a string column with the same values.
+    let out2 = tmp.path().join("wu_max150");
+    let m2 = run(std::slice::from_ref(&input), &ConvertOptions { max_categories: 150, ..options(&out2, 64) });
+    assert_eq!(recomputed_fingerprint(&out2, &m2), m2.obs_fingerprint);
+    let (obs2, got2) = dataset_obs(out2.to_str().unwrap(), tmp.path().join("cache").as_path());
+    for name in ["clonotype_orig", "IR_VDJ_1_junction_aa", "IR_VDJ_1_junction"] {
+        let c = obs2.schema().column(name).unwrap();
+        assert_eq!((c.kind, c.categories.is_none()), (ColumnKind::String, true), "{name}");
+        assert_eq!(got2[name], got[name], "{name}");
+    }
+    assert_eq!(obs2.schema().column("IR_VJ_1_junction_aa").unwrap().kind, ColumnKind::Category, "123 <= 150");
+    assert_ne!(m2.obs_fingerprint, m.obs_fingerprint);
+}
+
+#[test]
+fn obs_column_selection_and_no_obs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("inputs/wu2020_200.h5ad");
+    let out = tmp.path().join("sel");
+    let cols = vec!["patient".to_string(), "obs_names".to_string(), "IR_VJ_1_duplicate_count".to_string()];
+    let m =
+        run(std::slice::from_ref(&input), &ConvertOptions { obs_columns: Some(cols.clone()), ..options(&out, 100) });
+    assert_eq!(recomputed_fingerprint(&out, &m), m.obs_fingerprint);
+    let (obs, _) = dataset_obs(out.to_str().unwrap(), tmp.path().join("cache").as_path());
+    assert_eq!(obs.columns().iter().map(|(n, _)| n.to_string()).collect::<Vec<_>>(), cols, "exactly these, in order");
+
+    let out = tmp.path().join("excl");
+    let excl = vec!["obs_names".to_string(), "patient".to_string()];
+    run(std::slice::from_ref(&input), &ConvertOptions { obs_exclude: excl, ..options(&out, 100) });
+    let (obs, _) = dataset_obs(out.to_str().unwrap(), tmp.path().join("cache").as_path());
+    let names: Vec<&str> = obs.columns().iter().map(|(n, _)| *n).collect();
+    assert_eq!(names[0], "cluster_orig");
+    assert!(!names.contains(&"patient") && !names.contains(&"obs_names"));
+
+    let out = tmp.path().join("none");
+    let m = run(std::slice::from_ref(&input), &ConvertOptions { write_obs: false, ..options(&out, 100) });
+    assert!(!m.has_obs && m.has_var_table);
+    assert!(!out.join("obs").exists());
+
+    let bad = ConvertOptions { obs_columns: Some(vec!["no_such".into()]), ..options(&tmp.path().join("bad"), 100) };
+    let err = convert(std::slice::from_ref(&input), &bad, &RunOptions::default(), false, |_| {}).unwrap_err();
+    let err = err.to_string();
+    assert!(err.contains("\"no_such\"") && err.contains("\"patient\""), "names the column and the choices: {err}");
+}
+
+/// Writes cells `rows` of `source` as a plain 10x Matrix Market folder with barcodes `cell<first + i>`.
+fn write_mtx(dir: &Path, source: &mut dyn CountSource, rows: std::ops::Range<u64>) {
+    std::fs::create_dir_all(dir).unwrap();
+    let block = source.read_rows(rows.clone()).unwrap();
+    let mut entries = Vec::new();
+    for r in 0..block.n_rows() {
+        let (g, v) = block.row(r);
+        entries.extend(g.iter().zip(v).map(|(&g, &v)| (g, r, v)));
+    }
+    let mut m = std::io::BufWriter::new(std::fs::File::create(dir.join("matrix.mtx")).unwrap());
+    writeln!(m, "%%MatrixMarket matrix coordinate integer general").unwrap();
+    writeln!(m, "{} {} {}", source.n_genes(), block.n_rows(), entries.len()).unwrap();
+    for (g, c, v) in entries {
+        writeln!(m, "{} {} {v}", g + 1, c + 1).unwrap();
+    }
+    let genes = source.genes();
+    let mut f = std::fs::File::create(dir.join("features.tsv")).unwrap();
+    for i in 0..genes.names.len() {
+        writeln!(f, "{}\t{}\tGene Expression", genes.ids[i], genes.names[i]).unwrap();
+    }
+    let mut b = std::fs::File::create(dir.join("barcodes.tsv")).unwrap();
+    for c in rows {
+        writeln!(b, "cell{c}").unwrap();
+    }
+}
+
+fn obs_files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir.join("obs"))
+        .unwrap()
+        .map(|e| {
+            let p = e.unwrap().path();
+            (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn obs_shards_are_identical_however_the_cells_are_split() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut source = open_input(testdata("inputs/pbmc200/pbmc200.h5ad")).unwrap();
+    let mut results = Vec::new();
+    for (name, cuts) in [("one", vec![0, 200]), ("even", vec![0, 100, 200]), ("jagged", vec![0, 1, 77, 78, 200])] {
+        let inputs: Vec<PathBuf> = cuts
+            .windows(2)
+            .enumerate()
+            .map(|(i, w)| {
+                let dir = tmp.path().join(format!("in_{name}/part{}", i + 1));
+                write_mtx(&dir, source.as_mut(), w[0]..w[1]);
+                dir
+            })
+            .collect();
+        let out = tmp.path().join(format!("out_{name}"));
+        // Tiles of 48 cells, 2 per shard: 5 tiles in 3 shards, tiles crossing every cut.
+        let m = run(&inputs, &ConvertOptions { obs_tiles_per_file: 2, ..options(&out, 48) });
+        assert_eq!(m.obs_shard_bytes.len(), 3);
+        assert_eq!(recomputed_fingerprint(&out, &m), m.obs_fingerprint, "{name}");
+        let (obs, got) = dataset_obs(out.to_str().unwrap(), tmp.path().join("cache").as_path());
+        assert_eq!(obs.columns(), [("obs_names", ColumnKind::String)], "Matrix Market inputs: cell names only");
+        let want: Vec<V> = (0..200).map(|c| V::Str(format!("cell{c}"))).collect();
+        assert_eq!(got["obs_names"], want, "{name}");
+        check_var(&out, open_input(&inputs[0]).unwrap().as_ref());
+        results.push((m.obs_fingerprint.clone(), obs_files(&out)));
+    }
+    assert_eq!(results[0], results[1], "an even split changes the obs");
+    assert_eq!(results[0], results[2], "a jagged split changes the obs");
+}
+
+#[test]
+fn inputs_with_and_without_obs_columns_mix() {
+    let tmp = tempfile::tempdir().unwrap();
+    let h5ad = testdata("inputs/pbmc200/pbmc200.h5ad");
+    let tenx = testdata("inputs/pbmc200/pbmc200_10x.h5");
+    let out = tmp.path().join("mixed");
+    // Tiles of 64 cells: tile 3 holds cells 192..256, across the two inputs.
+    let m = run(&[h5ad.clone(), tenx.clone()], &options(&out, 64));
+    assert_eq!(m.n_cells, 400);
+    assert_eq!(recomputed_fingerprint(&out, &m), m.obs_fingerprint);
+    let report = dct_dataset::verify_url(out.to_str().unwrap(), ReadOptions::default(), &Default::default(), |_, _| {});
+    assert!(report.is_ok(), "{:?}", report.problems);
+    let (obs, got) = dataset_obs(out.to_str().unwrap(), tmp.path().join("cache").as_path());
+    let frame = H5adSource::open(&h5ad, &H5adMatrix::X).unwrap().read_obs().unwrap();
+    let tenx_source = open_input(&tenx).unwrap();
+    let names: Vec<V> = frame.index.iter().chain(tenx_source.cell_names()).map(|s| V::Str(s.clone())).collect();
+    assert_eq!(got["obs_names"], names);
+    for c in &frame.columns {
+        let mut want = source_values(&c.data);
+        want.extend(std::iter::repeat_n(V::Null, 200));
+        assert_eq!(got[&c.name], want, "{}: the 10x cells have no value", c.name);
+    }
+    assert_eq!(obs.schema().columns.len(), 1 + frame.columns.len());
+    // var.parquet is the first input's gene table.
+    check_var(&out, open_input(&h5ad).unwrap().as_ref());
+}
+
+#[test]
+fn var_parquet_keeps_typed_columns_and_the_index_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("inputs/layouts.h5ad");
+    let out = tmp.path().join("layouts");
+    run(std::slice::from_ref(&input), &options(&out, 16));
+    let source = open_input(&input).unwrap();
+    check_var(&out, source.as_ref());
+    let var = read_var(&out);
+    assert_eq!(var.index_name.as_deref(), Some("symbol"));
+    let types: Vec<(String, DataType)> =
+        var.columns.iter().map(|(n, a): &(String, ArrayRef)| (n.clone(), a.data_type().clone())).collect();
+    for (c, (_, t)) in source.genes().columns.iter().zip(&types) {
+        let want = match &c.data {
+            ColumnData::Categorical { .. } | ColumnData::Str(_) => DataType::Utf8,
+            ColumnData::Bool(_) | ColumnData::NullableBool { .. } => DataType::Boolean,
+            ColumnData::Float(_) if c.stored_type == "f32" => DataType::Float32,
+            ColumnData::Float(_) => DataType::Float64,
+            ColumnData::Int(_) | ColumnData::NullableInt { .. } => match c.stored_type.as_str() {
+                "i32" => DataType::Int32,
+                "i16" => DataType::Int16,
+                "i8" => DataType::Int8,
+                _ => DataType::Int64,
+            },
+            ColumnData::UInt(_) => DataType::UInt64,
+        };
+        assert_eq!(t, &want, "var column {} keeps its stored type", c.name);
+    }
+    assert!(var.columns.iter().any(|(_, a)| a.null_count() > 0), "a nullable column keeps its missing values");
+}
