@@ -3,7 +3,10 @@
 //! * `ci` — what CI runs: format check, clippy with warnings denied, every test.
 //! * `conformance [DIR]` — the public conformance set through the release CLI (needs python3 and the shared
 //!   tools; skipped with a message when they are absent).
+//! * `fuzz --smoke | --minutes M` — cargo-fuzz targets (see `fuzz.rs`).
+//! * `deny [--advisories]` — cargo-deny license, ban and source checks (see `deny.rs`).
 
+mod deny;
 mod fuzz;
 
 use std::path::{Path, PathBuf};
@@ -15,8 +18,11 @@ fn main() -> ExitCode {
         Some("ci") => ci(),
         Some("conformance") => conformance(args.get(1).map(PathBuf::from)),
         Some("fuzz") => fuzz::run(&args[1..]),
+        Some("deny") => deny::run(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask <ci | conformance [DIR]>");
+            eprintln!(
+                "usage: cargo xtask <ci | conformance [DIR] | fuzz (--smoke | --minutes M) | deny [--advisories]>"
+            );
             return ExitCode::from(2);
         }
     };
