@@ -1,0 +1,291 @@
+// A seeded fault-injecting object store, shared by the storage-fault tests of dct-dataset (tests/faults.rs) and
+// dct-obs (tests/faults.rs), which `include!` this file. It relies on the includer's imports: std's BTreeMap, fmt,
+// Range, Arc, Mutex, Duration; bytes::Bytes; object_store's Path and the store traits and types; futures'
+// StreamExt and BoxStream; rand's Rng and SeedableRng; rand_chacha's ChaCha8Rng.
+
+// ---------------------------------------------------------------------------------------------------------------
+// The fault-injecting store.
+
+/// What can go wrong with one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Fault {
+    /// The request fails at once with a generic (transient) error.
+    Error,
+    /// The request hangs for a while, then fails with a timeout.
+    Timeout,
+    /// The body stream breaks off with an error after part of the bytes (a reset connection).
+    BodyError,
+    /// The body ends early; the result still claims the full range.
+    Truncate,
+    /// Extra bytes follow the body; the result still claims the requested range.
+    Extend,
+    /// The body holds bytes of another range of the object (whole-object GETs: the object rotated).
+    WrongRange,
+    /// One bit of the body is flipped.
+    BitFlip,
+}
+
+const ALL_FAULTS: [Fault; 7] =
+    [Fault::Error, Fault::Timeout, Fault::BodyError, Fault::Truncate, Fault::Extend, Fault::WrongRange, Fault::BitFlip];
+
+/// How long a [`Fault::Timeout`] hangs before failing.
+const TIMEOUT_SLEEP: Duration = Duration::from_millis(15);
+
+#[derive(Debug)]
+struct FaultState {
+    seed: u64,
+    /// Requests seen so far, by object and range.
+    attempts: std::collections::HashMap<String, u64>,
+    /// Probability that a GET of a matching object gets a fault.
+    get_rate: f64,
+    /// Fault kinds drawn from (uniformly).
+    kinds: Vec<Fault>,
+    /// Only objects whose path contains this are faulted.
+    only: String,
+    /// PUTs (in order, counting from 0) that fail: `(index, stored anyway)`.
+    fail_puts: Vec<(u64, bool)>,
+    puts: u64,
+    /// Faults injected since the last `take_log`: kind and object path.
+    log: Vec<(Fault, String)>,
+}
+
+/// An object store wrapper that injects seeded faults into GETs and PUTs.
+#[derive(Debug)]
+struct FaultStore {
+    inner: Arc<dyn ObjectStore>,
+    state: Mutex<FaultState>,
+}
+
+impl FaultStore {
+    fn new(inner: Arc<dyn ObjectStore>, seed: u64) -> Arc<Self> {
+        Arc::new(FaultStore {
+            inner,
+            state: Mutex::new(FaultState {
+                seed,
+                attempts: std::collections::HashMap::new(),
+                get_rate: 0.0,
+                kinds: ALL_FAULTS.to_vec(),
+                only: String::new(),
+                fail_puts: Vec::new(),
+                puts: 0,
+                log: Vec::new(),
+            }),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, FaultState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Faults GETs of objects whose path contains `only` with probability `rate`, drawing from `kinds`.
+    fn set_gets(&self, rate: f64, kinds: &[Fault], only: &str) {
+        let mut s = self.lock();
+        s.get_rate = rate;
+        s.kinds = kinds.to_vec();
+        s.only = only.to_string();
+    }
+
+    fn take_log(&self) -> Vec<(Fault, String)> {
+        std::mem::take(&mut self.lock().log)
+    }
+
+    /// The fault (if any) for a GET of `location` (`range` as asked). The decision depends only on the seed, the
+    /// request and how many times the same request was made before, not on the order of concurrent requests, so
+    /// runs are reproducible.
+    fn draw(&self, location: &Path, range: &Option<GetRange>) -> Option<(Fault, u64)> {
+        let mut s = self.lock();
+        let path = location.to_string();
+        if s.get_rate <= 0.0 || !path.contains(s.only.as_str()) {
+            return None;
+        }
+        let key = format!("{path} {range:?}");
+        let attempt = {
+            let n = s.attempts.entry(key.clone()).or_default();
+            *n += 1;
+            *n
+        };
+        let mut rng = ChaCha8Rng::seed_from_u64(fnv1a(s.seed, &format!("{key} #{attempt}")));
+        if !rng.random_bool(s.get_rate) {
+            return None;
+        }
+        let kind = s.kinds[rng.random_range(0..s.kinds.len())];
+        s.log.push((kind, path));
+        Some((kind, rng.random::<u64>()))
+    }
+}
+
+/// FNV-1a of `text`, started from `seed`.
+fn fnv1a(seed: u64, text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325 ^ seed, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+impl fmt::Display for FaultStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Faulty({})", self.inner)
+    }
+}
+
+fn injected(what: String) -> object_store::Error {
+    object_store::Error::Generic { store: "FaultStore", source: what.into() }
+}
+
+/// A body that yields `bytes` (in two pieces, then an error, if `break_off`).
+fn body(bytes: Bytes, break_off: Option<String>) -> GetResultPayload {
+    match break_off {
+        None => GetResultPayload::Stream(futures::stream::once(async move { Ok(bytes) }).boxed()),
+        Some(msg) => {
+            let items: Vec<object_store::Result<Bytes>> = vec![Ok(bytes), Err(injected(msg))];
+            GetResultPayload::Stream(futures::stream::iter(items).boxed())
+        }
+    }
+}
+
+/// `bytes` changed by `fault` (a body fault), with `salt` choosing where. `other` yields the object's bytes in
+/// another range of the same length, if there is one.
+fn alter(fault: Fault, bytes: Bytes, salt: u64, other: Option<Bytes>) -> (Bytes, Option<String>) {
+    let n = bytes.len();
+    let mut rng = ChaCha8Rng::seed_from_u64(salt);
+    match fault {
+        Fault::BodyError => {
+            let keep = if n == 0 { 0 } else { rng.random_range(0..n) };
+            (bytes.slice(..keep), Some("injected: connection reset while reading the body".into()))
+        }
+        Fault::Truncate => {
+            let keep = if n == 0 { 0 } else { rng.random_range(0..n) };
+            (bytes.slice(..keep), None)
+        }
+        Fault::Extend => {
+            let mut v = bytes.to_vec();
+            let extra = rng.random_range(1..=64);
+            v.extend((0..extra).map(|_| rng.random::<u8>()));
+            (Bytes::from(v), None)
+        }
+        Fault::WrongRange => match other {
+            Some(o) => (o, None),
+            None if n > 1 => {
+                // A whole-object GET: the bytes rotated by k, as if read from the wrong offset with wrap-around.
+                let k = rng.random_range(1..n);
+                let mut v = bytes[k..].to_vec();
+                v.extend_from_slice(&bytes[..k]);
+                (Bytes::from(v), None)
+            }
+            None => (bytes, None),
+        },
+        Fault::BitFlip => {
+            if n == 0 {
+                return (bytes, None);
+            }
+            let mut v = bytes.to_vec();
+            let i = rng.random_range(0..n);
+            v[i] ^= 1 << rng.random_range(0..8);
+            (Bytes::from(v), None)
+        }
+        Fault::Error | Fault::Timeout => unreachable!("request faults have no body"),
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for FaultStore {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        let fail = {
+            let mut s = self.lock();
+            let i = s.puts;
+            s.puts += 1;
+            s.fail_puts.iter().find(|(k, _)| *k == i).copied()
+        };
+        match fail {
+            None => self.inner.put_opts(location, payload, opts).await,
+            Some((_, false)) => Err(injected(format!("injected failure of PUT {location}"))),
+            Some((_, true)) => {
+                // Stored, but the response is lost.
+                self.inner.put_opts(location, payload, opts).await?;
+                Err(injected(format!("injected: response to PUT {location} lost")))
+            }
+        }
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(&self, location: &Path, options: GetOptions) -> object_store::Result<GetResult> {
+        if options.head {
+            return self.inner.get_opts(location, options).await;
+        }
+        let Some((fault, salt)) = self.draw(location, &options.range) else {
+            return self.inner.get_opts(location, options).await;
+        };
+        match fault {
+            Fault::Error => return Err(injected(format!("injected transient failure of GET {location}"))),
+            Fault::Timeout => {
+                tokio::time::sleep(TIMEOUT_SLEEP).await;
+                return Err(injected(format!("injected: GET {location} timed out")));
+            }
+            _ => {}
+        }
+        let ranged = options.range.is_some();
+        let GetResult { payload, meta, range, attributes, extensions } = self.inner.get_opts(location, options).await?;
+        let whole = GetResult {
+            payload,
+            meta: meta.clone(),
+            range: range.clone(),
+            attributes: Attributes::default(),
+            extensions: Extensions::default(),
+        };
+        let bytes = whole.bytes().await?;
+        let len = range.end - range.start;
+        let other = if fault == Fault::WrongRange && ranged && meta.size > len {
+            let mut rng = ChaCha8Rng::seed_from_u64(salt ^ 0x5eed);
+            let mut start = rng.random_range(0..=meta.size - len);
+            if start == range.start {
+                start = if start > 0 { start - 1 } else { start + 1 };
+            }
+            Some(self.inner.get_range(location, start..start + len).await?)
+        } else {
+            None
+        };
+        let (bytes, break_off) = alter(fault, bytes, salt, other);
+        Ok(GetResult { payload: body(bytes, break_off), meta, range, attributes, extensions })
+    }
+
+    async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> object_store::Result<Vec<Bytes>> {
+        // Each range through `get_opts`, so that each can be faulted.
+        let mut out = Vec::with_capacity(ranges.len());
+        for r in ranges {
+            out.push(self.get_range(location, r.clone()).await?);
+        }
+        Ok(out)
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<Path>>,
+    ) -> BoxStream<'static, object_store::Result<Path>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+
+    async fn rename_opts(&self, from: &Path, to: &Path, options: RenameOptions) -> object_store::Result<()> {
+        self.inner.rename_opts(from, to, options).await
+    }
+}
