@@ -309,7 +309,11 @@ fn write_obs(out: &Output, plan: &Plan, tile_cells: &[u64]) -> Result<Option<Obs
     let (Some(obs), Some(schema)) = (&plan.obs, plan.obs_schema()?) else { return Ok(None) };
     let schema = SchemaPlan::new(schema);
     let context = || format!("writing the obs of {}", out.store.root());
-    let options = ObsWriteOptions { tiles_per_file: obs.tiles_per_file, zstd_level: plan.zstd_level.clamp(1, 22) };
+    let options = ObsWriteOptions {
+        tiles_per_file: obs.tiles_per_file,
+        zstd_level: plan.zstd_level.clamp(1, 22),
+        retry: out.store.retry().clone(),
+    };
     let mut writer = ObsWriter::new(
         out.store.object_store().clone(),
         out.store.prefix().clone(),
@@ -424,6 +428,7 @@ pub fn finalize(plan: &Plan, opts: &RunOptions) -> Result<Manifest, ConvertError
         manifest.obs_shard_bytes = obs.shard_bytes;
         manifest.obs_shard_sha256 = obs.shard_sha256;
         manifest.obs_fingerprint = obs.fingerprint;
+        manifest.obs_shard_footer_crc32 = Some(obs.shard_footer_crc32);
     }
     let mut metadata = json!({
         "converter": format!("deltacells {}", env!("CARGO_PKG_VERSION")),

@@ -65,7 +65,7 @@ pub use error::{Category, DatasetError, ManifestError};
 pub use manifest::Manifest;
 pub use object_store;
 pub use reader::{Batch, Dataset, ReadOptions, ReadStats};
-pub use store::{InstrumentedStore, RequestCounts, Store, StoreOptions};
+pub use store::{InstrumentedStore, RequestCounts, RetryPolicy, Store, StoreOptions};
 #[cfg(feature = "obs")]
 pub use verify::obs_fingerprint;
 pub use verify::{Problem, VerifyOptions, VerifyReport, verify, verify_url};

@@ -83,6 +83,10 @@ pub struct Manifest {
     pub obs_shard_bytes: Vec<u64>,
     /// SHA-256 (hex) of each obs shard.
     pub obs_shard_sha256: Vec<String>,
+    /// CRC-32 of each obs shard's footer: a key beyond the spec's (which allows more), written by this project so
+    /// that obs localization, which reads shards by range, can check what it fetched (see `dct_obs::footer_crc32`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub obs_shard_footer_crc32: Option<Vec<u32>>,
     /// Keys this crate does not know, preserved on rewrite.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -151,6 +155,7 @@ impl Manifest {
             obs_fingerprint: String::new(),
             obs_shard_bytes: Vec::new(),
             obs_shard_sha256: Vec::new(),
+            obs_shard_footer_crc32: None,
             extra: Map::new(),
         }
     }
@@ -244,6 +249,17 @@ impl Manifest {
         let fingerprint = obs("obs_fingerprint", "str")?;
         let shard_bytes = obs("obs_shard_bytes", "ints")?;
         let shard_sha = obs("obs_shard_sha256", "strs")?;
+        let footer_crc = obs("obs_shard_footer_crc32", "ints")?;
+        let footer_crc = match footer_crc {
+            Some(v) if has_obs => Some(serde_json::from_value::<Vec<u32>>(v).map_err(|_| {
+                ManifestError::new(
+                    Category::ObsFields,
+                    Some("obs_shard_footer_crc32"),
+                    "obs_shard_footer_crc32 must hold integers below 2^32".to_string(),
+                )
+            })?),
+            _ => None,
+        };
         let manifest = Manifest {
             format,
             version: version.number(),
@@ -264,6 +280,7 @@ impl Manifest {
             obs_fingerprint: fingerprint.and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),
             obs_shard_bytes: shard_bytes.and_then(|v| serde_json::from_value(v).ok()).unwrap_or_default(),
             obs_shard_sha256: shard_sha.and_then(|v| serde_json::from_value(v).ok()).unwrap_or_default(),
+            obs_shard_footer_crc32: footer_crc,
             extra: map,
         };
         manifest.validate()?;
@@ -385,6 +402,14 @@ impl Manifest {
         }
         if let Some((s, h)) = self.obs_shard_sha256.iter().enumerate().find(|(_, h)| !is_hex(h, 64)) {
             return err("obs_shard_sha256", format!("obs_shard_sha256[{s}] is {h:?}; it must be 64 hex characters"));
+        }
+        if let Some(crcs) = &self.obs_shard_footer_crc32
+            && crcs.len() as u64 != shards
+        {
+            return err(
+                "obs_shard_footer_crc32",
+                format!("obs_shard_footer_crc32 has {} entries; {shards} shards need one each", crcs.len()),
+            );
         }
         Ok(())
     }

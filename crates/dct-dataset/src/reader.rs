@@ -183,17 +183,23 @@ struct Cache {
 }
 
 impl Cache {
-    fn insert_ready(&mut self, t: usize, tile: Arc<Tile>, capacity: usize) {
+    /// Caches `tile` as ready; returns the tiles evicted to stay within `capacity` (to be recycled by the caller,
+    /// outside the cache lock).
+    fn insert_ready(&mut self, t: usize, tile: Arc<Tile>, capacity: usize) -> Vec<Arc<Tile>> {
         if let Some(Slot::Ready { tick, .. }) = self.slots.get(&t) {
             self.lru.remove(tick);
         }
         self.tick += 1;
         self.slots.insert(t, Slot::Ready { tile, tick: self.tick });
         self.lru.insert(self.tick, t);
+        let mut evicted = Vec::new();
         while self.lru.len() > capacity {
             let (_, old) = self.lru.pop_first().expect("non-empty");
-            self.slots.remove(&old);
+            if let Some(Slot::Ready { tile, .. }) = self.slots.remove(&old) {
+                evicted.push(tile);
+            }
         }
+        evicted
     }
 
     fn touch(&mut self, t: usize) {
@@ -233,6 +239,9 @@ pub(crate) struct Core {
     pub(crate) max_side_file_bytes: u64,
     cache: Mutex<Cache>,
     decoders: Mutex<Vec<Decoder>>,
+    /// Buffers of decoded tiles that left the cache, reused by the next decodes: a decoded tile is about 8 bytes
+    /// per nonzero (hundreds of MB), and fresh memory costs a page fault per 4 KiB on first touch.
+    spare: Mutex<Vec<DecodedTile<u32>>>,
     prefetch_sem: Arc<Semaphore>,
     counters: Counters,
     handle: tokio::runtime::Handle,
@@ -310,7 +319,8 @@ impl Dataset {
         prefix: &str,
         options: ReadOptions,
     ) -> Result<Dataset, DatasetError> {
-        Dataset::open_store(Store::with_object_store(store, prefix)?, options)
+        let store = Store::with_object_store(store, prefix)?.with_retry(options.store.retry.clone());
+        Dataset::open_store(store, options)
     }
 
     /// Opens the dataset at a [`Store`].
@@ -359,6 +369,7 @@ impl Dataset {
             max_side_file_bytes: options.max_side_file_bytes,
             cache: Mutex::new(Cache::default()),
             decoders: Mutex::new(Vec::new()),
+            spare: Mutex::new(Vec::new()),
             prefetch_sem: Arc::new(Semaphore::new(options.max_prefetch_tiles.max(1))),
             counters: Counters::default(),
             handle: rt.handle().clone(),
@@ -508,6 +519,9 @@ impl Dataset {
             out.values.extend(vals.iter().map(|&v| V::from_count(v)));
             out.indptr.push(out.indices.len() as i64);
         }
+        // Tiles that left the cache while this batch used them end here: keep their buffers.
+        drop(loaded);
+        decoded.into_iter().for_each(|d| self.core.recycle_decoded(d));
         Ok(())
     }
 
@@ -646,6 +660,7 @@ pub(crate) fn obs_manifest(m: &Manifest) -> dct_obs::ObsManifest {
         shard_bytes: m.obs_shard_bytes.clone(),
         shard_sha256: m.obs_shard_sha256.clone(),
         fingerprint: m.obs_fingerprint.clone(),
+        shard_footer_crc32: m.obs_shard_footer_crc32.clone(),
     }
 }
 
@@ -833,16 +848,19 @@ impl Core {
             add(&self.counters.failed_loads, 1);
         }
         let mut cache = self.lock_cache();
+        let mut evicted = Vec::new();
         if let Some(Slot::Loading { id: current, .. }) = cache.slots.get(&t)
             && *current == id
         {
             match &result {
-                Ok(tile) if self.max_cached > 0 => cache.insert_ready(t, tile.clone(), self.max_cached),
+                Ok(tile) if self.max_cached > 0 => evicted = cache.insert_ready(t, tile.clone(), self.max_cached),
                 _ => {
                     cache.slots.remove(&t);
                 }
             }
         }
+        drop(cache);
+        evicted.into_iter().for_each(|tile| self.recycle_tile(tile));
         result
     }
 
@@ -886,15 +904,42 @@ impl Core {
             Decoder::with_pool(DecodeOptions { verify_crc, threads: self.decode_threads }, self.pool.clone())
         });
         let start = Instant::now();
-        let mut out = DecodedTile::default();
+        let mut out = self.spare.lock().unwrap_or_else(|e| e.into_inner()).pop().unwrap_or_default();
         let result = decoder.decode_into(blob, &mut out);
         add(&self.counters.decode_nanos, nanos(start.elapsed()));
         add(&self.counters.tiles_decoded, 1);
         if reuse {
             self.decoders.lock().unwrap_or_else(|e| e.into_inner()).push(decoder);
         }
-        result.map_err(|e| self.decode_error(t, e))?;
+        if let Err(e) = result {
+            self.recycle(out);
+            return Err(self.decode_error(t, e));
+        }
         Ok(out)
+    }
+
+    /// Keeps the buffers of a decoded tile nobody else holds for the next decode (at most one per decode thread).
+    pub(crate) fn recycle(&self, tile: DecodedTile<u32>) {
+        let mut spare = self.spare.lock().unwrap_or_else(|e| e.into_inner());
+        if spare.len() < self.decode_threads.max(1) {
+            spare.push(tile);
+        }
+    }
+
+    /// Recycles the decoded contents of a tile that left the cache, if this was the last reference to them.
+    fn recycle_tile(&self, tile: Arc<Tile>) {
+        if let Ok(tile) = Arc::try_unwrap(tile)
+            && let TileData::Decoded(d) = tile.data.into_inner().unwrap_or_else(|e| e.into_inner())
+        {
+            self.recycle_decoded(d);
+        }
+    }
+
+    /// Recycles decoded contents if `d` is the last reference to them.
+    pub(crate) fn recycle_decoded(&self, d: Arc<DecodedTile<u32>>) {
+        if let Ok(d) = Arc::try_unwrap(d) {
+            self.recycle(d);
+        }
     }
 
     /// GETs tile `t` and checks its size and header against the manifest.

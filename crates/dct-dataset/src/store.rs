@@ -33,22 +33,28 @@ use object_store::{
 };
 
 use crate::error::DatasetError;
+pub use dct_retry::RetryPolicy;
 
-/// Extra configuration for cloud backends: `(key, value)` pairs as `object_store`'s builders name them (e.g.
-/// `("aws_endpoint", "http://127.0.0.1:5555")`, `("allow_http", "true")`). They override the environment. An
-/// unknown key is an error. Ignored for local paths.
+/// How a location is opened and its requests retried.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StoreOptions {
-    /// `(key, value)` pairs applied to the backend's builder, in order.
+    /// Extra configuration for cloud backends: `(key, value)` pairs as `object_store`'s builders name them (e.g.
+    /// `("aws_endpoint", "http://127.0.0.1:5555")`, `("allow_http", "true")`), applied in order. They override the
+    /// environment. An unknown key is an error. Ignored for local paths.
     pub config: Vec<(String, String)>,
+    /// Retries of failed requests (transient errors, bodies that break off or have the wrong length) with
+    /// exponential backoff; see [`dct_retry`].
+    pub retry: RetryPolicy,
 }
 
-/// A dataset location: an object store and the prefix (directory) of the dataset inside it.
+/// A dataset location: an object store and the prefix (directory) of the dataset inside it. Every request it
+/// makes is retried according to its [`RetryPolicy`].
 #[derive(Debug, Clone)]
 pub struct Store {
     inner: Arc<dyn ObjectStore>,
     prefix: Path,
     root: String,
+    retry: RetryPolicy,
 }
 
 /// Why a bounded GET returned no bytes.
@@ -73,12 +79,13 @@ impl Store {
                     let path = parsed
                         .to_file_path()
                         .map_err(|()| bad("a file:// URL must hold an absolute local path".into()))?;
-                    return Store::local(&path).map_err(bad);
+                    return Ok(Store::local(&path).map_err(bad)?.with_retry(options.retry.clone()));
                 }
                 let (inner, prefix) = cloud::open(&parsed, options).map_err(bad)?;
-                Ok(Store { inner, prefix, root: url.trim_end_matches('/').to_string() })
+                let root = url.trim_end_matches('/').to_string();
+                Ok(Store { inner, prefix, root, retry: options.retry.clone() })
             }
-            _ => Store::local(std::path::Path::new(url)).map_err(bad),
+            _ => Ok(Store::local(std::path::Path::new(url)).map_err(bad)?.with_retry(options.retry.clone())),
         }
     }
 
@@ -87,17 +94,29 @@ impl Store {
         let prefix = Path::from_absolute_path(&abs).map_err(|e| format!("not a usable path: {e}"))?;
         let inner: Arc<dyn ObjectStore> = Arc::new(object_store::local::LocalFileSystem::new());
         let root = abs.display().to_string().trim_end_matches('/').to_string();
-        Ok(Store { inner, prefix, root })
+        Ok(Store { inner, prefix, root, retry: RetryPolicy::default() })
     }
 
     /// A dataset under `prefix` (`a/b`, no scheme; empty for the store's root) of an existing object store,
     /// e.g. [`object_store::memory::InMemory`], a [`object_store::throttle::ThrottledStore`] or an
-    /// [`InstrumentedStore`]. Messages name objects as `<store>/<prefix>/<path>`.
+    /// [`InstrumentedStore`]. Messages name objects as `<store>/<prefix>/<path>`. Requests are retried with the
+    /// default [`RetryPolicy`] (see [`Store::with_retry`]).
     pub fn with_object_store(store: Arc<dyn ObjectStore>, prefix: &str) -> Result<Store, DatasetError> {
         let parsed = Path::parse(prefix)
             .map_err(|e| DatasetError::Url { url: prefix.to_string(), message: format!("not a valid prefix: {e}") })?;
         let root = if parsed.as_ref().is_empty() { format!("{store}") } else { format!("{store}/{parsed}") };
-        Ok(Store { inner: store, prefix: parsed, root })
+        Ok(Store { inner: store, prefix: parsed, root, retry: RetryPolicy::default() })
+    }
+
+    /// This location with requests retried according to `retry`.
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Store {
+        self.retry = retry;
+        self
+    }
+
+    /// How requests are retried.
+    pub fn retry(&self) -> &RetryPolicy {
+        &self.retry
     }
 
     /// The object store.
@@ -125,40 +144,25 @@ impl Store {
         format!("{}/{rel}", self.root)
     }
 
-    /// GETs a whole object of at most `limit` bytes; the size is checked before any buffer is sized.
+    /// GETs a whole object of at most `limit` bytes; the size is checked before any buffer is sized. Transient
+    /// failures, and bodies whose length differs from what the store announced, are retried.
     pub(crate) async fn get_limited(&self, rel: &str, limit: u64) -> Result<Bytes, GetError> {
-        let result = match self.inner.get(&self.path(rel)).await {
-            Ok(r) => r,
-            Err(object_store::Error::NotFound { .. }) => return Err(GetError::NotFound),
-            Err(e) => return Err(GetError::Store(e)),
-        };
-        let size = result.meta.size;
-        if size > limit || result.range.end.saturating_sub(result.range.start) > limit {
-            return Err(GetError::TooLarge(size));
+        match dct_retry::get_whole(self.inner.as_ref(), &self.path(rel), &self.retry, |n| n <= limit).await {
+            Ok(Ok(bytes)) => Ok(bytes),
+            Ok(Err(size)) => Err(GetError::TooLarge(size)),
+            Err(object_store::Error::NotFound { .. }) => Err(GetError::NotFound),
+            Err(e) => Err(GetError::Store(e)),
         }
-        let bytes = result.bytes().await.map_err(GetError::Store)?;
-        if bytes.len() as u64 > limit {
-            return Err(GetError::TooLarge(bytes.len() as u64));
-        }
-        Ok(bytes)
     }
 
-    /// GETs a whole object whose size must be exactly `expected` bytes; `Err(Ok(size))` if it is not.
+    /// GETs a whole object whose size must be exactly `expected` bytes; `Err(Ok(size))` if it is not. Transient
+    /// failures, and bodies whose length differs from what the store announced, are retried.
     pub(crate) async fn get_exact(&self, rel: &str, expected: u64) -> Result<Result<Bytes, u64>, GetError> {
-        let result = match self.inner.get(&self.path(rel)).await {
-            Ok(r) => r,
-            Err(object_store::Error::NotFound { .. }) => return Err(GetError::NotFound),
-            Err(e) => return Err(GetError::Store(e)),
-        };
-        let size = result.meta.size;
-        if size != expected || result.range.end.saturating_sub(result.range.start) != expected {
-            return Ok(Err(size));
+        match dct_retry::get_whole(self.inner.as_ref(), &self.path(rel), &self.retry, |n| n == expected).await {
+            Ok(r) => Ok(r),
+            Err(object_store::Error::NotFound { .. }) => Err(GetError::NotFound),
+            Err(e) => Err(GetError::Store(e)),
         }
-        let bytes = result.bytes().await.map_err(GetError::Store)?;
-        if bytes.len() as u64 != expected {
-            return Ok(Err(bytes.len() as u64));
-        }
-        Ok(Ok(bytes))
     }
 
     /// A [`DatasetError::Store`] for a failed `op` (GET, PUT, ...) on `rel`.
@@ -167,9 +171,11 @@ impl Store {
     }
 
     /// Puts `bytes` at `rel` (atomic: the object appears whole or not at all, on every backend).
+    /// Transient failures are retried (a PUT replaces the whole object, so repeating one is harmless).
     pub(crate) async fn put(&self, rel: &str, bytes: Bytes) -> Result<(), DatasetError> {
-        self.inner
-            .put(&self.path(rel), PutPayload::from_bytes(bytes))
+        let path = self.path(rel);
+        self.retry
+            .run(|| self.inner.put(&path, PutPayload::from_bytes(bytes.clone())))
             .await
             .map(|_| ())
             .map_err(|e| self.store_error("PUT", rel, e))
@@ -178,19 +184,18 @@ impl Store {
     /// The first object under the dataset's prefix, if any.
     pub(crate) async fn first_object(&self) -> Result<Option<ObjectMeta>, DatasetError> {
         let prefix = (!self.prefix.as_ref().is_empty()).then_some(&self.prefix);
-        let mut list = self.inner.list(prefix);
-        match list.next().await {
-            None => Ok(None),
-            Some(Ok(meta)) => Ok(Some(meta)),
-            Some(Err(object_store::Error::NotFound { .. })) => Ok(None),
-            Some(Err(e)) => Err(DatasetError::store("LIST", self.root.clone(), e)),
+        let first = self.retry.run(|| async { self.inner.list(prefix).next().await.transpose() }).await;
+        match first {
+            Ok(meta) => Ok(meta),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(DatasetError::store("LIST", self.root.clone(), e)),
         }
     }
 
     /// Every object under the dataset's prefix.
     pub(crate) async fn list_all(&self) -> Result<Vec<ObjectMeta>, DatasetError> {
         let prefix = (!self.prefix.as_ref().is_empty()).then_some(&self.prefix);
-        match self.inner.list(prefix).try_collect().await {
+        match self.retry.run(|| self.inner.list(prefix).try_collect()).await {
             Ok(v) => Ok(v),
             Err(object_store::Error::NotFound { .. }) => Ok(Vec::new()),
             Err(e) => Err(DatasetError::store("LIST", self.root.clone(), e)),
@@ -199,7 +204,7 @@ impl Store {
 
     /// Deletes `path` (an absolute object path); a missing object is fine.
     pub(crate) async fn delete_path(&self, path: &Path) -> Result<(), DatasetError> {
-        match self.inner.delete(path).await {
+        match self.retry.run(|| self.inner.delete(path)).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(DatasetError::store("DELETE", format!("{}/{path}", self.inner), e)),
         }

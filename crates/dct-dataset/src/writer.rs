@@ -76,6 +76,8 @@ pub struct ObsFields {
     pub shard_sha256: Vec<String>,
     /// The obs fingerprint (see [`crate::obs_fingerprint`]).
     pub fingerprint: String,
+    /// CRC-32 of each shard's footer (`obs_shard_footer_crc32`), when the shards were written by `dct-obs`.
+    pub shard_footer_crc32: Option<Vec<u32>>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -141,7 +143,8 @@ impl DatasetWriter {
         prefix: &str,
         options: WriterOptions,
     ) -> Result<DatasetWriter, DatasetError> {
-        DatasetWriter::create_in(Store::with_object_store(store, prefix)?, options)
+        let store = Store::with_object_store(store, prefix)?.with_retry(options.store.retry.clone());
+        DatasetWriter::create_in(store, options)
     }
 
     /// Starts a dataset at a [`Store`].
@@ -421,6 +424,7 @@ impl DatasetWriter {
             m.obs_shard_bytes = obs.shard_bytes.clone();
             m.obs_shard_sha256 = obs.shard_sha256.clone();
             m.obs_fingerprint = obs.fingerprint.clone();
+            m.obs_shard_footer_crc32 = obs.shard_footer_crc32.clone();
         }
         m.validate().map_err(|source| DatasetError::Manifest { url: self.store.url(MANIFEST_NAME), source })?;
         Ok(m)

@@ -38,6 +38,7 @@ fn s3_round_trip() {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect(),
+        ..StoreOptions::default()
     };
     let url = format!("s3://{bucket}/{}/ds", unique("dct"));
     let truth = random_truth(21, 700, 300, 0.03, true);

@@ -23,7 +23,9 @@ use dct_dataset::object_store::{
     MultipartUpload, ObjectMeta, ObjectStore, ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload, PutResult,
     RenameOptions,
 };
-use dct_dataset::{Category, Dataset, DatasetError, DatasetWriter, ReadOptions, WriterOptions};
+use dct_dataset::{
+    Category, Dataset, DatasetError, DatasetWriter, ReadOptions, RetryPolicy, StoreOptions, WriterOptions,
+};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use rand::{Rng, SeedableRng};
@@ -37,13 +39,39 @@ include!("support/fault_store.rs");
 const N_GENES: u64 = 300;
 const TILE: u64 = 40;
 
-fn writer_options() -> WriterOptions {
-    WriterOptions { tile_size: TILE, n_chunks: 3, zstd_level: 3, encode_threads: 2, ..WriterOptions::new(N_GENES) }
+/// Retries as the library does them, with millisecond delays so the tests stay quick.
+fn fast_retry() -> RetryPolicy {
+    RetryPolicy { max_retries: 3, initial_backoff: Duration::from_millis(1), max_backoff: Duration::from_millis(4) }
 }
 
-/// Writes `truth` (plus gene names) under `ds/` of `store`, in blocks of random sizes; errors are returned.
+fn store_options(retry: RetryPolicy) -> StoreOptions {
+    StoreOptions { retry, ..StoreOptions::default() }
+}
+
+/// Reader options with the given retries.
+fn read_options(retry: RetryPolicy) -> ReadOptions {
+    ReadOptions { store: store_options(retry), ..ReadOptions::default() }
+}
+
+fn writer_options(retry: RetryPolicy) -> WriterOptions {
+    WriterOptions {
+        tile_size: TILE,
+        n_chunks: 3,
+        zstd_level: 3,
+        encode_threads: 2,
+        store: store_options(retry),
+        ..WriterOptions::new(N_GENES)
+    }
+}
+
+/// Writes `truth` (plus gene names) under `ds/` of `store`, in blocks of random sizes, without retries; errors
+/// are returned.
 fn write(store: Arc<dyn ObjectStore>, truth: &Truth, seed: u64) -> Result<(), DatasetError> {
-    let mut w = DatasetWriter::create_with_store(store, "ds", writer_options())?;
+    write_with(store, truth, seed, RetryPolicy::never())
+}
+
+fn write_with(store: Arc<dyn ObjectStore>, truth: &Truth, seed: u64, retry: RetryPolicy) -> Result<(), DatasetError> {
+    let mut w = DatasetWriter::create_with_store(store, "ds", writer_options(retry))?;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let n = truth.rows.len();
     let mut lo = 0;
@@ -71,11 +99,11 @@ fn has_manifest(mem: &Arc<InMemory>) -> bool {
     }
 }
 
-/// The categories a fault of `kind` may surface as, when it hits a tile GET.
+/// The categories a fault of `kind` may surface as, when it hits a tile GET (without retries).
 fn tile_categories(kind: Fault) -> &'static [Category] {
     match kind {
-        Fault::Error | Fault::Timeout | Fault::BodyError => &[Category::Io],
-        Fault::Truncate | Fault::Extend => &[Category::TileBytes],
+        // A body shorter or longer than the store announced is a failed transfer, like a reset connection.
+        Fault::Error | Fault::Timeout | Fault::BodyError | Fault::Truncate | Fault::Extend => &[Category::Io],
         // Same length, other bytes: the header check or the CRC (or, for header bytes, structure) rejects them.
         Fault::WrongRange | Fault::BitFlip => &[Category::TileHeader, Category::TileCrc, Category::TileDecode],
     }
@@ -90,7 +118,7 @@ fn random_cells(rng: &mut ChaCha8Rng, n_cells: u64) -> Vec<u64> {
 // Tests.
 
 /// 400 seeded batches (some with a prefetch first) against tile GETs faulted with probability 0.25, with the
-/// decoded-tile cache on and off. A batch succeeds exactly when none of its GETs was faulted (prefetch rounds:
+/// decoded-tile cache on and off, without retries (so that every fault reaches the checks). A batch succeeds exactly when none of its GETs was faulted (prefetch rounds:
 /// success means the truth, failure means a fault), and then equals the truth; a failure names a faulted object
 /// and has its fault's category; the same batch read again without faults succeeds.
 #[test]
@@ -107,7 +135,7 @@ fn reader_under_tile_faults_returns_the_truth_or_an_error_naming_the_object() {
         let ds = Dataset::open_with_store(
             faulty.clone(),
             "ds",
-            ReadOptions { max_cached_tiles: cached, decode_threads: 2, ..ReadOptions::default() },
+            ReadOptions { max_cached_tiles: cached, decode_threads: 2, ..read_options(RetryPolicy::never()) },
         )
         .unwrap();
         let root = ds.url().to_string();
@@ -165,36 +193,58 @@ fn reader_under_tile_faults_returns_the_truth_or_an_error_naming_the_object() {
     }
 }
 
-/// The reader does not retry by itself: one transient fault fails the call (with an `io` error naming the tile),
-/// and the next call fetches the tile again and succeeds. Side files behave the same.
+/// Transient faults (errors, timeouts, broken, short or long bodies) on the first 1 to 3 attempts of a tile or
+/// side-file GET are retried: the call succeeds with the truth after exactly that many failed GETs. A fault on
+/// every attempt fails after 1 + 3 GETs with an `io` error naming the object. Without retries one fault fails one
+/// call, and the next call succeeds (failures are not cached).
 #[test]
-fn one_transient_fault_fails_one_call_and_the_next_call_succeeds() {
+fn transient_faults_are_retried_with_backoff() {
     let truth = random_truth(21, 200, N_GENES, 0.05, false);
     let mem = Arc::new(InMemory::new());
     write(mem.clone(), &truth, 22).unwrap();
-    for kind in [Fault::Error, Fault::Timeout, Fault::BodyError] {
+    let cells = [0, 85, 199];
+    for kind in [Fault::Error, Fault::Timeout, Fault::BodyError, Fault::Truncate, Fault::Extend] {
         let faulty = FaultStore::new(mem.clone(), 23);
-        let ds = Dataset::open_with_store(faulty.clone(), "ds", ReadOptions::default()).unwrap();
+        let open = || Dataset::open_with_store(faulty.clone(), "ds", read_options(fast_retry())).unwrap();
+        for n in 1..=3 {
+            // A new handle each time: nothing cached.
+            let ds = open();
+            faulty.set_first_gets(n, &[kind], "tile_000002.dct");
+            let got = ds.get_batch_as::<u32>(&cells);
+            faulty.set_gets(0.0, &[], "");
+            assert_batch(&got.unwrap_or_else(|e| panic!("{kind:?} x{n}: {e}")), &truth, &cells);
+            assert_eq!(faulty.take_log().len() as u64, n, "{kind:?}: {n} faulted GETs, then a good one");
+
+            faulty.set_first_gets(n, &[kind], "var_names.txt");
+            let names = ds.var_names();
+            faulty.set_gets(0.0, &[], "");
+            assert_eq!(names.unwrap().unwrap().len(), N_GENES as usize, "{kind:?} x{n}");
+            assert_eq!(faulty.take_log().len() as u64, n);
+        }
+        // Faulted on every attempt: the retries run out.
+        let ds = open();
         faulty.set_gets(1.0, &[kind], "tile_000002.dct");
-        let cells = [0, 85, 199];
         let e = ds.get_batch(&cells).unwrap_err();
         faulty.set_gets(0.0, &[], "");
         assert_eq!(e.category(), Category::Io, "{kind:?}: {e}");
         assert!(e.to_string().contains(&format!("{}/tiles/tile_000002.dct", ds.url())), "{e}");
-        assert_eq!(faulty.take_log().len(), 1, "{kind:?}: one GET, no retry inside the library");
-        assert_batch(&ds.get_batch_as::<u32>(&cells).unwrap(), &truth, &cells);
+        assert_eq!(faulty.take_log().len(), 4, "{kind:?}: one GET and 3 retries");
 
-        faulty.set_gets(1.0, &[kind], "var_names.txt");
-        let e = ds.var_names().unwrap_err();
-        faulty.set_gets(0.0, &[], "");
+        // Without retries one fault fails one call, and the next call succeeds.
+        let faulty = FaultStore::new(mem.clone(), 24);
+        let ds = Dataset::open_with_store(faulty.clone(), "ds", read_options(RetryPolicy::never())).unwrap();
+        faulty.set_first_gets(1, &[kind], "tile_000002.dct");
+        let e = ds.get_batch(&cells).unwrap_err();
         assert_eq!(e.category(), Category::Io, "{kind:?}: {e}");
-        assert!(e.to_string().contains("var_names.txt"), "{e}");
-        assert_eq!(ds.var_names().unwrap().unwrap().len(), N_GENES as usize);
+        assert!(e.to_string().contains(&format!("{}/tiles/tile_000002.dct", ds.url())), "{e}");
+        assert_batch(&ds.get_batch_as::<u32>(&cells).unwrap(), &truth, &cells);
+        faulty.set_gets(0.0, &[], "");
+        assert_eq!(faulty.take_log().len(), 1, "{kind:?}: one GET, no retry");
     }
 }
 
-/// Opening under faults of the manifest GET: transient faults are `io` errors naming `manifest.json`; damaged
-/// bodies are refused as invalid JSON or an invalid manifest, or (a bit flip that leaves a valid manifest) give a
+/// Opening under faults of the manifest GET (every attempt faulted): transient faults are retried, then give `io`
+/// errors naming `manifest.json`; damaged bodies are refused as invalid JSON or an invalid manifest, or (a bit flip that leaves a valid manifest) give a
 /// manifest that differs from the real one. Whatever opened, a batch read through it is the truth or an error.
 #[test]
 fn opening_under_manifest_faults() {
@@ -208,22 +258,23 @@ fn opening_under_manifest_faults() {
     for round in 0..140 {
         let kind = ALL_FAULTS[round % ALL_FAULTS.len()];
         faulty.set_gets(1.0, &[kind], "manifest.json");
-        let opened = Dataset::open_with_store(faulty.clone(), "ds", ReadOptions::default());
+        let opened = Dataset::open_with_store(faulty.clone(), "ds", read_options(fast_retry()));
         faulty.set_gets(0.0, &[], "");
-        assert_eq!(faulty.take_log().len(), 1);
+        let transient = !matches!(kind, Fault::WrongRange | Fault::BitFlip);
+        assert_eq!(faulty.take_log().len(), if transient { 4 } else { 1 }, "{kind:?}");
         let key = match opened {
             Err(e) => {
                 assert!(e.to_string().contains("manifest.json"), "{kind:?}: {e}");
-                match kind {
-                    Fault::Error | Fault::Timeout | Fault::BodyError => {
-                        assert_eq!(e.category(), Category::Io, "{kind:?}: {e}")
-                    }
-                    _ => assert_ne!(e.category(), Category::Io, "{kind:?}: {e}"),
+                if transient {
+                    assert_eq!(e.category(), Category::Io, "{kind:?}: {e}")
+                } else {
+                    assert_ne!(e.category(), Category::Io, "{kind:?}: {e}")
                 }
                 format!("{kind:?} -> {}", e.category())
             }
             Ok(ds) => {
-                assert!(matches!(kind, Fault::BitFlip | Fault::Extend), "{kind:?} opened");
+                // A flip inside a value, or a rotation that only moves whitespace, can leave valid JSON.
+                assert!(matches!(kind, Fault::BitFlip | Fault::WrongRange), "{kind:?} opened");
                 let same = *ds.manifest() == good;
                 match ds.get_batch_as::<u32>(&all) {
                     Ok(b) => assert_batch(&b, &truth, &all),
@@ -237,8 +288,8 @@ fn opening_under_manifest_faults() {
     eprintln!("manifest GET faults, 140 opens: {outcomes:#?}");
 }
 
-/// A PUT that fails (or whose response is lost after storing) at any point of a write stops the writer and
-/// leaves no manifest, except when the lost response is the manifest's own, in which case the dataset is whole.
+/// Without retries, a PUT that fails (or whose response is lost after storing) at any point of a write stops the
+/// writer and leaves no manifest, except when the lost response is the manifest's own, in which case the dataset is whole.
 /// Every PUT index of the write is tried once with each failure mode.
 #[test]
 fn a_failing_put_leaves_no_manifest() {
@@ -286,6 +337,26 @@ fn a_failing_put_leaves_no_manifest() {
         "writer: {} PUT faults; {failed} writes left no manifest, {whole} (lost manifest response) whole",
         2 * total
     );
+}
+
+/// With retries, a PUT that fails once at any point of a write (lost response or not) is repeated and the write
+/// completes: the dataset reads as the truth.
+#[test]
+fn a_put_that_fails_once_is_retried() {
+    let truth = random_truth(43, 300, N_GENES, 0.05, false);
+    let all: Vec<u64> = (0..truth.n_cells()).collect();
+    for stored in [false, true] {
+        for k in 0..10 {
+            let mem = Arc::new(InMemory::new());
+            let faulty = FaultStore::new(mem.clone(), k);
+            faulty.lock().fail_puts = vec![(k, stored)];
+            write_with(faulty.clone(), &truth, 44, fast_retry())
+                .unwrap_or_else(|e| panic!("PUT {k} (stored: {stored}) was not retried: {e}"));
+            assert_eq!(faulty.lock().puts, 11, "10 PUTs and one repeated");
+            let ds = Dataset::open_with_store(mem.clone(), "ds", ReadOptions::default()).unwrap();
+            assert_batch(&ds.get_batch_as::<u32>(&all).unwrap(), &truth, &all);
+        }
+    }
 }
 
 /// GETs of ranges through the wrapper are faulted too (the obs reader uses them); sanity of the wrapper itself:

@@ -143,11 +143,16 @@ fn prefetched_tiles_are_fetched_once_and_batch_nnz_reuses_fetches() {
     ds.prefetch_cells(&[0, 60]).unwrap();
 }
 
+/// Without retries, a transient failure fails the call, naming the object, and is not cached.
 #[test]
 fn a_transient_failure_is_reported_and_not_cached() {
     let (mem, truth) = dataset(5, 200);
     let store = instrumented(&mem);
-    let ds = Dataset::open_with_store(store.clone(), "ds", ReadOptions::default()).unwrap();
+    let no_retry = ReadOptions {
+        store: dct_dataset::StoreOptions { retry: dct_dataset::RetryPolicy::never(), ..Default::default() },
+        ..ReadOptions::default()
+    };
+    let ds = Dataset::open_with_store(store.clone(), "ds", no_retry).unwrap();
     store.fail_next_gets(&tile_name(1), 1);
     let cells = [0, 60, 199];
     let e = ds.get_batch(&cells).unwrap_err();
@@ -163,6 +168,21 @@ fn a_transient_failure_is_reported_and_not_cached() {
     store.fail_next_gets("var_names.txt", 1);
     assert_eq!(ds.var_names().unwrap_err().category(), Category::Io);
     assert_eq!(ds.var_names().unwrap().unwrap().len(), N_GENES as usize);
+}
+
+/// With the default retries, a transient failure is retried within the call: one more GET, and the batch is
+/// the truth.
+#[test]
+fn a_transient_failure_is_retried() {
+    let (mem, truth) = dataset(5, 200);
+    let store = instrumented(&mem);
+    let ds = Dataset::open_with_store(store.clone(), "ds", ReadOptions::default()).unwrap();
+    store.fail_next_gets(&tile_name(1), 2);
+    let cells = [0, 60, 199];
+    assert_batch(&ds.get_batch_as::<u32>(&cells).unwrap(), &truth, &cells);
+    let c = store.counts();
+    assert_eq!((c.gets_of(&tile_name(0)), c.gets_of(&tile_name(1)), c.gets_of(&tile_name(3))), (1, 3, 1));
+    assert_eq!(ds.stats().failed_loads, 0);
 }
 
 #[test]

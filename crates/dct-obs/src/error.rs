@@ -62,6 +62,23 @@ pub enum ObsError {
         /// What is wrong.
         message: String,
     },
+    /// Bytes read from a shard differ from what its footer, the manifest or the store announced (checksum or
+    /// length): they were altered in storage or in transit. Retried like a transient failure; if it persists the
+    /// stored object is damaged.
+    #[error("{url}{}{}: {message}; the bytes were altered in storage or in transit (retried); if this persists, \
+        run `deltacells verify` on the dataset",
+        tile.map(|t| format!(" (tile {t})")).unwrap_or_default(),
+        column.as_ref().map(|c| format!(" (column {c:?})")).unwrap_or_default())]
+    Damaged {
+        /// The shard's URL.
+        url: String,
+        /// The tile (row group) concerned, if any.
+        tile: Option<usize>,
+        /// The column concerned, if any.
+        column: Option<String>,
+        /// What differs.
+        message: String,
+    },
     /// The parquet library could not decode (or encode) a shard.
     #[error("{url}{}{}: parquet error: {source}; the shard is corrupt or not written by a compatible writer",
         tile.map(|t| format!(" (tile {t})")).unwrap_or_default(),
@@ -142,6 +159,19 @@ pub enum ObsError {
 }
 
 impl ObsError {
+    /// Whether another attempt may succeed: a transient store failure, or bytes damaged on the way.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ObsError::Store { source, .. } => dct_retry::is_transient(source),
+            ObsError::Damaged { .. } => true,
+            _ => false,
+        }
+    }
+
+    pub(crate) fn damaged(url: &str, tile: Option<usize>, column: Option<&str>, message: impl Into<String>) -> Self {
+        ObsError::Damaged { url: url.to_string(), tile, column: column.map(str::to_string), message: message.into() }
+    }
+
     pub(crate) fn input(column: Option<&str>, message: impl Into<String>) -> Self {
         ObsError::Input { column: column.map(str::to_string), message: message.into() }
     }

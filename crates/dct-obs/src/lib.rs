@@ -32,6 +32,7 @@ mod write;
 
 pub use cache::{CACHE_ENV, cache_root, column_file_name, quote_column_name, resolve_cache_root};
 pub use data::{CategoryData, ColumnData, TileObs};
+pub use dct_retry::RetryPolicy;
 pub use error::{ObsError, Result};
 pub use fingerprint::{FINGERPRINT_LEN, fingerprint_json, is_fingerprint, obs_fingerprint, sha256_hex, to_hex};
 pub use infer::{DEFAULT_MAX_CATEGORIES, ObsSchemaBuilder, VocabularyBuilder, arrow_type_of, promote};
@@ -42,7 +43,7 @@ pub use reader::{ColumnSize, LocalizeReport, Obs, ObsOptions, category_labels, r
 pub use schema::{
     ArrowType, ColumnKind, MAX_SCHEMA_BYTES, ObsColumn, ObsSchema, SCHEMA_FORMAT, SCHEMA_VERSION, code_type_for,
 };
-pub use shard::{MAX_CHUNK_UNCOMPRESSED_BYTES, MAX_FOOTER_BYTES};
+pub use shard::{CHUNK_CRC32_KEY, MAX_CHUNK_UNCOMPRESSED_BYTES, MAX_FOOTER_BYTES, footer_crc32};
 pub use var::{
     MAX_VAR_BYTES, PANDAS_METADATA_KEY, VarTable, decode_var_parquet, encode_var_parquet, index_column, read_var_table,
     write_var_table,

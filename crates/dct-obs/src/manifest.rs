@@ -23,6 +23,11 @@ pub struct ObsManifest {
     pub shard_sha256: Vec<String>,
     /// The obs fingerprint (`obs_fingerprint`, 24 hex digits).
     pub fingerprint: String,
+    /// CRC-32 of each shard's footer (`obs_shard_footer_crc32`, an extra manifest key this project writes; see
+    /// [`footer_crc32`](crate::footer_crc32)). With it, localize trusts neither a footer nor a column chunk it
+    /// fetched until the checksums agree; without it (datasets of the original implementation) only the layout is
+    /// checked.
+    pub shard_footer_crc32: Option<Vec<u32>>,
 }
 
 impl ObsManifest {
@@ -70,6 +75,14 @@ impl ObsManifest {
                 self.tiles_per_file,
                 self.shard_bytes.len(),
                 self.shard_sha256.len()
+            )));
+        }
+        if let Some(crcs) = &self.shard_footer_crc32
+            && crcs.len() != n
+        {
+            return Err(ObsError::Manifest(format!(
+                "{n} shards but obs_shard_footer_crc32 has {} entries",
+                crcs.len()
             )));
         }
         if let Some((i, h)) = self.shard_sha256.iter().enumerate().find(|(_, h)| !is_sha256_hex(h)) {

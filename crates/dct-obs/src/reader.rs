@@ -10,8 +10,8 @@ use arrow_array::{Array, ArrayRef, RecordBatch, StringArray};
 use arrow_schema::{DataType, Schema};
 use dct_format::CellIndex;
 use futures::StreamExt;
+use object_store::ObjectStore;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt};
 
 use crate::cache::{CacheFileWriter, Cached, CachedColumn, FileLock, cache_root, column_file_name, open_cached};
 use crate::error::{ObsError, Result};
@@ -21,6 +21,7 @@ use crate::rt::{AbortOnDrop, block_on};
 use crate::schema::{ColumnKind, MAX_SCHEMA_BYTES, ObsColumn, ObsSchema};
 use crate::shard::{ShardMeta, check_layout, fetch_metadata, read_column_chunk};
 use crate::util::object_url;
+use dct_retry::RetryPolicy;
 
 /// How obs is read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,11 +34,14 @@ pub struct ObsOptions {
     /// Bytes of a shard's end fetched by the first footer request (default 64 KiB, but never more than 1/16 of
     /// the shard). Longer footers take a second request.
     pub footer_prefetch: u64,
+    /// Retries of failed requests (transient errors, bodies that break off or have the wrong length) with
+    /// exponential backoff.
+    pub retry: RetryPolicy,
 }
 
 impl Default for ObsOptions {
     fn default() -> Self {
-        ObsOptions { cache_dir: None, concurrency: 16, footer_prefetch: 64 << 10 }
+        ObsOptions { cache_dir: None, concurrency: 16, footer_prefetch: 64 << 10, retry: RetryPolicy::default() }
     }
 }
 
@@ -97,28 +101,34 @@ impl std::fmt::Debug for Obs {
     }
 }
 
-/// Reads a small object whole, refusing objects above `limit` bytes before reading them.
-pub(crate) async fn get_limited(store: &dyn ObjectStore, path: &Path, limit: u64) -> Result<bytes::Bytes> {
+/// Reads a small object whole, refusing objects above `limit` bytes before reading them. Transient failures, and
+/// bodies whose length differs from the announced one, are retried.
+pub(crate) async fn get_limited(
+    store: &dyn ObjectStore,
+    path: &Path,
+    limit: u64,
+    retry: &RetryPolicy,
+) -> Result<bytes::Bytes> {
     let url = object_url(store, path);
-    let got = store.get(path).await.map_err(|e| match e {
-        object_store::Error::NotFound { .. } => ObsError::NotFound { url: url.clone() },
-        source => ObsError::Store { op: "GET", url: url.clone(), source },
-    })?;
-    if got.meta.size > limit {
-        return Err(ObsError::TooLarge { url, size: got.meta.size, limit });
+    let got = dct_retry::get_whole(store, path, retry, |n| n <= limit).await;
+    match got {
+        Ok(Ok(b)) => Ok(b),
+        Ok(Err(size)) => Err(ObsError::TooLarge { url, size, limit }),
+        Err(object_store::Error::NotFound { .. }) => Err(ObsError::NotFound { url }),
+        Err(source) => Err(ObsError::Store { op: "GET", url, source }),
     }
-    let b = got.bytes().await.map_err(|source| ObsError::Store { op: "GET", url: url.clone(), source })?;
-    if b.len() as u64 > limit {
-        return Err(ObsError::TooLarge { url, size: b.len() as u64, limit });
-    }
-    Ok(b)
 }
 
 /// Reads and parses `obs/schema.json` of the dataset at `prefix`; returns the parsed schema and its exact text.
+/// Failed requests are retried with the default [`RetryPolicy`].
 pub async fn read_schema(store: &dyn ObjectStore, prefix: &Path) -> Result<(ObsSchema, String)> {
+    read_schema_with(store, prefix, &RetryPolicy::default()).await
+}
+
+async fn read_schema_with(store: &dyn ObjectStore, prefix: &Path, retry: &RetryPolicy) -> Result<(ObsSchema, String)> {
     let path = child_path(prefix, SCHEMA_NAME);
     let url = object_url(store, &path);
-    let bytes = get_limited(store, &path, MAX_SCHEMA_BYTES).await?;
+    let bytes = get_limited(store, &path, MAX_SCHEMA_BYTES, retry).await?;
     let schema = ObsSchema::parse(&bytes, &url)?;
     let text =
         String::from_utf8(bytes.to_vec()).map_err(|_| ObsError::Schema { url, message: "not UTF-8 text".into() })?;
@@ -137,7 +147,7 @@ impl Obs {
     ) -> Result<Obs> {
         manifest.validate()?;
         let cells = CellIndex::from_tile_cells(&manifest.tile_cells).map_err(|e| ObsError::Manifest(e.to_string()))?;
-        let (schema, schema_text) = read_schema(store.as_ref(), &prefix).await?;
+        let (schema, schema_text) = read_schema_with(store.as_ref(), &prefix, &options.retry).await?;
         let fp = obs_fingerprint(&schema_text, &manifest.tile_cells, &manifest.shard_sha256);
         if fp != manifest.fingerprint {
             return Err(ObsError::Schema {
@@ -410,6 +420,12 @@ pub fn category_labels(codes: &dyn Array, categories: &[String]) -> Result<Strin
     }
 }
 
+/// Requests retry their own transient failures; what is left worth another attempt is damaged bytes (a checksum
+/// that does not match), which takes fetching again.
+fn is_damaged(e: &ObsError) -> bool {
+    matches!(e, ObsError::Damaged { .. })
+}
+
 enum How {
     Cached,
     Fetched,
@@ -426,7 +442,15 @@ impl Inner {
     async fn load_shard_meta(&self, s: usize) -> Result<Arc<ShardMeta>> {
         let (path, url) = self.shard_url(s);
         let size = self.manifest.shard_bytes[s];
-        let md = fetch_metadata(self.store.as_ref(), &path, &url, size, self.options.footer_prefetch).await?;
+        let footer_crc = self.manifest.shard_footer_crc32.as_ref().and_then(|c| c.get(s).copied());
+        let md = self
+            .options
+            .retry
+            .run_when(is_damaged, || {
+                let (store, prefetch, retry) = (self.store.as_ref(), self.options.footer_prefetch, &self.options.retry);
+                fetch_metadata(store, &path, &url, size, prefetch, footer_crc, retry)
+            })
+            .await?;
         let tiles = self.manifest.shard_tiles(s);
         let (problems, arrow) = check_layout(&md, size, tiles, &self.manifest.tile_cells, &self.schema);
         if let Some((tile, column, message)) = problems.first().cloned() {
@@ -435,7 +459,13 @@ impl Inner {
             return Err(ObsError::Shard { url, tile, column, message });
         }
         let arrow = arrow.ok_or_else(|| ObsError::Internal("layout check gave no schema".into()))?;
-        Ok(Arc::new(ShardMeta { metadata: md, arrow }))
+        let meta = ShardMeta::new(md, arrow, footer_crc.is_some()).map_err(|message| ObsError::Shard {
+            url,
+            tile: None,
+            column: None,
+            message,
+        })?;
+        Ok(Arc::new(meta))
     }
 
     /// Fetches tile `t` of every column in `columns` (schema position and column).
@@ -449,8 +479,12 @@ impl Inner {
         let meta = metas.get(&self, s).await?;
         let (path, url) = self.shard_url(s);
         let rows = self.manifest.tile_cells[t] as usize;
+        let (this, path, url, meta) = (&self, &path, &url, &meta);
         let reads = columns.iter().map(|(pos, column)| {
-            read_column_chunk(self.store.clone(), path.clone(), &url, &meta, rg, t, *pos, column, rows)
+            let retry = &this.options.retry;
+            retry.run_when(is_damaged, move || {
+                read_column_chunk(this.store.clone(), path.clone(), url, meta, rg, t, *pos, column, rows, retry)
+            })
         });
         futures::future::try_join_all(reads).await
     }

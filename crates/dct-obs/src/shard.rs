@@ -10,7 +10,7 @@ use bytes::{Bytes, BytesMut};
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use object_store::path::Path;
-use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
+use object_store::{GetOptions, GetRange, ObjectStore};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
@@ -19,6 +19,7 @@ use parquet::file::metadata::{FooterTail, ParquetMetaData, ParquetMetaDataReader
 
 use crate::error::{ObsError, Result};
 use crate::schema::{ObsColumn, ObsSchema};
+use dct_retry::RetryPolicy;
 
 /// Largest parquet footer (metadata) accepted: 256 MiB.
 pub const MAX_FOOTER_BYTES: u64 = 256 << 20;
@@ -27,11 +28,75 @@ pub const MAX_CHUNK_UNCOMPRESSED_BYTES: i64 = 1 << 30;
 /// Parquet magic at both ends of a file.
 const MAGIC: &[u8; 4] = b"PAR1";
 
+/// The footer key-value entry in which this project's shards record the CRC-32 of every column chunk: 8 lowercase
+/// hex digits per chunk, row group by row group, columns in schema order. Parquet-rs writes no page checksums, and
+/// localize reads column chunks by range (so it cannot check the shard's SHA-256); these checksums, with the footer's
+/// own CRC in the manifest, are what keep a corrupted read out of the cache.
+pub const CHUNK_CRC32_KEY: &str = "deltacells.column_chunk_crc32";
+
+/// CRC-32 of a shard's footer as recorded in the manifest's `obs_shard_footer_crc32`: over the metadata and the
+/// final 8 bytes (metadata length and magic), i.e. the file's last `metadata length + 8` bytes. `None` when `file`
+/// does not end with a parquet footer.
+pub fn footer_crc32(file: &[u8]) -> Option<u32> {
+    let len = metadata_length(file, file.len() as u64).ok()?;
+    let start = file.len().checked_sub(8 + usize::try_from(len).ok()?)?;
+    Some(crc32fast::hash(&file[start..]))
+}
+
 /// A shard's decoded footer, checked against the manifest and the schema.
 #[derive(Debug, Clone)]
 pub(crate) struct ShardMeta {
     pub(crate) metadata: Arc<ParquetMetaData>,
     pub(crate) arrow: ArrowReaderMetadata,
+    /// CRC-32 of each column chunk (row group major), from [`CHUNK_CRC32_KEY`], when the shard has them.
+    pub(crate) chunk_crc32: Option<Vec<u32>>,
+}
+
+impl ShardMeta {
+    /// Bundles a checked footer with its column-chunk checksums (see [`chunk_checksums`]).
+    pub(crate) fn new(
+        metadata: Arc<ParquetMetaData>,
+        arrow: ArrowReaderMetadata,
+        required: bool,
+    ) -> std::result::Result<Self, String> {
+        let chunk_crc32 = chunk_checksums(&metadata)?;
+        if required && chunk_crc32.is_none() {
+            return Err(format!(
+                "its footer has no {CHUNK_CRC32_KEY} entry although the manifest records footer checksums"
+            ));
+        }
+        Ok(ShardMeta { metadata, arrow, chunk_crc32 })
+    }
+}
+
+/// The column-chunk checksums of [`CHUNK_CRC32_KEY`]: `Ok(None)` without the entry, an error when it is malformed
+/// or does not hold one checksum per column chunk.
+pub(crate) fn chunk_checksums(md: &ParquetMetaData) -> std::result::Result<Option<Vec<u32>>, String> {
+    let Some(kv) = md.file_metadata().key_value_metadata() else { return Ok(None) };
+    let Some(entry) = kv.iter().find(|e| e.key == CHUNK_CRC32_KEY) else { return Ok(None) };
+    let text = entry.value.as_deref().unwrap_or("").as_bytes();
+    let n_chunks = md.row_groups().iter().map(|rg| rg.num_columns()).sum::<usize>();
+    if text.len() != n_chunks.saturating_mul(8) {
+        return Err(format!(
+            "its {CHUNK_CRC32_KEY} entry holds {} characters for {n_chunks} column chunks (8 each)",
+            text.len()
+        ));
+    }
+    text.chunks_exact(8)
+        .map(|h| {
+            std::str::from_utf8(h).ok().and_then(|h| u32::from_str_radix(h, 16).ok()).ok_or_else(|| {
+                format!("its {CHUNK_CRC32_KEY} entry holds {:?}, which is not 8 hex digits", String::from_utf8_lossy(h))
+            })
+        })
+        .collect::<std::result::Result<Vec<u32>, String>>()
+        .map(Some)
+}
+
+/// The byte range of column `col` of row group `rg` in the file (dictionary page included).
+pub(crate) fn chunk_range(md: &ParquetMetaData, rg: usize, col: usize) -> Range<u64> {
+    let c = md.row_group(rg).column(col);
+    let start = c.dictionary_page_offset().unwrap_or(c.data_page_offset()).max(0) as u64;
+    start..start.saturating_add(c.compressed_size().max(0) as u64)
 }
 
 /// A problem found in a shard's layout: tile, column and message.
@@ -70,25 +135,40 @@ pub(crate) async fn fetch_metadata(
     url: &str,
     expected_size: u64,
     prefetch: u64,
+    expected_footer_crc32: Option<u32>,
+    retry: &RetryPolicy,
 ) -> Result<Arc<ParquetMetaData>> {
     let shard_err = |m: String| ObsError::shard(url, None, None, m);
+    let damaged = |m: String| ObsError::damaged(url, None, None, m);
     if expected_size < 12 {
         return Err(shard_err(format!("the manifest gives it {expected_size} bytes, too small for a parquet file")));
     }
     let suffix = prefetch.min(expected_size / 16).max(8);
-    let opts = GetOptions { range: Some(GetRange::Suffix(suffix)), ..Default::default() };
-    let got = store.get_opts(path, opts).await.map_err(|e| store_err("GET suffix", url, e))?;
-    let size = got.meta.size;
-    if size != expected_size {
-        return Err(shard_err(format!(
+    let got = retry
+        .run(|| async {
+            let opts = GetOptions { range: Some(GetRange::Suffix(suffix)), ..Default::default() };
+            let got = store.get_opts(path, opts).await?;
+            let size = got.meta.size;
+            if size != expected_size {
+                return Ok(Err(size));
+            }
+            let tail = got.bytes().await?;
+            if tail.len() as u64 != suffix {
+                return Err(dct_retry::short_or_long_body(suffix, tail.len() as u64));
+            }
+            Ok(Ok(tail))
+        })
+        .await
+        .map_err(|e| store_err("GET suffix", url, e))?;
+    let size = expected_size;
+    let tail = got.map_err(|size| {
+        shard_err(format!(
             "it is {size} bytes but the manifest says {expected_size}: the shard changed after the manifest was written"
-        )));
-    }
-    let tail = got.bytes().await.map_err(|e| store_err("GET suffix", url, e))?;
-    if tail.len() as u64 != suffix {
-        return Err(shard_err(format!("a {suffix}-byte suffix request returned {} bytes", tail.len())));
-    }
-    let len = metadata_length(&tail, size).map_err(shard_err)?;
+        ))
+    })?;
+    // With a footer checksum on record the file was written with a valid footer, so a bad one here is damage.
+    let bad_footer = |m: String| if expected_footer_crc32.is_some() { damaged(m) } else { shard_err(m) };
+    let len = metadata_length(&tail, size).map_err(bad_footer)?;
     if len > MAX_FOOTER_BYTES {
         return Err(ObsError::TooLarge { url: format!("{url} footer"), size: len, limit: MAX_FOOTER_BYTES });
     }
@@ -96,17 +176,24 @@ pub(crate) async fn fetch_metadata(
     let buf: Bytes = if len <= have {
         tail.slice((have - len) as usize..have as usize)
     } else {
-        let start = size - 8 - len;
-        let rest =
-            store.get_range(path, start..size - tail.len() as u64).await.map_err(|e| store_err("GET range", url, e))?;
-        if rest.len() as u64 != len - have {
-            return Err(shard_err(format!("a ranged request for {} bytes returned {}", len - have, rest.len())));
-        }
+        let range = size - 8 - len..size - tail.len() as u64;
+        let rest = dct_retry::get_range(store, path, range, retry).await.map_err(|e| store_err("GET range", url, e))?;
         let mut b = BytesMut::with_capacity(len as usize);
         b.extend_from_slice(&rest);
         b.extend_from_slice(&tail[..have as usize]);
         b.freeze()
     };
+    if let Some(expected) = expected_footer_crc32 {
+        let mut h = crc32fast::Hasher::new();
+        h.update(&buf);
+        h.update(&tail[tail.len() - 8..]);
+        let crc = h.finalize();
+        if crc != expected {
+            return Err(damaged(format!(
+                "its footer has CRC-32 {crc:08x} but the manifest's obs_shard_footer_crc32 says {expected:08x}"
+            )));
+        }
+    }
     let md = decode_metadata(&buf).map_err(|source| ObsError::Parquet {
         url: url.to_string(),
         tile: None,
@@ -227,22 +314,36 @@ fn check_layout_inner(
     (problems, Some(arrow))
 }
 
-/// An [`AsyncFileReader`] over an object store path with pre-fetched metadata: every read is a ranged request.
-struct RangedReader {
-    store: Arc<dyn ObjectStore>,
-    path: Path,
+/// An [`AsyncFileReader`] over one column chunk already fetched (and checked) plus the shard's metadata: the
+/// decoder's reads are served from memory, and a read outside the chunk is an error.
+struct ChunkReader {
+    chunk_start: u64,
+    chunk: Bytes,
     metadata: Arc<ParquetMetaData>,
 }
 
-impl AsyncFileReader for RangedReader {
+impl ChunkReader {
+    fn slice(&self, range: &Range<u64>) -> parquet::errors::Result<Bytes> {
+        let end = self.chunk_start + self.chunk.len() as u64;
+        if range.start < self.chunk_start || range.end > end || range.start > range.end {
+            return Err(ParquetError::General(format!(
+                "the decoder asked for bytes {}..{} outside the column chunk {}..{end}",
+                range.start, range.end, self.chunk_start
+            )));
+        }
+        Ok(self.chunk.slice((range.start - self.chunk_start) as usize..(range.end - self.chunk_start) as usize))
+    }
+}
+
+impl AsyncFileReader for ChunkReader {
     fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
-        async move { self.store.get_range(&self.path, range).await.map_err(|e| ParquetError::External(Box::new(e))) }
-            .boxed()
+        let got = self.slice(&range);
+        async move { got }.boxed()
     }
 
     fn get_byte_ranges(&mut self, ranges: Vec<Range<u64>>) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
-        async move { self.store.get_ranges(&self.path, &ranges).await.map_err(|e| ParquetError::External(Box::new(e))) }
-            .boxed()
+        let got = ranges.iter().map(|r| self.slice(r)).collect();
+        async move { got }.boxed()
     }
 
     fn get_metadata<'a>(
@@ -255,7 +356,8 @@ impl AsyncFileReader for RangedReader {
 }
 
 /// Reads column `col` (schema position) of row group `rg` (tile `tile`, `rows` cells): only that column chunk is
-/// fetched. The array is checked for type and length.
+/// fetched, with one ranged GET, and checked against its CRC-32 when the shard records one before anything decodes
+/// it. The array is checked for type and length, and category codes for lying in the vocabulary.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn read_column_chunk(
     store: Arc<dyn ObjectStore>,
@@ -267,6 +369,7 @@ pub(crate) async fn read_column_chunk(
     col: usize,
     column: &ObsColumn,
     rows: usize,
+    retry: &RetryPolicy,
 ) -> Result<ArrayRef> {
     let perr = |source| ObsError::Parquet {
         url: url.to_string(),
@@ -274,7 +377,26 @@ pub(crate) async fn read_column_chunk(
         column: Some(column.name.clone()),
         source,
     };
-    let reader = RangedReader { store, path, metadata: meta.metadata.clone() };
+    let range = chunk_range(&meta.metadata, rg, col);
+    let chunk = dct_retry::get_range(store.as_ref(), &path, range.clone(), retry)
+        .await
+        .map_err(|e| store_err("GET range", url, e))?;
+    let chunk_err = |m: String| ObsError::shard(url, Some(tile), Some(&column.name), m);
+    let damaged = |m: String| ObsError::damaged(url, Some(tile), Some(&column.name), m);
+    if let Some(crcs) = &meta.chunk_crc32 {
+        let n_cols = meta.metadata.row_group(rg).num_columns();
+        let expected = crcs.get(rg * n_cols + col).copied();
+        let crc = crc32fast::hash(&chunk);
+        if expected != Some(crc) {
+            return Err(damaged(format!(
+                "the column chunk at bytes {}..{} has CRC-32 {crc:08x} but the footer records {}",
+                range.start,
+                range.end,
+                expected.map(|e| format!("{e:08x}")).unwrap_or_else(|| "none".into())
+            )));
+        }
+    }
+    let reader = ChunkReader { chunk_start: range.start, chunk, metadata: meta.metadata.clone() };
     let fut = async {
         let mask = ProjectionMask::roots(meta.metadata.file_metadata().schema_descr(), [col]);
         let mut stream = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, meta.arrow.clone())
@@ -331,6 +453,10 @@ pub(crate) async fn read_column_chunk(
             Some(&column.name),
             format!("decoded as {} but the schema says {}", array.data_type(), column.arrow_type),
         ));
+    }
+    if let Some(categories) = &column.categories {
+        crate::reader::category_labels(array.as_ref(), categories)
+            .map_err(|e| chunk_err(format!("its category codes do not fit the vocabulary: {e}")))?;
     }
     Ok(array)
 }

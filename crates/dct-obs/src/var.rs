@@ -18,6 +18,7 @@ use crate::manifest::{VAR_TABLE_NAME, child_path};
 use crate::pyjson;
 use crate::reader::get_limited;
 use crate::util::object_url;
+use dct_retry::RetryPolicy;
 
 /// Largest `var.parquet` accepted (512 MiB).
 pub const MAX_VAR_BYTES: u64 = 512 << 20;
@@ -198,7 +199,7 @@ fn decode_var_inner(bytes: Bytes, url: &str) -> Result<RecordBatch> {
 /// Reads `var.parquet` of the dataset at `prefix`.
 pub async fn read_var_table(store: &dyn ObjectStore, prefix: &Path) -> Result<RecordBatch> {
     let path = child_path(prefix, VAR_TABLE_NAME);
-    let bytes = get_limited(store, &path, MAX_VAR_BYTES).await?;
+    let bytes = get_limited(store, &path, MAX_VAR_BYTES, &RetryPolicy::default()).await?;
     decode_var_parquet(bytes, &object_url(store, &path))
 }
 
@@ -207,7 +208,8 @@ pub async fn write_var_table(store: &dyn ObjectStore, prefix: &Path, table: &Var
     let bytes = encode_var_parquet(table)?;
     let n = bytes.len() as u64;
     let path = child_path(prefix, VAR_TABLE_NAME);
-    store.put(&path, PutPayload::from_bytes(bytes)).await.map_err(|source| ObsError::Store {
+    let put = || store.put(&path, PutPayload::from_bytes(bytes.clone()));
+    RetryPolicy::default().run(put).await.map_err(|source| ObsError::Store {
         op: "PUT",
         url: object_url(store, &path),
         source,

@@ -1,6 +1,7 @@
 //! Writing obs shards: a synchronous shard encoder and an async writer that uploads to an object store.
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::sync::Arc;
 
 use arrow_array::builder::StringBuilder;
@@ -12,6 +13,8 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
+use parquet::errors::ParquetError;
+use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 
 use crate::data::{CategoryData, ColumnData, TileObs};
@@ -22,6 +25,8 @@ use crate::manifest::{
     DEFAULT_TILES_PER_FILE, ObsManifest, SCHEMA_NAME, child_path, n_shards, shard_name, shard_tiles,
 };
 use crate::schema::{ArrowType, ColumnKind, ObsColumn, ObsSchema};
+use crate::shard::{CHUNK_CRC32_KEY, footer_crc32};
+use dct_retry::RetryPolicy;
 
 /// How shards are written.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,11 +35,13 @@ pub struct ObsWriteOptions {
     pub tiles_per_file: u64,
     /// zstd level of the shards (default 3).
     pub zstd_level: i32,
+    /// Retries of failed PUTs (a PUT replaces the whole object, so repeating one is harmless).
+    pub retry: RetryPolicy,
 }
 
 impl Default for ObsWriteOptions {
     fn default() -> Self {
-        ObsWriteOptions { tiles_per_file: DEFAULT_TILES_PER_FILE, zstd_level: 3 }
+        ObsWriteOptions { tiles_per_file: DEFAULT_TILES_PER_FILE, zstd_level: 3, retry: RetryPolicy::default() }
     }
 }
 
@@ -49,6 +56,8 @@ pub struct EncodedShard {
     pub bytes: Bytes,
     /// Its SHA-256, lowercase hex.
     pub sha256: String,
+    /// CRC-32 of its footer (see [`footer_crc32`](crate::footer_crc32)), for `obs_shard_footer_crc32`.
+    pub footer_crc32: u32,
 }
 
 /// What the dataset writer puts in the manifest (and `schema.json`).
@@ -62,22 +71,25 @@ pub struct ObsWriteSummary {
     pub shard_bytes: Vec<u64>,
     /// SHA-256 of each shard (`obs_shard_sha256`).
     pub shard_sha256: Vec<String>,
+    /// CRC-32 of each shard's footer (`obs_shard_footer_crc32`, an extra manifest key).
+    pub shard_footer_crc32: Vec<u32>,
     /// The fingerprint (`obs_fingerprint`).
     pub fingerprint: String,
 }
 
 impl ObsWriteSummary {
-    /// Builds the summary from the schema text, the tile cell counts and the shards' sizes and hashes (computing
-    /// the fingerprint).
+    /// Builds the summary from the schema text, the tile cell counts and the shards' sizes, hashes and footer
+    /// checksums (computing the fingerprint).
     pub fn new(
         schema_json: String,
         tiles_per_file: u64,
         tile_cells: &[u64],
         shard_bytes: Vec<u64>,
         shard_sha256: Vec<String>,
+        shard_footer_crc32: Vec<u32>,
     ) -> Self {
         let fingerprint = obs_fingerprint(&schema_json, tile_cells, &shard_sha256);
-        ObsWriteSummary { schema_json, tiles_per_file, shard_bytes, shard_sha256, fingerprint }
+        ObsWriteSummary { schema_json, tiles_per_file, shard_bytes, shard_sha256, shard_footer_crc32, fingerprint }
     }
 
     /// The manifest facts for a reader.
@@ -88,6 +100,7 @@ impl ObsWriteSummary {
             shard_bytes: self.shard_bytes.clone(),
             shard_sha256: self.shard_sha256.clone(),
             fingerprint: self.fingerprint.clone(),
+            shard_footer_crc32: Some(self.shard_footer_crc32.clone()),
         }
     }
 }
@@ -254,6 +267,8 @@ pub struct ObsShardEncoder {
     props: WriterProperties,
     converters: Vec<Converter>,
     writer: Option<ArrowWriter<Vec<u8>>>,
+    /// CRC-32 of each column chunk of the shard being written, as 8 hex digits each ([`CHUNK_CRC32_KEY`]).
+    chunk_crc32: String,
     next_tile: usize,
 }
 
@@ -299,6 +314,7 @@ impl ObsShardEncoder {
             props,
             converters,
             writer: None,
+            chunk_crc32: String::new(),
             next_tile: 0,
         })
     }
@@ -365,14 +381,30 @@ impl ObsShardEncoder {
         let w = self.writer.as_mut().expect("writer just created");
         w.write(&batch).map_err(perr)?;
         w.flush().map_err(perr)?;
+        // The row group's bytes must reach the Vec before they can be checksummed.
+        w.sync().map_err(|e| perr(ParquetError::External(Box::new(e))))?;
+        let written = w.inner();
+        let rg = w.flushed_row_groups().last().ok_or_else(|| ObsError::Internal("no row group was written".into()))?;
+        for c in rg.columns() {
+            let (start, len) = c.byte_range();
+            let chunk = usize::try_from(start)
+                .ok()
+                .zip(usize::try_from(start + len).ok())
+                .and_then(|(a, b)| written.get(a..b))
+                .ok_or_else(|| ObsError::Internal(format!("column chunk {start}+{len} is not in the written bytes")))?;
+            write!(self.chunk_crc32, "{:08x}", crc32fast::hash(chunk)).expect("writing to a String");
+        }
         self.next_tile += 1;
         if self.next_tile < shard_tiles(self.tile_cells.len(), self.tiles_per_file, s).end {
             return Ok(None);
         }
-        let w = self.writer.take().expect("writer exists");
+        let mut w = self.writer.take().expect("writer exists");
+        w.append_key_value_metadata(KeyValue::new(CHUNK_CRC32_KEY.to_string(), std::mem::take(&mut self.chunk_crc32)));
         let bytes = Bytes::from(w.into_inner().map_err(perr)?);
         let sha256 = sha256_hex(&bytes);
-        Ok(Some(EncodedShard { index: s, name, bytes, sha256 }))
+        let footer_crc32 =
+            footer_crc32(&bytes).ok_or_else(|| ObsError::Internal(format!("{name} has no parquet footer")))?;
+        Ok(Some(EncodedShard { index: s, name, bytes, sha256, footer_crc32 }))
     }
 }
 
@@ -386,6 +418,8 @@ pub struct ObsWriter {
     encoder: ObsShardEncoder,
     shard_bytes: Vec<u64>,
     shard_sha256: Vec<String>,
+    shard_footer_crc32: Vec<u32>,
+    retry: RetryPolicy,
 }
 
 impl std::fmt::Debug for ObsWriter {
@@ -404,7 +438,15 @@ impl ObsWriter {
         options: &ObsWriteOptions,
     ) -> Result<Self> {
         let encoder = ObsShardEncoder::new(schema, tile_cells, options)?;
-        Ok(ObsWriter { store, prefix, encoder, shard_bytes: Vec::new(), shard_sha256: Vec::new() })
+        Ok(ObsWriter {
+            store,
+            prefix,
+            encoder,
+            shard_bytes: Vec::new(),
+            shard_sha256: Vec::new(),
+            shard_footer_crc32: Vec::new(),
+            retry: options.retry.clone(),
+        })
     }
 
     /// The encoder (schema, progress).
@@ -418,13 +460,15 @@ impl ObsWriter {
             self.put(&shard.name, shard.bytes.clone()).await?;
             self.shard_bytes.push(shard.bytes.len() as u64);
             self.shard_sha256.push(shard.sha256);
+            self.shard_footer_crc32.push(shard.footer_crc32);
         }
         Ok(())
     }
 
     async fn put(&self, rel: &str, bytes: Bytes) -> Result<()> {
         let path = child_path(&self.prefix, rel);
-        self.store.put(&path, PutPayload::from_bytes(bytes)).await.map_err(|source| ObsError::Store {
+        let put = || self.store.put(&path, PutPayload::from_bytes(bytes.clone()));
+        self.retry.run(put).await.map_err(|source| ObsError::Store {
             op: "PUT",
             url: crate::util::object_url(self.store.as_ref(), &path),
             source,
@@ -452,6 +496,7 @@ impl ObsWriter {
             &self.encoder.tile_cells,
             self.shard_bytes,
             self.shard_sha256,
+            self.shard_footer_crc32,
         ))
     }
 }

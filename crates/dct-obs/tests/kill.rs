@@ -14,12 +14,12 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Synth, local_store, tiles, values, write_synth};
+use common::{Synth, decode_manifest, encode_manifest, local_store, tiles, values, write_synth};
 use dct_obs::object_store::memory::InMemory;
 use dct_obs::object_store::path::Path;
 use dct_obs::object_store::throttle::{ThrottleConfig, ThrottledStore};
 use dct_obs::object_store::{ObjectStore, ObjectStoreExt, PutPayload};
-use dct_obs::{Obs, ObsManifest, ObsOptions};
+use dct_obs::{Obs, ObsOptions};
 use futures::StreamExt;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -34,30 +34,6 @@ const TRIALS: usize = 24;
 
 fn opts(cache: &FsPath) -> ObsOptions {
     ObsOptions { cache_dir: Some(cache.into()), concurrency: 2, ..Default::default() }
-}
-
-fn encode_manifest(m: &ObsManifest) -> String {
-    let join = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
-    format!(
-        "{};{};{};{};{}",
-        join(&m.tile_cells),
-        m.tiles_per_file,
-        join(&m.shard_bytes),
-        m.shard_sha256.join(","),
-        m.fingerprint
-    )
-}
-
-fn decode_manifest(s: &str) -> ObsManifest {
-    let m: Vec<&str> = s.split(';').collect();
-    let parse = |s: &str| s.split(',').map(|x| x.parse::<u64>().unwrap()).collect::<Vec<_>>();
-    ObsManifest {
-        tile_cells: parse(m[0]),
-        tiles_per_file: m[1].parse().unwrap(),
-        shard_bytes: parse(m[2]),
-        shard_sha256: m[3].split(',').map(str::to_string).collect(),
-        fingerprint: m[4].to_string(),
-    }
 }
 
 /// The child (a no-op unless `DCT_KILL_CHILD` is set): localizes every column over a store that waits 10 ms per

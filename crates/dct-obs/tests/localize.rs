@@ -156,15 +156,7 @@ fn child_localizer() {
     else {
         return;
     };
-    let m: Vec<String> = manifest.split(';').map(str::to_string).collect();
-    let parse = |s: &str| s.split(',').map(|x| x.parse::<u64>().unwrap()).collect::<Vec<_>>();
-    let manifest = dct_obs::ObsManifest {
-        tile_cells: parse(&m[0]),
-        tiles_per_file: m[1].parse().unwrap(),
-        shard_bytes: parse(&m[2]),
-        shard_sha256: m[3].split(',').map(str::to_string).collect(),
-        fingerprint: m[4].clone(),
-    };
+    let manifest = decode_manifest(&manifest);
     let store = CountingStore::new(local_store(std::path::Path::new(&data)));
     let obs = Obs::open_blocking(store.clone(), Path::default(), manifest, opts(std::path::Path::new(&cache))).unwrap();
     let report = obs.localize_blocking(&["flag", "donor", "barcode"]).unwrap();
@@ -181,16 +173,7 @@ fn concurrent_processes_fetch_each_column_once() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let s = rt.block_on(synth());
     let cache = tempfile::tempdir().unwrap();
-    let m = &s.manifest;
-    let join = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
-    let manifest = format!(
-        "{};{};{};{};{}",
-        join(&m.tile_cells),
-        m.tiles_per_file,
-        join(&m.shard_bytes),
-        m.shard_sha256.join(","),
-        m.fingerprint
-    );
+    let manifest = encode_manifest(&s.manifest);
     let exe = std::env::current_exe().unwrap();
     let children: Vec<_> = (0..3)
         .map(|_| {

@@ -42,6 +42,8 @@ struct FaultState {
     kinds: Vec<Fault>,
     /// Only objects whose path contains this are faulted.
     only: String,
+    /// When set, GETs of matching objects are faulted on exactly their first `n` attempts (the rate is ignored).
+    first_attempts: Option<u64>,
     /// PUTs (in order, counting from 0) that fail: `(index, stored anyway)`.
     fail_puts: Vec<(u64, bool)>,
     puts: u64,
@@ -66,6 +68,7 @@ impl FaultStore {
                 get_rate: 0.0,
                 kinds: ALL_FAULTS.to_vec(),
                 only: String::new(),
+                first_attempts: None,
                 fail_puts: Vec::new(),
                 puts: 0,
                 log: Vec::new(),
@@ -83,6 +86,16 @@ impl FaultStore {
         s.get_rate = rate;
         s.kinds = kinds.to_vec();
         s.only = only.to_string();
+        s.first_attempts = None;
+    }
+
+    /// Faults the next `n` attempts of every GET of objects whose path contains `only` (then lets them through),
+    /// drawing from `kinds`: a fault that a retry outlasts. Attempts are counted afresh from here.
+    fn set_first_gets(&self, n: u64, kinds: &[Fault], only: &str) {
+        self.set_gets(1.0, kinds, only);
+        let mut s = self.lock();
+        s.first_attempts = Some(n);
+        s.attempts.clear();
     }
 
     fn take_log(&self) -> Vec<(Fault, String)> {
@@ -105,7 +118,11 @@ impl FaultStore {
             *n
         };
         let mut rng = ChaCha8Rng::seed_from_u64(fnv1a(s.seed, &format!("{key} #{attempt}")));
-        if !rng.random_bool(s.get_rate) {
+        let faulted = match s.first_attempts {
+            Some(n) => attempt <= n,
+            None => rng.random_bool(s.get_rate),
+        };
+        if !faulted {
             return None;
         }
         let kind = s.kinds[rng.random_range(0..s.kinds.len())];

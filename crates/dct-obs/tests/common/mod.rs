@@ -162,6 +162,38 @@ pub fn load_manifest(dir: &FsPath) -> ObsManifest {
         shard_bytes: u64s("obs_shard_bytes"),
         shard_sha256: m["obs_shard_sha256"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().into()).collect(),
         fingerprint: m["obs_fingerprint"].as_str().unwrap().into(),
+        shard_footer_crc32: m
+            .get("obs_shard_footer_crc32")
+            .map(|v| v.as_array().unwrap().iter().map(|x| u32::try_from(x.as_u64().unwrap()).unwrap()).collect()),
+    }
+}
+
+/// The manifest facts as one line, for handing to a child process (see [`decode_manifest`]).
+pub fn encode_manifest(m: &ObsManifest) -> String {
+    let join = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    let crcs = m.shard_footer_crc32.as_ref().map(|c| c.iter().map(u32::to_string).collect::<Vec<_>>().join(","));
+    format!(
+        "{};{};{};{};{};{}",
+        join(&m.tile_cells),
+        m.tiles_per_file,
+        join(&m.shard_bytes),
+        m.shard_sha256.join(","),
+        m.fingerprint,
+        crcs.unwrap_or_else(|| "-".into())
+    )
+}
+
+/// The inverse of [`encode_manifest`].
+pub fn decode_manifest(s: &str) -> ObsManifest {
+    let m: Vec<&str> = s.split(';').collect();
+    let parse = |s: &str| s.split(',').map(|x| x.parse::<u64>().unwrap()).collect::<Vec<_>>();
+    ObsManifest {
+        tile_cells: parse(m[0]),
+        tiles_per_file: m[1].parse().unwrap(),
+        shard_bytes: parse(m[2]),
+        shard_sha256: m[3].split(',').map(str::to_string).collect(),
+        fingerprint: m[4].to_string(),
+        shard_footer_crc32: (m[5] != "-").then(|| m[5].split(',').map(|x| x.parse::<u32>().unwrap()).collect()),
     }
 }
 
