@@ -2,6 +2,7 @@
 
 Usage (needs numpy, scipy, h5py, anndata, pandas; e.g. in a throwaway venv):
     python make_fixtures.py /path/to/shared/data/pbmc3k_raw.h5ad
+    python make_fixtures.py --only nullable_obs   # one synthetic fixture (layouts, nullable_obs); the rest untouched
 
 Everything is deterministic (fixed seeds, fixed cell selection).
 """
@@ -254,6 +255,68 @@ def layouts():
         f.create_dataset("var", data=np.array([(f"g{i}".encode(),) for i in range(10)], dtype=[("index", "S8")]))
 
 
+def nullable_obs():
+    """pandas nullable columns in obs and var, as anndata writes them (a `string` column as nullable-string-array)."""
+    rng = np.random.default_rng(20250212)
+    n_cells, n_genes = 30, 20
+    counts = sp.random(n_cells, n_genes, density=0.3, format="csr", random_state=rng,
+                       data_rvs=lambda k: rng.integers(1, 10, size=k)).astype(np.int32)
+    counts.sort_indices()
+
+    obs = pd.DataFrame(index=[f"NCELL{i:02d}" for i in range(n_cells)])
+    note = [["plain", "é", "", "mixed Ünïcode ✓", "x"][i % 5] for i in range(n_cells)]
+    obs["note"] = pd.array(note, dtype="string")
+    obs.loc[obs.index[[1, 6, 7, 20, 29]], "note"] = pd.NA  # first, last and neighbouring missing values
+    obs["all_present"] = pd.array([f"s{i % 4}" for i in range(n_cells)], dtype="string")
+    obs["label"] = np.array([f"lab{i % 7}" for i in range(n_cells)], dtype=object)
+    n_nullable = pd.array([int(i * 3) for i in range(n_cells)], dtype="Int64")
+    n_nullable[[0, 11, 12]] = pd.NA
+    obs["n_nullable"] = n_nullable
+    flag = pd.array([i % 2 == 0 for i in range(n_cells)], dtype="boolean")
+    flag[[3, 28]] = pd.NA
+    obs["flag"] = flag
+    cell_type = pd.Categorical([["T", "B", "NK"][i % 3] for i in range(n_cells)])
+    cell_type[[2, 14]] = np.nan
+    obs["cell_type"] = cell_type
+
+    var = pd.DataFrame(index=[f"NGene{i}" for i in range(n_genes)])
+    var["gene_ids"] = [f"ENSG{i:011d}" for i in range(n_genes)]
+    gene_note = pd.array([f"g{i}é" for i in range(n_genes)], dtype="string")
+    gene_note[[0, 13]] = pd.NA
+    var["gene_note"] = gene_note
+
+    a = ad.AnnData(X=counts, obs=obs, var=var)
+    with ad.settings.override(allow_write_nullable_strings=True):
+        # Keep the object column as strings (anndata would otherwise store it as a categorical).
+        a.write_h5ad(os.path.join(HERE, "nullable_obs.h5ad"), convert_strings_to_categoricals=False)
+
+    def values(col):
+        if isinstance(col.dtype, pd.CategoricalDtype) or col.dtype == object or isinstance(col.dtype, pd.StringDtype):
+            return [None if pd.isna(v) else str(v) for v in col]
+        if isinstance(col.dtype, pd.BooleanDtype):
+            return [None if pd.isna(v) else bool(v) for v in col]
+        return [None if pd.isna(v) else int(v) for v in col]
+
+    exp = {
+        "n_cells": n_cells,
+        "n_genes": n_genes,
+        "cell_names": list(obs.index),
+        "obs_columns": list(obs.columns),
+        "obs": {c: values(obs[c]) for c in obs.columns},
+        "cell_type_categories": [str(c) for c in obs["cell_type"].cat.categories],
+        "var_index": list(var.index),
+        "var": {c: values(var[c]) for c in var.columns},
+        "triplets": triplets(truth(counts)[0]),
+    }
+    with open(os.path.join(HERE, "nullable_obs.expected.json"), "w") as f:
+        json.dump(exp, f, ensure_ascii=False)
+
+
 if __name__ == "__main__":
-    pbmc200(sys.argv[1])
-    layouts()
+    # `--only NAME` regenerates one synthetic fixture (layouts, nullable_obs) and leaves the others untouched.
+    if len(sys.argv) == 3 and sys.argv[1] == "--only":
+        {"layouts": layouts, "nullable_obs": nullable_obs}[sys.argv[2]]()
+    else:
+        pbmc200(sys.argv[1])
+        layouts()
+        nullable_obs()

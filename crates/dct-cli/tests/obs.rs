@@ -47,6 +47,9 @@ fn source_json(data: &ColumnData) -> Vec<Value> {
         ColumnData::NullableBool { values, valid } => {
             values.iter().zip(valid).map(|(x, &v)| if v { serde_json::json!(x) } else { Value::Null }).collect()
         }
+        ColumnData::NullableStr { values, valid } => {
+            values.iter().zip(valid).map(|(x, &v)| if v { serde_json::json!(x) } else { Value::Null }).collect()
+        }
     }
 }
 
@@ -273,4 +276,45 @@ fn convert_obs_flags() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("\"nope\""), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(with(&tmp.path().join("bad2"), &["--no-obs", "--obs-exclude", "x"]).status.code(), Some(2));
     assert_eq!(with(&tmp.path().join("bad3"), &["--obs-tiles-per-file", "0"]).status.code(), Some(2));
+}
+
+#[test]
+fn convert_keeps_pandas_nullable_columns_and_show_prints_nulls() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("inputs/nullable_obs.h5ad");
+    let exp: Value =
+        serde_json::from_slice(&std::fs::read(testdata("inputs/nullable_obs.expected.json")).unwrap()).unwrap();
+    let out = tmp.path().join("nullable");
+    let cache = tmp.path().join("cache");
+    ok(&["convert", s(&input), "--output", s(&out), "--tile-size", "8", "--level", "1"]);
+    ok(&["verify", s(&out)]);
+    let info = json(&ok(&["obs", "info", s(&out), "--json", "--cache-dir", s(&cache)]));
+    let kinds: Vec<(&str, &str)> = info["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["name"].as_str().unwrap(), c["kind"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("obs_names", "string"),
+            ("note", "string"),
+            ("all_present", "string"),
+            ("label", "string"),
+            ("n_nullable", "numeric"),
+            ("flag", "bool"),
+            ("cell_type", "category")
+        ]
+    );
+    // show --json: every column as pandas had it, null where missing (pd.NA, NaN category).
+    let shown = json(&ok(&["obs", "show", s(&out), "--cells", "0:30", "--json", "--cache-dir", s(&cache)]));
+    assert_eq!(shown["obs_names"], exp["cell_names"]);
+    for name in exp["obs_columns"].as_array().unwrap().iter().map(|c| c.as_str().unwrap()) {
+        assert_eq!(shown[name], exp["obs"][name], "column {name}");
+    }
+    // The frame the converter read agrees too.
+    let frame = H5adSource::open(&input, &H5adMatrix::X).unwrap().read_obs().unwrap();
+    let note = frame.column("note").unwrap();
+    assert_eq!(Value::Array(source_json(&note.data)), exp["obs"]["note"]);
 }

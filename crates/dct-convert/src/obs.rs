@@ -42,22 +42,38 @@ impl Selection<'_> {
     }
 }
 
-/// What one obs column of one input contributes to the schema.
-#[derive(Debug, Clone)]
+/// What one obs column of one input contributes to the schema (serialized in per-input scan files).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 enum Contribution {
     /// A categorical column with these categories.
     Category(Vec<String>),
     /// A categorical column with more categories than `max_categories`: stored as strings.
     Overflow,
     /// A numeric, boolean or string column.
-    Plain(ArrowType),
+    Plain(#[serde(with = "arrow_type_name")] ArrowType),
     /// A column the input reader could not read, and why.
     Unsupported(String),
 }
 
+/// An [`ArrowType`] as its `schema.json` name.
+mod arrow_type_name {
+    use dct_obs::ArrowType;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(t: &ArrowType, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(t.as_str())
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<ArrowType, D::Error> {
+        let name = String::deserialize(d)?;
+        ArrowType::parse(&name).ok_or_else(|| serde::de::Error::custom(format!("unknown Arrow type {name:?}")))
+    }
+}
+
 /// The obs columns of one input, as far as the schema needs them (categories only up to `max_categories`, so a
 /// plan never holds more than that many labels per column and input).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct InputSummary {
     /// The selected columns.
     columns: Vec<(String, Contribution)>,
@@ -69,7 +85,7 @@ pub(crate) struct InputSummary {
 fn plain_type(column: &Column) -> ArrowType {
     let t = column.stored_type.as_str();
     match &column.data {
-        InputData::Str(_) | InputData::Categorical { .. } => ArrowType::String,
+        InputData::Str(_) | InputData::NullableStr { .. } | InputData::Categorical { .. } => ArrowType::String,
         InputData::Bool(_) | InputData::NullableBool { .. } => ArrowType::Bool,
         InputData::Float(_) => {
             if t == "f32" {
@@ -272,6 +288,9 @@ fn natural_array(data: InputData) -> ArrayRef {
         InputData::NullableBool { values, valid } => {
             Arc::new(values.into_iter().zip(valid).map(|(v, ok)| ok.then_some(v)).collect::<BooleanArray>())
         }
+        InputData::NullableStr { values, valid } => {
+            Arc::new(values.into_iter().zip(valid).map(|(v, ok)| ok.then_some(v)).collect::<StringArray>())
+        }
         InputData::Categorical { codes, categories, .. } => Arc::new(
             codes
                 .into_iter()
@@ -340,9 +359,10 @@ impl InputObs {
                 (ColumnKind::Category, other) => {
                     return Err(changed(path, name, format!("is {} and not categorical", kind_name(&other))));
                 }
-                (ColumnKind::String, d @ (InputData::Str(_) | InputData::Categorical { .. })) => {
-                    Piece::Array(natural_array(d))
-                }
+                (
+                    ColumnKind::String,
+                    d @ (InputData::Str(_) | InputData::NullableStr { .. } | InputData::Categorical { .. }),
+                ) => Piece::Array(natural_array(d)),
                 (ColumnKind::Numeric, d @ (InputData::Int(_) | InputData::UInt(_) | InputData::Float(_))) => {
                     Piece::Array(cast_to(natural_array(d), column.arrow_type, path, name)?)
                 }
@@ -373,7 +393,7 @@ impl InputObs {
 
 fn kind_name(d: &InputData) -> &'static str {
     match d {
-        InputData::Str(_) => "strings",
+        InputData::Str(_) | InputData::NullableStr { .. } => "strings",
         InputData::Int(_) | InputData::NullableInt { .. } => "integers",
         InputData::UInt(_) => "unsigned integers",
         InputData::Float(_) => "floats",
@@ -669,5 +689,71 @@ mod tests {
         let mut cutter = TileCutter::new(&plan, &tile_cells);
         cutter.push(&ia, |_, _| Ok(())).unwrap();
         assert!(cutter.finish().is_err());
+    }
+
+    fn nullable_str(values: &[Option<&str>]) -> InputData {
+        InputData::NullableStr {
+            values: values.iter().map(|v| v.unwrap_or("").to_string()).collect(),
+            valid: values.iter().map(Option::is_some).collect(),
+        }
+    }
+
+    fn strings(tile: &TileObs, name: &str) -> Vec<Option<String>> {
+        match tile.get(name).unwrap() {
+            ColumnData::Array(a) => {
+                a.as_any().downcast_ref::<StringArray>().unwrap().iter().map(|s| s.map(str::to_string)).collect()
+            }
+            _ => panic!("{name}: not an array"),
+        }
+    }
+
+    #[test]
+    fn nullable_strings_are_string_columns_with_nulls_like_plain_strings() {
+        // One input with a nullable string column, one with the column as plain strings, one as a categorical
+        // (missing code), one without it: a string column, nulls where pandas had NA or a missing code.
+        let a = frame(vec![col("s", "string", nullable_str(&[Some("x"), None, Some(""), Some("é")]))], vec![]);
+        let b = frame(vec![col("s", "string", InputData::Str(vec!["y".into(), "x".into()]))], vec![]);
+        let c = frame(vec![col("s", "category", cat(&[1, -1], &["x", "z"]))], vec![]);
+        let d = frame(vec![col("t", "i64", InputData::Int(vec![1]))], vec![]);
+        for order in [[&a, &b, &c, &d], [&c, &a, &d, &b]] {
+            let sums: Vec<InputSummary> = order.iter().map(|f| summarize(f, ALL, 10)).collect();
+            let inputs: Vec<(&str, Option<&InputSummary>)> = sums.iter().map(|s| ("in", Some(s))).collect();
+            let schema = build_schema(&inputs, ALL, 10).unwrap().unwrap();
+            let s = schema.column("s").unwrap();
+            assert_eq!((s.kind, s.arrow_type, s.categories.is_none()), (ColumnKind::String, ArrowType::String, true));
+        }
+        // Alone, a nullable string column is a string column too (never a categorical).
+        let sa = summarize(&a, ALL, 10);
+        let alone = build_schema(&[("a", Some(&sa))], ALL, 10).unwrap().unwrap();
+        assert_eq!(alone.column("s").unwrap().kind, ColumnKind::String);
+
+        let sums: Vec<InputSummary> = [&a, &b, &c, &d].iter().map(|f| summarize(f, ALL, 10)).collect();
+        let inputs: Vec<(&str, Option<&InputSummary>)> = sums.iter().map(|s| ("in", Some(s))).collect();
+        let plan = SchemaPlan::new(build_schema(&inputs, ALL, 10).unwrap().unwrap());
+        let names = |n: usize, p: &str| (0..n).map(|i| format!("{p}{i}")).collect::<Vec<_>>();
+        let pieces = [(a.clone(), 4, "a"), (b, 2, "b"), (c.clone(), 2, "c"), (d, 1, "d")]
+            .into_iter()
+            .map(|(f, n, p)| InputObs::read(&plan, p, Some(f), names(n, p)).unwrap())
+            .collect::<Vec<_>>();
+        let tile_cells = [3u64, 6];
+        let mut cutter = TileCutter::new(&plan, &tile_cells);
+        let mut got = Vec::new();
+        for input in &pieces {
+            cutter
+                .push(input, |_, tile| {
+                    got.extend(strings(&tile, "s"));
+                    Ok(())
+                })
+                .unwrap();
+        }
+        cutter.finish().unwrap();
+        let want = [Some("x"), None, Some(""), Some("é"), Some("y"), Some("x"), Some("z"), None, None];
+        assert_eq!(got, want.map(|s| s.map(str::to_string)));
+
+        // A nullable string column where the plan has a category column is an input that changed.
+        let only_cat = summarize(&c, ALL, 10);
+        let plan = SchemaPlan::new(build_schema(&[("c", Some(&only_cat))], ALL, 10).unwrap().unwrap());
+        let e = InputObs::read(&plan, "a.h5ad", Some(a), names(4, "a")).err().unwrap().to_string();
+        assert!(e.contains("a.h5ad") && e.contains("\"s\"") && e.contains("strings"), "{e}");
     }
 }

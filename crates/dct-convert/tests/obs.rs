@@ -57,6 +57,9 @@ fn source_values(data: &ColumnData) -> Vec<V> {
         ColumnData::NullableBool { values, valid } => {
             values.iter().zip(valid).map(|(&x, &ok)| if ok { V::Bool(x) } else { V::Null }).collect()
         }
+        ColumnData::NullableStr { values, valid } => {
+            values.iter().zip(valid).map(|(x, &ok)| if ok { V::Str(x.clone()) } else { V::Null }).collect()
+        }
     }
 }
 
@@ -354,7 +357,7 @@ fn var_parquet_keeps_typed_columns_and_the_index_name() {
         var.columns.iter().map(|(n, a): &(String, ArrayRef)| (n.clone(), a.data_type().clone())).collect();
     for (c, (_, t)) in source.genes().columns.iter().zip(&types) {
         let want = match &c.data {
-            ColumnData::Categorical { .. } | ColumnData::Str(_) => DataType::Utf8,
+            ColumnData::Categorical { .. } | ColumnData::Str(_) | ColumnData::NullableStr { .. } => DataType::Utf8,
             ColumnData::Bool(_) | ColumnData::NullableBool { .. } => DataType::Boolean,
             ColumnData::Float(_) if c.stored_type == "f32" => DataType::Float32,
             ColumnData::Float(_) => DataType::Float64,
@@ -369,4 +372,120 @@ fn var_parquet_keeps_typed_columns_and_the_index_name() {
         assert_eq!(t, &want, "var column {} keeps its stored type", c.name);
     }
     assert!(var.columns.iter().any(|(_, a)| a.null_count() > 0), "a nullable column keeps its missing values");
+}
+
+/// `testdata/inputs/nullable_obs.expected.json`: the values pandas had before anndata wrote the fixture.
+fn nullable_expected() -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(testdata("inputs/nullable_obs.expected.json")).unwrap()).unwrap()
+}
+
+/// A JSON array of the expected file as values (`null` where missing).
+fn json_values(v: &serde_json::Value) -> Vec<V> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| match x {
+            serde_json::Value::Null => V::Null,
+            serde_json::Value::String(s) => V::Str(s.clone()),
+            serde_json::Value::Bool(b) => V::Bool(*b),
+            serde_json::Value::Number(n) => V::Int(n.as_i64().unwrap().into()),
+            other => panic!("unexpected value {other}"),
+        })
+        .collect()
+}
+
+#[test]
+fn nullable_string_and_other_nullable_obs_columns_convert_with_nulls() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("inputs/nullable_obs.h5ad");
+    let exp = nullable_expected();
+    let columns: Vec<String> =
+        exp["obs_columns"].as_array().unwrap().iter().map(|c| c.as_str().unwrap().to_string()).collect();
+    let frame = H5adSource::open(&input, &H5adMatrix::X).unwrap().read_obs().unwrap();
+    assert!(frame.skipped.is_empty(), "no column is skipped: {:?}", frame.skipped);
+
+    // 30 cells in tiles of 8 (the last of 6), 2 tiles per shard.
+    let out = tmp.path().join("nullable");
+    let m = run(std::slice::from_ref(&input), &ConvertOptions { obs_tiles_per_file: 2, ..options(&out, 8) });
+    assert!(m.has_obs && m.has_var_table);
+    assert_eq!(m.tile_cells, [8, 8, 8, 6]);
+    assert_eq!(recomputed_fingerprint(&out, &m), m.obs_fingerprint);
+    let url = out.to_str().unwrap();
+    let report = dct_dataset::verify_url(url, ReadOptions::default(), &Default::default(), |_, _| {});
+    assert!(report.is_ok(), "{:?}", report.problems);
+
+    // Whole columns: every column kept, values and missing values as pandas had them.
+    let (obs, got) = dataset_obs(url, tmp.path().join("cache").as_path());
+    let names: Vec<&str> = obs.columns().iter().map(|(n, _)| *n).collect();
+    let mut want_names = vec!["obs_names"];
+    want_names.extend(columns.iter().map(String::as_str));
+    assert_eq!(names, want_names, "every column, none skipped");
+    assert_eq!(got["obs_names"], json_values(&exp["cell_names"]));
+    for name in &columns {
+        assert_eq!(got[name], json_values(&exp["obs"][name]), "column {name}");
+    }
+    let note = &got["note"];
+    assert_eq!(note.iter().filter(|v| **v == V::Null).count(), 5, "pd.NA are nulls");
+    assert!(note.contains(&V::Str(String::new())) && note.contains(&V::Str("é".into())), "{note:?}");
+    let schema = obs.schema();
+    let kind = |n: &str| (schema.column(n).unwrap().kind, schema.column(n).unwrap().arrow_type.as_str());
+    assert_eq!(kind("note"), (ColumnKind::String, "string"), "a string dtype column is a string column");
+    assert_eq!(kind("all_present"), (ColumnKind::String, "string"));
+    assert_eq!(kind("label"), (ColumnKind::String, "string"));
+    assert_eq!(kind("n_nullable"), (ColumnKind::Numeric, "int64"));
+    assert_eq!(kind("flag"), (ColumnKind::Bool, "bool"));
+    assert_eq!(kind("cell_type"), (ColumnKind::Category, "int8"));
+    let cats = schema.column("cell_type").unwrap().categories.clone().unwrap();
+    assert_eq!(json_values(&exp["cell_type_categories"]), cats.into_iter().map(V::Str).collect::<Vec<_>>());
+
+    // take: cells in any order, repeated, across tiles and shards, missing values included.
+    let cells = [29u64, 0, 1, 20, 7, 6, 15, 2, 29, 11];
+    let cols = ["note", "n_nullable", "flag", "cell_type"];
+    let batch = obs.take(&cells, &cols).unwrap();
+    for (j, name) in cols.iter().enumerate() {
+        let vals = arrow_values(batch.column(j).as_ref(), obs.categories(name).unwrap());
+        let all = json_values(&exp["obs"][*name]);
+        let want: Vec<V> = cells.iter().map(|&c| all[c as usize].clone()).collect();
+        assert_eq!(vals, want, "take of {name}");
+    }
+
+    // var.parquet: the nullable string var column keeps its values and nulls, in output gene order.
+    let source = open_input(&input).unwrap();
+    check_var(&out, source.as_ref());
+    let ds = Dataset::open(url, ReadOptions::default()).unwrap();
+    let order = ds.gene_order().unwrap().unwrap();
+    let var = read_var(&out);
+    let (_, gene_note) = var.columns.iter().find(|(n, _)| n == "gene_note").unwrap();
+    assert_eq!(gene_note.data_type(), &DataType::Utf8);
+    let all = json_values(&exp["var"]["gene_note"]);
+    let want: Vec<V> = order.iter().map(|&g| all[g as usize].clone()).collect();
+    assert_eq!(arrow_values(gene_note.as_ref(), None), want);
+    assert_eq!(gene_note.null_count(), 2);
+}
+
+#[test]
+fn nullable_string_columns_across_inputs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("inputs/nullable_obs.h5ad");
+    let exp = nullable_expected();
+    // The fixture twice (a copy under another name) and a Matrix Market folder (no obs) of its first 10 cells.
+    let copy = tmp.path().join("copy.h5ad");
+    std::fs::copy(&input, &copy).unwrap();
+    let mtx = tmp.path().join("mtx");
+    write_mtx(&mtx, open_input(&input).unwrap().as_mut(), 0..10);
+    let out = tmp.path().join("three");
+    // Tiles of 16 cells cross both input boundaries (30 and 60).
+    let m = run(&[input.clone(), mtx, copy], &options(&out, 16));
+    assert_eq!(m.n_cells, 70);
+    assert_eq!(recomputed_fingerprint(&out, &m), m.obs_fingerprint);
+    let (obs, got) = dataset_obs(out.to_str().unwrap(), tmp.path().join("cache").as_path());
+    for name in exp["obs_columns"].as_array().unwrap().iter().map(|c| c.as_str().unwrap()) {
+        let one = json_values(&exp["obs"][name]);
+        let mut want = one.clone();
+        want.extend(std::iter::repeat_n(V::Null, 10));
+        want.extend(one);
+        assert_eq!(got[name], want, "column {name}: the Matrix Market cells have no value");
+    }
+    assert_eq!(obs.schema().column("note").unwrap().kind, ColumnKind::String);
+    assert_eq!(obs.schema().column("cell_type").unwrap().kind, ColumnKind::Category);
 }

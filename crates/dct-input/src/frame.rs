@@ -40,6 +40,14 @@ pub enum ColumnData {
         /// Validity per row.
         valid: Vec<bool>,
     },
+    /// Nullable strings (pandas `string` dtype, AnnData `nullable-string-array`): `valid[i]` is false where the
+    /// value is missing (`pd.NA`).
+    NullableStr {
+        /// Values (meaningless where not valid).
+        values: Vec<String>,
+        /// Validity per row.
+        valid: Vec<bool>,
+    },
 }
 
 impl ColumnData {
@@ -54,6 +62,7 @@ impl ColumnData {
             ColumnData::Categorical { codes, .. } => codes.len(),
             ColumnData::NullableInt { values, .. } => values.len(),
             ColumnData::NullableBool { values, .. } => values.len(),
+            ColumnData::NullableStr { values, .. } => values.len(),
         }
     }
 
@@ -62,10 +71,12 @@ impl ColumnData {
         self.len() == 0
     }
 
-    /// The values as strings, for string columns and categoricals without missing codes.
+    /// The values as strings, for string columns, nullable string columns without missing values and categoricals
+    /// without missing codes.
     pub fn as_strings(&self) -> Option<Vec<String>> {
         match self {
             ColumnData::Str(v) => Some(v.clone()),
+            ColumnData::NullableStr { values, valid } => valid.iter().all(|&ok| ok).then(|| values.clone()),
             ColumnData::Categorical { codes, categories, .. } => {
                 codes.iter().map(|&c| usize::try_from(c).ok().and_then(|c| categories.get(c)).cloned()).collect()
             }
@@ -269,6 +280,19 @@ fn read_column(h5: &H5, group: &str, obj: &str, name: &str, n: u64) -> Result<Op
                 Ok(col(
                     "bool".into(),
                     ColumnData::NullableBool { values, valid: mask.into_iter().map(|m| !m).collect() },
+                ))
+            }
+            Some("nullable-string-array") => {
+                let values_obj = join(obj, "values");
+                let (dt, _) = dtype_name(h5, &values_obj)?;
+                if !matches!(dt, DType::VariableLengthString | DType::String) {
+                    return Err(h5.malformed(&values_obj, format!("nullable string values are of type {dt}")));
+                }
+                let values = h5.read_strings(&values_obj, Some(n))?;
+                let mask = bools(h5, &join(obj, "mask"), n)?;
+                Ok(col(
+                    "string".into(),
+                    ColumnData::NullableStr { values, valid: mask.into_iter().map(|m| !m).collect() },
                 ))
             }
             _ => Ok(None),
