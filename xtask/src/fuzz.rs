@@ -7,16 +7,19 @@
 //!
 //! Before running, cargo-fuzz is installed if missing (`cargo install cargo-fuzz --locked`) and the corpora are
 //! seeded: the tile targets with the conformance tiles (good and bad) and the regression tiles, the parser
-//! targets with the conformance datasets' `manifest.json`, `gene_order.npy` and `obs/schema.json`; every target
-//! also gets the inputs kept in `fuzz/regressions/<target>/` (inputs that once failed it). Targets whose
-//! `[[bin]]` in `fuzz/Cargo.toml` has `required-features = ["parsers"]` are built and run with that feature, in a
-//! separate build, so the tile targets still run if a dataset crate does not build. Targets run one at a time
-//! with `RUSTC_BOOTSTRAP=1` (cargo-fuzz passes `-Z` flags, which stable rustc otherwise refuses). Each run's
-//! libFuzzer output goes to `fuzz/logs/<target>.log`; the summary gives the executions
-//! (`stat::number_of_executed_units` from `-print_final_stats=1`) and findings (new files under
+//! targets with the conformance datasets' `manifest.json`, `gene_order.npy` and `obs/schema.json`, the `mtx`
+//! target with every Matrix Market file under `testdata/` (`*.mtx`, and `*.mtx.gz` decompressed with `gzip -dc`),
+//! each cut to its first 200 entries with the size line rewritten to match, so the seeds stay small and are still
+//! accepted; every target also gets the inputs kept in `fuzz/regressions/<target>/` (inputs that once failed it).
+//! Targets whose `[[bin]]` in `fuzz/Cargo.toml` has `required-features` (`["parsers"]` for the dataset parsers,
+//! `["inputs"]` for dct-input's Matrix Market parser) are built and run with those features, one build per feature
+//! set, so the tile targets still run if a dataset or input crate does not build, and a failed feature build fails
+//! only its own targets. Targets run one at a time with `RUSTC_BOOTSTRAP=1` (cargo-fuzz passes `-Z` flags, which
+//! stable rustc otherwise refuses). Each run's libFuzzer output goes to `fuzz/logs/<target>.log`; the summary gives
+//! the executions (`stat::number_of_executed_units` from `-print_final_stats=1`) and findings (new files under
 //! `fuzz/artifacts/<target>/`) per target.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -27,8 +30,8 @@ use super::{cargo, root};
 const USAGE: &str =
     "usage: cargo xtask fuzz (--smoke [--seconds S] | --minutes M) [--target T] [--sanitizer none|address]";
 
-/// The cargo feature of the fuzz package that enables the dataset-parser targets.
-const PARSERS_FEATURE: &str = "parsers";
+/// Entry lines kept from each Matrix Market seed of the `mtx` target.
+const MTX_SEED_ENTRIES: usize = 200;
 
 /// Seed files of a target: `(directory, how to pick files in it, prefix of the copies)`, relative to the
 /// workspace root. Targets not listed build their input with `arbitrary` and start from an empty corpus.
@@ -44,6 +47,7 @@ fn seeds(target: &str) -> &'static [(&'static str, Pick, &'static str)] {
         "manifest" => &[(DATASETS, Pick::InEachSubdir("manifest.json"), "")],
         "npy" => &[(DATASETS, Pick::InEachSubdir("gene_order.npy"), "")],
         "obs_schema" => &[(DATASETS, Pick::InEachSubdir("obs/schema.json"), "")],
+        "mtx" => &[("testdata", Pick::MatrixMarket, "")],
         _ => &[],
     }
 }
@@ -57,13 +61,16 @@ enum Pick {
     InEachSubdir(&'static str),
     /// Every file.
     Any,
+    /// Every `*.mtx` or `*.mtx.gz` file in the directory or below it, decompressed and cut to its first
+    /// [`MTX_SEED_ENTRIES`] entries (the copy is named after its path, `/` replaced by `_`).
+    MatrixMarket,
 }
 
-/// A fuzz target and whether it needs the `parsers` feature.
+/// A fuzz target and the features of the fuzz package it requires (`required-features`).
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct Target {
     name: String,
-    parsers: bool,
+    features: Vec<String>,
 }
 
 struct Plan {
@@ -103,28 +110,30 @@ pub fn run(args: &[String]) -> Result<(), String> {
         let n = seed_corpus(&fuzz_dir, &t.name)?;
         eprintln!("== seeded fuzz/corpus/{} with {n} files", t.name);
     }
-    // One build per feature set; a failed parser build fails only the parser targets.
-    let mut build_error = [None, None];
-    for parsers in [false, true] {
-        if targets.iter().any(|t| t.parsers == parsers) {
-            let mut build = fuzz_command();
-            build.args(["build", "--fuzz-dir", "fuzz", "-s", &plan.sanitizer]);
-            if parsers {
-                build.args(["--features", PARSERS_FEATURE]);
+    // One build per feature set, the featureless (tile) build first; a failed feature build fails only the
+    // targets that need those features.
+    let feature_sets: BTreeSet<&[String]> = targets.iter().map(|t| t.features.as_slice()).collect();
+    let mut build_error: BTreeMap<&[String], String> = BTreeMap::new();
+    for features in feature_sets {
+        let mut build = fuzz_command();
+        build.args(["build", "--fuzz-dir", "fuzz", "-s", &plan.sanitizer]);
+        let step = if features.is_empty() {
+            "fuzz build".to_string()
+        } else {
+            build.args(["--features", &features.join(",")]);
+            format!("fuzz build (features {})", features.join(","))
+        };
+        if let Err(e) = super::run(&step, &mut build) {
+            if features.is_empty() {
+                return Err(e);
             }
-            let step = if parsers { "fuzz build (parser targets)" } else { "fuzz build" };
-            if let Err(e) = super::run(step, &mut build) {
-                if !parsers {
-                    return Err(e);
-                }
-                build_error[1] = Some(e);
-            }
+            build_error.insert(features, e);
         }
     }
 
     let mut outcomes = Vec::new();
     for t in &targets {
-        outcomes.push(match &build_error[usize::from(t.parsers)] {
+        outcomes.push(match build_error.get(t.features.as_slice()) {
             Some(e) => Outcome::not_built(&fuzz_dir, &t.name, e),
             None => run_target(&fuzz_dir, t, &plan)?,
         });
@@ -187,7 +196,7 @@ fn parse_args(args: &[String]) -> Result<Plan, String> {
     Ok(Plan { seconds, target, sanitizer })
 }
 
-/// The targets: the `[[bin]]` sections of `fuzz/Cargo.toml`, with whether they require the `parsers` feature.
+/// The targets: the `[[bin]]` sections of `fuzz/Cargo.toml`, with the features they require.
 /// (A line-based reading of the manifest, to keep xtask free of dependencies; the file is ours.)
 fn list_targets(fuzz_dir: &Path) -> Result<Vec<Target>, String> {
     let manifest = fuzz_dir.join("Cargo.toml");
@@ -198,13 +207,17 @@ fn list_targets(fuzz_dir: &Path) -> Result<Vec<Target>, String> {
         if line.starts_with('[') {
             targets.extend(current.take());
             if line == "[[bin]]" {
-                current = Some(Target { name: String::new(), parsers: false });
+                current = Some(Target { name: String::new(), features: Vec::new() });
             }
         } else if let Some(t) = current.as_mut() {
             let Some((key, value)) = line.split_once('=') else { continue };
             match key.trim() {
                 "name" => t.name = value.trim().trim_matches('"').to_string(),
-                "required-features" => t.parsers = value.contains(&format!("\"{PARSERS_FEATURE}\"")),
+                // `["a", "b"]`: the quoted strings.
+                "required-features" => {
+                    t.features = value.split('"').skip(1).step_by(2).map(str::to_string).collect();
+                    t.features.sort();
+                }
                 _ => {}
             }
         }
@@ -249,6 +262,10 @@ fn seed_corpus(fuzz_dir: &Path, target: &str) -> Result<usize, String> {
     let own: [(&str, Pick, &str); 1] = [(regressions.as_str(), Pick::Any, "regression_")];
     for &(dir, pick, prefix) in seeds(target).iter().chain(&own) {
         let dir = root().join(dir);
+        if let Pick::MatrixMarket = pick {
+            n += seed_matrix_market(&dir, &corpus, prefix)?;
+            continue;
+        }
         let Ok(entries) = fs::read_dir(&dir) else { continue };
         let mut files = Vec::new();
         for entry in entries {
@@ -274,6 +291,94 @@ fn seed_corpus(fuzz_dir: &Path, target: &str) -> Result<usize, String> {
     Ok(n)
 }
 
+/// Copies every `*.mtx` and `*.mtx.gz` file in `dir` or below it into `corpus`, decompressed and cut to its first
+/// [`MTX_SEED_ENTRIES`] entries; returns how many were copied. A gzip file that `gzip -dc` cannot read is skipped
+/// with a warning.
+fn seed_matrix_market(dir: &Path, corpus: &Path, prefix: &str) -> Result<usize, String> {
+    let mut stack = vec![dir.to_path_buf()];
+    let mut found = BTreeSet::new();
+    while let Some(d) = stack.pop() {
+        let entries = fs::read_dir(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+        for entry in entries {
+            let path = entry.map_err(|e| e.to_string())?.path();
+            let name = path.file_name().expect("file name").to_string_lossy().into_owned();
+            if path.is_dir() {
+                stack.push(path);
+            } else if name.ends_with(".mtx") || name.ends_with(".mtx.gz") {
+                found.insert(path);
+            }
+        }
+    }
+    let mut n = 0;
+    for src in found {
+        let text = if src.extension().is_some_and(|e| e == "gz") {
+            match Command::new("gzip").arg("-dc").arg(&src).stderr(Stdio::null()).output() {
+                Ok(out) if out.status.success() => out.stdout,
+                _ => {
+                    eprintln!("== warning: cannot decompress {} with `gzip -dc`; not seeded", src.display());
+                    continue;
+                }
+            }
+        } else {
+            fs::read(&src).map_err(|e| format!("{}: {e}", src.display()))?
+        };
+        let rel = src.strip_prefix(root()).unwrap_or(&src).to_string_lossy().replace(['/', '\\'], "_");
+        let dest = corpus.join(format!("{prefix}{}", rel.trim_end_matches(".gz")));
+        let cut = cut_matrix_market(&text, MTX_SEED_ENTRIES);
+        fs::write(&dest, cut).map_err(|e| format!("{}: {e}", dest.display()))?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// The Matrix Market text `text` with at most `keep` entry lines: the banner, comments and size line are kept, and
+/// if entries are dropped the size line's entry count becomes the number kept. Text that does not look like a
+/// Matrix Market file (no `rows columns entries` line after the banner) is returned unchanged.
+fn cut_matrix_market(text: &[u8], keep: usize) -> Vec<u8> {
+    let is_skipped = |line: &[u8]| {
+        let t = String::from_utf8_lossy(line);
+        let t = t.trim_start();
+        t.is_empty() || t.starts_with('%')
+    };
+    let mut lines = text.split_inclusive(|&b| b == b'\n');
+    let mut head = Vec::new();
+    head.extend_from_slice(lines.next().unwrap_or_default());
+    // Comments up to the size line.
+    let (size_line, size) = loop {
+        let Some(line) = lines.next() else { return text.to_vec() };
+        if is_skipped(line) {
+            head.extend_from_slice(line);
+            continue;
+        }
+        let t = String::from_utf8_lossy(line);
+        let size: Vec<u64> = t.split_ascii_whitespace().map_while(|x| x.parse().ok()).collect();
+        if size.len() != 3 || t.split_ascii_whitespace().count() != 3 {
+            return text.to_vec();
+        }
+        break (line, size);
+    };
+    let mut body = Vec::new();
+    let mut kept = 0;
+    let mut dropped = false;
+    for line in lines {
+        if !is_skipped(line) {
+            if kept == keep {
+                dropped = true;
+                break;
+            }
+            kept += 1;
+        }
+        body.extend_from_slice(line);
+    }
+    if dropped {
+        head.extend_from_slice(format!("{} {} {kept}\n", size[0], size[1]).as_bytes());
+    } else {
+        head.extend_from_slice(size_line);
+    }
+    head.extend_from_slice(&body);
+    head
+}
+
 fn list_files(dir: &Path) -> BTreeSet<PathBuf> {
     fs::read_dir(dir).map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect()).unwrap_or_default()
 }
@@ -288,10 +393,11 @@ fn run_target(fuzz_dir: &Path, t: &Target, plan: &Plan) -> Result<Outcome, Strin
     let file = fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
     let err_file = file.try_clone().map_err(|e| e.to_string())?;
     let corpus = format!("fuzz/corpus/{target}");
+    let features = t.features.join(",");
     let mut cmd = fuzz_command();
     cmd.args(["run", "--fuzz-dir", "fuzz", "-s", &plan.sanitizer]);
-    if t.parsers {
-        cmd.args(["--features", PARSERS_FEATURE]);
+    if !features.is_empty() {
+        cmd.args(["--features", &features]);
     }
     cmd.args([target, &corpus, "--"])
         .arg(format!("-max_total_time={}", plan.seconds))
@@ -340,7 +446,7 @@ fn run_target(fuzz_dir: &Path, t: &Target, plan: &Plan) -> Result<Outcome, Strin
             eprintln!(
                 "   reproduce: RUSTC_BOOTSTRAP=1 cargo fuzz run -s {}{} {target} {}",
                 plan.sanitizer,
-                if t.parsers { " --features parsers" } else { "" },
+                if features.is_empty() { String::new() } else { format!(" --features {features}") },
                 f.strip_prefix(root()).unwrap_or(f).display()
             );
         }
@@ -374,5 +480,27 @@ fn print_summary(outcomes: &[Outcome], plan: &Plan) {
         if let Some(note) = &o.note {
             println!("{}: {note}", o.target);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cut_matrix_market;
+
+    #[test]
+    fn cut_keeps_the_head_and_rewrites_the_entry_count() {
+        let text = b"%%MatrixMarket matrix coordinate integer general\n% c\n\n3 4 5\n1 1 1\n% mid\n2 2 2\n3 3 3\n\
+                     1 4 4\n2 4 5\n";
+        let cut = cut_matrix_market(text, 2);
+        assert_eq!(
+            String::from_utf8(cut).unwrap(),
+            "%%MatrixMarket matrix coordinate integer general\n% c\n\n3 4 2\n1 1 1\n% mid\n2 2 2\n"
+        );
+        // Nothing to drop: unchanged, size line included.
+        assert_eq!(cut_matrix_market(text, 5), text);
+        assert_eq!(cut_matrix_market(text, 9), text);
+        // Not a Matrix Market text: unchanged.
+        assert_eq!(cut_matrix_market(b"hello\nworld\n", 1), b"hello\nworld\n");
+        assert_eq!(cut_matrix_market(b"", 1), b"");
     }
 }

@@ -16,6 +16,8 @@
 //! Untrusted inputs never panic the caller (errors from, and panics inside, the HDF5 library become
 //! [`InputError::Hdf5`]), and no buffer is sized from a claim alone: HDF5 arrays are checked against what the file
 //! could hold, and Matrix Market tables are sized from the entries actually counted in the first pass.
+//! [`parse_mtx_text`] runs the Matrix Market banner, size-line and entry parser of [`MtxSource`] on text held in
+//! memory (no files), for tests and the `mtx` fuzz target.
 //!
 //! Obs (per-cell metadata) is a separate concern: [`CountSource::obs`] says where it lives, and
 //! [`H5adSource::read_obs`] reads an h5ad obs data frame with the same typed-column reader used for var.
@@ -37,7 +39,7 @@ pub use block::RowBlock;
 pub use error::{BadValue, InputError};
 pub use frame::{Column, ColumnData, Frame};
 pub use h5ad::H5adSource;
-pub use mtx::MtxSource;
+pub use mtx::{MtxEntry, MtxField, MtxHeader, MtxSource, MtxText, parse_mtx_text};
 pub use scan::{ScanStats, row_windows, scan};
 pub use tenx::TenxH5Source;
 
