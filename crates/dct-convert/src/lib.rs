@@ -4,7 +4,10 @@
 //! hand (a Slurm array, a Kubernetes indexed Job, a cloud batch array):
 //!
 //! 1. [`make_plan`]: open every input, check that their gene lists agree, sum gene totals (inputs scanned in
-//!    parallel) and fix the gene order (by decreasing total) and the tiles. The [`Plan`] is a JSON file.
+//!    parallel) and fix the gene order (by decreasing total) and the tiles. The [`Plan`] is a JSON file. This
+//!    pass can itself be split: [`scan_inputs_part`] scans a share of the inputs and writes one scan file per
+//!    input (cells, gene list fingerprint, gene totals, obs summary) into [`scan_dir`] of the plan file, and
+//!    [`make_plan_with_scans`] merges them (scanning whatever is missing, stale or corrupt) into the same plan.
 //! 2. [`run_part`]: write one contiguous share of the tiles to the output URL. Tiles are written atomically and
 //!    a part skips tiles that are already complete and valid, so parts are idempotent and an interrupted part
 //!    resumes where it stopped. Memory is bounded by the tile being built, the tile being compressed and one input
@@ -35,9 +38,14 @@ mod obs;
 mod plan;
 mod remap;
 mod run;
+mod scan;
 
 pub use error::ConvertError;
 pub use obs::OBS_NAMES;
-pub use plan::{ConvertOptions, GeneSort, PLAN_FORMAT, PLAN_MARKER, Plan, PlanInput, PlanObs, make_plan, natural_cmp};
+pub use plan::{
+    ConvertOptions, GeneSort, PLAN_FORMAT, PLAN_MARKER, Plan, PlanInput, PlanObs, make_plan, make_plan_with_scans,
+    natural_cmp,
+};
 pub use remap::GeneRemap;
 pub use run::{PartReport, Progress, RunOptions, clear_output, convert, finalize, run_part};
+pub use scan::{ScanReport, scan_dir, scan_inputs_part};

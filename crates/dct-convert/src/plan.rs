@@ -3,14 +3,15 @@
 
 use std::path::{Path, PathBuf};
 
-use dct_input::{CountSource, H5adMatrix, H5adSource, InputKind, InputOptions, detect_kind, open_input_with, scan};
+use dct_input::{H5adMatrix, InputOptions};
 use dct_obs::{DEFAULT_MAX_CATEGORIES, DEFAULT_TILES_PER_FILE, ObsSchema};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::error::ConvertError;
-use crate::obs::{InputSummary, Selection, build_schema, summarize};
+use crate::obs::{InputSummary, Selection, build_schema};
+use crate::scan::{InputScan, load_or_scan, reopen_keys};
 
 /// Identifies plan files.
 pub const PLAN_FORMAT: &str = "deltacells-convert-plan";
@@ -85,7 +86,7 @@ impl ConvertOptions {
         InputOptions { matrix: self.matrix.clone(), feature_type: self.feature_type.clone() }
     }
 
-    fn obs_selection(&self) -> Selection<'_> {
+    pub(crate) fn obs_selection(&self) -> Selection<'_> {
         Selection { columns: self.obs_columns.as_deref(), exclude: &self.obs_exclude }
     }
 }
@@ -298,33 +299,8 @@ fn trim_zeros(d: &[u8]) -> &[u8] {
     &d[z.min(d.len().saturating_sub(1))..]
 }
 
-/// Genes of an input as compared across inputs: ids when every input has them, otherwise names.
-fn gene_keys(source: &dyn CountSource) -> Vec<String> {
-    let g = source.genes();
-    if g.ids.len() == g.names.len() && !g.ids.is_empty() { g.ids.clone() } else { g.names.clone() }
-}
-
-fn size_of_input(path: &Path) -> u64 {
-    let p: PathBuf = if path.is_dir() {
-        ["matrix.mtx.gz", "matrix.mtx"].iter().map(|n| path.join(n)).find(|p| p.exists()).unwrap_or(path.to_path_buf())
-    } else {
-        path.to_path_buf()
-    };
-    std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
-}
-
-/// Rows read per window while scanning (bounded memory per input).
-const SCAN_WINDOW: u64 = 4096;
-
-/// Makes a plan: opens every input, checks that their gene lists agree, sums gene totals (over all inputs, a
-/// sample, or none, as `opts.gene_sort` says; inputs are scanned in parallel) and fixes the gene order and the
-/// tiles. `inputs` are converted in the order given (the CLI sorts them naturally).
-///
-/// Unless `opts.write_obs` is off it also fixes the obs schema: the obs of every `.h5ad` input is read (the
-/// selected columns; categories kept up to `max_categories` per column and input) and merged into one schema with
-/// global vocabularies (see [`crate`] docs, "Obs"). A selected column the reader cannot convert (datetimes, nested
-/// data, ...) is an error naming the column and the file, unless excluded.
-pub fn make_plan(inputs: &[PathBuf], opts: &ConvertOptions) -> Result<Plan, ConvertError> {
+/// Checks the inputs and options before any input is read.
+pub(crate) fn check_options(inputs: &[PathBuf], opts: &ConvertOptions) -> Result<(), ConvertError> {
     if inputs.is_empty() {
         return Err(ConvertError::Inputs("no inputs given".into()));
     }
@@ -334,84 +310,112 @@ pub fn make_plan(inputs: &[PathBuf], opts: &ConvertOptions) -> Result<Plan, Conv
     if opts.write_obs && opts.obs_tiles_per_file == 0 {
         return Err(ConvertError::Inputs("obs tiles per file must be at least 1".into()));
     }
-    let input_opts = opts.input_options();
-    let selection = opts.obs_selection();
-    let sample: Vec<bool> = match opts.gene_sort {
-        GeneSort::AllInputs => vec![true; inputs.len()],
-        GeneSort::Keep => vec![false; inputs.len()],
-        GeneSort::Sample(n) => {
-            let n = n.clamp(1, inputs.len());
-            let mut s = vec![false; inputs.len()];
-            for i in 0..n {
-                let pick = if n == 1 { 0 } else { i * (inputs.len() - 1) / (n - 1) };
+    Ok(())
+}
+
+/// Which of `n` inputs the gene sort sums counts over.
+pub(crate) fn sample_flags(sort: GeneSort, n: usize) -> Vec<bool> {
+    match sort {
+        GeneSort::AllInputs => vec![true; n],
+        GeneSort::Keep => vec![false; n],
+        GeneSort::Sample(k) => {
+            let k = k.clamp(1, n);
+            let mut s = vec![false; n];
+            for i in 0..k {
+                let pick = if k == 1 { 0 } else { i * (n - 1) / (k - 1) };
                 s[pick] = true;
             }
             s
         }
-    };
-    struct Scanned {
-        input: PlanInput,
-        keys: Vec<String>,
-        names: Vec<String>,
-        totals: Option<Vec<u64>>,
-        obs: Option<InputSummary>,
     }
-    let scanned: Vec<Scanned> = inputs
+}
+
+/// Makes a plan: opens every input, checks that their gene lists agree, sums gene totals (over all inputs, a
+/// sample, or none, as `opts.gene_sort` says; inputs are scanned in parallel) and fixes the gene order and the
+/// tiles. `inputs` are converted in the order given (the CLI sorts them naturally).
+///
+/// Unless `opts.write_obs` is off it also fixes the obs schema: the obs of every `.h5ad` input is read (the
+/// selected columns; categories kept up to `max_categories` per column and input) and merged into one schema with
+/// global vocabularies (see [`crate`] docs, "Obs"). A selected column the reader cannot convert (datetimes, nested
+/// data, ...) is an error naming the column and the file, unless excluded.
+///
+/// To split this pass over machines, see [`scan_inputs_part`](crate::scan_inputs_part) and
+/// [`make_plan_with_scans`].
+pub fn make_plan(inputs: &[PathBuf], opts: &ConvertOptions) -> Result<Plan, ConvertError> {
+    plan_from(inputs, opts, None, &mut |_| {})
+}
+
+/// [`make_plan`], reusing the per-input scan files that [`scan_inputs_part`](crate::scan_inputs_part) wrote in
+/// `scan_dir`: each input with a valid file there is not read again; the others (no file, or a stale, corrupt or
+/// differently made one, each with a note on `note` saying why) are scanned here. The plan is the one
+/// [`make_plan`] gives, byte for byte.
+pub fn make_plan_with_scans(
+    inputs: &[PathBuf],
+    opts: &ConvertOptions,
+    scan_dir: &Path,
+    mut note: impl FnMut(&str),
+) -> Result<Plan, ConvertError> {
+    plan_from(inputs, opts, Some(scan_dir), &mut note)
+}
+
+fn plan_from(
+    inputs: &[PathBuf],
+    opts: &ConvertOptions,
+    scan_dir: Option<&Path>,
+    note: &mut dyn FnMut(&str),
+) -> Result<Plan, ConvertError> {
+    check_options(inputs, opts)?;
+    let selection = opts.obs_selection();
+    let sample = sample_flags(opts.gene_sort, inputs.len());
+    let loaded: Vec<(InputScan, Option<String>)> = inputs
         .par_iter()
-        .zip(&sample)
-        .map(|(path, &do_scan)| -> Result<Scanned, ConvertError> {
-            // h5ad inputs are opened as such so that their obs can be read; the others have cell names only.
-            let (mut source, obs): (Box<dyn CountSource>, _) = if detect_kind(path)? == InputKind::H5ad {
-                let source = H5adSource::open(path, &input_opts.matrix)?;
-                let obs = if opts.write_obs {
-                    Some(summarize(&source.read_obs()?, selection, opts.max_categories))
-                } else {
-                    None
-                };
-                (Box::new(source), obs)
-            } else {
-                (open_input_with(path, &input_opts)?, None)
-            };
-            let totals = if do_scan { Some(scan(source.as_mut(), SCAN_WINDOW)?.gene_totals) } else { None };
-            Ok(Scanned {
-                input: PlanInput {
-                    path: path.display().to_string(),
-                    kind: source.kind().to_string(),
-                    n_cells: source.n_cells(),
-                    size_bytes: size_of_input(path),
-                },
-                keys: gene_keys(source.as_ref()),
-                names: source.genes().names.clone(),
-                totals,
-                obs,
-            })
-        })
+        .enumerate()
+        .map(|(i, path)| load_or_scan(scan_dir, i, path, sample[i], opts))
         .collect::<Result<_, _>>()?;
+    let mut scanned = Vec::with_capacity(loaded.len());
+    for (s, why) in loaded {
+        if let Some(why) = why {
+            note(&why);
+        }
+        scanned.push(s);
+    }
     let first = &scanned[0];
     for s in &scanned[1..] {
-        if s.keys.len() != first.keys.len() {
+        if s.n_genes == first.n_genes && s.keys_sha256 == first.keys_sha256 {
+            continue;
+        }
+        let first_keys = match &first.keys {
+            Some(k) => k.clone(),
+            None => reopen_keys(&first.path, opts)?,
+        };
+        let keys = reopen_keys(&s.path, opts)?;
+        if keys.len() != first_keys.len() {
             return Err(ConvertError::Inputs(format!(
                 "{} has {} genes but {} has {}: inputs of one dataset must list the same genes in the same order",
-                s.input.path,
-                s.keys.len(),
-                first.input.path,
-                first.keys.len()
+                s.path,
+                keys.len(),
+                first.path,
+                first_keys.len()
             )));
         }
-        if let Some(i) = (0..s.keys.len()).find(|&i| s.keys[i] != first.keys[i]) {
-            return Err(ConvertError::Inputs(format!(
-                "{} lists gene {i} as {:?} but {} lists {:?}: inputs of one dataset must list the same genes in the \
-                 same order",
-                s.input.path, s.keys[i], first.input.path, first.keys[i]
-            )));
-        }
+        let i = (0..keys.len()).find(|&i| keys[i] != first_keys[i]).ok_or_else(|| {
+            ConvertError::Inputs(format!(
+                "{} changed while the plan was made (its gene list differs from its scan): make the plan again",
+                s.path
+            ))
+        })?;
+        return Err(ConvertError::Inputs(format!(
+            "{} lists gene {i} as {:?} but {} lists {:?}: inputs of one dataset must list the same genes in the \
+             same order",
+            s.path, keys[i], first.path, first_keys[i]
+        )));
     }
-    let n_genes = first.keys.len() as u64;
+    let n_genes = first.n_genes;
     if n_genes == 0 {
-        return Err(ConvertError::Inputs(format!("{} has no genes", first.input.path)));
+        return Err(ConvertError::Inputs(format!("{} has no genes", first.path)));
     }
     let mut totals = vec![0u64; n_genes as usize];
-    for t in scanned.iter().filter_map(|s| s.totals.as_ref()) {
+    for t in scanned.iter().zip(&sample).filter(|(_, s)| **s).filter_map(|(s, _)| s.totals.as_ref()) {
         for (a, b) in totals.iter_mut().zip(t) {
             *a += b;
         }
@@ -421,16 +425,16 @@ pub fn make_plan(inputs: &[PathBuf], opts: &ConvertOptions) -> Result<Plan, Conv
         // Stable: ties keep source order.
         gene_order.sort_by_key(|&g| std::cmp::Reverse(totals[g as usize]));
     }
-    let names = &first.names;
+    let names = first.names.as_deref().unwrap_or_default();
     let var_names: Vec<String> =
         gene_order.iter().map(|&g| names.get(g as usize).cloned().unwrap_or_default()).collect();
-    let n_cells: u64 = scanned.iter().map(|s| s.input.n_cells).sum();
+    let n_cells: u64 = scanned.iter().map(|s| s.n_cells).sum();
     if n_cells == 0 {
         return Err(ConvertError::Inputs("the inputs hold no cells".into()));
     }
     let obs = if opts.write_obs {
         let inputs: Vec<(&str, Option<&InputSummary>)> =
-            scanned.iter().map(|s| (s.input.path.as_str(), s.obs.as_ref())).collect();
+            scanned.iter().map(|s| (s.path.as_str(), s.obs.as_ref())).collect();
         build_schema(&inputs, selection, opts.max_categories)?
             .map(|schema| PlanObs { tiles_per_file: opts.obs_tiles_per_file, schema: schema.to_json() })
     } else {
@@ -454,7 +458,10 @@ pub fn make_plan(inputs: &[PathBuf], opts: &ConvertOptions) -> Result<Plan, Conv
             GeneSort::Sample(n) => format!("sample:{n}"),
             GeneSort::Keep => "keep".into(),
         },
-        inputs: scanned.into_iter().map(|s| s.input).collect(),
+        inputs: scanned
+            .into_iter()
+            .map(|s| PlanInput { path: s.path, kind: s.kind, n_cells: s.n_cells, size_bytes: s.size_bytes })
+            .collect(),
         n_genes,
         n_cells,
         n_tiles: n_cells.div_ceil(opts.tile_size) as usize,

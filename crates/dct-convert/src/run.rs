@@ -121,6 +121,17 @@ fn claim_output(out: &Output, plan: &Plan) -> Result<(), ConvertError> {
     }
 }
 
+/// Opens input `i` of the plan to read its counts: `.h5ad` inputs without reading their gene and cell names
+/// (the plan fixed them; reading them again costs a lookup per name).
+fn open_counts(plan: &Plan, i: usize) -> Result<Box<dyn CountSource>, ConvertError> {
+    let input = &plan.inputs[i];
+    let opts = plan.input_options()?;
+    if input.kind == "h5ad" {
+        return Ok(Box::new(H5adSource::open_counts_only(std::path::Path::new(&input.path), &opts.matrix)?));
+    }
+    Ok(open_input_with(PathBuf::from(&input.path), &opts)?)
+}
+
 /// Reads the cells of tiles in order across input boundaries, renumbering genes into the output order.
 struct TileReader<'a> {
     plan: &'a Plan,
@@ -154,7 +165,7 @@ impl<'a> TileReader<'a> {
     fn source(&mut self, i: usize) -> Result<&mut dyn CountSource, ConvertError> {
         if self.current.as_ref().is_none_or(|(j, _)| *j != i) {
             let input = &self.plan.inputs[i];
-            let source = open_input_with(PathBuf::from(&input.path), &self.plan.input_options()?)?;
+            let source = open_counts(self.plan, i)?;
             if source.n_cells() != input.n_cells || source.n_genes() != self.plan.n_genes {
                 return Err(ConvertError::Inputs(format!(
                     "{} changed since the plan was made ({} x {} now, {} x {} in the plan): make a new plan",
@@ -326,7 +337,7 @@ fn write_obs(out: &Output, plan: &Plan, tile_cells: &[u64]) -> Result<Option<Obs
     for (i, input) in plan.inputs.iter().enumerate() {
         // One input's obs in memory at a time (plus the tile being cut and the shard being encoded).
         let (frame, names) = if input.kind == "h5ad" && schema.needs_frame() {
-            let h5ad = H5adSource::open(std::path::Path::new(&input.path), &plan.input_options()?.matrix)?;
+            let h5ad = H5adSource::open_counts_only(std::path::Path::new(&input.path), &plan.input_options()?.matrix)?;
             let frame = h5ad.read_obs()?;
             let names = frame.index.clone();
             (Some(frame), names)

@@ -7,7 +7,7 @@ use hdf5_pure::Dataset;
 
 use crate::block::{REPEAT_OVERFLOW, RowBlock};
 use crate::error::{BadValue, InputError};
-use crate::h5::{ElemKind, H5, READ_STEP, Values};
+use crate::h5::{ElemKind, FastChunks, H5, READ_STEP, Values};
 
 /// A CSR matrix in an HDF5 file: `indptr` is held in memory (8 bytes per row), `data` and `indices` are read per
 /// window in bounded steps.
@@ -26,6 +26,9 @@ pub(crate) struct CsrH5 {
     n_out_genes: u64,
     vbuf: Values,
     ibuf: Values,
+    /// Fast chunk readers of `data` and `indices`, when they qualify.
+    fast_data: Option<FastChunks>,
+    fast_indices: Option<FastChunks>,
 }
 
 impl CsrH5 {
@@ -70,6 +73,7 @@ impl CsrH5 {
         if index_kind == ElemKind::Float {
             return Err(h5.unsupported(&indices_obj, "gene indices are floating point; expected integers"));
         }
+        let (fast_data, fast_indices) = (h5.fast_chunks(&data), h5.fast_chunks(&indices));
         Ok(CsrH5 {
             data,
             indices,
@@ -83,6 +87,8 @@ impl CsrH5 {
             n_out_genes,
             vbuf: Values::new(value_kind),
             ibuf: Values::new(index_kind),
+            fast_data,
+            fast_indices,
         })
     }
 
@@ -115,8 +121,14 @@ impl CsrH5 {
             let step = READ_STEP.min(hi - pos);
             self.ibuf.clear();
             self.vbuf.clear();
-            h5.read_rows_append(&self.indices, &self.indices_obj, pos, step, &mut self.ibuf)?;
-            h5.read_rows_append(&self.data, &self.data_obj, pos, step, &mut self.vbuf)?;
+            match &self.fast_indices {
+                Some(f) => h5.read_fast(f, &self.indices_obj, pos, step, &mut self.ibuf)?,
+                None => h5.read_rows_append(&self.indices, &self.indices_obj, pos, step, &mut self.ibuf)?,
+            }
+            match &self.fast_data {
+                Some(f) => h5.read_fast(f, &self.data_obj, pos, step, &mut self.vbuf)?,
+                None => h5.read_rows_append(&self.data, &self.data_obj, pos, step, &mut self.vbuf)?,
+            }
             if self.ibuf.len() as u64 != step || self.vbuf.len() as u64 != step {
                 return Err(h5.malformed(
                     &self.data_obj,

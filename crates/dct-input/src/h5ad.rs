@@ -63,6 +63,19 @@ fn legacy(h5: &H5, detail: impl Into<String>) -> InputError {
 impl H5adSource {
     /// Opens `matrix` of the `.h5ad` file at `path`, reading its gene table and cell names.
     pub fn open(path: &Path, matrix: &H5adMatrix) -> Result<Self, InputError> {
+        Self::open_with(path, matrix, true)
+    }
+
+    /// Opens `matrix` for its counts only: the gene table and the cell names are not read (each of their
+    /// variable-length strings costs a lookup in the file), so [`CountSource::genes`] and
+    /// [`CountSource::cell_names`] give empty strings (still `n_genes()` and `n_cells()` long) and errors name
+    /// cells and genes by index only. For a second pass over an input whose names are already known (the
+    /// converter's tile writer). [`H5adSource::read_obs`] still reads the obs, cell names included.
+    pub fn open_counts_only(path: &Path, matrix: &H5adMatrix) -> Result<Self, InputError> {
+        Self::open_with(path, matrix, false)
+    }
+
+    fn open_with(path: &Path, matrix: &H5adMatrix, names: bool) -> Result<Self, InputError> {
         let h5 = H5::open(path)?;
         // Legacy files: compound obs/var, or an X group marked by h5sparse attributes.
         for df in ["obs", "var"] {
@@ -145,14 +158,29 @@ impl H5adSource {
             return Err(h5.unsupported(&matrix_obj, format!("{n_genes} genes: at most 2^32 - 1 are supported")));
         }
 
-        let var = read_dataframe(&h5, var_obj, Some(n_genes))?;
-        let obs_attrs = h5.attrs("obs")?;
-        let obs_index = obs_attrs
-            .get("_index")
-            .and_then(crate::h5::attr_string)
-            .ok_or_else(|| h5.malformed("obs", "data frame has no '_index' attribute naming its index dataset"))?;
-        let cells = h5.read_strings(&join("obs", &obs_index), Some(n_cells))?;
-        let genes = gene_table(var);
+        let (genes, cells) = if names {
+            let var = read_dataframe(&h5, var_obj, Some(n_genes))?;
+            let obs_attrs = h5.attrs("obs")?;
+            let obs_index = obs_attrs
+                .get("_index")
+                .and_then(crate::h5::attr_string)
+                .ok_or_else(|| h5.malformed("obs", "data frame has no '_index' attribute naming its index dataset"))?;
+            let cells = h5.read_strings(&join("obs", &obs_index), Some(n_cells))?;
+            (gene_table(var), cells)
+        } else {
+            // Sizes come from the matrix's shape, so they are checked against the file like any claim.
+            h5.check_claim(&matrix_obj, n_genes.saturating_add(n_cells), 24)?;
+            let empty = vec![String::new(); n_genes as usize];
+            let genes = GeneTable {
+                index_name: "_index".into(),
+                names: empty.clone(),
+                ids: empty,
+                feature_types: None,
+                columns: Vec::new(),
+                skipped: Vec::new(),
+            };
+            (genes, vec![String::new(); n_cells as usize])
+        };
 
         let layout = match encoding.as_str() {
             "csr_matrix" => Layout::Csr(Box::new(CsrH5::open(&h5, &matrix_obj, n_cells, n_genes, None, n_genes)?)),

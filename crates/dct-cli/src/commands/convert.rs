@@ -16,6 +16,11 @@ use crate::output::{human_bytes, progress};
 /// with `--part $SLURM_ARRAY_TASK_ID/N`, a Kubernetes indexed Job with `$JOB_COMPLETION_INDEX`), then
 /// `deltacells convert --plan P.json --finalize`. Re-running any of them is safe: complete tiles are kept.
 ///
+/// The plan's first pass (cells, gene lists and gene totals of every input) can be split too: `deltacells convert
+/// IN... --plan P.json --scan-part I/N` for I = 0..N-1 scans share I of the inputs and writes one scan file per
+/// input into `P.json.d/`; the plain `deltacells convert IN... --output URL --plan P.json` then reuses every valid
+/// scan file (same inputs, unchanged, same options) and scans only the rest, giving the same plan.
+///
 /// Obs (per-cell metadata: the cell names as `obs_names` and the obs columns of `.h5ad` inputs, with one global
 /// vocabulary per categorical column) and `var.parquet` are written by the finalize step: obs is small next to X,
 /// and finalize reads one input's obs at a time.
@@ -82,6 +87,12 @@ pub struct Args {
     /// Write only part I of N (0-based) of the plan's tiles.
     #[arg(long, requires = "plan", conflicts_with = "finalize")]
     part: Option<String>,
+    /// Scan only part I of N (0-based) of the inputs (the plan's first pass: cells, gene lists, gene totals, obs
+    /// summary) and write one scan file per input into PLAN.d/ (e.g. plan.json.d/scan-7.json); the plan is then
+    /// made with the same inputs and options and `--plan PLAN`, reusing every valid scan file. Give the same
+    /// gene-sort and obs options as for the plan.
+    #[arg(long, requires = "plan", conflicts_with_all = ["part", "finalize"])]
+    scan_part: Option<String>,
     /// Check every tile of the plan and write the manifest.
     #[arg(long, requires = "plan")]
     finalize: bool,
@@ -107,10 +118,14 @@ fn expand_inputs(patterns: &[String]) -> anyhow::Result<Vec<PathBuf>> {
 }
 
 fn parse_part(s: &str) -> anyhow::Result<(usize, usize)> {
-    let (i, n) = s.split_once('/').context("--part takes I/N, e.g. 3/100")?;
+    parse_share(s, "--part")
+}
+
+fn parse_share(s: &str, flag: &str) -> anyhow::Result<(usize, usize)> {
+    let (i, n) = s.split_once('/').with_context(|| format!("{flag} takes I/N, e.g. 3/100"))?;
     let (i, n): (usize, usize) = (i.trim().parse()?, n.trim().parse()?);
     if n == 0 || i >= n {
-        bail!("--part {s}: parts are numbered 0..N-1");
+        bail!("{flag} {s}: parts are numbered 0..N-1");
     }
     Ok((i, n))
 }
@@ -158,7 +173,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.inputs.is_empty() {
         bail!("give input files, or --plan with --part or --finalize");
     }
-    let output = args.output.clone().context("--output is required with inputs")?;
+    // A scan part needs no output; the plan made later names it.
+    let output = match (&args.output, &args.scan_part) {
+        (Some(o), _) => o.clone(),
+        (None, Some(_)) => String::new(),
+        (None, None) => bail!("--output is required with inputs"),
+    };
     let inputs = expand_inputs(&args.inputs)?;
     let options = ConvertOptions {
         output,
@@ -182,8 +202,32 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         obs_tiles_per_file: args.obs_tiles_per_file,
         max_categories: args.max_categories,
     };
+    if let (Some(share), Some(plan_path)) = (&args.scan_part, &args.plan) {
+        let (i, n) = parse_share(share, "--scan-part")?;
+        let dir = dct_convert::scan_dir(plan_path);
+        let report = dct_convert::scan_inputs_part(&inputs, &options, &dir, i, n)?;
+        for note in &report.notes {
+            eprintln!("note: {note}");
+        }
+        println!(
+            "scan part {i}/{n}: inputs {}..{} of {}: {} scanned, {} already scanned, in {}",
+            report.inputs.start,
+            report.inputs.end,
+            inputs.len(),
+            report.scanned,
+            report.kept,
+            dir.display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     eprintln!("planning: {} input(s)", inputs.len());
-    let plan = dct_convert::make_plan(&inputs, &options)?;
+    let plan = match &args.plan {
+        Some(plan_path) => {
+            let dir = dct_convert::scan_dir(plan_path);
+            dct_convert::make_plan_with_scans(&inputs, &options, &dir, |note| eprintln!("note: {note}"))?
+        }
+        None => dct_convert::make_plan(&inputs, &options)?,
+    };
     if let Some(plan_path) = &args.plan {
         plan.save(plan_path)?;
         println!(
