@@ -9,6 +9,7 @@ use zstd_safe::DCtx;
 
 use crate::error::DecodeError;
 use crate::frame::{MAX_RATIO, SINK_LEN, decompress_exact, frame_content_size, verify_content_size};
+use crate::planes::{Exception, TilePlanes, decompress_chunk};
 use crate::values::CountValue;
 
 /// Memory a tile may make the decoder allocate on the strength of its claims alone: 1 MiB plus 64 times the blob
@@ -80,6 +81,9 @@ struct Worker {
     exc: Vec<u8>,
     chunk_indices: Vec<i32>,
     chunk_values: Vec<u32>,
+    /// Exceptions read by [`Decoder::decode_planes_into`] from this worker's chunks, in chunk order.
+    vexc_out: Vec<Exception>,
+    gexc_out: Vec<Exception>,
 }
 
 impl Worker {
@@ -91,6 +95,8 @@ impl Worker {
             exc: Vec::new(),
             chunk_indices: Vec::new(),
             chunk_values: Vec::new(),
+            vexc_out: Vec::new(),
+            gexc_out: Vec::new(),
         }
     }
 }
@@ -126,10 +132,10 @@ impl std::fmt::Debug for Decoder {
     }
 }
 
-struct Ctx<'a> {
-    blob: &'a [u8],
-    header: TileHeader,
-    indptr: IndptrView<'a>,
+pub(crate) struct Ctx<'a> {
+    pub(crate) blob: &'a [u8],
+    pub(crate) header: TileHeader,
+    pub(crate) indptr: IndptrView<'a>,
 }
 
 impl Decoder {
@@ -211,11 +217,57 @@ impl Decoder {
         }
         let ctx = Ctx { blob, header, indptr };
         let (workers, layout) = (&mut self.workers, &self.layout);
-        let mut run = || run_chunks(workers, layout.chunks(), 0, &ctx, &mut out.indices, &mut out.values);
-        match (&self.pool, self.opts.threads) {
-            (Some(pool), t) if t > 1 && layout.chunks().len() > 1 => pool.install(run),
-            _ => run(),
+        on_pool(&self.pool, self.opts.threads, n_chunks, || {
+            run_chunks(workers, layout.chunks(), 0, &ctx, &mut out.indices, &mut out.values)
+        })
+    }
+
+    /// Decompresses a tile into `out` for row-by-row decoding with [`TilePlanes::row_into`] (chunks in parallel,
+    /// like [`decode_into`](Self::decode_into)). Checked here: the structure, the CRC (if on), every frame's size and
+    /// every exception; each row's own rules are checked when it is decoded. Reusing `out` allocates nothing once
+    /// its buffers have grown to size.
+    pub fn decode_planes_into(&mut self, blob: &[u8], out: &mut TilePlanes) -> Result<(), DecodeError> {
+        self.parse(blob)?;
+        let header = *self.layout.header();
+        let n_chunks = self.layout.chunks().len();
+        self.needed.clear();
+        self.needed.resize(n_chunks, true);
+        let nnz = header.nnz;
+        self.check_claims(blob, nnz.saturating_mul(4))?;
+        let indptr = self.layout.indptr(blob);
+        indptr.copy_range_into(0, header.n_cells as usize, &mut out.indptr);
+        out.version = header.version;
+        out.n_genes = header.n_genes;
+        out.chunk_cell_lo.clear();
+        out.chunk_nnz_lo.clear();
+        for e in self.layout.chunks() {
+            out.chunk_cell_lo.push(e.cell_lo);
+            out.chunk_nnz_lo.push(e.nnz_lo);
         }
+        out.chunk_cell_lo.push(header.n_cells);
+        out.chunk_nnz_lo.push(nnz);
+        out.gaps.resize(2 * nnz as usize, 0);
+        out.vals.resize(2 * nnz as usize, 0);
+        out.value_exceptions.clear();
+        out.gap_exceptions.clear();
+        for w in &mut self.workers {
+            w.vexc_out.clear();
+            w.gexc_out.clear();
+        }
+        if n_chunks == 0 {
+            return Ok(());
+        }
+        let ctx = Ctx { blob, header, indptr };
+        let (workers, layout) = (&mut self.workers, &self.layout);
+        on_pool(&self.pool, self.opts.threads, n_chunks, || {
+            run_planes(workers, layout.chunks(), 0, &ctx, &mut out.gaps, &mut out.vals)
+        })?;
+        // Workers hold consecutive runs of chunks, in order: their lists concatenate in position order.
+        for w in &self.workers {
+            out.value_exceptions.extend_from_slice(&w.vexc_out);
+            out.gap_exceptions.extend_from_slice(&w.gexc_out);
+        }
+        Ok(())
     }
 
     /// Decodes only the rows `rows` (local indices, any order, repeats allowed) into `out`, in request order,
@@ -382,12 +434,63 @@ impl Decoder {
     }
 }
 
-fn frame_err(chunk: usize, kind: FrameKind, frame: FrameRef, problem: String) -> DecodeError {
+pub(crate) fn frame_err(chunk: usize, kind: FrameKind, frame: FrameRef, problem: String) -> DecodeError {
     DecodeError::Frame { chunk: chunk as u32, kind, offset: frame.offset, problem }
 }
 
-/// Decodes `chunks` (the first of which is number `first`) into `indices`/`values`, which start at the first
-/// chunk's `nnz_lo`, splitting the work between `workers` by recursive `rayon::join` (no heap allocation).
+/// Runs `run` on the decoder's pool when there is one, more than one thread and more than one chunk; else here.
+fn on_pool<R: Send>(
+    pool: &Option<Arc<rayon::ThreadPool>>,
+    threads: usize,
+    n_chunks: usize,
+    run: impl FnOnce() -> R + Send,
+) -> R {
+    match pool {
+        Some(pool) if threads > 1 && n_chunks > 1 => pool.install(run),
+        _ => run(),
+    }
+}
+
+/// Runs `job` on every chunk of `chunks` (the first of which is number `first`), each with its region of `a` and
+/// `b` (`scale` elements per nonzero, starting at the first chunk's `nnz_lo`), splitting the chunks between
+/// `workers` by recursive `rayon::join` (no heap allocation).
+#[allow(clippy::too_many_arguments)]
+fn run_split<A: Send, B: Send, F>(
+    workers: &mut [Worker],
+    chunks: &[ChunkEntry],
+    first: u32,
+    ctx: &Ctx<'_>,
+    scale: usize,
+    a: &mut [A],
+    b: &mut [B],
+    job: &F,
+) -> Result<(), DecodeError>
+where
+    F: Fn(&mut Worker, &Ctx<'_>, u32, &ChunkEntry, &mut [A], &mut [B]) -> Result<(), DecodeError> + Sync,
+{
+    if workers.len() <= 1 || chunks.len() <= 1 {
+        let w = &mut workers[0];
+        let base = chunks.first().map_or(0, |e| e.nnz_lo);
+        for (i, e) in chunks.iter().enumerate() {
+            let r = scale * (e.nnz_lo - base) as usize..scale * (e.nnz_hi - base) as usize;
+            job(w, ctx, first + i as u32, e, &mut a[r.clone()], &mut b[r])?;
+        }
+        return Ok(());
+    }
+    let (left_workers, right_workers) = workers.split_at_mut(workers.len() / 2);
+    let split = split_chunks(chunks, left_workers.len(), right_workers.len());
+    let mid = scale * (chunks[split].nnz_lo - chunks[0].nnz_lo) as usize;
+    let (la, ra) = a.split_at_mut(mid);
+    let (lb, rb) = b.split_at_mut(mid);
+    let (lc, rc) = chunks.split_at(split);
+    let (x, y) = rayon::join(
+        || run_split(left_workers, lc, first, ctx, scale, la, lb, job),
+        || run_split(right_workers, rc, first + split as u32, ctx, scale, ra, rb, job),
+    );
+    x.and(y)
+}
+
+/// Decodes `chunks` into `indices`/`values` (see [`run_split`]).
 fn run_chunks<V: CountValue>(
     workers: &mut [Worker],
     chunks: &[ChunkEntry],
@@ -396,20 +499,15 @@ fn run_chunks<V: CountValue>(
     indices: &mut [i32],
     values: &mut [V],
 ) -> Result<(), DecodeError> {
-    if workers.len() <= 1 || chunks.len() <= 1 {
-        let w = &mut workers[0];
-        let base = chunks.first().map_or(0, |e| e.nnz_lo);
-        for (i, e) in chunks.iter().enumerate() {
-            let r = (e.nnz_lo - base) as usize..(e.nnz_hi - base) as usize;
-            decode_chunk(w, ctx, first + i as u32, e, &mut indices[r.clone()], &mut values[r])?;
-        }
-        return Ok(());
-    }
-    let (left_workers, right_workers) = workers.split_at_mut(workers.len() / 2);
-    // Split the chunks in proportion to the workers on each side, weighting each chunk by its nonzeros.
+    run_split(workers, chunks, first, ctx, 1, indices, values, &|w, ctx, c, e, i, v| decode_chunk(w, ctx, c, e, i, v))
+}
+
+/// Where to split `chunks` (at least 2) between `left` and `right` workers: in proportion to the workers on each
+/// side, weighting each chunk by its nonzeros; both sides get at least one chunk.
+fn split_chunks(chunks: &[ChunkEntry], left: usize, right: usize) -> usize {
     let weight = |e: &ChunkEntry| e.nnz() + 1;
     let total: u64 = chunks.iter().map(weight).sum();
-    let target = total * left_workers.len() as u64 / (left_workers.len() + right_workers.len()) as u64;
+    let target = total * left as u64 / (left + right) as u64;
     let mut acc = 0;
     let mut split = 1;
     for (i, e) in chunks.iter().enumerate().take(chunks.len() - 1) {
@@ -419,15 +517,23 @@ fn run_chunks<V: CountValue>(
             break;
         }
     }
-    let mid = (chunks[split].nnz_lo - chunks[0].nnz_lo) as usize;
-    let (li, ri) = indices.split_at_mut(mid);
-    let (lv, rv) = values.split_at_mut(mid);
-    let (lc, rc) = chunks.split_at(split);
-    let (a, b) = rayon::join(
-        || run_chunks(left_workers, lc, first, ctx, li, lv),
-        || run_chunks(right_workers, rc, first + split as u32, ctx, ri, rv),
-    );
-    a.and(b)
+    split
+}
+
+/// For [`Decoder::decode_planes_into`]: decompresses `chunks` into their regions of the planes (`gaps`/`vals`,
+/// two bytes per nonzero; see [`run_split`]), exceptions into each worker's lists.
+fn run_planes(
+    workers: &mut [Worker],
+    chunks: &[ChunkEntry],
+    first: u32,
+    ctx: &Ctx<'_>,
+    gaps: &mut [u8],
+    vals: &mut [u8],
+) -> Result<(), DecodeError> {
+    run_split(workers, chunks, first, ctx, 2, gaps, vals, &|w, ctx, c, e, g, v| {
+        let (vexc, gexc) = (&mut w.vexc_out, &mut w.gexc_out);
+        decompress_chunk(&mut w.dctx, &mut w.exc, ctx, c as usize, e, g, v, vexc, gexc)
+    })
 }
 
 /// The local cell holding the chunk's nonzero `pos` (relative to `e.nnz_lo`).
@@ -445,12 +551,66 @@ fn cell_of(indptr: &IndptrView<'_>, e: &ChunkEntry, pos: u64) -> u64 {
     lo
 }
 
-fn data_err(indptr: &IndptrView<'_>, chunk: u32, e: &ChunkEntry, pos: u64, problem: String) -> DecodeError {
+pub(crate) fn data_err(indptr: &IndptrView<'_>, chunk: u32, e: &ChunkEntry, pos: u64, problem: String) -> DecodeError {
     DecodeError::Data { chunk, cell: cell_of(indptr, e, pos), nonzero: e.nnz_lo + pos, problem }
 }
 
 /// Longest cell whose gaps (each at most 65,535) are summed in 32 bits: 65,537 x 65,535 = 2^32 - 1.
-const MAX_U32_SUM_LEN: usize = 65_537;
+pub(crate) const MAX_U32_SUM_LEN: usize = 65_537;
+
+/// Gene indices of one cell from its gap planes, in one pass: `row[i]` = sum of gaps `0..=i`. Returns the number of
+/// zero gaps and the last index. Blocks of 8 are summed with a log-step scan over a fixed-size array (three shifted
+/// adds, which the compiler turns into vector shuffles and adds) and offset by the running total, so the serial
+/// dependency is one add per 8 gaps and each index is stored once. The caller guarantees that the sums fit in 32
+/// bits (`row.len() <= MAX_U32_SUM_LEN`).
+pub(crate) fn prefix_sum_u32(gl: &[u8], gh: &[u8], row: &mut [i32]) -> (u32, u64) {
+    const W: usize = 8;
+    let mut acc = 0u32;
+    let mut zeros = 0u32;
+    let blocks = row.len() / W;
+    for ((o, l), h) in row.chunks_exact_mut(W).zip(gl.chunks_exact(W)).zip(gh.chunks_exact(W)).take(blocks) {
+        let mut p = [0u32; W];
+        for k in 0..W {
+            p[k] = u32::from(l[k]) | u32::from(h[k]) << 8;
+        }
+        zeros += p.iter().map(|&g| u32::from(g == 0)).sum::<u32>();
+        for k in (1..W).rev() {
+            p[k] = p[k].wrapping_add(p[k - 1]);
+        }
+        for k in (2..W).rev() {
+            p[k] = p[k].wrapping_add(p[k - 2]);
+        }
+        for k in (4..W).rev() {
+            p[k] = p[k].wrapping_add(p[k - 4]);
+        }
+        for k in 0..W {
+            o[k] = acc.wrapping_add(p[k]) as i32;
+        }
+        acc = acc.wrapping_add(p[W - 1]);
+    }
+    let tail = blocks * W;
+    for ((o, &l), &h) in row[tail..].iter_mut().zip(&gl[tail..]).zip(&gh[tail..]) {
+        let g = u32::from(l) | u32::from(h) << 8;
+        zeros += u32::from(g == 0);
+        acc = acc.wrapping_add(g);
+        *o = acc as i32;
+    }
+    (zeros, u64::from(acc))
+}
+
+/// [`prefix_sum_u32`] for cells too long for 32-bit sums (the indices still fit in `i32` once checked against
+/// `n_genes`; a wrapped store is caught by that check).
+pub(crate) fn prefix_sum_u64(gl: &[u8], gh: &[u8], row: &mut [i32]) -> (u32, u64) {
+    let mut acc = 0u64;
+    let mut zeros = 0u32;
+    for ((o, &l), &h) in row.iter_mut().zip(gl).zip(gh) {
+        let g = u32::from(l) | u32::from(h) << 8;
+        zeros += u32::from(g == 0);
+        acc += u64::from(g);
+        *o = acc as i32;
+    }
+    (zeros, acc)
+}
 
 #[inline]
 fn plane(lo: &[u8], hi: &[u8], i: usize) -> u32 {
@@ -469,8 +629,7 @@ fn decode_chunk<V: CountValue>(
     let n = e.nnz() as usize;
     let blob = ctx.blob;
     let c = chunk as usize;
-    decompress_exact(&mut w.dctx, &blob[e.gaps.range()], 2 * n, &mut w.gaps)
-        .map_err(|p| frame_err(c, FrameKind::Gaps, e.gaps, p))?;
+    // Each stream is post-processed right after it is decompressed, while its planes are still in cache.
     decompress_exact(&mut w.dctx, &blob[e.vals.range()], 2 * n, &mut w.vals)
         .map_err(|p| frame_err(c, FrameKind::Vals, e.vals, p))?;
 
@@ -487,8 +646,9 @@ fn decode_chunk<V: CountValue>(
         return Err(data_err(&ctx.indptr, chunk, e, pos as u64, "stored count is 0; zeros are never stored".into()));
     }
 
-    // Gene indices: prefix sums of the gaps, restarting at each cell. Per cell, two passes over data that stays
-    // in L1: recombine the byte planes into the output and count zero gaps (vectorizes), then sum in place.
+    decompress_exact(&mut w.dctx, &blob[e.gaps.range()], 2 * n, &mut w.gaps)
+        .map_err(|p| frame_err(c, FrameKind::Gaps, e.gaps, p))?;
+    // Gene indices: prefix sums of the gaps, restarting at each cell, in one pass per cell (see prefix_sum_u32).
     let (glo, ghi) = w.gaps.split_at(n);
     let n_genes = u64::from(ctx.header.n_genes);
     let mut start = 0usize;
@@ -496,30 +656,14 @@ fn decode_chunk<V: CountValue>(
         let end = (ctx.indptr.get(cell as usize + 1) - e.nnz_lo) as usize;
         if end > start {
             let (gl, gh, row) = (&glo[start..end], &ghi[start..end], &mut indices[start..end]);
-            let mut zeros = 0u32;
-            for ((o, &l), &h) in row.iter_mut().zip(gl).zip(gh) {
-                let g = u32::from(l) | u32::from(h) << 8;
-                zeros += u32::from(g == 0);
-                *o = g as i32;
-            }
-            // A cell's first gap is its first gene index and may be 0; any later zero repeats a gene.
-            zeros -= u32::from(row[0] == 0);
-            let last = if row.len() <= MAX_U32_SUM_LEN {
-                // At most 65,537 gaps of at most 65,535: the sum fits in 32 bits and cannot wrap.
-                let mut acc = 0u32;
-                for x in row.iter_mut() {
-                    acc = acc.wrapping_add(*x as u32);
-                    *x = acc as i32;
-                }
-                u64::from(acc)
+            let (zeros, last) = if row.len() <= MAX_U32_SUM_LEN {
+                // At most 65,537 gaps of at most 65,535: every sum fits in 32 bits and cannot wrap.
+                prefix_sum_u32(gl, gh, row)
             } else {
-                let mut acc = 0u64;
-                for x in row.iter_mut() {
-                    acc += u64::from(*x as u32);
-                    *x = acc as i32;
-                }
-                acc
+                prefix_sum_u64(gl, gh, row)
             };
+            // A cell's first gap is its first gene index and may be 0; any later zero repeats a gene.
+            let zeros = zeros - u32::from(gl[0] == 0 && gh[0] == 0);
             if zeros != 0 || last >= n_genes {
                 return Err(gap_error(ctx, chunk, e, glo, ghi, start, end, n_genes));
             }
@@ -593,7 +737,7 @@ fn decode_chunk<V: CountValue>(
 }
 
 /// Decompresses an exception frame (already checked: `8k` bytes, `k <= n`) into the worker's buffer.
-fn read_exceptions(
+pub(crate) fn read_exceptions(
     dctx: &mut DCtx<'static>,
     exc: &mut Vec<u8>,
     blob: &[u8],
@@ -611,7 +755,7 @@ fn read_exceptions(
     Ok(size as usize / 8)
 }
 
-fn check_position(p: u32, prev: Option<u32>, n: usize) -> Result<(), String> {
+pub(crate) fn check_position(p: u32, prev: Option<u32>, n: usize) -> Result<(), String> {
     if p as usize >= n {
         return Err(format!("exception position {p} is not below n = {n}"));
     }
@@ -657,4 +801,65 @@ fn gap_error(
         }
     }
     data_err(&ctx.indptr, chunk, e, start as u64, "invalid gaps".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{prefix_sum_u32, prefix_sum_u64};
+
+    /// The obvious serial model: running sums and the count of zero gaps.
+    fn model(gaps: &[u32]) -> (Vec<i32>, u32, u64) {
+        let mut acc = 0u64;
+        let sums = gaps
+            .iter()
+            .map(|&g| {
+                acc += u64::from(g);
+                acc as i32
+            })
+            .collect();
+        (sums, gaps.iter().filter(|&&g| g == 0).count() as u32, acc)
+    }
+
+    #[test]
+    fn block_prefix_sums_match_the_serial_model() {
+        // Lengths around the block size, gaps of every byte pattern (zeros inside blocks and in the tail).
+        let mut x = 0x9e37_79b9u32;
+        for len in 0..70usize {
+            for round in 0..20 {
+                let gaps: Vec<u32> = (0..len)
+                    .map(|i| {
+                        x ^= x << 13;
+                        x ^= x >> 17;
+                        x ^= x << 5;
+                        match (x % 7, round % 3) {
+                            (0, _) => 0,
+                            (1, _) => 65_535,
+                            (_, 0) => x % 3,
+                            _ => (x >> 8) % 65_536 + (i as u32 % 2),
+                        }
+                        .min(65_535)
+                    })
+                    .collect();
+                let lo: Vec<u8> = gaps.iter().map(|&g| g as u8).collect();
+                let hi: Vec<u8> = gaps.iter().map(|&g| (g >> 8) as u8).collect();
+                let (want, zeros, last) = model(&gaps);
+                let mut row = vec![-1i32; len];
+                assert_eq!(prefix_sum_u32(&lo, &hi, &mut row), (zeros, last), "len {len}");
+                assert_eq!(row, want, "len {len}");
+                let mut row = vec![-1i32; len];
+                assert_eq!(prefix_sum_u64(&lo, &hi, &mut row), (zeros, last), "len {len}");
+                assert_eq!(row, want, "len {len}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_longest_32_bit_cell_does_not_wrap() {
+        let n = super::MAX_U32_SUM_LEN;
+        let (lo, hi) = (vec![0xffu8; n], vec![0xffu8; n]);
+        let mut row = vec![0i32; n];
+        let (zeros, last) = prefix_sum_u32(&lo, &hi, &mut row);
+        assert_eq!((zeros, last), (0, 65_535 * n as u64));
+        assert_eq!(last, u64::from(u32::MAX));
+    }
 }

@@ -16,6 +16,7 @@ mod error;
 mod frame;
 mod input;
 mod inspect;
+mod planes;
 mod values;
 
 pub use decode::{DecodeOptions, DecodedTile, Decoder};
@@ -23,6 +24,7 @@ pub use encode::{EncodeOptions, ExceptionPolicy, chunk_boundaries, encode_canoni
 pub use error::{DecodeError, EncodeError};
 pub use input::{CanonicalCsr, CountLike, CsrMatrix, IndexLike};
 pub use inspect::{ChunkSummary, TileSummary, inspect};
+pub use planes::TilePlanes;
 pub use values::CountValue;
 
 pub use dct_format;

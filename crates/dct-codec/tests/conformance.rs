@@ -5,7 +5,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::path::PathBuf;
 
-use dct_codec::{DecodeOptions, DecodedTile, Decoder};
+use dct_codec::{DecodeOptions, DecodedTile, Decoder, TilePlanes};
 use serde_json::Value;
 
 include!("support/largest_alloc.rs");
@@ -145,6 +145,78 @@ fn bad_tiles_are_rejected_without_panics_or_large_allocations() {
                 Err(_) => {}
                 Ok(()) if verify_only && !verify_crc => assert_valid_csr(&out, file),
                 Ok(()) => panic!("{file} ({}): decoded without error (crc {verify_crc})", case["description"]),
+            }
+        }
+    }
+}
+
+/// Every row of a tile decoded from its planes (`TilePlanes::row_into`), in `rows` order, as one CSR; the first
+/// error otherwise.
+fn rows_from_planes(planes: &TilePlanes, rows: impl Iterator<Item = usize>) -> Result<DecodedTile<u32>, String> {
+    let mut out = DecodedTile::<u32> { n_genes: planes.n_genes(), version: planes.version(), ..Default::default() };
+    for r in rows {
+        planes.row_into(r, &mut out.indices, &mut out.values).map_err(|e| e.to_string())?;
+        out.indptr.push(out.indices.len() as i64);
+    }
+    Ok(out)
+}
+
+/// The row-by-row path (planes, then rows) gives exactly the full decode, on 1 and 2 threads, into reused planes,
+/// for rows in any order; a row past the end is an error.
+#[test]
+fn good_tiles_decode_identically_row_by_row_from_planes() {
+    let mut planes = TilePlanes::default();
+    for threads in [1, 2] {
+        let mut decoder = Decoder::new(DecodeOptions { verify_crc: true, threads });
+        for t in good_tiles() {
+            let full: DecodedTile<u32> = decoder.decode(&t.blob).unwrap();
+            decoder.decode_planes_into(&t.blob, &mut planes).unwrap();
+            assert_eq!(planes.n_rows(), full.n_rows(), "{}", t.name);
+            assert_eq!(planes.nnz(), full.nnz(), "{}", t.name);
+            let got = rows_from_planes(&planes, 0..full.n_rows()).unwrap();
+            assert_eq!(got, full, "{}", t.name);
+            let rows: Vec<usize> =
+                (0..full.n_rows()).rev().chain([0, full.n_rows() / 2]).filter(|&r| r < full.n_rows()).collect();
+            let got = rows_from_planes(&planes, rows.iter().copied()).unwrap();
+            for (j, &r) in rows.iter().enumerate() {
+                assert_eq!(got.row(j), full.row(r), "{} row {r}", t.name);
+            }
+            let mut idx = Vec::new();
+            let mut val = Vec::<u32>::new();
+            assert!(planes.row_into(full.n_rows(), &mut idx, &mut val).is_err());
+        }
+    }
+}
+
+/// Every bad tile is rejected by the row-by-row path too (when decompressing it, or when decoding a row), with
+/// CRC checking on and off as the full decoder is, never panics and never allocates beyond the same bound; with
+/// CRC checking off, what it accepts is what the full decoder accepts.
+#[test]
+fn bad_tiles_are_rejected_row_by_row_from_planes() {
+    let dir = tiles_dir("bad");
+    let cases: Vec<Value> = serde_json::from_slice(&std::fs::read(dir.join("cases.json")).unwrap()).unwrap();
+    for case in &cases {
+        let file = case["file"].as_str().unwrap();
+        let blob = std::fs::read(dir.join(file)).unwrap();
+        let bound = (1 << 20) + 64 * blob.len();
+        for verify_crc in [true, false] {
+            let mut decoder = Decoder::new(DecodeOptions { verify_crc, threads: 1 });
+            let full: Result<DecodedTile<u32>, _> = decoder.decode(&blob);
+            let mut planes = TilePlanes::default();
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                largest_allocation(|| {
+                    decoder.decode_planes_into(&blob, &mut planes).map_err(|e| e.to_string())?;
+                    rows_from_planes(&planes, 0..planes.n_rows())
+                })
+            }));
+            let (result, largest) =
+                result.unwrap_or_else(|_| panic!("{file}: planes path panicked (crc {verify_crc})"));
+            assert!(largest <= bound, "{file}: allocated {largest} bytes at once (bound {bound})");
+            match (result, full) {
+                (Err(_), Err(_)) => {}
+                (Ok(got), Ok(full)) => assert_eq!(got, full, "{file}: the two paths accept different contents"),
+                (Ok(_), Err(e)) => panic!("{file}: the planes path accepted what the decoder rejects ({e})"),
+                (Err(e), Ok(_)) => panic!("{file}: the planes path rejected what the decoder accepts ({e})"),
             }
         }
     }

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use dct_codec::{CountValue, DecodeError, DecodeOptions, DecodedTile, Decoder};
+use dct_codec::{CountValue, DecodeError, DecodeOptions, DecodedTile, Decoder, TilePlanes};
 use dct_format::{CellIndex, TileHeader, TileLayout};
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
@@ -25,7 +25,9 @@ use crate::store::{GetError, Store, StoreOptions};
 pub struct ReadOptions {
     /// Decoded tiles kept in the LRU cache (default 16; 0 disables caching).
     pub max_cached_tiles: usize,
-    /// Prefetched tiles fetched at the same time (default 4; 0 counts as 1); more wait their turn.
+    /// Prefetched tiles fetched at the same time (default 4; 0 counts as 1); more wait their turn. As many
+    /// buffers of decoded tiles that left the cache are kept for reuse, so memory peaks at about
+    /// `max_cached_tiles + 2 * max_prefetch_tiles` decoded tiles (8 bytes per nonzero each).
     pub max_prefetch_tiles: usize,
     /// Threads decoding tiles (default 0 = the machine's parallelism).
     pub decode_threads: usize,
@@ -154,8 +156,12 @@ pub(crate) struct Tile {
 }
 
 enum TileData {
-    Raw { blob: Bytes, indptr: Vec<i64> },
-    Decoded(Arc<DecodedTile<u32>>),
+    Raw {
+        blob: Bytes,
+        indptr: Vec<i64>,
+    },
+    /// Decompressed byte planes: rows are decoded from them as batches ask for them.
+    Decoded(Arc<TilePlanes>),
 }
 
 impl Tile {
@@ -170,8 +176,17 @@ type Plan = (Vec<usize>, Vec<(u32, u64)>);
 type LoadFuture = Shared<BoxFuture<'static, Result<Arc<Tile>, DatasetError>>>;
 
 enum Slot {
-    Loading { id: u64, fut: LoadFuture, urgent: Arc<Notify> },
-    Ready { tile: Arc<Tile>, tick: u64 },
+    Loading {
+        id: u64,
+        fut: LoadFuture,
+        urgent: Arc<Notify>,
+    },
+    /// `used`: a batch has read the tile since it was cached (prefetched tiles start unused).
+    Ready {
+        tile: Arc<Tile>,
+        tick: u64,
+        used: bool,
+    },
 }
 
 #[derive(Default)]
@@ -183,18 +198,28 @@ struct Cache {
 }
 
 impl Cache {
-    /// Caches `tile` as ready; returns the tiles evicted to stay within `capacity` (to be recycled by the caller,
-    /// outside the cache lock).
-    fn insert_ready(&mut self, t: usize, tile: Arc<Tile>, capacity: usize) -> Vec<Arc<Tile>> {
+    /// Caches `tile` as ready (`used` unless it was prefetched); returns the tiles evicted to stay within
+    /// `capacity` (to be recycled by the caller, outside the cache lock). The least recently used tile that a
+    /// batch has read goes first; prefetched tiles no batch has read yet go only when no other is left, so that a
+    /// prefetch running ahead never evicts the tiles it fetched for the next batches.
+    fn insert_ready(&mut self, t: usize, tile: Arc<Tile>, capacity: usize, used: bool) -> Vec<Arc<Tile>> {
         if let Some(Slot::Ready { tick, .. }) = self.slots.get(&t) {
             self.lru.remove(tick);
         }
         self.tick += 1;
-        self.slots.insert(t, Slot::Ready { tile, tick: self.tick });
+        self.slots.insert(t, Slot::Ready { tile, tick: self.tick, used });
         self.lru.insert(self.tick, t);
         let mut evicted = Vec::new();
         while self.lru.len() > capacity {
-            let (_, old) = self.lru.pop_first().expect("non-empty");
+            let victim = self
+                .lru
+                .iter()
+                .find(|(_, old)| matches!(self.slots.get(old), Some(Slot::Ready { used: true, .. })))
+                .map(|(&tick, _)| tick);
+            let (_, old) = match victim {
+                Some(tick) => self.lru.remove_entry(&tick).expect("listed"),
+                None => self.lru.pop_first().expect("non-empty"),
+            };
             if let Some(Slot::Ready { tile, .. }) = self.slots.remove(&old) {
                 evicted.push(tile);
             }
@@ -202,18 +227,20 @@ impl Cache {
         evicted
     }
 
+    /// Marks tile `t` as just read by a batch.
     fn touch(&mut self, t: usize) {
         self.tick += 1;
         let now = self.tick;
-        if let Some(Slot::Ready { tick, .. }) = self.slots.get_mut(&t) {
+        if let Some(Slot::Ready { tick, used, .. }) = self.slots.get_mut(&t) {
             self.lru.remove(tick);
             *tick = now;
+            *used = true;
             self.lru.insert(now, t);
         }
     }
 
     fn remove_ready(&mut self, t: usize, tile: &Arc<Tile>) {
-        if let Some(Slot::Ready { tile: cached, tick }) = self.slots.get(&t)
+        if let Some(Slot::Ready { tile: cached, tick, .. }) = self.slots.get(&t)
             && Arc::ptr_eq(cached, tile)
         {
             self.lru.remove(tick);
@@ -239,9 +266,11 @@ pub(crate) struct Core {
     pub(crate) max_side_file_bytes: u64,
     cache: Mutex<Cache>,
     decoders: Mutex<Vec<Decoder>>,
-    /// Buffers of decoded tiles that left the cache, reused by the next decodes: a decoded tile is about 8 bytes
-    /// per nonzero (hundreds of MB), and fresh memory costs a page fault per 4 KiB on first touch.
-    spare: Mutex<Vec<DecodedTile<u32>>>,
+    /// Buffers of decoded tiles that left the cache, reused by the next decodes: a decoded tile is about 4 bytes
+    /// per nonzero (over 100 MB for 10,000 cells), and fresh memory costs a page fault per 4 KiB on first touch.
+    spare: Mutex<Vec<TilePlanes>>,
+    /// At most this many spare buffers: as many as decodes that prefetches can start at once.
+    max_spare: usize,
     prefetch_sem: Arc<Semaphore>,
     counters: Counters,
     handle: tokio::runtime::Handle,
@@ -266,15 +295,19 @@ pub(crate) struct Core {
 ///
 /// # Caching
 ///
-/// Decoded tiles (CSR with `u32` counts, about 8 bytes per nonzero) are kept in an LRU cache of at most
-/// `max_cached_tiles` tiles (0 disables it: every batch then fetches its tiles). A tile being fetched is shared
-/// by every caller that needs it. A failed fetch or decode is never cached: the next request tries again.
+/// Tiles are kept decompressed, as their byte planes ([`TilePlanes`], about 4 bytes per nonzero), in an LRU cache
+/// of at most `max_cached_tiles` tiles (0 disables it: every batch then fetches its tiles); each requested row is
+/// decoded from them straight into the batch, so the per-nonzero work is done once per served row and zstd once
+/// per tile. A tile being fetched is shared by every caller that needs it. A failed fetch or decode is never
+/// cached: the next request tries again.
 ///
 /// # Checks
 ///
 /// Every fetched tile is checked against the manifest before use: object size equal to `tile_bytes`, header
 /// version, `n_cells`, `nnz` and `n_genes` equal to the manifest's; then it is decoded with every rule of the
-/// format checked (and the CRC, unless `verify_crc` is off). Errors name the tile index and the object's URL.
+/// format checked (and the CRC, unless `verify_crc` is off): the structure, frames and exceptions when it is
+/// decompressed, each row's gaps and counts when the row is decoded (a tile with a bad row then leaves the cache).
+/// Errors name the tile index and the object's URL.
 ///
 /// # Example
 ///
@@ -370,6 +403,7 @@ impl Dataset {
             cache: Mutex::new(Cache::default()),
             decoders: Mutex::new(Vec::new()),
             spare: Mutex::new(Vec::new()),
+            max_spare: options.max_prefetch_tiles.max(1),
             prefetch_sem: Arc::new(Semaphore::new(options.max_prefetch_tiles.max(1))),
             counters: Counters::default(),
             handle: rt.handle().clone(),
@@ -496,28 +530,31 @@ impl Dataset {
     pub fn get_batch_into<V: CountValue>(&self, cells: &[u64], out: &mut Batch<V>) -> Result<(), DatasetError> {
         let (tiles, rows) = self.plan(cells)?;
         let loaded = self.core.wait_tiles(&tiles, true)?;
-        let decoded: Vec<Arc<DecodedTile<u32>>> =
+        let decoded: Vec<Arc<TilePlanes>> =
             loaded.iter().zip(&tiles).map(|(tile, &t)| self.core.ensure_decoded(t, tile)).collect::<Result<_, _>>()?;
         out.n_genes = self.core.manifest.n_genes;
         out.indptr.clear();
+        out.indptr.reserve(rows.len() + 1);
         out.indptr.push(0);
-        out.indices.clear();
-        out.values.clear();
-        let total: usize = rows
-            .iter()
-            .map(|&(s, r)| {
-                let ip = &decoded[s as usize].indptr;
-                (ip[r as usize + 1] - ip[r as usize]) as usize
-            })
-            .sum();
-        out.indices.reserve(total);
-        out.values.reserve(total);
-        out.indptr.reserve(rows.len());
+        let mut total = 0usize;
         for &(s, r) in &rows {
-            let (idx, vals) = decoded[s as usize].row(r as usize);
-            out.indices.extend_from_slice(idx);
-            out.values.extend(vals.iter().map(|&v| V::from_count(v)));
-            out.indptr.push(out.indices.len() as i64);
+            total += decoded[s as usize].row_nnz(r as usize);
+            out.indptr.push(total as i64);
+        }
+        // Sized without clearing first: only a batch larger than any before writes the fill values.
+        out.indices.resize(total, 0);
+        out.values.resize(total, V::default());
+        // Each row is decoded from its tile's planes straight into its place in the batch (and checked as it is),
+        // rows split between the decode threads.
+        let filled =
+            self.core.pool.install(|| fill_rows(&decoded, &rows, &out.indptr, &mut out.indices, &mut out.values));
+        if let Err((s, e)) = filled {
+            // A tile with a bad row leaves the cache: the next read fetches it again.
+            self.core.lock_cache().remove_ready(tiles[s], &loaded[s]);
+            out.indptr.truncate(1);
+            out.indices.clear();
+            out.values.clear();
+            return Err(self.core.decode_error(tiles[s], e));
         }
         // Tiles that left the cache while this batch used them end here: keep their buffers.
         drop(loaded);
@@ -540,7 +577,7 @@ impl Dataset {
             let data = tile.lock();
             let ip = match &*data {
                 TileData::Raw { indptr, .. } => indptr.as_slice(),
-                TileData::Decoded(d) => d.indptr.as_slice(),
+                TileData::Decoded(d) => d.indptr(),
             };
             total += tile_rows.iter().map(|&r| (ip[r as usize + 1] - ip[r as usize]) as u64).sum::<u64>();
         }
@@ -649,6 +686,38 @@ impl Dataset {
         }
         Ok((tiles, rows))
     }
+}
+
+/// Decodes the requested rows (`(index in decoded, local row)`) into `indices`/`values` at the offsets of `indptr`
+/// (one more entry than rows, starting at the first row's offset), splitting the rows in halves with
+/// `rayon::join` down to a few hundred rows each. The error names the tile (index in `decoded`) of a bad row.
+fn fill_rows<V: CountValue>(
+    decoded: &[Arc<TilePlanes>],
+    rows: &[(u32, u64)],
+    indptr: &[i64],
+    indices: &mut [i32],
+    values: &mut [V],
+) -> Result<(), (usize, DecodeError)> {
+    const MIN_ROWS: usize = 256;
+    if rows.len() <= MIN_ROWS {
+        let base = indptr[0];
+        for (j, &(s, r)) in rows.iter().enumerate() {
+            let (a, b) = ((indptr[j] - base) as usize, (indptr[j + 1] - base) as usize);
+            decoded[s as usize]
+                .row_to(r as usize, &mut indices[a..b], &mut values[a..b])
+                .map_err(|e| (s as usize, e))?;
+        }
+        return Ok(());
+    }
+    let mid = rows.len() / 2;
+    let cut = (indptr[mid] - indptr[0]) as usize;
+    let (li, ri) = indices.split_at_mut(cut);
+    let (lv, rv) = values.split_at_mut(cut);
+    let (a, b) = rayon::join(
+        || fill_rows(decoded, &rows[..mid], &indptr[..=mid], li, lv),
+        || fill_rows(decoded, &rows[mid..], &indptr[mid..], ri, rv),
+    );
+    a.and(b)
 }
 
 /// The obs facts of a manifest, as `dct-obs` takes them.
@@ -853,7 +922,9 @@ impl Core {
             && *current == id
         {
             match &result {
-                Ok(tile) if self.max_cached > 0 => evicted = cache.insert_ready(t, tile.clone(), self.max_cached),
+                Ok(tile) if self.max_cached > 0 => {
+                    evicted = cache.insert_ready(t, tile.clone(), self.max_cached, !prefetch)
+                }
                 _ => {
                     cache.slots.remove(&t);
                 }
@@ -875,7 +946,7 @@ impl Core {
 
     fn parse_blob(&self, t: usize, blob: Bytes, decode: bool) -> Result<TileData, DatasetError> {
         if decode {
-            return Ok(TileData::Decoded(Arc::new(self.decode_blob(t, &blob, self.verify_crc)?)));
+            return Ok(TileData::Decoded(Arc::new(self.decode_planes(t, &blob)?)));
         }
         let err = |e: dct_format::FormatError| self.decode_error(t, DecodeError::Format(e));
         let layout = TileLayout::parse(&blob).map_err(err)?;
@@ -891,26 +962,47 @@ impl Core {
         DatasetError::Decode { tile: t, url: self.store.url(&tile_path(t)), source }
     }
 
-    /// Decodes a whole tile (chunks in parallel on the pool).
+    /// A decoder from the pool (or a new one) with `verify_crc`; [`Core::put_decoder`] returns it.
+    fn take_decoder(&self, verify_crc: bool) -> Decoder {
+        let pooled = if verify_crc == self.verify_crc {
+            self.decoders.lock().unwrap_or_else(|e| e.into_inner()).pop()
+        } else {
+            None
+        };
+        pooled.unwrap_or_else(|| {
+            Decoder::with_pool(DecodeOptions { verify_crc, threads: self.decode_threads }, self.pool.clone())
+        })
+    }
+
+    fn put_decoder(&self, decoder: Decoder) {
+        if decoder.options().verify_crc == self.verify_crc {
+            self.decoders.lock().unwrap_or_else(|e| e.into_inner()).push(decoder);
+        }
+    }
+
+    /// Decodes a whole tile (chunks in parallel on the pool), for verification.
     pub(crate) fn decode_blob(
         &self,
         t: usize,
         blob: &[u8],
         verify_crc: bool,
     ) -> Result<DecodedTile<u32>, DatasetError> {
-        let reuse = verify_crc == self.verify_crc;
-        let pooled = if reuse { self.decoders.lock().unwrap_or_else(|e| e.into_inner()).pop() } else { None };
-        let mut decoder = pooled.unwrap_or_else(|| {
-            Decoder::with_pool(DecodeOptions { verify_crc, threads: self.decode_threads }, self.pool.clone())
-        });
+        let mut decoder = self.take_decoder(verify_crc);
+        let result = decoder.decode(blob);
+        self.put_decoder(decoder);
+        result.map_err(|e| self.decode_error(t, e))
+    }
+
+    /// Decompresses a tile into its planes for the cache (chunks in parallel on the pool), into spare buffers when
+    /// there are some.
+    fn decode_planes(&self, t: usize, blob: &[u8]) -> Result<TilePlanes, DatasetError> {
+        let mut decoder = self.take_decoder(self.verify_crc);
         let start = Instant::now();
         let mut out = self.spare.lock().unwrap_or_else(|e| e.into_inner()).pop().unwrap_or_default();
-        let result = decoder.decode_into(blob, &mut out);
+        let result = decoder.decode_planes_into(blob, &mut out);
         add(&self.counters.decode_nanos, nanos(start.elapsed()));
         add(&self.counters.tiles_decoded, 1);
-        if reuse {
-            self.decoders.lock().unwrap_or_else(|e| e.into_inner()).push(decoder);
-        }
+        self.put_decoder(decoder);
         if let Err(e) = result {
             self.recycle(out);
             return Err(self.decode_error(t, e));
@@ -918,10 +1010,10 @@ impl Core {
         Ok(out)
     }
 
-    /// Keeps the buffers of a decoded tile nobody else holds for the next decode (at most one per decode thread).
-    pub(crate) fn recycle(&self, tile: DecodedTile<u32>) {
+    /// Keeps the buffers of a decoded tile nobody else holds for the next decode (at most `max_spare`).
+    fn recycle(&self, tile: TilePlanes) {
         let mut spare = self.spare.lock().unwrap_or_else(|e| e.into_inner());
-        if spare.len() < self.decode_threads.max(1) {
+        if spare.len() < self.max_spare {
             spare.push(tile);
         }
     }
@@ -936,7 +1028,7 @@ impl Core {
     }
 
     /// Recycles decoded contents if `d` is the last reference to them.
-    pub(crate) fn recycle_decoded(&self, d: Arc<DecodedTile<u32>>) {
+    pub(crate) fn recycle_decoded(&self, d: Arc<TilePlanes>) {
         if let Ok(d) = Arc::try_unwrap(d) {
             self.recycle(d);
         }
@@ -1040,11 +1132,11 @@ impl Core {
 
     /// The decoded contents of `tile`, decoding it now (on the calling thread and the pool) if it was loaded
     /// without decoding. A tile that fails to decode is dropped from the cache.
-    fn ensure_decoded(&self, t: usize, tile: &Arc<Tile>) -> Result<Arc<DecodedTile<u32>>, DatasetError> {
+    fn ensure_decoded(&self, t: usize, tile: &Arc<Tile>) -> Result<Arc<TilePlanes>, DatasetError> {
         let mut data = tile.lock();
         let decoded = match &*data {
             TileData::Decoded(d) => return Ok(d.clone()),
-            TileData::Raw { blob, .. } => self.decode_blob(t, blob, self.verify_crc),
+            TileData::Raw { blob, .. } => self.decode_planes(t, blob),
         };
         match decoded {
             Ok(d) => {

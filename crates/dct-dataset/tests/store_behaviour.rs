@@ -289,3 +289,39 @@ fn prefetching_hides_latency() {
         without.stall_time
     );
 }
+
+/// Waits (polling the counters) until `n` tiles have been decoded.
+fn wait_decoded(ds: &Dataset, n: u64) {
+    for _ in 0..2000 {
+        if ds.stats().tiles_decoded >= n {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    panic!("only {} of {n} tiles were decoded", ds.stats().tiles_decoded);
+}
+
+/// A full cache evicts the tiles batches have read before the prefetched tiles no batch has read yet, so a
+/// prefetch running ahead never throws away what it fetched for the next batches (plain LRU order would evict
+/// tile 1 here, prefetched before tile 0 was read).
+#[test]
+fn prefetched_tiles_outlive_tiles_already_read() {
+    let (mem, truth) = dataset(8, 250);
+    let store = instrumented(&mem);
+    let options = ReadOptions { max_cached_tiles: 3, max_prefetch_tiles: 4, ..ReadOptions::default() };
+    let ds = Dataset::open_with_store(store.clone(), "ds", options).unwrap();
+    ds.prefetch(&[1]).unwrap();
+    wait_decoded(&ds, 1);
+    let cells0 = tile_cells(&ds, 0);
+    assert_batch(&ds.get_batch_as::<u32>(&cells0).unwrap(), &truth, &cells0);
+    ds.prefetch(&[2, 3]).unwrap();
+    wait_decoded(&ds, 4);
+    // Tiles 1, 2 and 3 are still cached: reading them makes no request.
+    for t in 1..4 {
+        let cells = tile_cells(&ds, t);
+        assert_batch(&ds.get_batch_as::<u32>(&cells).unwrap(), &truth, &cells);
+    }
+    let c = store.counts();
+    assert_eq!((c.gets_of(&tile_name(1)), c.gets_of(&tile_name(2)), c.gets_of(&tile_name(3))), (1, 1, 1));
+    assert_eq!(ds.stats().tiles_decoded, 4);
+}
