@@ -1,13 +1,15 @@
 //! Full and partial decoding of arbitrary bytes with CRC checking off, so that corrupt frames, indptrs and
 //! exception lists reach the decoder. Never panics; whatever decodes is a structurally valid CSR matrix; partial
 //! decodes agree with the full decode; the CRC check only ever turns a success into an error; the parallel
-//! decoder and reused buffers give the same result as a fresh single-threaded decode.
+//! decoder and reused buffers give the same result as a fresh single-threaded decode; the row-by-row path the
+//! dataset reader uses (`decode_planes_into`, then `TilePlanes::row_into` for every row) accepts exactly what the
+//! full decode accepts, with the same contents.
 
 #![no_main]
 
 use std::sync::{Mutex, OnceLock};
 
-use dct_codec::{DecodeOptions, DecodedTile, Decoder};
+use dct_codec::{DecodeOptions, DecodedTile, Decoder, TilePlanes};
 use dct_format::{TileLayout, compute_crc};
 use deltacells_fuzz::{assert_rows_match, assert_valid_csr};
 use libfuzzer_sys::fuzz_target;
@@ -54,6 +56,23 @@ fuzz_target!(|data: &[u8]| {
             assert!(floats.values.iter().zip(&full.values).all(|(&f, &v)| f == v as f32));
         }
         Err(_) => assert!(with_crc.is_err(), "CRC on accepts a tile CRC off rejects"),
+    }
+
+    // The row-by-row path: planes first (structure, frames, exceptions), then every row (its own rules).
+    let mut planes = TilePlanes::default();
+    let by_rows = decoder.decode_planes_into(data, &mut planes).map_err(|e| e.to_string()).and_then(|()| {
+        let mut t = DecodedTile::<u32> { n_genes: planes.n_genes(), version: planes.version(), ..Default::default() };
+        for r in 0..planes.n_rows() {
+            planes.row_into(r, &mut t.indices, &mut t.values).map_err(|e| e.to_string())?;
+            t.indptr.push(t.indices.len() as i64);
+        }
+        Ok(t)
+    });
+    match (&result, by_rows) {
+        (Ok(()), Ok(t)) => assert_eq!(t, full, "the row-by-row path decodes other contents"),
+        (Ok(()), Err(e)) => panic!("the row-by-row path rejects ({e}) what the full decode accepts"),
+        (Err(e), Ok(_)) => panic!("the row-by-row path accepts what the full decode rejects ({e})"),
+        (Err(_), Err(_)) => {}
     }
 
     // Partial decode of a few rows: reversed, repeated, spread over the chunks.
