@@ -11,7 +11,9 @@
 use std::sync::OnceLock;
 
 use arbitrary::Arbitrary;
-use dct_codec::{CanonicalCsr, DecodeOptions, DecodedTile, Decoder, EncodeOptions, ExceptionPolicy, encode_canonical};
+use dct_codec::{
+    CanonicalCsr, DecodeOptions, DecodedTile, Decoder, EncodeOptions, ExceptionPolicy, TilePlanes, encode_canonical,
+};
 use dct_format::{ChunkEntry, FrameRef, HEADER_LEN, TileHeader, TileLayout, Version, align8, compute_crc};
 use deltacells_fuzz::{MAX_COUNT, Rows, STREAM_MAX, XorShift, assert_rows_match, assert_valid_csr};
 use libfuzzer_sys::fuzz_target;
@@ -306,5 +308,22 @@ fuzz_target!(|input: Input| {
             assert_rows_match(&out, &rows, &part);
         }
         Err(e) => assert!(result.is_err(), "partial decode fails ({e}) but the full decode succeeds"),
+    }
+
+    // The reader's row-by-row path (planes, then each of the chunk's rows) agrees with the full decode.
+    let mut planes = TilePlanes::default();
+    let by_rows = decoder.decode_planes_into(&blob, &mut planes).map_err(|e| e.to_string()).and_then(|()| {
+        let mut t = DecodedTile::<u32> { n_genes: planes.n_genes(), version: planes.version(), ..Default::default() };
+        for &r in &rows {
+            planes.row_into(r as usize, &mut t.indices, &mut t.values).map_err(|e| e.to_string())?;
+            t.indptr.push(t.indices.len() as i64);
+        }
+        Ok(t)
+    });
+    match (&result, by_rows) {
+        (Ok(()), Ok(t)) => assert_rows_match(&out, &rows, &t),
+        (Ok(()), Err(e)) => panic!("the row-by-row path rejects ({e}) what the full decode accepts"),
+        (Err(e), Ok(_)) => panic!("the row-by-row path accepts the chunk the full decode rejects ({e})"),
+        (Err(_), Err(_)) => {}
     }
 });
