@@ -76,9 +76,10 @@ pub struct ReadStats {
     pub cache_misses: u64,
     /// Tiles a prefetch started loading.
     pub prefetched: u64,
-    /// Tiles decoded.
+    /// Tiles decoded (decompressed into their byte planes for the cache).
     pub tiles_decoded: u64,
-    /// Time spent decoding tiles, summed over threads.
+    /// Wall time spent decompressing tiles, summed over tiles (loads running at the same time each count in
+    /// full). Decoding the requested rows into batches is not included: it is part of each `get_batch` call.
     pub decode_time: Duration,
     /// Time reads spent blocked waiting for tiles to arrive (fetch and background decode), summed over calling
     /// threads. Prefetching early enough brings this towards zero.
