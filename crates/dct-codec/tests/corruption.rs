@@ -4,7 +4,8 @@
 //! `x ^ 0x80`, `0x00`, `0xFF`, `x + 1`), seeded random byte flips in the compressed streams, and every truncation.
 //! Each corrupt blob is decoded with CRC checking off and on. Always: no panic, no single allocation above
 //! 1 MiB + 64 x the blob size, and any successful decode is a structurally valid CSR matrix (partial decodes
-//! too). With the CRC checked, every change to bytes the CRC covers (all but the 64-byte header) is an error;
+//! too); the dataset reader's row-by-row path (planes, then every row) accepts exactly what the full decode
+//! accepts, with the same contents. With the CRC checked, every change to bytes the CRC covers (all but the 64-byte header) is an error;
 //! header changes are all rejected except the few that leave the decoded data untouched (see
 //! `assert_header_outcome`). Run with `-- --nocapture` to see the case and outcome counts.
 
@@ -14,7 +15,7 @@ use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 
-use dct_codec::{DecodeOptions, DecodedTile, Decoder};
+use dct_codec::{DecodeOptions, DecodedTile, Decoder, TilePlanes};
 use dct_format::{HEADER_LEN, TileLayout};
 
 include!("support/largest_alloc.rs");
@@ -110,6 +111,7 @@ struct Campaign {
     crc_on: Decoder,
     out: DecodedTile<u32>,
     rows_out: DecodedTile<u32>,
+    planes: TilePlanes,
     counts: BTreeMap<(Region, bool, Outcome), u64>,
     cases: u64,
 }
@@ -124,6 +126,7 @@ impl Campaign {
             crc_on: Decoder::new(DecodeOptions { verify_crc: true, threads: 1 }),
             out: DecodedTile::default(),
             rows_out: DecodedTile::default(),
+            planes: TilePlanes::default(),
             counts: BTreeMap::new(),
             cases: 0,
         }
@@ -152,7 +155,44 @@ impl Campaign {
             *self.counts.entry((region, verify, outcomes[i])).or_default() += 1;
         }
         self.check_rows(blob, outcomes[0] != Outcome::Rejected, what);
+        self.check_planes(blob, outcomes[0] != Outcome::Rejected, what);
         (outcomes[0], outcomes[1])
+    }
+
+    /// The dataset reader's row-by-row path (CRC off): decompress into planes, then decode every row. No panic,
+    /// bounded allocations, and it accepts exactly what the full decode accepts, with the same contents
+    /// (`self.out` still holds the full decode when that succeeded).
+    fn check_planes(&mut self, blob: &[u8], full_ok: bool, what: &str) {
+        let bound = (1 << 20) + 64 * blob.len();
+        let (decoder, planes, got) = (&mut self.crc_off, &mut self.planes, &mut self.rows_out);
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            largest_allocation(|| -> Result<(), String> {
+                decoder.decode_planes_into(blob, planes).map_err(|e| e.to_string())?;
+                got.indptr.clear();
+                got.indptr.push(0);
+                got.indices.clear();
+                got.values.clear();
+                for r in 0..planes.n_rows() {
+                    planes.row_into(r, &mut got.indices, &mut got.values).map_err(|e| e.to_string())?;
+                    got.indptr.push(got.indices.len() as i64);
+                }
+                Ok(())
+            })
+        }));
+        let (result, largest) = result.unwrap_or_else(|_| panic!("{}: {what}: planes path panicked", self.name));
+        assert!(largest <= bound, "{}: {what}: planes path allocated {largest} bytes (bound {bound})", self.name);
+        match (result, full_ok) {
+            (Ok(()), true) => {
+                assert_eq!(got.indptr, self.out.indptr, "{}: {what}: planes path indptr", self.name);
+                assert_eq!(got.indices, self.out.indices, "{}: {what}: planes path indices", self.name);
+                assert_eq!(got.values, self.out.values, "{}: {what}: planes path values", self.name);
+            }
+            (Err(_), false) => {}
+            (Ok(()), false) => panic!("{}: {what}: the planes path accepts what the full decode rejects", self.name),
+            (Err(e), true) => {
+                panic!("{}: {what}: the planes path rejects ({e}) what the full decode accepts", self.name)
+            }
+        }
     }
 
     fn classify(&self) -> Outcome {
