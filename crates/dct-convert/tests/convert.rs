@@ -1,18 +1,17 @@
 //! Conversion against independent truth: the source rows (read by the input readers), the conformance
 //! Matrix Market statistics, and byte-identity across input splits, parts and interrupted runs.
 
+mod support;
+
+use support::*;
+
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use dct_convert::{ConvertOptions, GeneSort, RunOptions, convert, finalize, make_plan, run_part};
 use dct_dataset::{Dataset, ReadOptions};
 use dct_input::{CountSource, open_input};
 use serde_json::Value;
-
-fn testdata(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata").join(rel)
-}
 
 type Rows = Vec<Vec<(u32, u32)>>;
 
@@ -42,23 +41,6 @@ fn dataset_rows_in_source_order(url: &str) -> Rows {
         .collect()
 }
 
-/// Every file under `dir`, relative path → bytes.
-fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.insert(p.strip_prefix(dir).unwrap().display().to_string(), std::fs::read(&p).unwrap());
-            }
-        }
-    }
-    out
-}
-
 fn tiles_only(f: &BTreeMap<String, Vec<u8>>) -> BTreeMap<String, Vec<u8>> {
     f.iter().filter(|(k, _)| k.starts_with("tiles/")).map(|(k, v)| (k.clone(), v.clone())).collect()
 }
@@ -69,29 +51,6 @@ fn options(out: &Path, tile_size: u64) -> ConvertOptions {
 
 fn run_one(inputs: &[PathBuf], opts: &ConvertOptions) {
     convert(inputs, opts, &RunOptions::default(), false, |_| {}).unwrap();
-}
-
-/// Writes `rows` (cells) as a plain 10x Matrix Market folder (genes x cells).
-fn write_mtx(dir: &Path, source: &dyn CountSource, rows: &[Vec<(u32, u32)>], first_barcode: usize) {
-    std::fs::create_dir_all(dir).unwrap();
-    let nnz: usize = rows.iter().map(Vec::len).sum();
-    let mut m = std::io::BufWriter::new(std::fs::File::create(dir.join("matrix.mtx")).unwrap());
-    writeln!(m, "%%MatrixMarket matrix coordinate integer general").unwrap();
-    writeln!(m, "{} {} {nnz}", source.n_genes(), rows.len()).unwrap();
-    for (c, row) in rows.iter().enumerate() {
-        for &(g, v) in row {
-            writeln!(m, "{} {} {v}", g + 1, c + 1).unwrap();
-        }
-    }
-    let genes = source.genes();
-    let mut f = std::fs::File::create(dir.join("features.tsv")).unwrap();
-    for i in 0..genes.names.len() {
-        writeln!(f, "{}\t{}\tGene Expression", genes.ids[i], genes.names[i]).unwrap();
-    }
-    let mut b = std::fs::File::create(dir.join("barcodes.tsv")).unwrap();
-    for c in 0..rows.len() {
-        writeln!(b, "cell{}", first_barcode + c).unwrap();
-    }
 }
 
 #[test]

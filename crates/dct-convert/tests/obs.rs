@@ -2,8 +2,11 @@
 //! own readers (`read_obs`, the gene tables), the fingerprint recomputed from the files, and byte-identity of obs
 //! shards across input splits.
 
+mod support;
+
+use support::*;
+
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -17,10 +20,6 @@ use dct_dataset::object_store::local::LocalFileSystem;
 use dct_dataset::object_store::path::Path as StorePath;
 use dct_dataset::{Dataset, ReadOptions};
 use dct_input::{ColumnData, CountSource, H5adMatrix, H5adSource, open_input};
-
-fn testdata(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata").join(rel)
-}
 
 fn options(out: &Path, tile_size: u64) -> ConvertOptions {
     ConvertOptions { tile_size, level: 3, n_chunks: 2, ..ConvertOptions::new(out.to_str().unwrap()) }
@@ -249,32 +248,6 @@ fn obs_column_selection_and_no_obs() {
     assert!(err.contains("\"no_such\"") && err.contains("\"patient\""), "names the column and the choices: {err}");
 }
 
-/// Writes cells `rows` of `source` as a plain 10x Matrix Market folder with barcodes `cell<first + i>`.
-fn write_mtx(dir: &Path, source: &mut dyn CountSource, rows: std::ops::Range<u64>) {
-    std::fs::create_dir_all(dir).unwrap();
-    let block = source.read_rows(rows.clone()).unwrap();
-    let mut entries = Vec::new();
-    for r in 0..block.n_rows() {
-        let (g, v) = block.row(r);
-        entries.extend(g.iter().zip(v).map(|(&g, &v)| (g, r, v)));
-    }
-    let mut m = std::io::BufWriter::new(std::fs::File::create(dir.join("matrix.mtx")).unwrap());
-    writeln!(m, "%%MatrixMarket matrix coordinate integer general").unwrap();
-    writeln!(m, "{} {} {}", source.n_genes(), block.n_rows(), entries.len()).unwrap();
-    for (g, c, v) in entries {
-        writeln!(m, "{} {} {v}", g + 1, c + 1).unwrap();
-    }
-    let genes = source.genes();
-    let mut f = std::fs::File::create(dir.join("features.tsv")).unwrap();
-    for i in 0..genes.names.len() {
-        writeln!(f, "{}\t{}\tGene Expression", genes.ids[i], genes.names[i]).unwrap();
-    }
-    let mut b = std::fs::File::create(dir.join("barcodes.tsv")).unwrap();
-    for c in rows {
-        writeln!(b, "cell{c}").unwrap();
-    }
-}
-
 fn obs_files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     std::fs::read_dir(dir.join("obs"))
         .unwrap()
@@ -296,7 +269,7 @@ fn obs_shards_are_identical_however_the_cells_are_split() {
             .enumerate()
             .map(|(i, w)| {
                 let dir = tmp.path().join(format!("in_{name}/part{}", i + 1));
-                write_mtx(&dir, source.as_mut(), w[0]..w[1]);
+                write_mtx_cells(&dir, source.as_mut(), w[0]..w[1]);
                 dir
             })
             .collect();
@@ -472,7 +445,7 @@ fn nullable_string_columns_across_inputs() {
     let copy = tmp.path().join("copy.h5ad");
     std::fs::copy(&input, &copy).unwrap();
     let mtx = tmp.path().join("mtx");
-    write_mtx(&mtx, open_input(&input).unwrap().as_mut(), 0..10);
+    write_mtx_cells(&mtx, open_input(&input).unwrap().as_mut(), 0..10);
     let out = tmp.path().join("three");
     // Tiles of 16 cells cross both input boundaries (30 and 60).
     let m = run(&[input.clone(), mtx, copy], &options(&out, 16));

@@ -2,62 +2,18 @@
 //! gives the one-shot plan byte for byte and the same dataset; stale, corrupt and differently made scan files are
 //! scanned again (with a note), never merged into a wrong plan.
 
-use std::collections::BTreeMap;
-use std::io::Write;
+mod support;
+
+use support::*;
+
 use std::path::{Path, PathBuf};
 
 use dct_convert::{
     ConvertOptions, GeneSort, RunOptions, convert, finalize, make_plan, make_plan_with_scans, run_part, scan_dir,
     scan_inputs_part,
 };
-use dct_input::{CountSource, open_input};
+use dct_input::open_input;
 use serde_json::Value;
-
-fn testdata(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata").join(rel)
-}
-
-/// Every file under `dir`, relative path → bytes.
-fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.insert(p.strip_prefix(dir).unwrap().display().to_string(), std::fs::read(&p).unwrap());
-            }
-        }
-    }
-    out
-}
-
-/// Writes cells `rows` of `source` as a 10x Matrix Market folder (genes x cells).
-fn write_mtx(dir: &Path, source: &mut dyn CountSource, rows: std::ops::Range<u64>) {
-    std::fs::create_dir_all(dir).unwrap();
-    let block = source.read_rows(rows.clone()).unwrap();
-    let mut m = std::io::BufWriter::new(std::fs::File::create(dir.join("matrix.mtx")).unwrap());
-    writeln!(m, "%%MatrixMarket matrix coordinate integer general").unwrap();
-    writeln!(m, "{} {} {}", source.n_genes(), block.n_rows(), block.nnz()).unwrap();
-    for r in 0..block.n_rows() {
-        let (g, v) = block.row(r);
-        for (g, v) in g.iter().zip(v) {
-            writeln!(m, "{} {} {v}", g + 1, r + 1).unwrap();
-        }
-    }
-    drop(m);
-    let genes = source.genes();
-    let mut f = std::fs::File::create(dir.join("features.tsv")).unwrap();
-    for i in 0..genes.names.len() {
-        writeln!(f, "{}\t{}\tGene Expression", genes.ids[i], genes.names[i]).unwrap();
-    }
-    let mut b = std::fs::File::create(dir.join("barcodes.tsv")).unwrap();
-    for c in rows {
-        writeln!(b, "cell{c}").unwrap();
-    }
-}
 
 /// Five inputs of three kinds (h5ad with obs, 10x h5, Matrix Market), copied into `dir` so they can be changed.
 fn inputs(dir: &Path) -> Vec<PathBuf> {
@@ -69,8 +25,8 @@ fn inputs(dir: &Path) -> Vec<PathBuf> {
         match i {
             0 | 3 => drop(std::fs::copy(&h5ad, &p).unwrap()),
             1 => drop(std::fs::copy(testdata("inputs/pbmc200/pbmc200_10x.h5"), &p).unwrap()),
-            2 => write_mtx(&p, source.as_mut(), 0..120),
-            _ => write_mtx(&p, source.as_mut(), 37..200),
+            2 => write_mtx_cells(&p, source.as_mut(), 0..120),
+            _ => write_mtx_cells(&p, source.as_mut(), 37..200),
         }
         out.push(p);
     }
@@ -166,7 +122,7 @@ fn stale_corrupt_and_mismatched_scan_files_are_scanned_again() {
     // An input changed after its scan (fewer cells, other counts): recomputed, and the plan is the fresh one.
     let mut source = open_input(testdata("inputs/pbmc200/pbmc200.h5ad")).unwrap();
     std::fs::remove_dir_all(&inputs[4]).unwrap();
-    write_mtx(&inputs[4], source.as_mut(), 150..200);
+    write_mtx_cells(&inputs[4], source.as_mut(), 150..200);
     let fresh = make_plan(&inputs, &opts).unwrap();
     assert_eq!(fresh.inputs[4].n_cells, 50);
     let (plan, notes) = merged(&inputs, &opts, &dir);
