@@ -199,15 +199,8 @@ impl Decoder {
     /// first streamed through a fixed 128 KiB window to prove it; then the chunks are decoded (in parallel) with
     /// every data rule checked.
     pub fn decode_into<V: CountValue>(&mut self, blob: &[u8], out: &mut DecodedTile<V>) -> Result<(), DecodeError> {
-        self.parse(blob)?;
-        let header = *self.layout.header();
-        let n_chunks = self.layout.chunks().len();
-        self.needed.clear();
-        self.needed.resize(n_chunks, true);
-        let nnz = header.nnz;
-        self.check_claims(blob, nnz.saturating_mul(4 + size_of::<V>() as u64))?;
-        let indptr = self.layout.indptr(blob);
-        indptr.copy_range_into(0, header.n_cells as usize, &mut out.indptr);
+        let (header, indptr) = self.begin_whole(blob, 4 + size_of::<V>() as u64, &mut out.indptr)?;
+        let (n_chunks, nnz) = (self.layout.chunks().len(), header.nnz);
         out.version = header.version;
         out.n_genes = header.n_genes;
         out.indices.resize(nnz as usize, 0);
@@ -227,15 +220,8 @@ impl Decoder {
     /// every exception; each row's own rules are checked when it is decoded. Reusing `out` allocates nothing once
     /// its buffers have grown to size.
     pub fn decode_planes_into(&mut self, blob: &[u8], out: &mut TilePlanes) -> Result<(), DecodeError> {
-        self.parse(blob)?;
-        let header = *self.layout.header();
-        let n_chunks = self.layout.chunks().len();
-        self.needed.clear();
-        self.needed.resize(n_chunks, true);
-        let nnz = header.nnz;
-        self.check_claims(blob, nnz.saturating_mul(4))?;
-        let indptr = self.layout.indptr(blob);
-        indptr.copy_range_into(0, header.n_cells as usize, &mut out.indptr);
+        let (header, indptr) = self.begin_whole(blob, 4, &mut out.indptr)?;
+        let (n_chunks, nnz) = (self.layout.chunks().len(), header.nnz);
         out.version = header.version;
         out.n_genes = header.n_genes;
         out.chunk_cell_lo.clear();
@@ -334,6 +320,24 @@ impl Decoder {
         w.chunk_indices = chunk_indices;
         w.chunk_values = chunk_values;
         result
+    }
+
+    /// The common start of a whole-tile decode: parse (and CRC), check the claims of every chunk for an output of
+    /// `bytes_per_nnz` bytes per nonzero, copy the indptr into `indptr_out`.
+    fn begin_whole<'a>(
+        &mut self,
+        blob: &'a [u8],
+        bytes_per_nnz: u64,
+        indptr_out: &mut Vec<i64>,
+    ) -> Result<(TileHeader, IndptrView<'a>), DecodeError> {
+        self.parse(blob)?;
+        let header = *self.layout.header();
+        self.needed.clear();
+        self.needed.resize(self.layout.chunks().len(), true);
+        self.check_claims(blob, header.nnz.saturating_mul(bytes_per_nnz))?;
+        let indptr = self.layout.indptr(blob);
+        indptr.copy_range_into(0, header.n_cells as usize, indptr_out);
+        Ok((header, indptr))
     }
 
     fn parse(&mut self, blob: &[u8]) -> Result<(), DecodeError> {

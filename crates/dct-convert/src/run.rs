@@ -164,18 +164,7 @@ impl<'a> TileReader<'a> {
 
     fn source(&mut self, i: usize) -> Result<&mut dyn CountSource, ConvertError> {
         if self.current.as_ref().is_none_or(|(j, _)| *j != i) {
-            let input = &self.plan.inputs[i];
-            let source = open_counts(self.plan, i)?;
-            if source.n_cells() != input.n_cells || source.n_genes() != self.plan.n_genes {
-                return Err(ConvertError::Inputs(format!(
-                    "{} changed since the plan was made ({} x {} now, {} x {} in the plan): make a new plan",
-                    input.path,
-                    source.n_cells(),
-                    source.n_genes(),
-                    input.n_cells,
-                    self.plan.n_genes
-                )));
-            }
+            let source = unchanged(self.plan, i, open_counts(self.plan, i)?)?;
             self.current = Some((i, source));
         }
         Ok(self.current.as_mut().expect("just set").1.as_mut())
@@ -288,7 +277,12 @@ pub fn run_part(
 /// Re-opens input `i` of the plan and checks that it still has the plan's cells and genes.
 fn reopen_input(plan: &Plan, i: usize) -> Result<Box<dyn CountSource>, ConvertError> {
     let input = &plan.inputs[i];
-    let source = open_input_with(PathBuf::from(&input.path), &plan.input_options()?)?;
+    unchanged(plan, i, open_input_with(PathBuf::from(&input.path), &plan.input_options()?)?)
+}
+
+/// `source` (input `i`, just opened) if it still has the plan's cells and genes.
+fn unchanged(plan: &Plan, i: usize, source: Box<dyn CountSource>) -> Result<Box<dyn CountSource>, ConvertError> {
+    let input = &plan.inputs[i];
     if source.n_cells() != input.n_cells || source.n_genes() != plan.n_genes {
         return Err(ConvertError::Inputs(format!(
             "{} changed since the plan was made ({} x {} now, {} x {} in the plan): make a new plan",
