@@ -54,7 +54,9 @@ fn child(spec: &Value) {
     let plan_secs = start.elapsed().as_secs_f64();
     dct_convert::clear_output(&plan.output, &run.store).expect("clear");
     dct_convert::run_part(&plan, 0, 1, &run, |_| {}).expect("convert");
+    let finalize_start = Instant::now();
     let m = dct_convert::finalize(&plan, &run).expect("finalize");
+    let finalize_secs = finalize_start.elapsed().as_secs_f64();
     let secs = start.elapsed().as_secs_f64();
     let (rss, cpu) = self_usage();
     let bytes: u64 = m.tile_bytes.iter().sum();
@@ -62,6 +64,7 @@ fn child(spec: &Value) {
     println!(
         "{}",
         json!({"cells": m.n_cells, "nnz": m.nnz(), "bytes": bytes, "seconds": secs, "plan_seconds": plan_secs,
+               "finalize_seconds": finalize_secs,
                "input_bytes": input_bytes, "peak_rss": rss, "cpu_seconds": cpu})
     );
     let _ = std::fs::remove_dir_all(&out);
@@ -99,8 +102,17 @@ fn main() {
     }
     println!("input: {} x N\n", input.display());
     println!(
-        "{:<40} {:>8} {:>9} {:>9} {:>9} {:>8} {:>9} {:>10} {:>9}",
-        "configuration", "cells", "seconds", "cells/s", "in MB/s", "cores", "bytes/nz", "peak RSS", "plan s"
+        "{:<40} {:>8} {:>9} {:>9} {:>9} {:>8} {:>9} {:>10} {:>9} {:>10}",
+        "configuration",
+        "cells",
+        "seconds",
+        "cells/s",
+        "in MB/s",
+        "cores",
+        "bytes/nz",
+        "peak RSS",
+        "plan s",
+        "finalize s"
     );
     for (what, level, repeat, tile, sort) in configs {
         let spec = json!({"input": input, "level": level, "repeat": repeat, "tile_size": tile, "sort": sort});
@@ -115,7 +127,7 @@ fn main() {
         };
         let f = |k: &str| v[k].as_f64().unwrap();
         println!(
-            "{:<40} {:>8} {:>9.2} {:>9.0} {:>9.1} {:>8.2} {:>9.3} {:>7.0} MB {:>9.2}",
+            "{:<40} {:>8} {:>9.2} {:>9.0} {:>9.1} {:>8.2} {:>9.3} {:>7.0} MB {:>9.2} {:>10.2}",
             what,
             f("cells"),
             f("seconds"),
@@ -124,7 +136,8 @@ fn main() {
             f("cpu_seconds") / f("seconds"),
             f("bytes") / f("nnz"),
             f("peak_rss") / 1e6,
-            f("plan_seconds")
+            f("plan_seconds"),
+            f("finalize_seconds")
         );
     }
 }

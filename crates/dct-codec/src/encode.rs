@@ -191,33 +191,42 @@ fn encode_chunk(
     let mut vals = vec![0u8; 2 * n];
     let (mut vexc_pos, mut vexc_pay) = (Vec::new(), Vec::new());
     let (mut gexc_pos, mut gexc_pay) = (Vec::new(), Vec::new());
-    for (k, &v) in m.values[nnz_lo as usize..nnz_hi as usize].iter().enumerate() {
-        let stored = if v > STREAM_MAX {
-            vexc_pos.push(k as u32);
-            vexc_pay.push(v);
-            STREAM_MAX
-        } else {
-            v
-        };
-        vals[k] = stored as u8;
-        vals[n + k] = (stored >> 8) as u8;
+    let values = &m.values[nnz_lo as usize..nnz_hi as usize];
+    let (vlo, vhi) = vals.split_at_mut(n);
+    // The planes are written by straight loops the compiler vectorises; a stretch holding a value or gap above
+    // STREAM_MAX (rare in counts) is written again by the loop that records exceptions.
+    if split_planes(values.iter().copied(), vlo, vhi) > STREAM_MAX {
+        for (k, &v) in values.iter().enumerate() {
+            vlo[k] = v.min(STREAM_MAX) as u8;
+            vhi[k] = (v.min(STREAM_MAX) >> 8) as u8;
+            if v > STREAM_MAX {
+                vexc_pos.push(k as u32);
+                vexc_pay.push(v);
+            }
+        }
     }
+    let indices = &m.indices[nnz_lo as usize..nnz_hi as usize];
+    let (glo, ghi) = gaps.split_at_mut(n);
     for r in lo..hi {
         let (a, b) = ((m.indptr[r as usize] - nnz_lo) as usize, (m.indptr[r as usize + 1] - nnz_lo) as usize);
-        let mut prev = 0u32;
-        for k in a..b {
-            let g = m.indices[nnz_lo as usize + k];
-            let gap = if k == a { g } else { g - prev };
-            prev = g;
-            let stored = if gap > STREAM_MAX {
-                gexc_pos.push(k as u32);
-                gexc_pay.push(gap - STREAM_MAX);
-                STREAM_MAX
-            } else {
-                gap
-            };
-            gaps[k] = stored as u8;
-            gaps[n + k] = (stored >> 8) as u8;
+        if a == b {
+            continue;
+        }
+        let row = &indices[a..b];
+        // The first gap of a row is its first gene; then differences (the row is strictly increasing).
+        let first = split_planes(std::iter::once(row[0]), &mut glo[a..=a], &mut ghi[a..=a]);
+        let rest =
+            split_planes(row[1..].iter().zip(row).map(|(&g, &prev)| g - prev), &mut glo[a + 1..b], &mut ghi[a + 1..b]);
+        if first.max(rest) > STREAM_MAX {
+            let row_gaps = std::iter::once(row[0]).chain(row[1..].iter().zip(row).map(|(&g, &prev)| g - prev));
+            for (k, gap) in (a..b).zip(row_gaps) {
+                glo[k] = gap.min(STREAM_MAX) as u8;
+                ghi[k] = (gap.min(STREAM_MAX) >> 8) as u8;
+                if gap > STREAM_MAX {
+                    gexc_pos.push(k as u32);
+                    gexc_pay.push(gap - STREAM_MAX);
+                }
+            }
         }
     }
     let exc_bytes =
@@ -232,6 +241,18 @@ fn encode_chunk(
     }
     let entry = ChunkEntry { cell_lo: lo, cell_hi: hi, nnz_lo, nnz_hi, ..Default::default() };
     Ok(EncodedChunk { entry, frames, exceptions })
+}
+
+/// Writes the low and high bytes of each of `words` to `lo` and `hi` (as long as the shorter of the three) and
+/// returns the largest word.
+fn split_planes(words: impl Iterator<Item = u32>, lo: &mut [u8], hi: &mut [u8]) -> u32 {
+    let mut max = 0;
+    for ((w, l), h) in words.zip(lo.iter_mut()).zip(hi.iter_mut()) {
+        *l = w as u8;
+        *h = (w >> 8) as u8;
+        max = max.max(w);
+    }
+    max
 }
 
 fn compress(cctx: &mut CCtx<'static>, src: &[u8], level: i32) -> Result<Vec<u8>, EncodeError> {

@@ -54,22 +54,32 @@ impl GeneRemap {
             return;
         }
         let (mut lo, mut hi) = (usize::MAX, 0usize);
+        let (rank, bits, dense) = (&self.rank[..], &mut self.bits[..], &mut self.dense[..]);
         for (&g, &v) in genes.iter().zip(counts) {
-            let r = self.rank[g as usize] as usize;
-            self.bits[r / 64] |= 1 << (r % 64);
-            self.dense[r] = v;
+            let r = rank[g as usize] as usize;
+            bits[r / 64] |= 1 << (r % 64);
+            dense[r] = v;
             lo = lo.min(r / 64);
             hi = hi.max(r / 64 + 1);
         }
-        for w in lo.min(hi)..hi {
-            let mut word = std::mem::take(&mut self.bits[w]);
+        // Exactly `genes.len()` bits are set (the genes are distinct, so are their ranks): size the output once
+        // and fill it in place.
+        let start = out_genes.len();
+        out_genes.resize(start + genes.len(), 0);
+        out_counts.resize(start + genes.len(), 0);
+        let (og, oc) = (&mut out_genes[start..], &mut out_counts[start..]);
+        let mut j = 0;
+        for (w, slot) in bits.iter_mut().enumerate().take(hi).skip(lo.min(hi)) {
+            let mut word = std::mem::take(slot);
             while word != 0 {
                 let r = w * 64 + word.trailing_zeros() as usize;
-                out_genes.push(r as u32);
-                out_counts.push(self.dense[r]);
+                og[j] = r as u32;
+                oc[j] = dense[r];
+                j += 1;
                 word &= word - 1;
             }
         }
+        debug_assert_eq!(j, genes.len(), "genes of a row must be distinct");
     }
 }
 

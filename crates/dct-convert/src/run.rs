@@ -1,8 +1,11 @@
 //! Writing tiles (one part of a plan, or all of it), finalizing, and the one-shot conversion.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::sync_channel;
 use std::time::Instant;
+
+use rayon::prelude::*;
 
 use bytes::Bytes;
 use dct_codec::{CanonicalCsr, EncodeOptions, encode_canonical};
@@ -22,7 +25,7 @@ use crate::remap::GeneRemap;
 /// How to run parts and finalize.
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
-    /// Threads compressing tiles (0: every core).
+    /// Threads reading and compressing tiles, one tile each at a time (0: every core).
     pub threads: usize,
     /// Configuration of cloud backends for the output.
     pub store: StoreOptions,
@@ -139,6 +142,17 @@ struct TileReader<'a> {
     input_starts: Vec<u64>,
     current: Option<(usize, Box<dyn CountSource>)>,
     block: RowBlock,
+    /// The tile being built.
+    csr: CanonicalCsr,
+}
+
+/// An encoded tile on its way to the output.
+struct WrittenTile {
+    tile: usize,
+    blob: Vec<u8>,
+    nnz: u64,
+    /// The last input read for it.
+    input: usize,
 }
 
 /// Rows read from an input at a time: bounds the input window whatever the tile size.
@@ -159,6 +173,7 @@ impl<'a> TileReader<'a> {
             input_starts,
             current: None,
             block: RowBlock::new(plan.n_genes),
+            csr: CanonicalCsr::new(plan.n_genes),
         }
     }
 
@@ -170,27 +185,54 @@ impl<'a> TileReader<'a> {
         Ok(self.current.as_mut().expect("just set").1.as_mut())
     }
 
-    /// The cells `[first, end)` as a canonical matrix in output gene order, and the index of the last input read.
-    fn read(&mut self, first: u64, end: u64) -> Result<(CanonicalCsr, usize), ConvertError> {
-        let mut csr = CanonicalCsr::new(self.plan.n_genes);
+    /// Reads tile `t` and encodes it.
+    fn read_and_encode(&mut self, t: usize, encode: &EncodeOptions) -> Result<WrittenTile, ConvertError> {
+        let (first, end) = self.plan.tile_cells(t);
+        let input = self.read(first, end)?;
+        let blob = encode_canonical(&self.csr, encode).map_err(|source| ConvertError::Encode {
+            tile: t,
+            first,
+            end,
+            source,
+        })?;
+        Ok(WrittenTile { tile: t, blob, nnz: self.csr.nnz() as u64, input })
+    }
+
+    /// Reads the cells `[first, end)` into `self.csr` (a canonical matrix in output gene order, its buffers reused
+    /// from tile to tile); returns the index of the last input read.
+    fn read(&mut self, first: u64, end: u64) -> Result<usize, ConvertError> {
+        let mut csr = std::mem::replace(&mut self.csr, CanonicalCsr::new(0));
+        csr.n_genes = self.plan.n_genes;
+        csr.indptr.clear();
+        csr.indptr.push(0);
+        csr.indices.clear();
+        csr.values.clear();
         let mut cell = first;
         let mut last_input = 0;
+        let mut result = Ok(());
         while cell < end {
             let i = self.input_starts.partition_point(|&s| s <= cell) - 1;
             let (lo, hi) = (self.input_starts[i], self.input_starts[i + 1]);
             let stop = end.min(hi).min(cell + WINDOW_ROWS);
             let mut block = std::mem::take(&mut self.block);
-            self.source(i)?.read_rows_into(cell - lo..stop - lo, &mut block)?;
-            for r in 0..block.n_rows() {
-                let (genes, counts) = block.row(r);
-                self.remap.push_row(genes, counts, &mut csr.indices, &mut csr.values);
-                csr.indptr.push(csr.indices.len() as u64);
+            let read = self.source(i).and_then(|s| Ok(s.read_rows_into(cell - lo..stop - lo, &mut block)?));
+            if read.is_ok() {
+                for r in 0..block.n_rows() {
+                    let (genes, counts) = block.row(r);
+                    self.remap.push_row(genes, counts, &mut csr.indices, &mut csr.values);
+                    csr.indptr.push(csr.indices.len() as u64);
+                }
             }
             self.block = block;
+            if let Err(e) = read {
+                result = Err(e);
+                break;
+            }
             last_input = i;
             cell = stop;
         }
-        Ok((csr, last_input))
+        self.csr = csr;
+        result.map(|()| last_input)
     }
 }
 
@@ -224,7 +266,7 @@ pub fn run_part(
         if opts.threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { opts.threads };
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
-        .thread_name(|i| format!("dct-encode-{i}"))
+        .thread_name(|i| format!("dct-tile-{i}"))
         .build()
         .map_err(|e| ConvertError::Output(format!("cannot start encode threads: {e}")))?;
     let encode = EncodeOptions { n_chunks: plan.n_chunks, level: plan.zstd_level, ..EncodeOptions::default() };
@@ -234,43 +276,64 @@ pub fn run_part(
     let mut prog = Progress { tiles_total: tiles.len(), tiles_done: report.skipped, ..Default::default() };
     progress(&prog);
 
-    // One thread reads and renumbers the next tiles while the pool compresses the current one.
-    std::thread::scope(|scope| -> Result<(), ConvertError> {
-        let (tx, rx) = sync_channel::<Result<(usize, CanonicalCsr, usize), ConvertError>>(1);
-        let todo_ref = &todo;
-        scope.spawn(move || {
-            let mut reader = TileReader::new(plan);
-            for &t in todo_ref {
-                let (first, end) = plan.tile_cells(t);
-                let item = reader.read(first, end).map(|(csr, input)| (t, csr, input));
-                let failed = item.is_err();
-                if tx.send(item).is_err() || failed {
-                    return;
+    // Every pool thread runs a tile worker (read, renumber, encode one whole tile at a time), so reading scales
+    // with the cores like compression does; a worker's encode and chunk inflation also spread over the pool when
+    // the other workers are idle (the last tiles). This thread stores the tiles and reports progress.
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let (tx, rx) = sync_channel::<Result<WrittenTile, ConvertError>>(threads);
+    let mut first_error = None;
+    pool.in_place_scope(|scope| {
+        for _ in 0..threads {
+            let (tx, next, stop, todo) = (tx.clone(), &next, &stop, &todo);
+            scope.spawn(move |_| {
+                let mut reader = TileReader::new(plan);
+                while !stop.load(Ordering::Relaxed) {
+                    let Some(&t) = todo.get(next.fetch_add(1, Ordering::Relaxed)) else { break };
+                    let item = reader.read_and_encode(t, &encode);
+                    let failed = item.is_err();
+                    if failed {
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                    if tx.send(item).is_err() || failed {
+                        break;
+                    }
                 }
-            }
-        });
+            });
+        }
+        drop(tx);
+        // Drain the channel whatever happens, so that no worker blocks on a full channel.
         for item in rx {
-            let (t, csr, input) = item?;
-            let (first, end) = plan.tile_cells(t);
-            let blob = pool.install(|| encode_canonical(&csr, &encode)).map_err(|source| ConvertError::Encode {
-                tile: t,
-                first,
-                end,
-                source,
-            })?;
-            out.put(&tile_path(t), Bytes::from(blob))?;
+            if first_error.is_some() {
+                continue;
+            }
+            let stored = item.and_then(|mut w| {
+                let blob = std::mem::take(&mut w.blob);
+                out.put(&tile_path(w.tile), Bytes::from(blob)).map(|()| w)
+            });
+            let w = match stored {
+                Ok(w) => w,
+                Err(e) => {
+                    stop.store(true, Ordering::Relaxed);
+                    first_error = Some(e);
+                    continue;
+                }
+            };
+            let (first, end) = plan.tile_cells(w.tile);
             report.written += 1;
             report.cells += end - first;
-            report.nnz += csr.nnz() as u64;
+            report.nnz += w.nnz;
             prog.tiles_done += 1;
             prog.cells_written += end - first;
-            prog.input = input;
-            prog.input_bytes += ((end - first) as f64 * input_bytes_per_cell[input]) as u64;
+            prog.input = w.input;
+            prog.input_bytes += ((end - first) as f64 * input_bytes_per_cell[w.input]) as u64;
             prog.seconds = started.elapsed().as_secs_f64();
             progress(&prog);
         }
-        Ok(())
-    })?;
+    });
+    if let Some(e) = first_error {
+        return Err(e);
+    }
     Ok(report)
 }
 
@@ -309,6 +372,31 @@ fn write_var_table(out: &Output, plan: &Plan) -> Result<Vec<(String, String)>, C
     Ok(skipped)
 }
 
+/// The obs of input `i`, read and converted to the plan's schema.
+fn read_input_obs(plan: &Plan, schema: &SchemaPlan, i: usize) -> Result<InputObs, ConvertError> {
+    let input = &plan.inputs[i];
+    let (frame, names) = if input.kind == "h5ad" && schema.needs_frame() {
+        let h5ad = H5adSource::open_counts_only(std::path::Path::new(&input.path), &plan.input_options()?.matrix)?;
+        let frame = h5ad.read_obs()?;
+        let names = frame.index.clone();
+        (Some(frame), names)
+    } else {
+        (None, reopen_input(plan, i)?.cell_names().to_vec())
+    };
+    if names.len() as u64 != input.n_cells {
+        return Err(ConvertError::Inputs(format!(
+            "{} has {} cell names but {} cells in the plan: the input changed since the plan was made; make a new \
+             plan",
+            input.path,
+            names.len(),
+            input.n_cells
+        )));
+    }
+    let converted = InputObs::read(schema, &input.path, frame, names)?;
+    debug_assert_eq!(converted.n_cells() as u64, input.n_cells);
+    Ok(converted)
+}
+
 /// Writes the obs shards and `obs/schema.json` (see [`finalize`]).
 fn write_obs(out: &Output, plan: &Plan, tile_cells: &[u64]) -> Result<Option<ObsWriteSummary>, ConvertError> {
     let (Some(obs), Some(schema)) = (&plan.obs, plan.obs_schema()?) else { return Ok(None) };
@@ -328,33 +416,20 @@ fn write_obs(out: &Output, plan: &Plan, tile_cells: &[u64]) -> Result<Option<Obs
     )
     .map_err(|source| ConvertError::Obs { context: context(), source: Box::new(source) })?;
     let mut cutter = TileCutter::new(&schema, tile_cells);
-    for (i, input) in plan.inputs.iter().enumerate() {
-        // One input's obs in memory at a time (plus the tile being cut and the shard being encoded).
-        let (frame, names) = if input.kind == "h5ad" && schema.needs_frame() {
-            let h5ad = H5adSource::open_counts_only(std::path::Path::new(&input.path), &plan.input_options()?.matrix)?;
-            let frame = h5ad.read_obs()?;
-            let names = frame.index.clone();
-            (Some(frame), names)
-        } else {
-            (None, reopen_input(plan, i)?.cell_names().to_vec())
-        };
-        if names.len() as u64 != input.n_cells {
-            return Err(ConvertError::Inputs(format!(
-                "{} has {} cell names but {} cells in the plan: the input changed since the plan was made; make a \
-                 new plan",
-                input.path,
-                names.len(),
-                input.n_cells
-            )));
+    // Inputs are read and converted a few at a time in parallel (one per thread), then cut in order.
+    let batch = rayon::current_num_threads().max(1);
+    let indices: Vec<usize> = (0..plan.inputs.len()).collect();
+    for group in indices.chunks(batch) {
+        let converted: Vec<InputObs> =
+            group.par_iter().map(|&i| read_input_obs(plan, &schema, i)).collect::<Result<_, _>>()?;
+        for input_obs in &converted {
+            cutter.push(input_obs, |t, tile| {
+                out.block_on(writer.write_tile(&tile)).map_err(|source| ConvertError::Obs {
+                    context: format!("{} (tile {t})", context()),
+                    source: Box::new(source),
+                })
+            })?;
         }
-        let converted = InputObs::read(&schema, &input.path, frame, names)?;
-        debug_assert_eq!(converted.n_cells() as u64, input.n_cells);
-        cutter.push(&converted, |t, tile| {
-            out.block_on(writer.write_tile(&tile)).map_err(|source| ConvertError::Obs {
-                context: format!("{} (tile {t})", context()),
-                source: Box::new(source),
-            })
-        })?;
     }
     cutter.finish()?;
     let summary = out
@@ -375,8 +450,9 @@ fn write_obs(out: &Output, plan: &Plan, tile_cells: &[u64]) -> Result<Option<Obs
 /// kilobytes), and one writer gives shards of whole tiles without coordination between parts. Each input's obs is
 /// read again, converted to the plan's schema (categorical codes remapped to the global vocabulary, NaN floats as
 /// nulls, numeric types widened), and cut into tiles of the plan's cells that cross input boundaries: exactly one
-/// row group per tile. Memory: one input's obs at a time, read whole (about its decoded size twice over while it
-/// is converted: 8 bytes per value of numeric columns, 4 per categorical code, the bytes of strings), one tile, and
+/// row group per tile. Inputs are read a few at a time in parallel (as many as the rayon pool has threads). Memory:
+/// that many inputs' obs at a time, each read whole (about its decoded size twice over while it is converted: 8
+/// bytes per value of numeric columns, 4 per categorical code, the bytes of strings), one tile, and
 /// the shard being encoded (compressed, up to `tiles_per_file` tiles). Re-running finalize rewrites the same bytes.
 pub fn finalize(plan: &Plan, opts: &RunOptions) -> Result<Manifest, ConvertError> {
     let out = Output::open(&plan.output, &opts.store)?;

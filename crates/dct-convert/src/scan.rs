@@ -197,8 +197,14 @@ pub(crate) fn scan_input(
     let stamp = input_stamp(path)?;
     let input_opts = opts.input_options();
     // h5ad inputs are opened as such so that their obs can be read; the others have cell names only.
+    // Beyond the first input, only the gene keys are needed (to check that the gene lists agree).
+    let keys_only = index != 0;
     let (mut source, obs): (Box<dyn CountSource>, _) = if detect_kind(path)? == InputKind::H5ad {
-        let source = H5adSource::open(path, &input_opts.matrix)?;
+        let source = if keys_only {
+            H5adSource::open_gene_keys_only(path, &input_opts.matrix)?
+        } else {
+            H5adSource::open(path, &input_opts.matrix)?
+        };
         let obs = if opts.write_obs {
             Some(summarize(&source.read_obs()?, opts.obs_selection(), opts.max_categories))
         } else {
@@ -208,7 +214,19 @@ pub(crate) fn scan_input(
     } else {
         (open_input_with(path, &input_opts)?, None)
     };
-    let totals = if totals { Some(scan(source.as_mut(), SCAN_WINDOW)?.gene_totals) } else { None };
+    let totals = if totals {
+        match scan(source.as_mut(), SCAN_WINDOW) {
+            Ok(stats) => Some(stats.gene_totals),
+            // A keys-only source names no cell or gene in its errors: scan with names to say which.
+            Err(e) if keys_only && source.kind() == InputKind::H5ad => {
+                scan(&mut H5adSource::open(path, &input_opts.matrix)?, SCAN_WINDOW)?;
+                return Err(e.into());
+            }
+            Err(e) => return Err(e.into()),
+        }
+    } else {
+        None
+    };
     let keys = gene_keys(source.as_ref());
     let mut s = InputScan {
         format: SCAN_FORMAT.into(),

@@ -76,6 +76,18 @@ impl RowBlock {
         }
     }
 
+    /// Appends entries (in any gene order) to the row being built; zeros are dropped.
+    pub(crate) fn push_entries(&mut self, genes: &[u32], counts: &[u32]) {
+        if counts.contains(&0) {
+            for (&g, &c) in genes.iter().zip(counts) {
+                self.push_entry(g, c);
+            }
+        } else {
+            self.indices.extend_from_slice(genes);
+            self.values.extend_from_slice(counts);
+        }
+    }
+
     /// Closes the row being built, putting it in canonical form (sorted, repeats summed). On a sum above
     /// `2^31 - 1` returns the gene and the sum; the row is then left unclosed and the caller must abandon the block.
     pub(crate) fn finish_row(&mut self) -> Result<(), (u32, u64)> {

@@ -7,7 +7,21 @@ use hdf5_pure::Dataset;
 
 use crate::block::{REPEAT_OVERFLOW, RowBlock};
 use crate::error::{BadValue, InputError};
-use crate::h5::{ElemKind, FastChunks, H5, READ_STEP, Values};
+use crate::fast::{FastChunks, ToU32};
+use crate::h5::{ElemKind, H5, READ_STEP, Values};
+
+/// How errors name cells and genes (source indices).
+#[derive(Clone, Copy)]
+struct Names<'a> {
+    cell_name: &'a dyn Fn(u64) -> String,
+    gene_name: &'a dyn Fn(u64) -> String,
+}
+
+/// The row being filled while entries stream in: its index and the entry where it ends.
+struct RowCursor {
+    row: u64,
+    row_end: u64,
+}
 
 /// A CSR matrix in an HDF5 file: `indptr` is held in memory (8 bytes per row), `data` and `indices` are read per
 /// window in bounded steps.
@@ -29,6 +43,9 @@ pub(crate) struct CsrH5 {
     /// Fast chunk readers of `data` and `indices`, when they qualify.
     fast_data: Option<FastChunks>,
     fast_indices: Option<FastChunks>,
+    /// Gene indices and counts of one step, converted by the fast readers.
+    genes: Vec<u32>,
+    counts: Vec<u32>,
 }
 
 impl CsrH5 {
@@ -89,6 +106,8 @@ impl CsrH5 {
             ibuf: Values::new(index_kind),
             fast_data,
             fast_indices,
+            genes: Vec::new(),
+            counts: Vec::new(),
         })
     }
 
@@ -113,84 +132,157 @@ impl CsrH5 {
         }
         let lo = self.indptr[rows.start as usize];
         let hi = self.indptr[rows.end as usize];
-        let mut row = rows.start;
-        // Close rows that end at or before `lo` (leading empty rows).
-        let mut row_end = self.indptr[row as usize + 1];
+        let mut cursor = RowCursor { row: rows.start, row_end: self.indptr[rows.start as usize + 1] };
         let mut pos = lo;
         while pos < hi {
             let step = READ_STEP.min(hi - pos);
-            self.ibuf.clear();
-            self.vbuf.clear();
-            match &self.fast_indices {
-                Some(f) => h5.read_fast(f, &self.indices_obj, pos, step, &mut self.ibuf)?,
-                None => h5.read_rows_append(&self.indices, &self.indices_obj, pos, step, &mut self.ibuf)?,
-            }
-            match &self.fast_data {
-                Some(f) => h5.read_fast(f, &self.data_obj, pos, step, &mut self.vbuf)?,
-                None => h5.read_rows_append(&self.data, &self.data_obj, pos, step, &mut self.vbuf)?,
-            }
-            if self.ibuf.len() as u64 != step || self.vbuf.len() as u64 != step {
-                return Err(h5.malformed(
-                    &self.data_obj,
-                    format!(
-                        "read {} indices and {} values at entry {pos}, expected {step}",
-                        self.ibuf.len(),
-                        self.vbuf.len()
-                    ),
-                ));
-            }
-            for k in 0..step as usize {
-                let entry = pos + k as u64;
-                while entry >= row_end {
-                    self.close_row(h5, out, row, cell_name, gene_name)?;
-                    row += 1;
-                    row_end = self.indptr[row as usize + 1];
-                }
-                let src_gene = match &self.ibuf {
-                    Values::Signed(v) => u64::try_from(v[k]).unwrap_or(u64::MAX),
-                    Values::Unsigned(v) => v[k],
-                    Values::Float(_) => unreachable!("rejected at open"),
-                };
-                if src_gene >= self.n_src_genes {
-                    return Err(h5.malformed(
-                        &self.indices_obj,
-                        format!(
-                            "cell {row} ({:?}): gene index {} at entry {entry} is outside 0..{}",
-                            cell_name(row),
-                            match &self.ibuf {
-                                Values::Signed(v) => v[k].to_string(),
-                                _ => src_gene.to_string(),
-                            },
-                            self.n_src_genes
-                        ),
-                    ));
-                }
-                let gene = match &self.gene_map {
-                    None => src_gene as u32,
-                    Some(m) => match m[src_gene as usize] {
-                        u32::MAX => continue,
-                        g => g,
-                    },
-                };
-                let count = self.vbuf.count(k).map_err(|(value, reason)| {
-                    InputError::NotACount(Box::new(BadValue {
-                        path: h5.path.clone(),
-                        object: self.data_obj.clone(),
-                        cell: row,
-                        cell_name: cell_name(row),
-                        gene: src_gene,
-                        gene_name: gene_name(src_gene),
-                        value,
-                        reason,
-                    }))
-                })?;
-                out.push_entry(gene, count);
+            let names = Names { cell_name, gene_name };
+            if !self.read_step_fast(h5, (pos, step), out, &mut cursor, names)? {
+                self.read_step(h5, (pos, step), out, &mut cursor, names)?;
             }
             pos += step;
         }
-        while row < rows.end {
-            self.close_row(h5, out, row, cell_name, gene_name)?;
-            row += 1;
+        while cursor.row < rows.end {
+            self.close_row(h5, out, cursor.row, cell_name, gene_name)?;
+            cursor.row += 1;
+        }
+        Ok(())
+    }
+
+    /// Closes the rows that end at or before `entry`, so that `entry` belongs to `cursor.row`.
+    fn advance(
+        &self,
+        h5: &H5,
+        out: &mut RowBlock,
+        cursor: &mut RowCursor,
+        entry: u64,
+        cell_name: &dyn Fn(u64) -> String,
+        gene_name: &dyn Fn(u64) -> String,
+    ) -> Result<(), InputError> {
+        while entry >= cursor.row_end {
+            self.close_row(h5, out, cursor.row, cell_name, gene_name)?;
+            cursor.row += 1;
+            cursor.row_end = self.indptr[cursor.row as usize + 1];
+        }
+        Ok(())
+    }
+
+    /// Entries `pos .. pos + step` through the fast chunk readers, converted to gene indices and counts inside the
+    /// chunk tasks and appended a row segment at a time. `Ok(false)` (nothing appended) when the fast readers do
+    /// not apply or some entry is bad: [`Self::read_step`] then handles the step and names the bad entry.
+    fn read_step_fast(
+        &mut self,
+        h5: &H5,
+        (pos, step): (u64, u64),
+        out: &mut RowBlock,
+        cursor: &mut RowCursor,
+        names: Names<'_>,
+    ) -> Result<bool, InputError> {
+        let (Some(fi), Some(fd)) = (&self.fast_indices, &self.fast_data) else { return Ok(false) };
+        let genes_ok =
+            h5.read_fast_u32(fi, &self.indices_obj, pos, step, ToU32::Gene(self.n_src_genes), &mut self.genes)?;
+        if !genes_ok || !h5.read_fast_u32(fd, &self.data_obj, pos, step, ToU32::Count, &mut self.counts)? {
+            return Ok(false);
+        }
+        let (genes, counts) = (std::mem::take(&mut self.genes), std::mem::take(&mut self.counts));
+        let mut k = 0usize;
+        let mut result = Ok(());
+        while k < step as usize {
+            if let Err(e) = self.advance(h5, out, cursor, pos + k as u64, names.cell_name, names.gene_name) {
+                result = Err(e);
+                break;
+            }
+            let seg_end = (cursor.row_end.min(pos + step) - pos) as usize;
+            match &self.gene_map {
+                None => out.push_entries(&genes[k..seg_end], &counts[k..seg_end]),
+                Some(m) => {
+                    for (&g, &c) in genes[k..seg_end].iter().zip(&counts[k..seg_end]) {
+                        if let Some(&mapped) = m.get(g as usize).filter(|&&x| x != u32::MAX) {
+                            out.push_entry(mapped, c);
+                        }
+                    }
+                }
+            }
+            k = seg_end;
+        }
+        (self.genes, self.counts) = (genes, counts);
+        result.map(|()| true)
+    }
+
+    /// Entries `pos .. pos + step`, one at a time through [`Values`]: the general path, and the one that names
+    /// the first bad entry.
+    fn read_step(
+        &mut self,
+        h5: &H5,
+        (pos, step): (u64, u64),
+        out: &mut RowBlock,
+        cursor: &mut RowCursor,
+        names: Names<'_>,
+    ) -> Result<(), InputError> {
+        let Names { cell_name, gene_name } = names;
+        self.ibuf.clear();
+        self.vbuf.clear();
+        match &self.fast_indices {
+            Some(f) => h5.read_fast(f, &self.indices_obj, pos, step, &mut self.ibuf)?,
+            None => h5.read_rows_append(&self.indices, &self.indices_obj, pos, step, &mut self.ibuf)?,
+        }
+        match &self.fast_data {
+            Some(f) => h5.read_fast(f, &self.data_obj, pos, step, &mut self.vbuf)?,
+            None => h5.read_rows_append(&self.data, &self.data_obj, pos, step, &mut self.vbuf)?,
+        }
+        if self.ibuf.len() as u64 != step || self.vbuf.len() as u64 != step {
+            return Err(h5.malformed(
+                &self.data_obj,
+                format!(
+                    "read {} indices and {} values at entry {pos}, expected {step}",
+                    self.ibuf.len(),
+                    self.vbuf.len()
+                ),
+            ));
+        }
+        for k in 0..step as usize {
+            let entry = pos + k as u64;
+            self.advance(h5, out, cursor, entry, cell_name, gene_name)?;
+            let row = cursor.row;
+            let src_gene = match &self.ibuf {
+                Values::Signed(v) => u64::try_from(v[k]).unwrap_or(u64::MAX),
+                Values::Unsigned(v) => v[k],
+                Values::Float(_) => unreachable!("rejected at open"),
+            };
+            if src_gene >= self.n_src_genes {
+                return Err(h5.malformed(
+                    &self.indices_obj,
+                    format!(
+                        "cell {row} ({:?}): gene index {} at entry {entry} is outside 0..{}",
+                        cell_name(row),
+                        match &self.ibuf {
+                            Values::Signed(v) => v[k].to_string(),
+                            _ => src_gene.to_string(),
+                        },
+                        self.n_src_genes
+                    ),
+                ));
+            }
+            let gene = match &self.gene_map {
+                None => src_gene as u32,
+                Some(m) => match m[src_gene as usize] {
+                    u32::MAX => continue,
+                    g => g,
+                },
+            };
+            let count = self.vbuf.count(k).map_err(|(value, reason)| {
+                InputError::NotACount(Box::new(BadValue {
+                    path: h5.path.clone(),
+                    object: self.data_obj.clone(),
+                    cell: row,
+                    cell_name: cell_name(row),
+                    gene: src_gene,
+                    gene_name: gene_name(src_gene),
+                    value,
+                    reason,
+                }))
+            })?;
+            out.push_entry(gene, count);
         }
         Ok(())
     }

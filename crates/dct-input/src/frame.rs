@@ -132,18 +132,10 @@ fn string_list(v: &AttrValue) -> Option<Vec<String>> {
 /// Reads the AnnData data frame in `group` (current encoding: `encoding-type = dataframe`, `_index` and
 /// `column-order` attributes, one dataset or group per column). Every column must have `n_rows` rows when given.
 pub(crate) fn read_dataframe(h5: &H5, group: &str, n_rows: Option<u64>) -> Result<Frame, InputError> {
-    let attrs = h5.attrs(group)?;
-    let index_name = attrs
-        .get("_index")
-        .and_then(attr_string)
-        .ok_or_else(|| h5.malformed(group, "data frame has no '_index' attribute naming its index dataset"))?;
-    let index_obj = join(group, &index_name);
-    let index = read_string_like(h5, &index_obj, n_rows)?;
+    let index_name = index_name(h5, group)?;
+    let index = read_string_like(h5, &join(group, &index_name), n_rows)?;
     let n = index.len() as u64;
-    let order = match attrs.get("column-order") {
-        Some(v) => string_list(v).unwrap_or_default(),
-        None => Vec::new(),
-    };
+    let order = column_order(h5, group)?;
     let mut columns = Vec::new();
     let mut skipped = Vec::new();
     for name in order {
@@ -160,6 +152,27 @@ pub(crate) fn read_dataframe(h5: &H5, group: &str, n_rows: Option<u64>) -> Resul
         }
     }
     Ok(Frame { index_name, index, columns, skipped })
+}
+
+/// The name of the index dataset of the data frame `group` (its `_index` attribute).
+fn index_name(h5: &H5, group: &str) -> Result<String, InputError> {
+    h5.attrs(group)?
+        .get("_index")
+        .and_then(attr_string)
+        .ok_or_else(|| h5.malformed(group, "data frame has no '_index' attribute naming its index dataset"))
+}
+
+/// The index of the data frame `group`, alone.
+pub(crate) fn read_index(h5: &H5, group: &str, n_rows: Option<u64>) -> Result<Vec<String>, InputError> {
+    read_string_like(h5, &join(group, &index_name(h5, group)?), n_rows)
+}
+
+/// The column names of the data frame `group`, in order (its `column-order` attribute; none if absent).
+pub(crate) fn column_order(h5: &H5, group: &str) -> Result<Vec<String>, InputError> {
+    Ok(match h5.attrs(group)?.get("column-order") {
+        Some(v) => string_list(v).unwrap_or_default(),
+        None => Vec::new(),
+    })
 }
 
 /// A string dataset, or a categorical of strings (some writers store an index that way).
@@ -234,7 +247,7 @@ fn bools(h5: &H5, obj: &str, n: u64) -> Result<Vec<bool>, InputError> {
     })
 }
 
-fn read_column(h5: &H5, group: &str, obj: &str, name: &str, n: u64) -> Result<Option<Column>, InputError> {
+pub(crate) fn read_column(h5: &H5, group: &str, obj: &str, name: &str, n: u64) -> Result<Option<Column>, InputError> {
     let col = |stored_type: String, data: ColumnData| Some(Column { name: name.to_string(), stored_type, data });
     match h5.node(obj)? {
         Node::Absent => Err(h5.malformed(obj, "column listed in column-order is missing")),

@@ -85,6 +85,15 @@ impl hdf5_pure::Source for BlockSource {
             return self.pread(offset, buf).map_err(io);
         }
         let mut cache = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Fast path: consecutive small reads (one per variable-length string) mostly hit the last block used.
+        let within = (offset % BLOCK_BYTES as u64) as usize;
+        if let Some((b, bytes)) = cache.last()
+            && *b == offset / BLOCK_BYTES as u64
+            && within + buf.len() <= BLOCK_BYTES
+        {
+            buf.copy_from_slice(&bytes[within..within + buf.len()]);
+            return Ok(());
+        }
         let mut done = 0usize;
         while done < buf.len() {
             let at = offset + done as u64;
@@ -117,64 +126,6 @@ impl hdf5_pure::Source for BlockSource {
             done += take;
         }
         Ok(())
-    }
-}
-
-#[cfg(unix)]
-fn read_exact_at(file: &std::fs::File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-    std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
-}
-
-#[cfg(not(unix))]
-fn read_exact_at(_file: &std::fs::File, _buf: &mut [u8], _offset: u64) -> std::io::Result<()> {
-    // `fast_chunks` never qualifies a dataset off unix.
-    Err(std::io::Error::other("positioned reads are not available on this platform"))
-}
-
-/// Decoding little-endian elements into a [`Values`] vector's element type, losslessly.
-trait FromElem: Copy + Send + Sync {
-    fn decode(elem: Elem, bytes: &[u8], out: &mut [Self]);
-}
-
-macro_rules! decode_as {
-    ($bytes:expr, $out:expr, $t:ty, $n:expr, $conv:expr) => {
-        for (o, b) in $out.iter_mut().zip($bytes.chunks_exact($n)) {
-            *o = $conv(<$t>::from_le_bytes(b.try_into().expect("element size")));
-        }
-    };
-}
-
-impl FromElem for f64 {
-    fn decode(elem: Elem, bytes: &[u8], out: &mut [f64]) {
-        match elem {
-            Elem::F32 => decode_as!(bytes, out, f32, 4, f64::from),
-            Elem::F64 => decode_as!(bytes, out, f64, 8, |x| x),
-            _ => unreachable!("float datasets decode as floats"),
-        }
-    }
-}
-
-impl FromElem for i64 {
-    fn decode(elem: Elem, bytes: &[u8], out: &mut [i64]) {
-        match elem {
-            Elem::I8 => decode_as!(bytes, out, i8, 1, i64::from),
-            Elem::I16 => decode_as!(bytes, out, i16, 2, i64::from),
-            Elem::I32 => decode_as!(bytes, out, i32, 4, i64::from),
-            Elem::I64 => decode_as!(bytes, out, i64, 8, |x| x),
-            _ => unreachable!("signed datasets decode as signed"),
-        }
-    }
-}
-
-impl FromElem for u64 {
-    fn decode(elem: Elem, bytes: &[u8], out: &mut [u64]) {
-        match elem {
-            Elem::U8 => decode_as!(bytes, out, u8, 1, u64::from),
-            Elem::U16 => decode_as!(bytes, out, u16, 2, u64::from),
-            Elem::U32 => decode_as!(bytes, out, u32, 4, u64::from),
-            Elem::U64 => decode_as!(bytes, out, u64, 8, |x| x),
-            _ => unreachable!("unsigned datasets decode as unsigned"),
-        }
     }
 }
 
@@ -244,53 +195,7 @@ pub(crate) struct H5 {
     pub(crate) path: PathBuf,
     pub(crate) size: u64,
     /// A second handle for [`FastChunks`] reads (positioned reads from several threads).
-    raw: std::fs::File,
-}
-
-/// Element types [`FastChunks`] decodes itself (little-endian, full precision, IEEE floats).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Elem {
-    F32,
-    F64,
-    I8,
-    I16,
-    I32,
-    I64,
-    U8,
-    U16,
-    U32,
-    U64,
-}
-
-/// A 1-D chunked dataset whose chunks are read and inflated here, several at a time on scoped threads, instead of
-/// one at a time through `hdf5-pure`: its chunk index is read once, every chunk is allocated and unfiltered-or-
-/// deflated (optionally shuffled), and its elements are plain little-endian numbers. Anything else (other
-/// filters, missing chunks, big-endian or odd types, other platforms) is read through `hdf5-pure` as before. The
-/// values are the same either way; this only spreads gzip inflation over the cores.
-#[derive(Debug)]
-pub(crate) struct FastChunks {
-    len: u64,
-    chunk_elems: u64,
-    elem: Elem,
-    size: usize,
-    shuffle: bool,
-    deflate: bool,
-    /// File address and stored bytes of chunk `k` (elements `k * chunk_elems ..`).
-    chunks: Vec<(u64, u64)>,
-}
-
-/// One chunk's job of [`H5::read_fast`] (chunk, first element, end element) and the output it fills.
-type Piece<'j, 'o, T> = (&'j (usize, u64, u64), &'o mut [T]);
-
-/// Chunks inflated per thread at least, so small windows stay on the calling thread.
-const CHUNKS_PER_THREAD: usize = 4;
-
-/// Work scratch of one thread of [`H5::read_fast`].
-#[derive(Default)]
-struct ChunkScratch {
-    stored: Vec<u8>,
-    raw: Vec<u8>,
-    unshuffled: Vec<u8>,
+    pub(crate) raw: std::fs::File,
 }
 
 fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
@@ -539,198 +444,6 @@ impl H5 {
         Ok(())
     }
 
-    /// The fast chunk reader for `ds`, if it qualifies (see [`FastChunks`]); `None` reads through `hdf5-pure`.
-    pub(crate) fn fast_chunks(&self, ds: &Dataset) -> Option<FastChunks> {
-        if !cfg!(unix) {
-            return None;
-        }
-        catch_unwind(AssertUnwindSafe(|| self.fast_chunks_inner(ds))).ok().flatten()
-    }
-
-    fn fast_chunks_inner(&self, ds: &Dataset) -> Option<FastChunks> {
-        use hdf5_pure::{Datatype, DatatypeByteOrder, FloatingPointLayout, Layout};
-        let [len] = ds.shape().ok()?[..] else { return None };
-        let Layout::Chunked { chunk_shape, .. } = ds.layout().ok()? else { return None };
-        let [chunk_elems] = chunk_shape[..] else { return None };
-        let elem = match ds.datatype().ok()? {
-            Datatype::FloatingPoint { size, byte_order: DatatypeByteOrder::LittleEndian, layout } => match size {
-                4 if layout == FloatingPointLayout::IEEE754_BINARY32 => Elem::F32,
-                8 if layout == FloatingPointLayout::IEEE754_BINARY64 => Elem::F64,
-                _ => return None,
-            },
-            Datatype::FixedPoint { size, byte_order: DatatypeByteOrder::LittleEndian, layout } => {
-                if layout.bit_offset != 0 || u32::from(layout.bit_precision) != size * 8 {
-                    return None;
-                }
-                match (layout.signed, size) {
-                    (true, 1) => Elem::I8,
-                    (true, 2) => Elem::I16,
-                    (true, 4) => Elem::I32,
-                    (true, 8) => Elem::I64,
-                    (false, 1) => Elem::U8,
-                    (false, 2) => Elem::U16,
-                    (false, 4) => Elem::U32,
-                    (false, 8) => Elem::U64,
-                    _ => return None,
-                }
-            }
-            _ => return None,
-        };
-        let size = match elem {
-            Elem::I8 | Elem::U8 => 1,
-            Elem::I16 | Elem::U16 => 2,
-            Elem::F32 | Elem::I32 | Elem::U32 => 4,
-            Elem::F64 | Elem::I64 | Elem::U64 => 8,
-        };
-        let ids: Vec<u16> = ds.filter_pipeline().iter().map(|f| f.id).collect();
-        let (shuffle, deflate) = match ids.as_slice() {
-            [] => (false, false),
-            [1] => (false, true),
-            [2, 1] => (true, true),
-            _ => return None,
-        };
-        if chunk_elems == 0 || chunk_elems.checked_mul(size as u64)? > 1 << 30 {
-            return None;
-        }
-        let mut listed = ds.chunks().ok()?;
-        listed.sort_by_key(|c| c.offset.first().copied().unwrap_or(u64::MAX));
-        let n_chunks = len.div_ceil(chunk_elems);
-        if listed.len() as u64 != n_chunks {
-            return None;
-        }
-        let mut chunks = Vec::with_capacity(listed.len());
-        for (k, c) in listed.iter().enumerate() {
-            let fits = c.address.checked_add(c.storage_size).is_some_and(|end| end <= self.size);
-            let raw_ok = deflate || c.storage_size == chunk_elems * size as u64;
-            if c.offset != [k as u64 * chunk_elems] || c.filter_mask != 0 || !fits || !raw_ok {
-                return None;
-            }
-            chunks.push((c.address, c.storage_size));
-        }
-        Some(FastChunks { len, chunk_elems, elem, size, shuffle, deflate, chunks })
-    }
-
-    /// Reads elements `start .. start + count` of a [`FastChunks`] dataset and appends them to `out` (the
-    /// variant of its element kind), inflating the chunks on up to every core.
-    pub(crate) fn read_fast(
-        &self,
-        fc: &FastChunks,
-        object: &str,
-        start: u64,
-        count: u64,
-        out: &mut Values,
-    ) -> Result<(), InputError> {
-        let end = start.checked_add(count).filter(|&e| e <= fc.len).ok_or_else(|| {
-            self.malformed(object, format!("read of {count} entries at {start} is past its {} entries", fc.len))
-        })?;
-        let float = matches!(fc.elem, Elem::F32 | Elem::F64);
-        let signed = matches!(fc.elem, Elem::I8 | Elem::I16 | Elem::I32 | Elem::I64);
-        let fits = match out {
-            Values::Float(_) => float,
-            Values::Signed(_) => signed,
-            Values::Unsigned(_) => !float && !signed,
-        };
-        if !fits {
-            return Err(self.unsupported(object, "its element type changed between reads"));
-        }
-        if count == 0 {
-            return Ok(());
-        }
-        let c = fc.chunk_elems;
-        // (chunk, first element, end element) of each chunk the range touches.
-        let jobs: Vec<(usize, u64, u64)> =
-            (start / c..=(end - 1) / c).map(|k| (k as usize, start.max(k * c), end.min((k + 1) * c))).collect();
-        let threads = std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .min(jobs.len().div_ceil(CHUNKS_PER_THREAD))
-            .max(1);
-        let base = out.len();
-        match out {
-            Values::Float(v) => {
-                v.resize(base + count as usize, 0.0);
-                self.fan_out(fc, &jobs, threads, &mut v[base..])
-            }
-            Values::Signed(v) => {
-                v.resize(base + count as usize, 0);
-                self.fan_out(fc, &jobs, threads, &mut v[base..])
-            }
-            Values::Unsigned(v) => {
-                v.resize(base + count as usize, 0);
-                self.fan_out(fc, &jobs, threads, &mut v[base..])
-            }
-        }
-        .map_err(|detail| self.malformed(object, detail))
-    }
-
-    /// Splits `out` by chunk and decodes the chunks on `threads` scoped threads (contiguous groups).
-    fn fan_out<T: FromElem>(
-        &self,
-        fc: &FastChunks,
-        jobs: &[(usize, u64, u64)],
-        threads: usize,
-        out: &mut [T],
-    ) -> Result<(), String> {
-        let mut pieces: Vec<Piece<'_, '_, T>> = Vec::with_capacity(jobs.len());
-        let mut rest = out;
-        for job in jobs {
-            let (piece, tail) = std::mem::take(&mut rest).split_at_mut((job.2 - job.1) as usize);
-            pieces.push((job, piece));
-            rest = tail;
-        }
-        let work = |group: &mut [Piece<'_, '_, T>]| -> Result<(), String> {
-            let mut scratch = ChunkScratch::default();
-            for (job, piece) in group.iter_mut() {
-                let (k, lo, hi) = **job;
-                let bytes = self.load_chunk(fc, k, &mut scratch)?;
-                let from = (lo - k as u64 * fc.chunk_elems) as usize * fc.size;
-                let to = (hi - k as u64 * fc.chunk_elems) as usize * fc.size;
-                T::decode(fc.elem, &bytes[from..to], piece);
-            }
-            Ok(())
-        };
-        if threads <= 1 {
-            return work(&mut pieces);
-        }
-        let per = pieces.len().div_ceil(threads);
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = pieces.chunks_mut(per).map(|group| scope.spawn(move || work(group))).collect();
-            handles.into_iter().try_for_each(|h| h.join().map_err(|_| "a chunk reader thread failed".to_string())?)
-        })
-    }
-
-    /// Reads, inflates and unshuffles chunk `k`: its `chunk_elems * size` bytes.
-    fn load_chunk<'s>(&self, fc: &FastChunks, k: usize, s: &'s mut ChunkScratch) -> Result<&'s [u8], String> {
-        let (address, stored) = fc.chunks[k];
-        let want = fc.chunk_elems as usize * fc.size;
-        s.stored.resize(stored as usize, 0);
-        read_exact_at(&self.raw, &mut s.stored, address).map_err(|e| format!("reading chunk {k}: {e}"))?;
-        let raw: &[u8] = if fc.deflate {
-            s.raw.resize(want, 0);
-            let mut z = flate2::Decompress::new(true);
-            let status = z
-                .decompress(&s.stored, &mut s.raw, flate2::FlushDecompress::Finish)
-                .map_err(|e| format!("chunk {k} does not inflate: {e}"))?;
-            if status != flate2::Status::StreamEnd || z.total_out() != want as u64 {
-                return Err(format!("chunk {k} inflates to {} bytes, not the chunk's {want}", z.total_out()));
-            }
-            &s.raw
-        } else {
-            &s.stored
-        };
-        if !fc.shuffle || fc.size == 1 {
-            return Ok(if fc.deflate { &s.raw } else { &s.stored });
-        }
-        let n = want / fc.size;
-        s.unshuffled.resize(want, 0);
-        for b in 0..fc.size {
-            let plane = &raw[b * n..(b + 1) * n];
-            for (i, &x) in plane.iter().enumerate() {
-                s.unshuffled[i * fc.size + b] = x;
-            }
-        }
-        Ok(&s.unshuffled)
-    }
-
     /// Reads a whole 1-D integer dataset (an index or offset array) as `u64`, rejecting negative entries.
     pub(crate) fn read_index_array(&self, object: &str, expected_len: Option<u64>) -> Result<Vec<u64>, InputError> {
         let ds = self.dataset(object)?;
@@ -816,48 +529,5 @@ impl H5 {
             return Err(self.malformed(object, format!("read {} entries, expected {n}", out.len())));
         }
         Ok(out)
-    }
-}
-
-#[cfg(test)]
-mod fast_tests {
-    use super::*;
-
-    fn fixture(rel: &str) -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/inputs").join(rel)
-    }
-
-    /// The fast chunk reader gives exactly what `hdf5-pure` gives, for every range shape (inside one chunk,
-    /// across chunks, the ragged end), for plain gzip and gzip + shuffle datasets.
-    #[test]
-    fn fast_chunk_reads_equal_the_library_reads() {
-        let mut qualified = Vec::new();
-        for (file, objects) in [
-            ("pbmc200/pbmc200.h5ad", ["X/data", "X/indices"]),
-            ("pbmc200/pbmc200_10x.h5", ["matrix/data", "matrix/indices"]),
-            ("wu2020_200.h5ad", ["X/data", "X/indices"]),
-        ] {
-            let h5 = H5::open(&fixture(file)).unwrap();
-            for object in objects {
-                let ds = h5.dataset(object).unwrap();
-                let Some(fc) = h5.fast_chunks(&ds) else { continue };
-                qualified.push((file, object, fc.shuffle, fc.deflate));
-                let n = h5.len_1d(&ds, object).unwrap();
-                let c = fc.chunk_elems;
-                let ranges =
-                    [(0, n), (0, 1), (1, c.min(n - 1)), (c.saturating_sub(3), 7.min(n)), (n - 1, 1), (n / 3, n / 2)];
-                for (start, count) in ranges {
-                    let count = count.min(n - start);
-                    let kind = h5.elem_kind(&ds, object).unwrap();
-                    let (mut a, mut b) = (Values::new(kind), Values::new(kind));
-                    h5.read_rows_append(&ds, object, start, count, &mut a).unwrap();
-                    h5.read_fast(&fc, object, start, count, &mut b).unwrap();
-                    assert_eq!(format!("{a:?}"), format!("{b:?}"), "{file} {object} {start}+{count}");
-                }
-                assert!(h5.read_fast(&fc, object, n, 1, &mut Values::new(ElemKind::Float)).is_err());
-            }
-        }
-        assert!(qualified.iter().any(|q| q.3), "a gzip fixture takes the fast path: {qualified:?}");
-        eprintln!("fast path: {qualified:?}");
     }
 }

@@ -63,7 +63,16 @@ fn legacy(h5: &H5, detail: impl Into<String>) -> InputError {
 impl H5adSource {
     /// Opens `matrix` of the `.h5ad` file at `path`, reading its gene table and cell names.
     pub fn open(path: &Path, matrix: &H5adMatrix) -> Result<Self, InputError> {
-        Self::open_with(path, matrix, true)
+        Self::open_with(path, matrix, Names::All)
+    }
+
+    /// Opens `matrix` reading, of the names, only the gene keys: the first gene-id column of `var`
+    /// (`gene_ids`, `gene_id`, `feature_id`, `feature_ids`, `ensembl_id`) that holds strings, else the var index.
+    /// [`CountSource::genes`] then has those keys as `ids` and empty `names` (and no other columns), and the cell
+    /// names are empty strings: what checking that inputs list the same genes needs, at a fraction of the cost of
+    /// [`H5adSource::open`] (every variable-length string costs a lookup in the file).
+    pub fn open_gene_keys_only(path: &Path, matrix: &H5adMatrix) -> Result<Self, InputError> {
+        Self::open_with(path, matrix, Names::GeneKeys)
     }
 
     /// Opens `matrix` for its counts only: the gene table and the cell names are not read (each of their
@@ -72,10 +81,10 @@ impl H5adSource {
     /// cells and genes by index only. For a second pass over an input whose names are already known (the
     /// converter's tile writer). [`H5adSource::read_obs`] still reads the obs, cell names included.
     pub fn open_counts_only(path: &Path, matrix: &H5adMatrix) -> Result<Self, InputError> {
-        Self::open_with(path, matrix, false)
+        Self::open_with(path, matrix, Names::None)
     }
 
-    fn open_with(path: &Path, matrix: &H5adMatrix, names: bool) -> Result<Self, InputError> {
+    fn open_with(path: &Path, matrix: &H5adMatrix, names: Names) -> Result<Self, InputError> {
         let h5 = H5::open(path)?;
         // Legacy files: compound obs/var, or an X group marked by h5sparse attributes.
         for df in ["obs", "var"] {
@@ -158,17 +167,8 @@ impl H5adSource {
             return Err(h5.unsupported(&matrix_obj, format!("{n_genes} genes: at most 2^32 - 1 are supported")));
         }
 
-        let (genes, cells) = if names {
-            let var = read_dataframe(&h5, var_obj, Some(n_genes))?;
-            let obs_attrs = h5.attrs("obs")?;
-            let obs_index = obs_attrs
-                .get("_index")
-                .and_then(crate::h5::attr_string)
-                .ok_or_else(|| h5.malformed("obs", "data frame has no '_index' attribute naming its index dataset"))?;
-            let cells = h5.read_strings(&join("obs", &obs_index), Some(n_cells))?;
-            (gene_table(var), cells)
-        } else {
-            // Sizes come from the matrix's shape, so they are checked against the file like any claim.
+        // Sizes come from the matrix's shape, so they are checked against the file like any claim.
+        let unnamed = |h5: &H5| -> Result<(GeneTable, Vec<String>), InputError> {
             h5.check_claim(&matrix_obj, n_genes.saturating_add(n_cells), 24)?;
             let empty = vec![String::new(); n_genes as usize];
             let genes = GeneTable {
@@ -179,7 +179,24 @@ impl H5adSource {
                 columns: Vec::new(),
                 skipped: Vec::new(),
             };
-            (genes, vec![String::new(); n_cells as usize])
+            Ok((genes, vec![String::new(); n_cells as usize]))
+        };
+        let (genes, cells) = match names {
+            Names::All => {
+                let var = read_dataframe(&h5, var_obj, Some(n_genes))?;
+                let obs_attrs = h5.attrs("obs")?;
+                let obs_index = obs_attrs.get("_index").and_then(crate::h5::attr_string).ok_or_else(|| {
+                    h5.malformed("obs", "data frame has no '_index' attribute naming its index dataset")
+                })?;
+                let cells = h5.read_strings(&join("obs", &obs_index), Some(n_cells))?;
+                (gene_table(var), cells)
+            }
+            Names::GeneKeys => {
+                let (mut genes, cells) = unnamed(&h5)?;
+                genes.ids = read_gene_keys(&h5, var_obj, n_genes)?;
+                (genes, cells)
+            }
+            Names::None => unnamed(&h5)?,
         };
 
         let layout = match encoding.as_str() {
@@ -362,6 +379,37 @@ fn cell_text(buf: &Values, k: usize) -> String {
 }
 
 /// Builds the gene table from the var data frame.
+/// Which names [`H5adSource::open_with`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Names {
+    /// The whole gene table and the cell names.
+    All,
+    /// The gene keys only (what [`gene_table`] takes as `ids`).
+    GeneKeys,
+    /// None.
+    None,
+}
+
+/// The gene keys of the `var` frame at `var_obj` exactly as [`gene_table`] picks them from the whole frame: the
+/// first [`ID_COLUMNS`] column listed in `column-order` that reads as strings, else the index.
+fn read_gene_keys(h5: &H5, var_obj: &str, n_genes: u64) -> Result<Vec<String>, InputError> {
+    let listed = crate::frame::column_order(h5, var_obj)?;
+    for name in ID_COLUMNS.iter().filter(|name| listed.iter().any(|l| l == *name)) {
+        // Columns that fail to read are skipped by the whole-frame read too (except these two errors).
+        match crate::frame::read_column(h5, var_obj, &join(var_obj, name), name, n_genes) {
+            Ok(Some(c)) => {
+                if let Some(ids) = c.data.as_strings() {
+                    return Ok(ids);
+                }
+            }
+            Ok(None) => {}
+            Err(e @ (InputError::TooLarge { .. } | InputError::Malformed { .. })) => return Err(e),
+            Err(_) => {}
+        }
+    }
+    crate::frame::read_index(h5, var_obj, Some(n_genes))
+}
+
 fn gene_table(var: Frame) -> GeneTable {
     let ids = ID_COLUMNS
         .iter()

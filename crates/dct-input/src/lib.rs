@@ -25,6 +25,7 @@
 mod block;
 mod csr;
 mod error;
+mod fast;
 mod frame;
 mod h5;
 mod h5ad;
