@@ -110,7 +110,17 @@ pub fn encode_canonical(m: &CanonicalCsr, opts: &EncodeOptions) -> Result<Vec<u8
     }
     let chunks: Vec<EncodedChunk> = ranges
         .par_iter()
-        .map_init(CCtx::create, |cctx, &(lo, hi)| encode_chunk(cctx, m, lo, hi, opts))
+        .map(|&(lo, hi)| {
+            SCRATCH.with(|cell| {
+                let mut slot = cell.borrow_mut();
+                let scratch = slot.get_or_insert_with(|| EncodeScratch {
+                    cctx: CCtx::create(),
+                    gaps: Vec::new(),
+                    vals: Vec::new(),
+                });
+                encode_chunk(scratch, m, lo, hi, opts)
+            })
+        })
         .collect::<Result<_, _>>()?;
 
     let limit = opts.exception_policy.limit(nnz);
@@ -178,8 +188,20 @@ pub fn encode_canonical(m: &CanonicalCsr, opts: &EncodeOptions) -> Result<Vec<u8
     Ok(blob)
 }
 
+/// A thread's encoder state, reused from chunk to chunk: the zstd context (whose tables cost a megabyte or more
+/// to set up at low levels) and the two plane buffers (every byte is overwritten, so they are never cleared).
+struct EncodeScratch {
+    cctx: CCtx<'static>,
+    gaps: Vec<u8>,
+    vals: Vec<u8>,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Option<EncodeScratch>> = const { std::cell::RefCell::new(None) };
+}
+
 fn encode_chunk(
-    cctx: &mut CCtx<'static>,
+    scratch: &mut EncodeScratch,
     m: &CanonicalCsr,
     lo: u64,
     hi: u64,
@@ -187,8 +209,10 @@ fn encode_chunk(
 ) -> Result<EncodedChunk, EncodeError> {
     let (nnz_lo, nnz_hi) = (m.indptr[lo as usize], m.indptr[hi as usize]);
     let n = (nnz_hi - nnz_lo) as usize;
-    let mut gaps = vec![0u8; 2 * n];
-    let mut vals = vec![0u8; 2 * n];
+    let EncodeScratch { cctx, gaps, vals } = scratch;
+    // Every byte of both planes is written below (the rows of the chunk cover its nonzeros).
+    gaps.resize(2 * n, 0);
+    vals.resize(2 * n, 0);
     let (mut vexc_pos, mut vexc_pay) = (Vec::new(), Vec::new());
     let (mut gexc_pos, mut gexc_pay) = (Vec::new(), Vec::new());
     let values = &m.values[nnz_lo as usize..nnz_hi as usize];
@@ -232,7 +256,7 @@ fn encode_chunk(
     let exc_bytes =
         |pos: &[u32], pay: &[u32]| -> Vec<u8> { pos.iter().chain(pay).flat_map(|x| x.to_le_bytes()).collect() };
     let exceptions = [vexc_pos.len() as u64, gexc_pos.len() as u64];
-    let mut frames = [compress(cctx, &gaps, opts.level)?, compress(cctx, &vals, opts.level)?, Vec::new(), Vec::new()];
+    let mut frames = [compress(cctx, gaps, opts.level)?, compress(cctx, vals, opts.level)?, Vec::new(), Vec::new()];
     if !vexc_pos.is_empty() {
         frames[2] = compress(cctx, &exc_bytes(&vexc_pos, &vexc_pay), opts.level)?;
     }

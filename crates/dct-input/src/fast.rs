@@ -13,12 +13,12 @@ use crate::error::InputError;
 use crate::h5::{H5, Values};
 
 #[cfg(unix)]
-fn read_exact_at(file: &std::fs::File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+pub(crate) fn read_exact_at(file: &std::fs::File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
     std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
 }
 
 #[cfg(not(unix))]
-fn read_exact_at(_file: &std::fs::File, _buf: &mut [u8], _offset: u64) -> std::io::Result<()> {
+pub(crate) fn read_exact_at(_file: &std::fs::File, _buf: &mut [u8], _offset: u64) -> std::io::Result<()> {
     // `fast_chunks` never qualifies a dataset off unix.
     Err(std::io::Error::other("positioned reads are not available on this platform"))
 }
@@ -329,8 +329,8 @@ impl H5 {
         .map_err(|detail| self.malformed(object, detail))
     }
 
-    /// Reads elements `start .. start + count` of a [`FastChunks`] dataset converted by `to` into `out` (cleared
-    /// first). `Ok(false)` when some element is not acceptable (`out` then holds garbage): the caller reads the
+    /// Reads elements `start .. start + count` of a [`FastChunks`] dataset converted by `to` into `out` (resized
+    /// to `count`). `Ok(false)` when some element is not acceptable (`out` then holds garbage): the caller reads the
     /// range again through [`Values`] to report which element and why.
     pub(crate) fn read_fast_u32(
         &self,
@@ -344,7 +344,7 @@ impl H5 {
         let end = start.checked_add(count).filter(|&e| e <= fc.len).ok_or_else(|| {
             self.malformed(object, format!("read of {count} entries at {start} is past its {} entries", fc.len))
         })?;
-        out.clear();
+        // Every element is overwritten below, so a buffer of the right length is reused without clearing it.
         out.resize(count as usize, 0);
         if count == 0 {
             return Ok(true);

@@ -498,6 +498,9 @@ impl H5 {
         let dt = self.guard(object, || ds.dtype())?;
         match dt {
             DType::VariableLengthString => {
+                if let Some(strings) = self.read_vl_strings_bulk(&ds, n) {
+                    return Ok(strings);
+                }
                 let opts = VlenStringReadOptions::new()
                     .with_max_elements(n as usize)
                     .with_max_payload_bytes(usize::try_from(self.size).unwrap_or(usize::MAX));

@@ -32,6 +32,7 @@ mod h5ad;
 mod mtx;
 mod scan;
 mod tenx;
+mod vlstr;
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
