@@ -122,4 +122,45 @@ mod tests {
         GeneRemap::new(&ident).push_row(&genes, &counts, &mut g, &mut c);
         assert_eq!(g, genes);
     }
+
+    /// A shuffled order of 60,000 genes and rows of many lengths, one after another into the same output: the
+    /// bitset and the sort give the reference order.
+    #[test]
+    fn wide_shuffled_orders_match_a_sort() {
+        let n = 60_000usize;
+        let mut seed = 7u64;
+        let mut next = move || {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) as usize
+        };
+        let mut order: Vec<u32> = (0..n as u32).collect();
+        for i in (1..n).rev() {
+            order.swap(i, next() % (i + 1));
+        }
+        let rows: Vec<Vec<u32>> = [0usize, 1, 5, 63, 64, 65, 1000, 5000, 59_999]
+            .iter()
+            .map(|&len| {
+                let mut g: Vec<u32> = (0..len).map(|_| (next() % n) as u32).collect();
+                g.sort_unstable();
+                g.dedup();
+                g
+            })
+            .collect();
+        for bitset in [true, false] {
+            let mut m = GeneRemap::new(&order);
+            if !bitset {
+                m.bits.clear();
+            }
+            let (mut got_g, mut got_c) = (Vec::new(), Vec::new());
+            let (mut want_g, mut want_c) = (Vec::new(), Vec::new());
+            for genes in &rows {
+                let counts: Vec<u32> = genes.iter().map(|&g| g % 1000 + 1).collect();
+                m.push_row(genes, &counts, &mut got_g, &mut got_c);
+                let (g, c) = sorted_by_rank(&order, genes, &counts);
+                want_g.extend(g);
+                want_c.extend(c);
+            }
+            assert_eq!((&got_g, &got_c), (&want_g, &want_c), "bitset: {bitset}");
+        }
+    }
 }
