@@ -125,10 +125,22 @@ impl CanonicalCsr {
         if *self.indptr.last().expect("non-empty") != self.indices.len() as u64 {
             return Err(EncodeError::Shape("indptr does not end at the number of entries".into()));
         }
+        if let Some(r) = self.indptr.windows(2).position(|w| w[1] < w[0]) {
+            return Err(EncodeError::Shape(format!("indptr decreases at row {r}")));
+        }
+        // One branch-free pass over everything (the rows are now known to lie inside the arrays); only a matrix
+        // that fails it is walked entry by entry to name the first bad entry.
+        let values_ok = self.values.iter().fold(true, |ok, &v| ok & (v.wrapping_sub(1) < MAX_COUNT));
+        let rows_ok = self.indptr.windows(2).fold(true, |ok, w| {
+            let row = &self.indices[w[0] as usize..w[1] as usize];
+            let increasing = row.iter().zip(row.iter().skip(1)).fold(true, |ok, (a, b)| ok & (a < b));
+            // Strictly increasing, so the last column is the largest.
+            ok & increasing & row.last().is_none_or(|&c| u64::from(c) < self.n_genes)
+        });
+        if values_ok && rows_ok {
+            return Ok(());
+        }
         for (r, w) in self.indptr.windows(2).enumerate() {
-            if w[1] < w[0] {
-                return Err(EncodeError::Shape(format!("indptr decreases at row {r}")));
-            }
             let mut prev: Option<u32> = None;
             for k in w[0] as usize..w[1] as usize {
                 let (c, v) = (self.indices[k], self.values[k]);
@@ -267,4 +279,32 @@ fn check_shape<P: IndexLike, I: IndexLike, V>(m: &CsrMatrix<'_, P, I, V>) -> Res
         return Err(EncodeError::Shape(format!("indptr ends at {prev} but there are {} entries", m.indices.len())));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn csr(n_genes: u64, indptr: &[u64], indices: &[u32], values: &[u32]) -> CanonicalCsr {
+        CanonicalCsr { n_genes, indptr: indptr.to_vec(), indices: indices.to_vec(), values: values.to_vec() }
+    }
+
+    /// The one-pass check accepts exactly the canonical matrices, and every rejection names its entry.
+    #[test]
+    fn validate_accepts_exactly_canonical_matrices() {
+        assert!(csr(10, &[0, 2, 2, 3], &[1, 9, 0], &[1, MAX_COUNT, 5]).validate().is_ok());
+        assert!(csr(10, &[0], &[], &[]).validate().is_ok());
+        let shape = |m: CanonicalCsr| matches!(m.validate(), Err(EncodeError::Shape(_)));
+        let count = |m: CanonicalCsr| matches!(m.validate(), Err(EncodeError::NotACount { .. }));
+        assert!(shape(csr(10, &[0, 2, 1, 3], &[1, 2, 3], &[1, 1, 1])), "indptr decreases");
+        assert!(shape(csr(10, &[0, 2], &[3, 3], &[1, 1])), "repeated column");
+        assert!(shape(csr(10, &[0, 2], &[4, 3], &[1, 1])), "decreasing columns");
+        assert!(shape(csr(10, &[0, 1, 2], &[1, 10], &[1, 1])), "column not below n_genes");
+        assert!(count(csr(10, &[0, 2], &[1, 2], &[1, 0])), "stored zero");
+        assert!(count(csr(10, &[0, 2], &[1, 2], &[MAX_COUNT + 1, 1])), "count above 2^31 - 1");
+        match csr(10, &[0, 1, 3], &[4, 2, 3], &[1, 7, 0]).validate() {
+            Err(EncodeError::NotACount { row, col, .. }) => assert_eq!((row, col), (1, 3)),
+            other => panic!("{other:?}"),
+        }
+    }
 }
