@@ -156,7 +156,7 @@ struct WrittenTile {
 }
 
 /// Rows read from an input at a time: bounds the input window whatever the tile size.
-const WINDOW_ROWS: u64 = 2048;
+const WINDOW_ROWS: u64 = 256;
 
 impl<'a> TileReader<'a> {
     fn new(plan: &'a Plan) -> Self {

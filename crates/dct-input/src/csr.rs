@@ -135,7 +135,7 @@ impl CsrH5 {
         let mut cursor = RowCursor { row: rows.start, row_end: self.indptr[rows.start as usize + 1] };
         let mut pos = lo;
         while pos < hi {
-            let step = READ_STEP.min(hi - pos);
+            let step = (READ_STEP / 8).min(hi - pos);
             let names = Names { cell_name, gene_name };
             if !self.read_step_fast(h5, (pos, step), out, &mut cursor, names)? {
                 self.read_step(h5, (pos, step), out, &mut cursor, names)?;
