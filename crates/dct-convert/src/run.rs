@@ -1,8 +1,11 @@
 //! Writing tiles (one part of a plan, or all of it), finalizing, and the one-shot conversion.
 
+use std::collections::HashMap;
+use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::sync_channel;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
 use rayon::prelude::*;
@@ -12,7 +15,7 @@ use dct_codec::{CanonicalCsr, EncodeOptions, encode_canonical};
 use dct_dataset::manifest::{GENE_ORDER_NAME, MANIFEST_NAME, VAR_NAMES_NAME, VAR_TABLE_NAME, tile_path};
 use dct_dataset::{Manifest, StoreOptions};
 use dct_format::{TileLayout, Version, verify_crc};
-use dct_input::{CountSource, H5adSource, RowBlock, open_input_with};
+use dct_input::{CountSource, H5adSource, InputKind, RowBlock, open_input_with};
 use dct_obs::{ObsWriteOptions, ObsWriteSummary, ObsWriter, encode_var_parquet};
 use serde_json::json;
 
@@ -135,12 +138,68 @@ fn open_counts(plan: &Plan, i: usize) -> Result<Box<dyn CountSource>, ConvertErr
     Ok(open_input_with(PathBuf::from(&input.path), &opts)?)
 }
 
+/// A source several tile workers read.
+type SharedSource = Arc<Mutex<Box<dyn CountSource>>>;
+/// How [`SharedInputs`] holds a source: weakly, so that it drops once no worker reads it.
+type HeldSource = Weak<Mutex<Box<dyn CountSource>>>;
+
+/// Inputs that hold their whole matrix in memory (Matrix Market folders, CSC `.h5ad`), opened once and shared by
+/// the tile workers: each is parsed or transposed once and held once, however many workers read its cells. Held
+/// weakly: an input is dropped when no worker reads it any more.
+#[derive(Default)]
+struct SharedInputs(Mutex<HashMap<usize, HeldSource>>);
+
+/// The input a tile worker is reading.
+enum OpenInput {
+    /// Opened by this worker alone (row windows read straight from the file).
+    Own(Box<dyn CountSource>),
+    /// Shared with the other workers.
+    Shared(SharedSource),
+}
+
+fn lock<T: ?Sized>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A worker that panicked while holding a source leaves it usable: reads do not leave it half-changed.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl SharedInputs {
+    /// Input `i`, from the shared ones, or opened now (and shared if it holds its whole matrix).
+    fn open(&self, plan: &Plan, i: usize) -> Result<OpenInput, ConvertError> {
+        let whole_at_open = plan.inputs[i].kind == InputKind::MatrixMarket.to_string();
+        let mut shared = lock(&self.0);
+        if let Some(s) = shared.get(&i).and_then(Weak::upgrade) {
+            return Ok(OpenInput::Shared(s));
+        }
+        if !whole_at_open {
+            // Opening is cheap here (the matrix is read window by window, or transposed at the first read).
+            drop(shared);
+            let source = unchanged(plan, i, open_counts(plan, i)?)?;
+            if !source.loads_whole_matrix() {
+                return Ok(OpenInput::Own(source));
+            }
+            shared = lock(&self.0);
+            if let Some(s) = shared.get(&i).and_then(Weak::upgrade) {
+                return Ok(OpenInput::Shared(s));
+            }
+            let s = Arc::new(Mutex::new(source));
+            shared.insert(i, Arc::downgrade(&s));
+            return Ok(OpenInput::Shared(s));
+        }
+        // Parsed at open: the other workers wait here rather than parse it too.
+        let s = Arc::new(Mutex::new(unchanged(plan, i, open_counts(plan, i)?)?));
+        shared.retain(|_, w| w.strong_count() > 0);
+        shared.insert(i, Arc::downgrade(&s));
+        Ok(OpenInput::Shared(s))
+    }
+}
+
 /// Reads the cells of tiles in order across input boundaries, renumbering genes into the output order.
 struct TileReader<'a> {
     plan: &'a Plan,
+    shared: &'a SharedInputs,
     remap: GeneRemap,
     input_starts: Vec<u64>,
-    current: Option<(usize, Box<dyn CountSource>)>,
+    current: Option<(usize, OpenInput)>,
     block: RowBlock,
     /// The tile being built.
     csr: CanonicalCsr,
@@ -159,7 +218,7 @@ struct WrittenTile {
 const WINDOW_ROWS: u64 = 256;
 
 impl<'a> TileReader<'a> {
-    fn new(plan: &'a Plan) -> Self {
+    fn new(plan: &'a Plan, shared: &'a SharedInputs) -> Self {
         let mut input_starts = Vec::with_capacity(plan.inputs.len() + 1);
         let mut acc = 0;
         input_starts.push(0);
@@ -169,6 +228,7 @@ impl<'a> TileReader<'a> {
         }
         TileReader {
             plan,
+            shared,
             remap: GeneRemap::new(&plan.gene_order),
             input_starts,
             current: None,
@@ -177,12 +237,18 @@ impl<'a> TileReader<'a> {
         }
     }
 
-    fn source(&mut self, i: usize) -> Result<&mut dyn CountSource, ConvertError> {
+    /// Reads cells `rows` of input `i` into `out`.
+    fn read_window(&mut self, i: usize, rows: Range<u64>, out: &mut RowBlock) -> Result<(), ConvertError> {
         if self.current.as_ref().is_none_or(|(j, _)| *j != i) {
-            let source = unchanged(self.plan, i, open_counts(self.plan, i)?)?;
-            self.current = Some((i, source));
+            // Let go of the previous input first, so that a shared one can be dropped.
+            self.current = None;
+            self.current = Some((i, self.shared.open(self.plan, i)?));
         }
-        Ok(self.current.as_mut().expect("just set").1.as_mut())
+        match &mut self.current.as_mut().expect("just set").1 {
+            OpenInput::Own(s) => s.read_rows_into(rows, out)?,
+            OpenInput::Shared(s) => lock(s).read_rows_into(rows, out)?,
+        }
+        Ok(())
     }
 
     /// Reads tile `t` and encodes it.
@@ -215,7 +281,7 @@ impl<'a> TileReader<'a> {
             let (lo, hi) = (self.input_starts[i], self.input_starts[i + 1]);
             let stop = end.min(hi).min(cell + WINDOW_ROWS);
             let mut block = std::mem::take(&mut self.block);
-            let read = self.source(i).and_then(|s| Ok(s.read_rows_into(cell - lo..stop - lo, &mut block)?));
+            let read = self.read_window(i, cell - lo..stop - lo, &mut block);
             if read.is_ok() {
                 for r in 0..block.n_rows() {
                     let (genes, counts) = block.row(r);
@@ -238,6 +304,12 @@ impl<'a> TileReader<'a> {
 
 /// Writes the tiles of part `part` of `parts` (0-based), skipping tiles already complete and valid. Idempotent:
 /// running a part twice, or two overlapping runs, writes the same bytes.
+///
+/// One tile worker per thread of `opts.threads` reads, renumbers and encodes whole tiles. Memory: per worker, the
+/// tile being built (8 bytes per nonzero), the encoder's planes (4 bytes per nonzero of a chunk) and a window of
+/// 256 cells of its input; encoded tiles (compressed) wait in a channel of one per worker. Inputs that hold their
+/// whole matrix in memory (Matrix Market folders, CSC `.h5ad`: about 8 bytes per stored entry of that input) are
+/// opened once and shared by the workers, so at most one per worker is held at a time.
 pub fn run_part(
     plan: &Plan,
     part: usize,
@@ -281,13 +353,14 @@ pub fn run_part(
     // the other workers are idle (the last tiles). This thread stores the tiles and reports progress.
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
+    let shared = SharedInputs::default();
     let (tx, rx) = sync_channel::<Result<WrittenTile, ConvertError>>(threads);
     let mut first_error = None;
     pool.in_place_scope(|scope| {
         for _ in 0..threads {
-            let (tx, next, stop, todo) = (tx.clone(), &next, &stop, &todo);
+            let (tx, next, stop, todo, shared) = (tx.clone(), &next, &stop, &todo, &shared);
             scope.spawn(move |_| {
-                let mut reader = TileReader::new(plan);
+                let mut reader = TileReader::new(plan, shared);
                 while !stop.load(Ordering::Relaxed) {
                     let Some(&t) = todo.get(next.fetch_add(1, Ordering::Relaxed)) else { break };
                     let item = reader.read_and_encode(t, &encode);
@@ -569,4 +642,31 @@ pub fn convert(
     }
     run_part(&plan, 0, 1, run, progress)?;
     finalize(&plan, run)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(rel: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/inputs").join(rel)
+    }
+
+    /// A Matrix Market input is parsed once however many workers read it, and dropped when none does; an h5ad CSR
+    /// input is opened by each worker on its own.
+    #[test]
+    fn whole_matrix_inputs_are_shared_between_workers() {
+        let out = std::env::temp_dir().join(format!("dct_shared_inputs_{}", std::process::id()));
+        let inputs = [fixture("pbmc200/mtx"), fixture("pbmc200/pbmc200.h5ad")];
+        let plan = make_plan(&inputs, &ConvertOptions::new(out.to_str().unwrap())).unwrap();
+        let shared = SharedInputs::default();
+        let (a, b) = (shared.open(&plan, 0).unwrap(), shared.open(&plan, 0).unwrap());
+        match (&a, &b) {
+            (OpenInput::Shared(a), OpenInput::Shared(b)) => assert!(Arc::ptr_eq(a, b)),
+            _ => panic!("a Matrix Market input must be shared"),
+        }
+        drop((a, b));
+        assert!(lock(&shared.0).get(&0).is_some_and(|w| w.strong_count() == 0), "dropped when unused");
+        assert!(matches!(shared.open(&plan, 1).unwrap(), OpenInput::Own(_)));
+    }
 }

@@ -466,6 +466,10 @@ impl CountSource for H5adSource {
         &self.cells
     }
 
+    fn loads_whole_matrix(&self) -> bool {
+        matches!(self.layout, Layout::Csc { .. })
+    }
+
     fn stored_entries(&self, rows: Range<u64>) -> Option<u64> {
         if rows.start > rows.end || rows.end > self.n_cells {
             return None;

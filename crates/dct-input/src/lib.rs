@@ -175,6 +175,13 @@ pub trait CountSource: Send + std::fmt::Debug {
     /// transposed.
     fn stored_entries(&self, rows: Range<u64>) -> Option<u64>;
 
+    /// Whether the input holds (or will hold, at its first read) its whole matrix in memory: Matrix Market
+    /// folders (parsed and transposed at open) and CSC `.h5ad` matrices (transposed at the first read). A caller
+    /// reading one input from several threads should share one such source rather than open it per thread.
+    fn loads_whole_matrix(&self) -> bool {
+        false
+    }
+
     /// Reads cells `rows` into `out` (replacing its content), in canonical form.
     ///
     /// Windows may be read in any order; reading them in increasing order is what the readers are tuned for.

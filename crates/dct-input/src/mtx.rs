@@ -670,6 +670,10 @@ impl CountSource for MtxSource {
         &self.cells
     }
 
+    fn loads_whole_matrix(&self) -> bool {
+        true
+    }
+
     fn stored_entries(&self, rows: Range<u64>) -> Option<u64> {
         (rows.start <= rows.end && rows.end <= self.n_cells())
             .then(|| self.cell_ptr[rows.end as usize] - self.cell_ptr[rows.start as usize])

@@ -41,6 +41,8 @@ fn csc_and_dense_layers_equal_the_counts() {
     for name in ["counts_csc", "dense_u32", "dense_f64"] {
         let mut src = open(layer(name)).unwrap();
         assert_eq!(src.stored_entries(0..40), None, "{name}: not known before reading");
+        // Only the CSC layer is held whole (transposed at the first read); dense layers stream by windows.
+        assert_eq!(src.loads_whole_matrix(), name == "counts_csc", "{name}");
         for w in [1, 7, 40] {
             assert_eq!(all_triplets(src.as_mut(), w), want, "layer {name}, window {w}");
         }
