@@ -28,7 +28,7 @@ const SCAN_FORMAT: &str = "deltacells-convert-scan";
 /// Largest scan file read (a gene list of a few million names with totals fits easily).
 const MAX_SCAN_BYTES: u64 = 1 << 30;
 /// Rows read per window while scanning (bounded memory per input).
-const SCAN_WINDOW: u64 = 4096;
+const SCAN_WINDOW: u64 = 256;
 
 /// Size and modification time of one file of an input, to notice a changed input.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
