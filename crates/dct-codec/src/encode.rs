@@ -220,14 +220,8 @@ fn encode_chunk(
     // The planes are written by straight loops the compiler vectorises; a stretch holding a value or gap above
     // STREAM_MAX (rare in counts) is written again by the loop that records exceptions.
     if split_planes(values.iter().copied(), vlo, vhi) > STREAM_MAX {
-        for (k, &v) in values.iter().enumerate() {
-            vlo[k] = v.min(STREAM_MAX) as u8;
-            vhi[k] = (v.min(STREAM_MAX) >> 8) as u8;
-            if v > STREAM_MAX {
-                vexc_pos.push(k as u32);
-                vexc_pay.push(v);
-            }
-        }
+        let exceptions = (&mut vexc_pos, &mut vexc_pay);
+        split_planes_with_exceptions(values.iter().copied(), vlo, vhi, 0, exceptions, |v| v);
     }
     let indices = &m.indices[nnz_lo as usize..nnz_hi as usize];
     let (glo, ghi) = gaps.split_at_mut(n);
@@ -238,19 +232,12 @@ fn encode_chunk(
         }
         let row = &indices[a..b];
         // The first gap of a row is its first gene; then differences (the row is strictly increasing).
-        let first = split_planes(std::iter::once(row[0]), &mut glo[a..=a], &mut ghi[a..=a]);
-        let rest =
-            split_planes(row[1..].iter().zip(row).map(|(&g, &prev)| g - prev), &mut glo[a + 1..b], &mut ghi[a + 1..b]);
-        if first.max(rest) > STREAM_MAX {
-            let row_gaps = std::iter::once(row[0]).chain(row[1..].iter().zip(row).map(|(&g, &prev)| g - prev));
-            for (k, gap) in (a..b).zip(row_gaps) {
-                glo[k] = gap.min(STREAM_MAX) as u8;
-                ghi[k] = (gap.min(STREAM_MAX) >> 8) as u8;
-                if gap > STREAM_MAX {
-                    gexc_pos.push(k as u32);
-                    gexc_pay.push(gap - STREAM_MAX);
-                }
-            }
+        let steps = || row[1..].iter().zip(row).map(|(&g, &prev)| g - prev);
+        (glo[a], ghi[a]) = (row[0] as u8, (row[0] >> 8) as u8);
+        if split_planes(steps(), &mut glo[a + 1..b], &mut ghi[a + 1..b]).max(row[0]) > STREAM_MAX {
+            let row_gaps = std::iter::once(row[0]).chain(steps());
+            let exceptions = (&mut gexc_pos, &mut gexc_pay);
+            split_planes_with_exceptions(row_gaps, &mut glo[a..b], &mut ghi[a..b], a, exceptions, |g| g - STREAM_MAX);
         }
     }
     let exc_bytes =
@@ -277,6 +264,26 @@ fn split_planes(words: impl Iterator<Item = u32>, lo: &mut [u8], hi: &mut [u8]) 
         max = max.max(w);
     }
     max
+}
+
+/// [`split_planes`] with every word above STREAM_MAX stored as STREAM_MAX and listed as an exception: its
+/// position (`first` + its index) and `payload(word)`.
+fn split_planes_with_exceptions(
+    words: impl Iterator<Item = u32>,
+    lo: &mut [u8],
+    hi: &mut [u8],
+    first: usize,
+    (positions, payloads): (&mut Vec<u32>, &mut Vec<u32>),
+    payload: impl Fn(u32) -> u32,
+) {
+    for (k, ((w, l), h)) in words.zip(lo.iter_mut()).zip(hi.iter_mut()).enumerate() {
+        let stored = w.min(STREAM_MAX);
+        (*l, *h) = (stored as u8, (stored >> 8) as u8);
+        if w > STREAM_MAX {
+            positions.push((first + k) as u32);
+            payloads.push(payload(w));
+        }
+    }
 }
 
 fn compress(cctx: &mut CCtx<'static>, src: &[u8], level: i32) -> Result<Vec<u8>, EncodeError> {

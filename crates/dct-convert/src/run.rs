@@ -165,12 +165,15 @@ fn lock<T: ?Sized>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl SharedInputs {
     /// Input `i`, from the shared ones, or opened now (and shared if it holds its whole matrix).
     fn open(&self, plan: &Plan, i: usize) -> Result<OpenInput, ConvertError> {
-        let whole_at_open = plan.inputs[i].kind == InputKind::MatrixMarket.to_string();
+        let parsed_at_open = plan.inputs[i].kind == InputKind::MatrixMarket.to_string();
         let mut shared = lock(&self.0);
         if let Some(s) = shared.get(&i).and_then(Weak::upgrade) {
             return Ok(OpenInput::Shared(s));
         }
-        if !whole_at_open {
+        let source = if parsed_at_open {
+            // The other workers wait here rather than parse it too.
+            unchanged(plan, i, open_counts(plan, i)?)?
+        } else {
             // Opening is cheap here (the matrix is read window by window, or transposed at the first read).
             drop(shared);
             let source = unchanged(plan, i, open_counts(plan, i)?)?;
@@ -179,14 +182,12 @@ impl SharedInputs {
             }
             shared = lock(&self.0);
             if let Some(s) = shared.get(&i).and_then(Weak::upgrade) {
+                // Another worker shared it meanwhile.
                 return Ok(OpenInput::Shared(s));
             }
-            let s = Arc::new(Mutex::new(source));
-            shared.insert(i, Arc::downgrade(&s));
-            return Ok(OpenInput::Shared(s));
-        }
-        // Parsed at open: the other workers wait here rather than parse it too.
-        let s = Arc::new(Mutex::new(unchanged(plan, i, open_counts(plan, i)?)?));
+            source
+        };
+        let s = Arc::new(Mutex::new(source));
         shared.retain(|_, w| w.strong_count() > 0);
         shared.insert(i, Arc::downgrade(&s));
         Ok(OpenInput::Shared(s))
@@ -268,11 +269,7 @@ impl<'a> TileReader<'a> {
     /// from tile to tile); returns the index of the last input read.
     fn read(&mut self, first: u64, end: u64) -> Result<usize, ConvertError> {
         let mut csr = std::mem::replace(&mut self.csr, CanonicalCsr::new(0));
-        csr.n_genes = self.plan.n_genes;
-        csr.indptr.clear();
-        csr.indptr.push(0);
-        csr.indices.clear();
-        csr.values.clear();
+        csr.clear();
         let mut cell = first;
         let mut last_input = 0;
         let mut result = Ok(());

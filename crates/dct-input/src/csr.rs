@@ -10,6 +10,9 @@ use crate::error::{BadValue, InputError};
 use crate::fast::{FastChunks, ToU32};
 use crate::h5::{ElemKind, H5, READ_STEP, Values};
 
+/// Entries converted per step: the step's gene and count arrays (512 KiB each) stay close to the cache.
+const STEP_ENTRIES: u64 = READ_STEP / 8;
+
 /// How errors name cells and genes (source indices).
 #[derive(Clone, Copy)]
 struct Names<'a> {
@@ -133,17 +136,17 @@ impl CsrH5 {
         let lo = self.indptr[rows.start as usize];
         let hi = self.indptr[rows.end as usize];
         let mut cursor = RowCursor { row: rows.start, row_end: self.indptr[rows.start as usize + 1] };
+        let names = Names { cell_name, gene_name };
         let mut pos = lo;
         while pos < hi {
-            let step = (READ_STEP / 8).min(hi - pos);
-            let names = Names { cell_name, gene_name };
+            let step = STEP_ENTRIES.min(hi - pos);
             if !self.read_step_fast(h5, (pos, step), out, &mut cursor, names)? {
                 self.read_step(h5, (pos, step), out, &mut cursor, names)?;
             }
             pos += step;
         }
         while cursor.row < rows.end {
-            self.close_row(h5, out, cursor.row, cell_name, gene_name)?;
+            self.close_row(h5, out, cursor.row, names)?;
             cursor.row += 1;
         }
         Ok(())
@@ -156,11 +159,10 @@ impl CsrH5 {
         out: &mut RowBlock,
         cursor: &mut RowCursor,
         entry: u64,
-        cell_name: &dyn Fn(u64) -> String,
-        gene_name: &dyn Fn(u64) -> String,
+        names: Names<'_>,
     ) -> Result<(), InputError> {
         while entry >= cursor.row_end {
-            self.close_row(h5, out, cursor.row, cell_name, gene_name)?;
+            self.close_row(h5, out, cursor.row, names)?;
             cursor.row += 1;
             cursor.row_end = self.indptr[cursor.row as usize + 1];
         }
@@ -188,7 +190,7 @@ impl CsrH5 {
         let mut k = 0usize;
         let mut result = Ok(());
         while k < step as usize {
-            if let Err(e) = self.advance(h5, out, cursor, pos + k as u64, names.cell_name, names.gene_name) {
+            if let Err(e) = self.advance(h5, out, cursor, pos + k as u64, names) {
                 result = Err(e);
                 break;
             }
@@ -242,7 +244,7 @@ impl CsrH5 {
         }
         for k in 0..step as usize {
             let entry = pos + k as u64;
-            self.advance(h5, out, cursor, entry, cell_name, gene_name)?;
+            self.advance(h5, out, cursor, entry, names)?;
             let row = cursor.row;
             let src_gene = match &self.ibuf {
                 Values::Signed(v) => u64::try_from(v[k]).unwrap_or(u64::MAX),
@@ -287,14 +289,8 @@ impl CsrH5 {
         Ok(())
     }
 
-    fn close_row(
-        &self,
-        h5: &H5,
-        out: &mut RowBlock,
-        row: u64,
-        cell_name: &dyn Fn(u64) -> String,
-        gene_name: &dyn Fn(u64) -> String,
-    ) -> Result<(), InputError> {
+    fn close_row(&self, h5: &H5, out: &mut RowBlock, row: u64, names: Names<'_>) -> Result<(), InputError> {
+        let Names { cell_name, gene_name } = names;
         out.finish_row().map_err(|(gene, sum)| {
             let src = self.src_gene(gene);
             InputError::NotACount(Box::new(BadValue {

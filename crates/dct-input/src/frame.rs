@@ -155,7 +155,7 @@ pub(crate) fn read_dataframe(h5: &H5, group: &str, n_rows: Option<u64>) -> Resul
 }
 
 /// The name of the index dataset of the data frame `group` (its `_index` attribute).
-fn index_name(h5: &H5, group: &str) -> Result<String, InputError> {
+pub(crate) fn index_name(h5: &H5, group: &str) -> Result<String, InputError> {
     h5.attrs(group)?
         .get("_index")
         .and_then(attr_string)

@@ -184,10 +184,7 @@ impl H5adSource {
         let (genes, cells) = match names {
             Names::All => {
                 let var = read_dataframe(&h5, var_obj, Some(n_genes))?;
-                let obs_attrs = h5.attrs("obs")?;
-                let obs_index = obs_attrs.get("_index").and_then(crate::h5::attr_string).ok_or_else(|| {
-                    h5.malformed("obs", "data frame has no '_index' attribute naming its index dataset")
-                })?;
+                let obs_index = crate::frame::index_name(&h5, "obs")?;
                 let cells = h5.read_strings(&join("obs", &obs_index), Some(n_cells))?;
                 (gene_table(var), cells)
             }
@@ -378,7 +375,6 @@ fn cell_text(buf: &Values, k: usize) -> String {
     }
 }
 
-/// Builds the gene table from the var data frame.
 /// Which names [`H5adSource::open_with`] reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Names {
@@ -410,6 +406,7 @@ fn read_gene_keys(h5: &H5, var_obj: &str, n_genes: u64) -> Result<Vec<String>, I
     crate::frame::read_index(h5, var_obj, Some(n_genes))
 }
 
+/// Builds the gene table from the var data frame.
 fn gene_table(var: Frame) -> GeneTable {
     let ids = ID_COLUMNS
         .iter()
