@@ -9,6 +9,8 @@ use zstd_safe::DCtx;
 
 use crate::error::DecodeError;
 use crate::frame::{MAX_RATIO, SINK_LEN, decompress_exact, frame_content_size, verify_content_size};
+use crate::handoff::Helpers;
+use crate::kernels::{counts_into, prefix_sum_u32};
 use crate::planes::{Exception, TilePlanes, decompress_chunk};
 use crate::values::CountValue;
 
@@ -118,7 +120,7 @@ pub struct Decoder {
     opts: DecodeOptions,
     layout: TileLayout,
     workers: Vec<Worker>,
-    pool: Option<Arc<rayon::ThreadPool>>,
+    threads: Threads,
     sink: Vec<u8>,
     proof_dctx: Option<DCtx<'static>>,
     plan: Vec<(u32, u32)>,
@@ -139,33 +141,33 @@ pub(crate) struct Ctx<'a> {
 }
 
 impl Decoder {
-    /// A decoder with its own thread pool when `opts.threads > 1`.
+    /// A decoder that decodes on the calling thread plus `opts.threads - 1` helper threads of its own (named
+    /// `dct-decode-1`, ...), which sleep between tiles. Handing chunks to them allocates nothing, so with reused
+    /// buffers a decode allocates nothing on any thread count.
     pub fn new(opts: DecodeOptions) -> Self {
         let threads = opts.threads.max(1);
-        let pool = (threads > 1).then(|| {
-            Arc::new(
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .thread_name(|i| format!("dct-decode-{i}"))
-                    .build()
-                    .expect("failed to start decode threads"),
-            )
-        });
-        Self::build(opts, pool)
+        let threads = if threads > 1 {
+            Threads::Own(Helpers::start(threads - 1, "dct-decode").expect("failed to start decode threads"))
+        } else {
+            Threads::Caller
+        };
+        Self::build(opts, threads)
     }
 
-    /// A decoder that runs its chunks on a shared pool (`opts.threads` workers' worth of scratch).
+    /// A decoder that runs its chunks on a shared rayon pool (`opts.threads` workers' worth of scratch): for callers
+    /// that already run on that pool. Called from a thread outside the pool, each decode enters it through rayon's
+    /// global queue, which allocates a block every 63 entries.
     pub fn with_pool(opts: DecodeOptions, pool: Arc<rayon::ThreadPool>) -> Self {
-        Self::build(opts, Some(pool))
+        Self::build(opts, Threads::Pool(pool))
     }
 
-    fn build(mut opts: DecodeOptions, pool: Option<Arc<rayon::ThreadPool>>) -> Self {
+    fn build(mut opts: DecodeOptions, threads: Threads) -> Self {
         opts.threads = opts.threads.max(1);
         Decoder {
             opts,
             layout: TileLayout::default(),
             workers: (0..opts.threads).map(|_| Worker::new()).collect(),
-            pool,
+            threads,
             sink: Vec::new(),
             proof_dctx: None,
             plan: Vec::new(),
@@ -210,8 +212,12 @@ impl Decoder {
         }
         let ctx = Ctx { blob, header, indptr };
         let (workers, layout) = (&mut self.workers, &self.layout);
-        on_pool(&self.pool, self.opts.threads, n_chunks, || {
-            run_chunks(workers, layout.chunks(), 0, &ctx, &mut out.indices, &mut out.values)
+        self.threads.run(n_chunks, |par| {
+            let job = |w: &mut Worker, ctx: &Ctx<'_>, c, e: &ChunkEntry, i: &mut [i32], v: &mut [V]| {
+                decode_chunk(w, ctx, c, e, i, v)
+            };
+            let split = Split { ctx: &ctx, scale: 1, job: &job, par };
+            split.run(workers, 0, layout.chunks(), 0, &mut out.indices, &mut out.values)
         })
     }
 
@@ -245,8 +251,14 @@ impl Decoder {
         }
         let ctx = Ctx { blob, header, indptr };
         let (workers, layout) = (&mut self.workers, &self.layout);
-        on_pool(&self.pool, self.opts.threads, n_chunks, || {
-            run_planes(workers, layout.chunks(), 0, &ctx, &mut out.gaps, &mut out.vals)
+        self.threads.run(n_chunks, |par| {
+            // Chunks' planes (two bytes per nonzero) into their regions; exceptions into each worker's lists.
+            let job = |w: &mut Worker, ctx: &Ctx<'_>, c: u32, e: &ChunkEntry, g: &mut [u8], v: &mut [u8]| {
+                let (vexc, gexc) = (&mut w.vexc_out, &mut w.gexc_out);
+                decompress_chunk(&mut w.dctx, &mut w.exc, ctx, c as usize, e, g, v, vexc, gexc)
+            };
+            let split = Split { ctx: &ctx, scale: 2, job: &job, par };
+            split.run(workers, 0, layout.chunks(), 0, &mut out.gaps, &mut out.vals)
         })?;
         // Workers hold consecutive runs of chunks, in order: their lists concatenate in position order.
         for w in &self.workers {
@@ -442,68 +454,83 @@ pub(crate) fn frame_err(chunk: usize, kind: FrameKind, frame: FrameRef, problem:
     DecodeError::Frame { chunk: chunk as u32, kind, offset: frame.offset, problem }
 }
 
-/// Runs `run` on the decoder's pool when there is one, more than one thread and more than one chunk; else here.
-fn on_pool<R: Send>(
-    pool: &Option<Arc<rayon::ThreadPool>>,
-    threads: usize,
-    n_chunks: usize,
-    run: impl FnOnce() -> R + Send,
-) -> R {
-    match pool {
-        Some(pool) if threads > 1 && n_chunks > 1 => pool.install(run),
-        _ => run(),
-    }
+/// How a decoder runs the chunks of a tile.
+enum Threads {
+    /// On the calling thread only.
+    Caller,
+    /// On the calling thread and the decoder's own helper threads.
+    Own(Helpers),
+    /// On a shared rayon pool.
+    Pool(Arc<rayon::ThreadPool>),
 }
 
-/// Runs `job` on every chunk of `chunks` (the first of which is number `first`), each with its region of `a` and
-/// `b` (`scale` elements per nonzero, starting at the first chunk's `nnz_lo`), splitting the chunks between
-/// `workers` by recursive `rayon::join` (no heap allocation).
-#[allow(clippy::too_many_arguments)]
-fn run_split<A: Send, B: Send, F>(
-    workers: &mut [Worker],
-    chunks: &[ChunkEntry],
-    first: u32,
-    ctx: &Ctx<'_>,
-    scale: usize,
-    a: &mut [A],
-    b: &mut [B],
-    job: &F,
-) -> Result<(), DecodeError>
-where
-    F: Fn(&mut Worker, &Ctx<'_>, u32, &ChunkEntry, &mut [A], &mut [B]) -> Result<(), DecodeError> + Sync,
-{
-    if workers.len() <= 1 || chunks.len() <= 1 {
-        let w = &mut workers[0];
-        let base = chunks.first().map_or(0, |e| e.nnz_lo);
-        for (i, e) in chunks.iter().enumerate() {
-            let r = scale * (e.nnz_lo - base) as usize..scale * (e.nnz_hi - base) as usize;
-            job(w, ctx, first + i as u32, e, &mut a[r.clone()], &mut b[r])?;
+/// Where the halves of a split run: on helper threads, or with `rayon::join` inside the pool.
+#[derive(Clone, Copy)]
+enum Par<'a> {
+    Serial,
+    Helpers(&'a Helpers),
+    Rayon,
+}
+
+impl Threads {
+    /// Runs `run` (given how to split) in parallel when there is more than one chunk, else here.
+    fn run<R: Send>(&self, n_chunks: usize, run: impl FnOnce(Par<'_>) -> R + Send) -> R {
+        match self {
+            Threads::Own(helpers) if n_chunks > 1 => run(Par::Helpers(helpers)),
+            Threads::Pool(pool) if n_chunks > 1 => pool.install(|| run(Par::Rayon)),
+            _ => run(Par::Serial),
         }
-        return Ok(());
     }
-    let (left_workers, right_workers) = workers.split_at_mut(workers.len() / 2);
-    let split = split_chunks(chunks, left_workers.len(), right_workers.len());
-    let mid = scale * (chunks[split].nnz_lo - chunks[0].nnz_lo) as usize;
-    let (la, ra) = a.split_at_mut(mid);
-    let (lb, rb) = b.split_at_mut(mid);
-    let (lc, rc) = chunks.split_at(split);
-    let (x, y) = rayon::join(
-        || run_split(left_workers, lc, first, ctx, scale, la, lb, job),
-        || run_split(right_workers, rc, first + split as u32, ctx, scale, ra, rb, job),
-    );
-    x.and(y)
 }
 
-/// Decodes `chunks` into `indices`/`values` (see [`run_split`]).
-fn run_chunks<V: CountValue>(
-    workers: &mut [Worker],
-    chunks: &[ChunkEntry],
-    first: u32,
-    ctx: &Ctx<'_>,
-    indices: &mut [i32],
-    values: &mut [V],
-) -> Result<(), DecodeError> {
-    run_split(workers, chunks, first, ctx, 1, indices, values, &|w, ctx, c, e, i, v| decode_chunk(w, ctx, c, e, i, v))
+/// A job over chunks: `job` on every chunk, each with its region of the two outputs (`scale` elements per nonzero),
+/// the chunks divided between workers in contiguous runs by recursive splitting (no heap allocation).
+struct Split<'a, 'b, F> {
+    ctx: &'a Ctx<'b>,
+    scale: usize,
+    job: &'a F,
+    par: Par<'a>,
+}
+
+impl<F> Split<'_, '_, F> {
+    /// Runs the job on `chunks` (the first of which is number `first`; `a` and `b` start at its `nnz_lo`) with
+    /// `workers`, the first of which is worker number `base`. Worker `k > 0` runs on helper `k - 1`.
+    fn run<A: Send, B: Send>(
+        &self,
+        workers: &mut [Worker],
+        base: usize,
+        chunks: &[ChunkEntry],
+        first: u32,
+        a: &mut [A],
+        b: &mut [B],
+    ) -> Result<(), DecodeError>
+    where
+        F: Fn(&mut Worker, &Ctx<'_>, u32, &ChunkEntry, &mut [A], &mut [B]) -> Result<(), DecodeError> + Sync,
+    {
+        if workers.len() <= 1 || chunks.len() <= 1 || matches!(self.par, Par::Serial) {
+            let w = &mut workers[0];
+            let start = chunks.first().map_or(0, |e| e.nnz_lo);
+            for (i, e) in chunks.iter().enumerate() {
+                let r = self.scale * (e.nnz_lo - start) as usize..self.scale * (e.nnz_hi - start) as usize;
+                (self.job)(w, self.ctx, first + i as u32, e, &mut a[r.clone()], &mut b[r])?;
+            }
+            return Ok(());
+        }
+        let (left_workers, right_workers) = workers.split_at_mut(workers.len() / 2);
+        let right_base = base + left_workers.len();
+        let split = split_chunks(chunks, left_workers.len(), right_workers.len());
+        let mid = self.scale * (chunks[split].nnz_lo - chunks[0].nnz_lo) as usize;
+        let (la, ra) = a.split_at_mut(mid);
+        let (lb, rb) = b.split_at_mut(mid);
+        let (lc, rc) = chunks.split_at(split);
+        let left = || self.run(left_workers, base, lc, first, la, lb);
+        let right = || self.run(right_workers, right_base, rc, first + split as u32, ra, rb);
+        let (x, y) = match self.par {
+            Par::Helpers(helpers) => helpers.join(right_base - 1, left, right),
+            _ => rayon::join(left, right),
+        };
+        x.and(y)
+    }
 }
 
 /// Where to split `chunks` (at least 2) between `left` and `right` workers: in proportion to the workers on each
@@ -522,22 +549,6 @@ fn split_chunks(chunks: &[ChunkEntry], left: usize, right: usize) -> usize {
         }
     }
     split
-}
-
-/// For [`Decoder::decode_planes_into`]: decompresses `chunks` into their regions of the planes (`gaps`/`vals`,
-/// two bytes per nonzero; see [`run_split`]), exceptions into each worker's lists.
-fn run_planes(
-    workers: &mut [Worker],
-    chunks: &[ChunkEntry],
-    first: u32,
-    ctx: &Ctx<'_>,
-    gaps: &mut [u8],
-    vals: &mut [u8],
-) -> Result<(), DecodeError> {
-    run_split(workers, chunks, first, ctx, 2, gaps, vals, &|w, ctx, c, e, g, v| {
-        let (vexc, gexc) = (&mut w.vexc_out, &mut w.gexc_out);
-        decompress_chunk(&mut w.dctx, &mut w.exc, ctx, c as usize, e, g, v, vexc, gexc)
-    })
 }
 
 /// The local cell holding the chunk's nonzero `pos` (relative to `e.nnz_lo`).
@@ -561,46 +572,6 @@ pub(crate) fn data_err(indptr: &IndptrView<'_>, chunk: u32, e: &ChunkEntry, pos:
 
 /// Longest cell whose gaps (each at most 65,535) are summed in 32 bits: 65,537 x 65,535 = 2^32 - 1.
 pub(crate) const MAX_U32_SUM_LEN: usize = 65_537;
-
-/// Gene indices of one cell from its gap planes, in one pass: `row[i]` = sum of gaps `0..=i`. Returns the number of
-/// zero gaps and the last index. Blocks of 8 are summed with a log-step scan over a fixed-size array (three shifted
-/// adds, which the compiler turns into vector shuffles and adds) and offset by the running total, so the serial
-/// dependency is one add per 8 gaps and each index is stored once. The caller guarantees that the sums fit in 32
-/// bits (`row.len() <= MAX_U32_SUM_LEN`).
-pub(crate) fn prefix_sum_u32(gl: &[u8], gh: &[u8], row: &mut [i32]) -> (u32, u64) {
-    const W: usize = 8;
-    let mut acc = 0u32;
-    let mut zeros = 0u32;
-    let blocks = row.len() / W;
-    for ((o, l), h) in row.chunks_exact_mut(W).zip(gl.chunks_exact(W)).zip(gh.chunks_exact(W)).take(blocks) {
-        let mut p = [0u32; W];
-        for k in 0..W {
-            p[k] = u32::from(l[k]) | u32::from(h[k]) << 8;
-        }
-        zeros += p.iter().map(|&g| u32::from(g == 0)).sum::<u32>();
-        for k in (1..W).rev() {
-            p[k] = p[k].wrapping_add(p[k - 1]);
-        }
-        for k in (2..W).rev() {
-            p[k] = p[k].wrapping_add(p[k - 2]);
-        }
-        for k in (4..W).rev() {
-            p[k] = p[k].wrapping_add(p[k - 4]);
-        }
-        for k in 0..W {
-            o[k] = acc.wrapping_add(p[k]) as i32;
-        }
-        acc = acc.wrapping_add(p[W - 1]);
-    }
-    let tail = blocks * W;
-    for ((o, &l), &h) in row[tail..].iter_mut().zip(&gl[tail..]).zip(&gh[tail..]) {
-        let g = u32::from(l) | u32::from(h) << 8;
-        zeros += u32::from(g == 0);
-        acc = acc.wrapping_add(g);
-        *o = acc as i32;
-    }
-    (zeros, u64::from(acc))
-}
 
 /// [`prefix_sum_u32`] for cells too long for 32-bit sums (the indices still fit in `i32` once checked against
 /// `n_genes`; a wrapped store is caught by that check).
@@ -639,13 +610,7 @@ fn decode_chunk<V: CountValue>(
 
     // Counts: recombine the byte planes; a stored zero is never valid.
     let (vlo, vhi) = w.vals.split_at(n);
-    let mut zero = false;
-    for ((o, &l), &h) in values.iter_mut().zip(vlo).zip(vhi) {
-        let v = u16::from(l) | u16::from(h) << 8;
-        zero |= v == 0;
-        *o = V::from_stream(v);
-    }
-    if zero {
+    if counts_into(vlo, vhi, values) {
         let pos = (0..n).find(|&i| plane(vlo, vhi, i) == 0).expect("a zero was seen");
         return Err(data_err(&ctx.indptr, chunk, e, pos as u64, "stored count is 0; zeros are never stored".into()));
     }

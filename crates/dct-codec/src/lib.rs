@@ -8,14 +8,16 @@
 //! * [`encode_tile`] / [`encode_canonical`]: a CSR matrix of any index and value type to a version-2 tile.
 //! * [`inspect`]: header, chunk table and per-chunk exception counts without decompressing the streams.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)] // allowed in `kernels` and `handoff` only
 
 mod decode;
 mod encode;
 mod error;
 mod frame;
+mod handoff;
 mod input;
 mod inspect;
+mod kernels;
 mod planes;
 mod values;
 

@@ -15,10 +15,9 @@
 use dct_format::{ChunkEntry, FrameKind, MAX_COUNT, STREAM_MAX, Version};
 use zstd_safe::DCtx;
 
-use crate::decode::{
-    Ctx, MAX_U32_SUM_LEN, check_position, data_err, frame_err, prefix_sum_u32, prefix_sum_u64, read_exceptions,
-};
+use crate::decode::{Ctx, MAX_U32_SUM_LEN, check_position, data_err, frame_err, prefix_sum_u64, read_exceptions};
 use crate::error::DecodeError;
+use crate::kernels::{counts_into, prefix_sum_u32};
 use crate::values::CountValue;
 
 /// One exception: the position of a nonzero in the tile (global) and its payload.
@@ -143,13 +142,7 @@ impl TilePlanes {
         let (vl, vh) = (&self.vals[base + a..base + a + len], &self.vals[base + n_c + a..base + n_c + a + len]);
 
         // Counts: recombine the planes; a stored zero is never valid.
-        let mut zero = false;
-        for ((o, &l), &h) in values.iter_mut().zip(vl).zip(vh) {
-            let v = u16::from(l) | u16::from(h) << 8;
-            zero |= v == 0;
-            *o = V::from_stream(v);
-        }
-        if zero {
+        if counts_into(vl, vh, values) {
             let i = vl.iter().zip(vh).position(|(&l, &h)| l == 0 && h == 0).unwrap_or(0);
             let problem = "stored count is 0; zeros are never stored".to_string();
             return Err(DecodeError::Data { chunk: c as u32, cell: r as u64, nonzero: lo + i as u64, problem });
