@@ -205,8 +205,8 @@ impl Decoder {
         let (n_chunks, nnz) = (self.layout.chunks().len(), header.nnz);
         out.version = header.version;
         out.n_genes = header.n_genes;
-        resize_for_overwrite(&mut out.indices, nnz as usize);
-        resize_for_overwrite(&mut out.values, nnz as usize);
+        out.indices.resize(nnz as usize, 0);
+        out.values.resize(nnz as usize, V::default());
         if n_chunks == 0 {
             return Ok(());
         }
@@ -238,8 +238,8 @@ impl Decoder {
         }
         out.chunk_cell_lo.push(header.n_cells);
         out.chunk_nnz_lo.push(nnz);
-        resize_for_overwrite(&mut out.gaps, 2 * nnz as usize);
-        resize_for_overwrite(&mut out.vals, 2 * nnz as usize);
+        out.gaps.resize(2 * nnz as usize, 0);
+        out.vals.resize(2 * nnz as usize, 0);
         out.value_exceptions.clear();
         out.gap_exceptions.clear();
         for w in &mut self.workers {
@@ -447,20 +447,6 @@ impl Decoder {
             }
         }
         Ok(())
-    }
-}
-
-/// Sets `v` to `len` elements that the caller will overwrite. A buffer too small is replaced by a fresh zeroed one
-/// (large allocations come from the OS already zeroed, so nothing is written here and nothing old is copied)
-/// instead of being grown, copied and filled: for a reader's cache of large tiles this saves a pass over each new
-/// buffer.
-fn resize_for_overwrite<T: Clone + Default>(v: &mut Vec<T>, len: usize) {
-    if v.capacity() < len {
-        // Free the old buffer first: never hold both.
-        *v = Vec::new();
-        *v = vec![T::default(); len];
-    } else {
-        v.resize(len, T::default());
     }
 }
 
