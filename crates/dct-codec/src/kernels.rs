@@ -7,14 +7,14 @@
 //! output 2.8x faster than ordinary stores. Elsewhere, and for 8-byte output types, portable loops that the compiler
 //! vectorises do the same work.
 //!
-//! The only unsafe code of the crate lives here. Every kernel is a safe function over slices: the unsafe part reads
+//! Miri cannot run non-temporal stores, so under Miri the portable loops stand in for the x86-64 ones.
+//!
+//! The crate's unsafe code lives here and in `handoff`. Every kernel is a safe function over slices: the unsafe part reads
 //! and writes strictly inside them, stores to 16-byte-aligned addresses only (a scalar head reaches alignment), and
 //! ends with the store fence that non-temporal stores require before the memory is touched again. The tests
 //! compare every kernel with the portable loops on all alignments and lengths.
 
 #![allow(unsafe_code)]
-
-use std::any::TypeId;
 
 use crate::values::CountValue;
 
@@ -22,8 +22,9 @@ use crate::values::CountValue;
 /// The three slices have the same length.
 pub(crate) fn counts_into<V: CountValue>(lo: &[u8], hi: &[u8], out: &mut [V]) -> bool {
     assert!(lo.len() == out.len() && hi.len() == out.len(), "counts_into: planes and output differ in length");
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
     {
+        use std::any::TypeId;
         let t = TypeId::of::<V>();
         let float = t == TypeId::of::<f32>();
         if float || t == TypeId::of::<u32>() || t == TypeId::of::<i32>() {
@@ -53,20 +54,20 @@ pub(crate) fn portable_counts<V: CountValue>(lo: &[u8], hi: &[u8], out: &mut [V]
 /// (`row.len() <= MAX_U32_SUM_LEN`, see the decoder).
 pub(crate) fn prefix_sum_u32(gl: &[u8], gh: &[u8], row: &mut [i32]) -> (u32, u64) {
     assert!(gl.len() == row.len() && gh.len() == row.len(), "prefix_sum_u32: planes and output differ in length");
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
     {
         x86::prefix_sum(gl, gh, row)
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
     {
         portable_prefix_sum_u32(gl, gh, row)
     }
 }
 
-/// [`prefix_sum_u32`] with ordinary loops (the kernel off x86-64, and the tests' second path on it): blocks of 8 gaps are summed with a log-step scan over a fixed-size
-/// array (three shifted adds, which the compiler turns into vector shuffles and adds) and offset by the running
-/// total, so the serial dependency is one add per 8 gaps.
-#[cfg_attr(all(target_arch = "x86_64", not(test)), allow(dead_code))]
+/// [`prefix_sum_u32`] with ordinary loops (the kernel off x86-64, and the tests' second path on it): blocks of 8
+/// gaps are summed with a log-step scan over a fixed-size array (three shifted adds, which the compiler turns into
+/// vector shuffles and adds) and offset by the running total, so the serial dependency is one add per 8 gaps.
+#[cfg_attr(all(target_arch = "x86_64", not(miri), not(test)), allow(dead_code))]
 pub(crate) fn portable_prefix_sum_u32(gl: &[u8], gh: &[u8], row: &mut [i32]) -> (u32, u64) {
     const W: usize = 8;
     let mut acc = 0u32;
@@ -109,7 +110,7 @@ fn scalar_prefix(gl: &[u8], gh: &[u8], row: &mut [i32], mut acc: u32) -> (u32, u
     (zeros, acc)
 }
 
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_arch = "x86_64", not(miri)))]
 mod x86 {
     use std::arch::x86_64::{
         __m128i, _mm_add_epi16, _mm_add_epi32, _mm_castps_si128, _mm_cmpeq_epi16, _mm_cvtepi32_ps, _mm_cvtsi128_si32,
