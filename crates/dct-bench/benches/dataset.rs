@@ -34,6 +34,16 @@ struct Run {
     seconds: f64,
     stall: Duration,
     nnz: u64,
+    /// Minor page faults of the whole process during the epoch (fresh memory touched for the first time).
+    faults: u64,
+}
+
+/// The process's minor page faults so far (`/proc/self/stat`, field 10; 0 where there is no such file).
+fn minor_faults() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The command name (field 2) is in parentheses and may hold spaces: count fields after its closing one.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    after.split_whitespace().nth(7).and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
 fn env(name: &str, default: u64) -> u64 {
@@ -90,6 +100,7 @@ fn open(dir: &std::path::Path, memory: &Arc<dyn ObjectStore>, s: &Scenario) -> D
 fn epoch(ds: &Dataset, cells: &[u64], tile_of: &[usize], order: &[usize], prefetch: bool) -> Run {
     let mut batch = Batch::<f32>::default();
     let mut nnz = 0u64;
+    let faults = minor_faults();
     let start = Instant::now();
     let mut next = 0; // next position in `order` not yet prefetched
     for (b, chunk) in cells.chunks(BATCH).enumerate() {
@@ -106,7 +117,8 @@ fn epoch(ds: &Dataset, cells: &[u64], tile_of: &[usize], order: &[usize], prefet
         nnz += batch.nnz() as u64;
         std::hint::black_box(&batch);
     }
-    Run { seconds: start.elapsed().as_secs_f64(), stall: ds.stats().stall_time, nnz }
+    let seconds = start.elapsed().as_secs_f64();
+    Run { seconds, stall: ds.stats().stall_time, nnz, faults: minor_faults() - faults }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -173,18 +185,34 @@ fn main() {
             let stall_before = ds.stats().stall_time;
             let mut run = epoch(&ds, &cells, &tile_of, &order, s.prefetch);
             run.stall -= stall_before;
-            eprintln!("round {round}: {:<36} {:>9.0} cells/s", s.name, cells.len() as f64 / run.seconds);
+            eprintln!(
+                "round {round}: {:<36} {:>9.0} cells/s, {:>8} page faults",
+                s.name,
+                cells.len() as f64 / run.seconds,
+                run.faults
+            );
             out.push(run);
         }
     }
-    println!("\n{:<36} {:>12} {:>14} {:>12}", "scenario (median of rounds)", "cells/s", "M nonzeros/s", "stall s");
+    println!(
+        "\n{:<36} {:>12} {:>14} {:>12} {:>12}",
+        "scenario (median of rounds)", "cells/s", "M nonzeros/s", "stall s", "page faults"
+    );
     let mut rates = Vec::new();
     for (s, runs) in scenarios.iter().zip(&results) {
         let secs = median(runs.iter().map(|r| r.seconds).collect());
         let stall = median(runs.iter().map(|r| r.stall.as_secs_f64()).collect());
+        let faults = median(runs.iter().map(|r| r.faults as f64).collect());
         let rate = cells.len() as f64 / secs;
         rates.push(rate);
-        println!("{:<36} {:>12.0} {:>14.1} {:>12.2}", s.name, rate, runs[0].nnz as f64 / secs / 1e6, stall);
+        println!(
+            "{:<36} {:>12.0} {:>14.1} {:>12.2} {:>12.0}",
+            s.name,
+            rate,
+            runs[0].nnz as f64 / secs / 1e6,
+            stall,
+            faults
+        );
     }
     println!("\nratios (same run):");
     println!("  local 2 threads / 1 thread                     {:.2}x", rates[1] / rates[0]);
