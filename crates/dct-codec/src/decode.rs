@@ -10,7 +10,7 @@ use zstd_safe::DCtx;
 use crate::error::DecodeError;
 use crate::frame::{MAX_RATIO, SINK_LEN, decompress_exact, frame_content_size, verify_content_size};
 use crate::handoff::Helpers;
-use crate::kernels::{counts_into, prefix_sum_u32};
+use crate::kernels::{WriteMode, counts_into, prefix_sum_u32};
 use crate::planes::{Exception, TilePlanes, decompress_chunk};
 use crate::values::CountValue;
 
@@ -138,6 +138,9 @@ pub(crate) struct Ctx<'a> {
     pub(crate) blob: &'a [u8],
     pub(crate) header: TileHeader,
     pub(crate) indptr: IndptrView<'a>,
+    /// How chunks are written to their output: streaming for a whole tile larger than the caches; cached for row
+    /// selections, whose chunk scratch is read again at once.
+    pub(crate) mode: WriteMode,
 }
 
 impl Decoder {
@@ -210,7 +213,12 @@ impl Decoder {
         if n_chunks == 0 {
             return Ok(());
         }
-        let ctx = Ctx { blob, header, indptr };
+        let ctx = Ctx {
+            blob,
+            header,
+            indptr,
+            mode: WriteMode::for_output_bytes(nnz.saturating_mul(4 + size_of::<V>() as u64)),
+        };
         let (workers, layout) = (&mut self.workers, &self.layout);
         self.threads.run(n_chunks, |par| {
             let job = |w: &mut Worker, ctx: &Ctx<'_>, c, e: &ChunkEntry, i: &mut [i32], v: &mut [V]| {
@@ -249,7 +257,7 @@ impl Decoder {
         if n_chunks == 0 {
             return Ok(());
         }
-        let ctx = Ctx { blob, header, indptr };
+        let ctx = Ctx { blob, header, indptr, mode: WriteMode::Cached };
         let (workers, layout) = (&mut self.workers, &self.layout);
         self.threads.run(n_chunks, |par| {
             // Chunks' planes (two bytes per nonzero) into their regions; exceptions into each worker's lists.
@@ -301,7 +309,7 @@ impl Decoder {
         self.plan.sort_unstable();
         out.indices.resize(total as usize, 0);
         out.values.resize(total as usize, V::default());
-        let ctx = Ctx { blob, header, indptr };
+        let ctx = Ctx { blob, header, indptr, mode: WriteMode::Cached };
         let w = &mut self.workers[0];
         let mut chunk_indices = std::mem::take(&mut w.chunk_indices);
         let mut chunk_values = std::mem::take(&mut w.chunk_values);
@@ -610,7 +618,7 @@ fn decode_chunk<V: CountValue>(
 
     // Counts: recombine the byte planes; a stored zero is never valid.
     let (vlo, vhi) = w.vals.split_at(n);
-    if counts_into(vlo, vhi, values) {
+    if counts_into(vlo, vhi, values, ctx.mode) {
         let pos = (0..n).find(|&i| plane(vlo, vhi, i) == 0).expect("a zero was seen");
         return Err(data_err(&ctx.indptr, chunk, e, pos as u64, "stored count is 0; zeros are never stored".into()));
     }
@@ -627,7 +635,7 @@ fn decode_chunk<V: CountValue>(
             let (gl, gh, row) = (&glo[start..end], &ghi[start..end], &mut indices[start..end]);
             let (zeros, last) = if row.len() <= MAX_U32_SUM_LEN {
                 // At most 65,537 gaps of at most 65,535: every sum fits in 32 bits and cannot wrap.
-                prefix_sum_u32(gl, gh, row)
+                prefix_sum_u32(gl, gh, row, ctx.mode)
             } else {
                 prefix_sum_u64(gl, gh, row)
             };
@@ -774,7 +782,7 @@ fn gap_error(
 
 #[cfg(test)]
 mod tests {
-    use super::{prefix_sum_u32, prefix_sum_u64};
+    use super::{WriteMode, prefix_sum_u32, prefix_sum_u64};
 
     /// The obvious serial model: running sums and the count of zero gaps.
     fn model(gaps: &[u32]) -> (Vec<i32>, u32, u64) {
@@ -813,7 +821,7 @@ mod tests {
                 let hi: Vec<u8> = gaps.iter().map(|&g| (g >> 8) as u8).collect();
                 let (want, zeros, last) = model(&gaps);
                 let mut row = vec![-1i32; len];
-                assert_eq!(prefix_sum_u32(&lo, &hi, &mut row), (zeros, last), "len {len}");
+                assert_eq!(prefix_sum_u32(&lo, &hi, &mut row, WriteMode::Streaming), (zeros, last), "len {len}");
                 assert_eq!(row, want, "len {len}");
                 let mut row = vec![-1i32; len];
                 assert_eq!(prefix_sum_u64(&lo, &hi, &mut row), (zeros, last), "len {len}");
@@ -827,7 +835,7 @@ mod tests {
         let n = super::MAX_U32_SUM_LEN;
         let (lo, hi) = (vec![0xffu8; n], vec![0xffu8; n]);
         let mut row = vec![0i32; n];
-        let (zeros, last) = prefix_sum_u32(&lo, &hi, &mut row);
+        let (zeros, last) = prefix_sum_u32(&lo, &hi, &mut row, WriteMode::Streaming);
         assert_eq!((zeros, last), (0, 65_535 * n as u64));
         assert_eq!(last, u64::from(u32::MAX));
     }

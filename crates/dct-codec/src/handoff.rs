@@ -138,7 +138,7 @@ impl Helpers {
 
     /// Runs `a` on this thread and `b` on helper `helper` at the same time, and returns both results once both
     /// have finished. If that helper is busy (or does not exist), `b` runs here after `a`. A panic in either is
-    /// resumed here, after both have finished.
+    /// resumed here, after both have finished (`a`'s if both panicked).
     pub(crate) fn join<A, B, RA, RB>(&self, helper: usize, a: A, b: B) -> (RA, RB)
     where
         A: FnOnce() -> RA,
@@ -155,11 +155,14 @@ impl Helpers {
         let wait = AwaitHelper { slot };
         let ra = catch_unwind(AssertUnwindSafe(a));
         drop(wait);
-        // The helper is done with `job` (and the slot's mutex ordered its writes before this read).
-        let rb = job.into_result();
+        // The helper is done with `job` (and the slot's mutex ordered its writes before this read). If both sides
+        // panicked, `a`'s panic is the one resumed (as with `rayon::join`); `b`'s is dropped with the job.
         match ra {
-            Ok(ra) => (ra, rb),
-            Err(panic) => resume_unwind(panic),
+            Ok(ra) => (ra, job.into_result()),
+            Err(panic) => {
+                drop(job);
+                resume_unwind(panic)
+            }
         }
     }
 }
@@ -280,6 +283,11 @@ mod tests {
         }));
         assert!(r.is_err());
         assert_eq!(finished.load(Ordering::SeqCst), 2, "the helper's side finished before the panic was resumed");
+        let both = catch_unwind(AssertUnwindSafe(|| {
+            helpers.join(0, || -> () { std::panic::panic_any("left") }, || -> () { std::panic::panic_any("right") })
+        }));
+        let payload = both.expect_err("both sides panicked");
+        assert_eq!(payload.downcast_ref::<&str>(), Some(&"left"), "the caller's own panic wins");
         // The helper still serves jobs.
         assert_eq!(helpers.join(0, || 1, || 2), (1, 2));
     }

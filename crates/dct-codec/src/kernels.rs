@@ -1,29 +1,55 @@
 //! The per-nonzero loops of decoding: byte planes to counts, and gap planes to gene indices.
 //!
-//! A decoded tile is far larger than the caches (8 bytes per nonzero: 256 MB for a 10,000-cell tile), so these
-//! loops are bound by memory writes: with ordinary stores every output line is first read into the cache and later
-//! written back. On x86-64 the loops therefore use SSE2 (part of the x86-64 baseline, so no detection) with
-//! non-temporal stores, which write whole lines without reading them; in the codec benchmark they wrote a tile's
-//! output 2.8x faster than ordinary stores. Elsewhere, and for 8-byte output types, portable loops that the compiler
-//! vectorises do the same work.
+//! A decoded tile can be far larger than the caches (8 bytes per nonzero: 256 MB for a 10,000-cell tile); then
+//! these loops are bound by memory writes: with ordinary stores every output line is first read into the cache and
+//! later written back. For such output ([`WriteMode::Streaming`]) the loops use SSE2 on x86-64 (part of the
+//! x86-64 baseline, so no detection) with non-temporal stores, which write whole lines without reading them; in the
+//! codec benchmark they wrote a tile's output 2.8x faster than ordinary stores. For output that fits in cache
+//! ([`WriteMode::Cached`]), elsewhere, and for 8-byte output types, portable loops that the compiler vectorises do
+//! the same work. Miri cannot run non-temporal stores, so under Miri the portable loops always run.
 //!
-//! Miri cannot run non-temporal stores, so under Miri the portable loops stand in for the x86-64 ones.
-//!
-//! The crate's unsafe code lives here and in `handoff`. Every kernel is a safe function over slices: the unsafe part reads
-//! and writes strictly inside them, stores to 16-byte-aligned addresses only (a scalar head reaches alignment), and
-//! ends with the store fence that non-temporal stores require before the memory is touched again. The tests
-//! compare every kernel with the portable loops on all alignments and lengths.
+//! The crate's unsafe code lives here and in `handoff`. Every kernel is a safe function over slices: the unsafe
+//! part reads and writes strictly inside them, stores to 16-byte-aligned addresses only (a scalar head reaches
+//! alignment), and ends with the store fence that non-temporal stores require before the memory is touched again.
+//! The tests compare every kernel with the portable loops on all alignments and lengths.
 
 #![allow(unsafe_code)]
 
 use crate::values::CountValue;
 
+/// How decoded gene indices and counts are stored to memory.
+///
+/// Non-temporal stores pay off when the output is much larger than the caches and is not read again at once; for
+/// output that fits in cache they make the consumer's first read go to memory. In an alternating comparison on the
+/// build machine (decode a tile, then sum its output), ordinary stores were faster up to about 9 MB of output and
+/// non-temporal stores 20% faster at 26 MB, hence [`WriteMode::for_output_bytes`]'s threshold of 16 MiB.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WriteMode {
+    /// Ordinary stores (the output stays in cache).
+    #[default]
+    Cached,
+    /// Non-temporal stores on x86-64 (ordinary stores elsewhere).
+    Streaming,
+}
+
+impl WriteMode {
+    /// Output of at least this many bytes is written with [`WriteMode::Streaming`] by
+    /// [`WriteMode::for_output_bytes`].
+    pub const STREAMING_MIN_BYTES: u64 = 16 << 20;
+
+    /// The mode for an operation that writes `bytes` of output in all: streaming from
+    /// [`STREAMING_MIN_BYTES`](Self::STREAMING_MIN_BYTES) up.
+    pub fn for_output_bytes(bytes: u64) -> Self {
+        if bytes >= Self::STREAMING_MIN_BYTES { WriteMode::Streaming } else { WriteMode::Cached }
+    }
+}
+
 /// Writes the counts `lo[i] | hi[i] << 8` of two byte planes to `out` (as `V`) and says whether any was 0.
 /// The three slices have the same length.
-pub(crate) fn counts_into<V: CountValue>(lo: &[u8], hi: &[u8], out: &mut [V]) -> bool {
+pub(crate) fn counts_into<V: CountValue>(lo: &[u8], hi: &[u8], out: &mut [V], mode: WriteMode) -> bool {
     assert!(lo.len() == out.len() && hi.len() == out.len(), "counts_into: planes and output differ in length");
     #[cfg(all(target_arch = "x86_64", not(miri)))]
-    {
+    if mode == WriteMode::Streaming {
         use std::any::TypeId;
         let t = TypeId::of::<V>();
         let float = t == TypeId::of::<f32>();
@@ -52,22 +78,19 @@ pub(crate) fn portable_counts<V: CountValue>(lo: &[u8], hi: &[u8], out: &mut [V]
 /// Gene indices of one cell from its gap planes, in one pass: `row[i]` = sum of gaps `0..=i` (mod 2^32). Returns
 /// the number of zero gaps and the last index. The caller guarantees that the sums fit in 32 bits
 /// (`row.len() <= MAX_U32_SUM_LEN`, see the decoder).
-pub(crate) fn prefix_sum_u32(gl: &[u8], gh: &[u8], row: &mut [i32]) -> (u32, u64) {
+pub(crate) fn prefix_sum_u32(gl: &[u8], gh: &[u8], row: &mut [i32], mode: WriteMode) -> (u32, u64) {
     assert!(gl.len() == row.len() && gh.len() == row.len(), "prefix_sum_u32: planes and output differ in length");
     #[cfg(all(target_arch = "x86_64", not(miri)))]
-    {
-        x86::prefix_sum(gl, gh, row)
+    if mode == WriteMode::Streaming {
+        return x86::prefix_sum(gl, gh, row);
     }
-    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
-    {
-        portable_prefix_sum_u32(gl, gh, row)
-    }
+    let _ = mode;
+    portable_prefix_sum_u32(gl, gh, row)
 }
 
-/// [`prefix_sum_u32`] with ordinary loops (the kernel off x86-64, and the tests' second path on it): blocks of 8
+/// [`prefix_sum_u32`] with ordinary loops (cached writes, and every write off x86-64): blocks of 8
 /// gaps are summed with a log-step scan over a fixed-size array (three shifted adds, which the compiler turns into
 /// vector shuffles and adds) and offset by the running total, so the serial dependency is one add per 8 gaps.
-#[cfg_attr(all(target_arch = "x86_64", not(miri), not(test)), allow(dead_code))]
 pub(crate) fn portable_prefix_sum_u32(gl: &[u8], gh: &[u8], row: &mut [i32]) -> (u32, u64) {
     const W: usize = 8;
     let mut acc = 0u32;
@@ -159,6 +182,8 @@ mod x86 {
     /// See [`super::counts_into`]; `FLOAT` writes f32 bit patterns, otherwise the integers.
     pub(super) fn counts<const FLOAT: bool>(lo: &[u8], hi: &[u8], out: &mut [u32]) -> bool {
         let n = out.len();
+        // The vector loop below reads the planes up to `n`: make that a property of this function, not its callers.
+        let (lo, hi) = (&lo[..n], &hi[..n]);
         let convert = |v: u32| if FLOAT { (v as f32).to_bits() } else { v };
         let head = head_len(out.as_ptr(), n);
         let body = (n - head) / STEP * STEP;
@@ -198,6 +223,8 @@ mod x86 {
     /// See [`super::prefix_sum_u32`].
     pub(super) fn prefix_sum(gl: &[u8], gh: &[u8], row: &mut [i32]) -> (u32, u64) {
         let n = row.len();
+        // As in `counts`: the planes are read up to `n`.
+        let (gl, gh) = (&gl[..n], &gh[..n]);
         let head = head_len(row.as_ptr(), n);
         let body = (n - head) / STEP * STEP;
         let (mut zeros, acc) = scalar_prefix(&gl[..head], &gh[..head], &mut row[..head], 0);
@@ -254,6 +281,8 @@ mod x86 {
 mod tests {
     use super::*;
 
+    const MODES: [WriteMode; 2] = [WriteMode::Cached, WriteMode::Streaming];
+
     /// Plane pairs with zeros, 65535s and small values, from a fixed xorshift.
     fn planes(len: usize, seed: u32) -> (Vec<u8>, Vec<u8>) {
         let mut x = seed | 1;
@@ -293,10 +322,13 @@ mod tests {
         let want: Vec<V> = lo.iter().zip(hi).map(|(&l, &h)| V::from_stream(u16::from(l) | u16::from(h) << 8)).collect();
         let want_zero = lo.iter().zip(hi).any(|(&l, &h)| l == 0 && h == 0);
         // An output starting `offset` elements into a buffer: every alignment of the start.
-        let mut buf = vec![V::default(); n + offset + 3];
-        assert_eq!(counts_into(lo, hi, &mut buf[offset..offset + n]), want_zero, "len {n} offset {offset}");
-        assert_eq!(&buf[offset..offset + n], &want[..], "len {n} offset {offset}");
-        assert!(buf[..offset].iter().chain(&buf[offset + n..]).all(|v| *v == V::default()), "wrote outside");
+        for mode in MODES {
+            let mut buf = vec![V::default(); n + offset + 3];
+            let zero = counts_into(lo, hi, &mut buf[offset..offset + n], mode);
+            assert_eq!(zero, want_zero, "{mode:?}: len {n} offset {offset}");
+            assert_eq!(&buf[offset..offset + n], &want[..], "{mode:?}: len {n} offset {offset}");
+            assert!(buf[..offset].iter().chain(&buf[offset + n..]).all(|v| *v == V::default()), "wrote outside");
+        }
     }
 
     #[test]
@@ -323,12 +355,15 @@ mod tests {
                 let (mut lo, hi) = (lo, hi);
                 lo[at] = 0;
                 let mut out = vec![0f32; len + 1];
-                for offset in 0..2 {
-                    assert!(counts_into(&lo, &hi, &mut out[offset..offset + len]), "len {len} zero at {at}");
+                for (offset, mode) in [0, 1].into_iter().flat_map(|o| MODES.map(|m| (o, m))) {
+                    let zero = counts_into(&lo, &hi, &mut out[offset..offset + len], mode);
+                    assert!(zero, "{mode:?}: len {len} zero at {at}");
                 }
             }
             let mut out = vec![0u32; len];
-            assert!(!counts_into(&vec![1u8; len], &vec![0u8; len], &mut out));
+            for mode in MODES {
+                assert!(!counts_into(&vec![1u8; len], &vec![0u8; len], &mut out, mode), "{mode:?}");
+            }
         }
     }
 
@@ -339,11 +374,14 @@ mod tests {
                 let (lo, hi) = planes(len, seed * 104_729 + len as u32);
                 let (want, zeros, last) = model_prefix(&lo, &hi);
                 for offset in 0..4 {
-                    let mut buf = vec![-1i32; len + offset + 3];
-                    let got = prefix_sum_u32(&lo, &hi, &mut buf[offset..offset + len]);
-                    assert_eq!(got, (zeros, last), "len {len} offset {offset}");
-                    assert_eq!(&buf[offset..offset + len], &want[..], "len {len} offset {offset}");
-                    assert!(buf[..offset].iter().chain(&buf[offset + len..]).all(|&v| v == -1), "wrote outside");
+                    for mode in MODES {
+                        let mut buf = vec![-1i32; len + offset + 3];
+                        let got = prefix_sum_u32(&lo, &hi, &mut buf[offset..offset + len], mode);
+                        assert_eq!(got, (zeros, last), "{mode:?}: len {len} offset {offset}");
+                        assert_eq!(&buf[offset..offset + len], &want[..], "{mode:?}: len {len} offset {offset}");
+                        let outside = buf[..offset].iter().chain(&buf[offset + len..]);
+                        assert!(outside.into_iter().all(|&v| v == -1), "wrote outside");
+                    }
                     let mut row = vec![-1i32; len];
                     assert_eq!(portable_prefix_sum_u32(&lo, &hi, &mut row), (zeros, last), "portable, len {len}");
                     assert_eq!(row, want, "portable, len {len}");
@@ -356,9 +394,11 @@ mod tests {
     fn the_longest_32_bit_cell_counts_every_zero_and_does_not_wrap() {
         let n = crate::decode::MAX_U32_SUM_LEN;
         let (lo, hi) = (vec![0xffu8; n], vec![0xffu8; n]);
+        let (zero_lo, zero_hi) = (vec![0u8; n], vec![0u8; n]);
         let mut row = vec![0i32; n];
-        assert_eq!(prefix_sum_u32(&lo, &hi, &mut row), (0, u64::from(u32::MAX)));
-        let (lo, hi) = (vec![0u8; n], vec![0u8; n]);
-        assert_eq!(prefix_sum_u32(&lo, &hi, &mut row), (n as u32, 0));
+        for mode in MODES {
+            assert_eq!(prefix_sum_u32(&lo, &hi, &mut row, mode), (0, u64::from(u32::MAX)), "{mode:?}");
+            assert_eq!(prefix_sum_u32(&zero_lo, &zero_hi, &mut row, mode), (n as u32, 0), "{mode:?}");
+        }
     }
 }

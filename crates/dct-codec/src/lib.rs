@@ -26,6 +26,7 @@ pub use encode::{EncodeOptions, ExceptionPolicy, chunk_boundaries, encode_canoni
 pub use error::{DecodeError, EncodeError};
 pub use input::{CanonicalCsr, CountLike, CsrMatrix, IndexLike};
 pub use inspect::{ChunkSummary, TileSummary, inspect};
+pub use kernels::WriteMode;
 pub use planes::TilePlanes;
 pub use values::CountValue;
 

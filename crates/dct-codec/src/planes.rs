@@ -17,7 +17,7 @@ use zstd_safe::DCtx;
 
 use crate::decode::{Ctx, MAX_U32_SUM_LEN, check_position, data_err, frame_err, prefix_sum_u64, read_exceptions};
 use crate::error::DecodeError;
-use crate::kernels::{counts_into, prefix_sum_u32};
+use crate::kernels::{WriteMode, counts_into, prefix_sum_u32};
 use crate::values::CountValue;
 
 /// One exception: the position of a nonzero in the tile (global) and its payload.
@@ -122,6 +122,18 @@ impl TilePlanes {
     /// [`row_nnz(r)`](Self::row_nnz) elements, checking every rule that concerns the row (for filling disjoint
     /// parts of one output from several threads). On error their contents are unspecified.
     pub fn row_to<V: CountValue>(&self, r: usize, indices: &mut [i32], values: &mut [V]) -> Result<(), DecodeError> {
+        self.row_to_with(r, indices, values, WriteMode::Cached)
+    }
+
+    /// [`row_to`](Self::row_to), storing with `mode`: a caller filling an output much larger than the caches (a
+    /// large batch of rows) passes [`WriteMode::Streaming`], or [`WriteMode::for_output_bytes`] of the whole output.
+    pub fn row_to_with<V: CountValue>(
+        &self,
+        r: usize,
+        indices: &mut [i32],
+        values: &mut [V],
+        mode: WriteMode,
+    ) -> Result<(), DecodeError> {
         if r >= self.n_rows() {
             return Err(DecodeError::RowOutOfRange { row: r as u64, n_cells: self.n_rows() as u64 });
         }
@@ -142,7 +154,7 @@ impl TilePlanes {
         let (vl, vh) = (&self.vals[base + a..base + a + len], &self.vals[base + n_c + a..base + n_c + a + len]);
 
         // Counts: recombine the planes; a stored zero is never valid.
-        if counts_into(vl, vh, values) {
+        if counts_into(vl, vh, values, mode) {
             let i = vl.iter().zip(vh).position(|(&l, &h)| l == 0 && h == 0).unwrap_or(0);
             let problem = "stored count is 0; zeros are never stored".to_string();
             return Err(DecodeError::Data { chunk: c as u32, cell: r as u64, nonzero: lo + i as u64, problem });
@@ -152,8 +164,11 @@ impl TilePlanes {
         }
 
         // Gene indices: prefix sums of the gaps, then the gap exceptions.
-        let (zeros, last) =
-            if len <= MAX_U32_SUM_LEN { prefix_sum_u32(gl, gh, indices) } else { prefix_sum_u64(gl, gh, indices) };
+        let (zeros, last) = if len <= MAX_U32_SUM_LEN {
+            prefix_sum_u32(gl, gh, indices, mode)
+        } else {
+            prefix_sum_u64(gl, gh, indices)
+        };
         let zeros = zeros - u32::from(gl[0] == 0 && gh[0] == 0);
         let n_genes = u64::from(self.n_genes);
         let gexc = exceptions_in(&self.gap_exceptions, lo, hi);

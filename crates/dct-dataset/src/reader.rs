@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use dct_codec::{CountValue, DecodeError, DecodeOptions, DecodedTile, Decoder, TilePlanes};
+use dct_codec::{CountValue, DecodeError, DecodeOptions, DecodedTile, Decoder, TilePlanes, WriteMode};
 use dct_format::{CellIndex, TileHeader, TileLayout};
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
@@ -547,8 +547,10 @@ impl Dataset {
         out.values.resize(total, V::default());
         // Each row is decoded from its tile's planes straight into its place in the batch (and checked as it is),
         // rows split between the decode threads.
+        // A batch larger than the caches is written with streaming stores (see `WriteMode`).
+        let mode = WriteMode::for_output_bytes((total * (4 + size_of::<V>())) as u64);
         let filled =
-            self.core.pool.install(|| fill_rows(&decoded, &rows, &out.indptr, &mut out.indices, &mut out.values));
+            self.core.pool.install(|| fill_rows(&decoded, &rows, &out.indptr, &mut out.indices, &mut out.values, mode));
         if let Err((s, e)) = filled {
             // A tile with a bad row leaves the cache: the next read fetches it again.
             self.core.lock_cache().remove_ready(tiles[s], &loaded[s]);
@@ -698,6 +700,7 @@ fn fill_rows<V: CountValue>(
     indptr: &[i64],
     indices: &mut [i32],
     values: &mut [V],
+    mode: WriteMode,
 ) -> Result<(), (usize, DecodeError)> {
     const MIN_ROWS: usize = 256;
     if rows.len() <= MIN_ROWS {
@@ -705,7 +708,7 @@ fn fill_rows<V: CountValue>(
         for (j, &(s, r)) in rows.iter().enumerate() {
             let (a, b) = ((indptr[j] - base) as usize, (indptr[j + 1] - base) as usize);
             decoded[s as usize]
-                .row_to(r as usize, &mut indices[a..b], &mut values[a..b])
+                .row_to_with(r as usize, &mut indices[a..b], &mut values[a..b], mode)
                 .map_err(|e| (s as usize, e))?;
         }
         return Ok(());
@@ -715,8 +718,8 @@ fn fill_rows<V: CountValue>(
     let (li, ri) = indices.split_at_mut(cut);
     let (lv, rv) = values.split_at_mut(cut);
     let (a, b) = rayon::join(
-        || fill_rows(decoded, &rows[..mid], &indptr[..=mid], li, lv),
-        || fill_rows(decoded, &rows[mid..], &indptr[mid..], ri, rv),
+        || fill_rows(decoded, &rows[..mid], &indptr[..=mid], li, lv, mode),
+        || fill_rows(decoded, &rows[mid..], &indptr[mid..], ri, rv, mode),
     );
     a.and(b)
 }
