@@ -84,7 +84,7 @@ pub(crate) fn prefix_sum_u32(gl: &[u8], gh: &[u8], row: &mut [i32], mode: WriteM
     if mode == WriteMode::Streaming {
         return x86::prefix_sum(gl, gh, row);
     }
-    let _ = mode;
+    let _ = mode; // only x86-64 streams
     portable_prefix_sum_u32(gl, gh, row)
 }
 
