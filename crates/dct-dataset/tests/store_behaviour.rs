@@ -325,3 +325,47 @@ fn prefetched_tiles_outlive_tiles_already_read() {
     assert_eq!((c.gets_of(&tile_name(1)), c.gets_of(&tile_name(2)), c.gets_of(&tile_name(3))), (1, 1, 1));
     assert_eq!(ds.stats().tiles_decoded, 4);
 }
+
+/// Prefetches racing reads of the same tiles, on one decode thread as on several: every read returns the right
+/// cells, no tile is decoded twice, and nothing waits forever (a trial background decoder that waited for a tile
+/// a reader was decoding on the pool's only thread hung here). Run on a helper thread with a deadline, so that a
+/// hang fails the test.
+#[test]
+fn background_decodes_and_reads_share_the_pool_without_waiting_for_each_other() {
+    for threads in [1, 2] {
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let (mem, truth) = dataset(11, 900);
+            let options = ReadOptions {
+                decode_threads: threads,
+                max_cached_tiles: 32, // all 18 tiles: none is evicted and fetched again
+                max_prefetch_tiles: 4,
+                ..ReadOptions::default()
+            };
+            let ds = Dataset::open_with_store(mem.clone(), "ds", options).unwrap();
+            let n = ds.n_tiles();
+            assert!(n >= 8, "enough tiles for the reads to race the queue");
+            for round in 0..20 {
+                // Prefetch everything, then read the tiles back to front, at once: reads race the queue.
+                ds.prefetch(&(0..n).collect::<Vec<_>>()).unwrap();
+                for t in (0..n).rev() {
+                    let cells = tile_cells(&ds, t);
+                    assert_batch(&ds.get_batch_as::<u32>(&cells).unwrap(), &truth, &cells);
+                }
+                if round == 0 {
+                    assert_eq!(ds.stats().tiles_decoded, n as u64, "each tile decoded once ({threads} threads)");
+                }
+            }
+            done_tx.send(()).unwrap();
+        });
+        match done_rx.recv_timeout(Duration::from_secs(120)) {
+            Ok(()) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                panic!("reads with {threads} decode thread(s) did not finish within 120 s")
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                panic!("reads with {threads} decode thread(s) failed (see the panic above)")
+            }
+        }
+    }
+}
