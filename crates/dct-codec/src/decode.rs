@@ -472,7 +472,8 @@ enum Threads {
     Pool(Arc<rayon::ThreadPool>),
 }
 
-/// Where the halves of a split run: on helper threads, or with `rayon::join` inside the pool.
+/// How a split runs its halves: one after the other, the right one on a helper thread, or with `rayon::join`
+/// inside the pool.
 #[derive(Clone, Copy)]
 enum Par<'a> {
     Serial,
@@ -515,7 +516,8 @@ impl<F> Split<'_, '_, F> {
     where
         F: Fn(&mut Worker, &Ctx<'_>, u32, &ChunkEntry, &mut [A], &mut [B]) -> Result<(), DecodeError> + Sync,
     {
-        if workers.len() <= 1 || chunks.len() <= 1 || matches!(self.par, Par::Serial) {
+        let one_worker = workers.len() <= 1 || chunks.len() <= 1;
+        if one_worker || matches!(self.par, Par::Serial) {
             let w = &mut workers[0];
             let start = chunks.first().map_or(0, |e| e.nnz_lo);
             for (i, e) in chunks.iter().enumerate() {
@@ -535,7 +537,7 @@ impl<F> Split<'_, '_, F> {
         let right = || self.run(right_workers, right_base, rc, first + split as u32, ra, rb);
         let (x, y) = match self.par {
             Par::Helpers(helpers) => helpers.join(right_base - 1, left, right),
-            _ => rayon::join(left, right),
+            Par::Rayon | Par::Serial => rayon::join(left, right), // Serial returned above
         };
         x.and(y)
     }
