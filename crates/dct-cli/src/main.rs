@@ -23,7 +23,7 @@ enum Command {
     /// Convert the bundled 1,000-cell sample, verify it, read shuffled batches: the main job in one command.
     Demo(commands::demo::Args),
     /// Convert h5ad, 10x HDF5 or 10x Matrix Market inputs into a dataset (one-shot, or plan/parts/finalize).
-    Convert(commands::convert::Args),
+    Convert(Box<commands::convert::Args>),
     /// Shape, tiles, sizes, encoder settings and side files of a dataset.
     Info(commands::info::Args),
     /// Check every tile (CRC, full decode, agreement with the manifest), side file and obs shard.
@@ -42,7 +42,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo(args) => commands::demo::run(args),
-        Command::Convert(args) => commands::convert::run(args),
+        Command::Convert(args) => commands::convert::run(*args),
         Command::Info(args) => commands::info::run(args),
         Command::Verify(args) => commands::verify::run(args),
         Command::Obs(args) => commands::obs::run(args),

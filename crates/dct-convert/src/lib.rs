@@ -15,7 +15,8 @@
 //! 3. [`finalize`]: check every tile and write the side files (`gene_order.npy`, `var_names.txt`, `var.parquet`)
 //!    and the obs, then `manifest.json` last.
 //!
-//! [`convert`] does all three on one machine. Tiles hold `tile_size` consecutive cells across input
+//! [`convert`] does all three on one machine, keeping a copy of the inputs the plan decoded (a [`Spill`],
+//! within a budget) so that the tiles read them back instead of decoding them again. Tiles hold `tile_size` consecutive cells across input
 //! boundaries, so the same cells split into files differently give byte-identical tiles, and a plan's parts
 //! give the same bytes as a one-shot conversion.
 //!
@@ -39,13 +40,15 @@ mod plan;
 mod remap;
 mod run;
 mod scan;
+mod spill;
 
 pub use error::ConvertError;
 pub use obs::OBS_NAMES;
 pub use plan::{
     ConvertOptions, GeneSort, PLAN_FORMAT, PLAN_MARKER, Plan, PlanInput, PlanObs, make_plan, make_plan_with_scans,
-    natural_cmp,
+    make_plan_with_spill, natural_cmp,
 };
 pub use remap::GeneRemap;
-pub use run::{PartReport, Progress, RunOptions, clear_output, convert, finalize, run_part};
+pub use run::{PartReport, Progress, RunOptions, clear_output, convert, finalize, run_part, run_part_with_spill};
 pub use scan::{ScanReport, scan_dir, scan_inputs_part};
+pub use spill::{DEFAULT_MAX_BYTES as DEFAULT_SPILL_MAX_BYTES, Spill, SpillOptions, SpillStats};

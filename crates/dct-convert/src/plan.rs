@@ -12,6 +12,7 @@ use sha2::{Digest, Sha256};
 use crate::error::ConvertError;
 use crate::obs::{InputSummary, Selection, build_schema};
 use crate::scan::{InputScan, load_or_scan, reopen_keys};
+use crate::spill::Spill;
 
 /// Identifies plan files.
 pub const PLAN_FORMAT: &str = "deltacells-convert-plan";
@@ -342,7 +343,14 @@ pub(crate) fn sample_flags(sort: GeneSort, n: usize) -> Vec<bool> {
 /// To split this pass over machines, see [`scan_inputs_part`](crate::scan_inputs_part) and
 /// [`make_plan_with_scans`].
 pub fn make_plan(inputs: &[PathBuf], opts: &ConvertOptions) -> Result<Plan, ConvertError> {
-    plan_from(inputs, opts, None, &mut |_| {})
+    plan_from(inputs, opts, None, &mut |_| {}, None)
+}
+
+/// [`make_plan`], keeping in `spill` (within its budget) the cells of every input it reads in full, so that
+/// [`run_part_with_spill`](crate::run_part_with_spill) on this machine reads them back instead of decoding those
+/// inputs again. The plan is the one [`make_plan`] gives, byte for byte.
+pub fn make_plan_with_spill(inputs: &[PathBuf], opts: &ConvertOptions, spill: &Spill) -> Result<Plan, ConvertError> {
+    plan_from(inputs, opts, None, &mut |_| {}, Some(spill))
 }
 
 /// [`make_plan`], reusing the per-input scan files that [`scan_inputs_part`](crate::scan_inputs_part) wrote in
@@ -355,7 +363,7 @@ pub fn make_plan_with_scans(
     scan_dir: &Path,
     mut note: impl FnMut(&str),
 ) -> Result<Plan, ConvertError> {
-    plan_from(inputs, opts, Some(scan_dir), &mut note)
+    plan_from(inputs, opts, Some(scan_dir), &mut note, None)
 }
 
 fn plan_from(
@@ -363,6 +371,7 @@ fn plan_from(
     opts: &ConvertOptions,
     scan_dir: Option<&Path>,
     note: &mut dyn FnMut(&str),
+    spill: Option<&Spill>,
 ) -> Result<Plan, ConvertError> {
     check_options(inputs, opts)?;
     let selection = opts.obs_selection();
@@ -370,7 +379,7 @@ fn plan_from(
     let loaded: Vec<(InputScan, Option<String>)> = inputs
         .par_iter()
         .enumerate()
-        .map(|(i, path)| load_or_scan(scan_dir, i, path, sample[i], opts))
+        .map(|(i, path)| load_or_scan(scan_dir, i, path, sample[i], opts, spill))
         .collect::<Result<_, _>>()?;
     let mut scanned = Vec::with_capacity(loaded.len());
     for (s, why) in loaded {

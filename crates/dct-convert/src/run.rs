@@ -22,8 +22,9 @@ use serde_json::json;
 use crate::error::ConvertError;
 use crate::io::Output;
 use crate::obs::{InputObs, SchemaPlan, TileCutter, var_table};
-use crate::plan::{ConvertOptions, PLAN_MARKER, Plan, make_plan};
+use crate::plan::{ConvertOptions, PLAN_MARKER, Plan, make_plan_with_spill};
 use crate::remap::GeneRemap;
+use crate::spill::{Spill, SpillOptions, SpillReader};
 
 /// How to run parts and finalize.
 #[derive(Debug, Clone, Default)]
@@ -34,6 +35,9 @@ pub struct RunOptions {
     pub store: StoreOptions,
     /// Stop after writing this many tiles (tests of interrupted conversions; `None` in normal use).
     pub stop_after_tiles: Option<usize>,
+    /// The copy of decoded inputs that [`convert`] keeps between its plan and its tiles (parts run on their own do
+    /// not use it).
+    pub spill: SpillOptions,
 }
 
 /// Progress of a part, reported after each tile.
@@ -155,6 +159,8 @@ enum OpenInput {
     Own(Box<dyn CountSource>),
     /// Shared with the other workers.
     Shared(SharedSource),
+    /// Read back from the copy the plan kept.
+    Spilled(SpillReader),
 }
 
 fn lock<T: ?Sized>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -198,6 +204,7 @@ impl SharedInputs {
 struct TileReader<'a> {
     plan: &'a Plan,
     shared: &'a SharedInputs,
+    spill: &'a Spill,
     remap: GeneRemap,
     input_starts: Vec<u64>,
     current: Option<(usize, OpenInput)>,
@@ -219,7 +226,7 @@ struct WrittenTile {
 const WINDOW_ROWS: u64 = 256;
 
 impl<'a> TileReader<'a> {
-    fn new(plan: &'a Plan, shared: &'a SharedInputs) -> Self {
+    fn new(plan: &'a Plan, shared: &'a SharedInputs, spill: &'a Spill) -> Self {
         let mut input_starts = Vec::with_capacity(plan.inputs.len() + 1);
         let mut acc = 0;
         input_starts.push(0);
@@ -230,6 +237,7 @@ impl<'a> TileReader<'a> {
         TileReader {
             plan,
             shared,
+            spill,
             remap: GeneRemap::new(&plan.gene_order),
             input_starts,
             current: None,
@@ -243,13 +251,30 @@ impl<'a> TileReader<'a> {
         if self.current.as_ref().is_none_or(|(j, _)| *j != i) {
             // Let go of the previous input first, so that a shared one can be dropped.
             self.current = None;
-            self.current = Some((i, self.shared.open(self.plan, i)?));
+            self.current = Some((i, self.open(i)?));
         }
         match &mut self.current.as_mut().expect("just set").1 {
             OpenInput::Own(s) => s.read_rows_into(rows, out)?,
             OpenInput::Shared(s) => lock(s).read_rows_into(rows, out)?,
+            OpenInput::Spilled(s) => {
+                if s.read_rows_into(rows.clone(), out).is_err() {
+                    // The copy is an optimisation: drop it and read the input itself.
+                    self.spill.drop_input(i);
+                    self.current = None;
+                    self.current = Some((i, self.shared.open(self.plan, i)?));
+                    return self.read_window(i, rows, out);
+                }
+            }
         }
         Ok(())
+    }
+
+    /// Input `i`: its kept copy if there is one, else the input.
+    fn open(&self, i: usize) -> Result<OpenInput, ConvertError> {
+        match self.spill.reader(i) {
+            Some(r) => Ok(OpenInput::Spilled(r)),
+            None => self.shared.open(self.plan, i),
+        }
     }
 
     /// Reads tile `t` and encodes it.
@@ -312,6 +337,19 @@ pub fn run_part(
     part: usize,
     parts: usize,
     opts: &RunOptions,
+    progress: impl FnMut(&Progress),
+) -> Result<PartReport, ConvertError> {
+    run_part_with_spill(plan, part, parts, opts, &Spill::disabled(), progress)
+}
+
+/// [`run_part`], reading the inputs that `spill` kept (see
+/// [`make_plan_with_spill`](crate::make_plan_with_spill)) from there instead of decoding them again. Same bytes.
+pub fn run_part_with_spill(
+    plan: &Plan,
+    part: usize,
+    parts: usize,
+    opts: &RunOptions,
+    spill: &Spill,
     mut progress: impl FnMut(&Progress),
 ) -> Result<PartReport, ConvertError> {
     if parts == 0 || part >= parts {
@@ -357,7 +395,7 @@ pub fn run_part(
         for _ in 0..threads {
             let (tx, next, stop, todo, shared) = (tx.clone(), &next, &stop, &todo, &shared);
             scope.spawn(move |_| {
-                let mut reader = TileReader::new(plan, shared);
+                let mut reader = TileReader::new(plan, shared, spill);
                 while !stop.load(Ordering::Relaxed) {
                     let Some(&t) = todo.get(next.fetch_add(1, Ordering::Relaxed)) else { break };
                     let item = reader.read_and_encode(t, &encode);
@@ -625,7 +663,8 @@ pub fn clear_output(url: &str, store: &StoreOptions) -> Result<(), ConvertError>
 
 /// Plan, write every tile, finalize: a whole conversion on one machine. Re-running an interrupted conversion
 /// with the same inputs and options resumes it (complete tiles are kept); `overwrite` replaces whatever the
-/// output holds.
+/// output holds. The inputs the plan reads in full are kept for the tiles within the budget of `run.spill`
+/// (see [`Spill`]).
 pub fn convert(
     inputs: &[PathBuf],
     options: &ConvertOptions,
@@ -633,17 +672,20 @@ pub fn convert(
     overwrite: bool,
     progress: impl FnMut(&Progress),
 ) -> Result<Manifest, ConvertError> {
-    let plan = make_plan(inputs, options)?;
+    let spill = Spill::new(&run.spill)?;
+    let plan = make_plan_with_spill(inputs, options, &spill)?;
     if overwrite {
         clear_output(&plan.output, &run.store)?;
     }
-    run_part(&plan, 0, 1, run, progress)?;
+    run_part_with_spill(&plan, 0, 1, run, &spill, progress)?;
+    drop(spill);
     finalize(&plan, run)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::make_plan;
 
     fn fixture(rel: &str) -> PathBuf {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/inputs").join(rel)

@@ -15,13 +15,14 @@
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
-use dct_input::{CountSource, H5adMatrix, H5adSource, InputKind, detect_kind, open_input_with, scan};
+use dct_input::{CountSource, H5adMatrix, H5adSource, InputKind, detect_kind, open_input_with, scan, scan_observed};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::error::ConvertError;
 use crate::obs::{InputSummary, summarize};
 use crate::plan::ConvertOptions;
+use crate::spill::Spill;
 
 /// Identifies scan files.
 const SCAN_FORMAT: &str = "deltacells-convert-scan";
@@ -187,12 +188,13 @@ fn size_of_input(path: &Path) -> u64 {
 }
 
 /// Scans input `index` at `path`: opens it, reads its genes (and its obs summary for `.h5ad` inputs when obs is
-/// written) and, with `totals`, sums its counts per gene.
+/// written) and, with `totals`, sums its counts per gene (keeping its cells in `spill`, if given and within budget).
 pub(crate) fn scan_input(
     index: usize,
     path: &Path,
     totals: bool,
     opts: &ConvertOptions,
+    spill: Option<&Spill>,
 ) -> Result<InputScan, ConvertError> {
     let stamp = input_stamp(path)?;
     let input_opts = opts.input_options();
@@ -215,8 +217,18 @@ pub(crate) fn scan_input(
         (open_input_with(path, &input_opts)?, None)
     };
     let totals = if totals {
-        match scan(source.as_mut(), SCAN_WINDOW) {
-            Ok(stats) => Some(stats.gene_totals),
+        let mut kept = spill.and_then(|s| s.writer(index, source.n_genes()));
+        let scanned = match kept.as_mut() {
+            Some(w) => scan_observed(source.as_mut(), SCAN_WINDOW, &mut |b| w.observe(b)),
+            None => scan(source.as_mut(), SCAN_WINDOW),
+        };
+        match scanned {
+            Ok(stats) => {
+                if let Some(w) = kept {
+                    w.finish(stats.n_cells);
+                }
+                Some(stats.gene_totals)
+            }
             // A keys-only source names no cell or gene in its errors: scan with names to say which.
             Err(e) if keys_only && source.kind() == InputKind::H5ad => {
                 scan(&mut H5adSource::open(path, &input_opts.matrix)?, SCAN_WINDOW)?;
@@ -319,13 +331,14 @@ pub(crate) fn load_or_scan(
     path: &Path,
     totals: bool,
     opts: &ConvertOptions,
+    spill: Option<&Spill>,
 ) -> Result<(InputScan, Option<String>), ConvertError> {
     let note = match dir.map(|d| load_scan(d, index, path, totals, opts)) {
         Some(Ok(s)) => return Ok((s, None)),
         Some(Err(Unusable::Rejected(why))) => Some(why),
         Some(Err(Unusable::Absent)) | None => None,
     };
-    Ok((scan_input(index, path, totals, opts)?, note))
+    Ok((scan_input(index, path, totals, opts, spill)?, note))
 }
 
 /// What [`scan_inputs_part`] did.
@@ -372,7 +385,7 @@ pub fn scan_inputs_part(
                 Err(Unusable::Absent) => None,
                 Err(Unusable::Rejected(why)) => Some(why),
             };
-            let s = scan_input(i, &inputs[i], sample[i], opts)?;
+            let s = scan_input(i, &inputs[i], sample[i], opts, None)?;
             let file = scan_file(dir, i);
             let tmp = dir.join(format!(".scan-{i}.json.tmp-{}", std::process::id()));
             std::fs::write(&tmp, s.to_json()).map_err(io_err(&tmp))?;

@@ -42,7 +42,7 @@ pub use error::{BadValue, InputError};
 pub use frame::{Column, ColumnData, Frame};
 pub use h5ad::H5adSource;
 pub use mtx::{MtxEntry, MtxField, MtxHeader, MtxSource, MtxText, parse_mtx_text};
-pub use scan::{ScanStats, row_windows, scan};
+pub use scan::{ScanStats, row_windows, scan, scan_observed};
 pub use tenx::TenxH5Source;
 
 /// The kind of an input.

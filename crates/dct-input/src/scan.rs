@@ -48,6 +48,16 @@ pub fn row_windows(n_rows: u64, window: u64) -> impl Iterator<Item = Range<u64>>
 /// Reads every cell of `source` once, `window_rows` cells at a time, and returns per-gene and per-cell statistics.
 /// Memory: one window plus 16 bytes per gene and 16 per cell.
 pub fn scan(source: &mut dyn CountSource, window_rows: u64) -> Result<ScanStats, InputError> {
+    scan_observed(source, window_rows, &mut |_| {})
+}
+
+/// [`scan`], handing each window to `observe` as it is read (in row order, each row once): lets a caller keep the
+/// decoded cells, e.g. the converter's copy of an input for its second pass.
+pub fn scan_observed(
+    source: &mut dyn CountSource,
+    window_rows: u64,
+    observe: &mut dyn FnMut(&RowBlock),
+) -> Result<ScanStats, InputError> {
     let (n_cells, n_genes) = (source.n_cells(), source.n_genes());
     // Both are backed by tables already held in memory (gene table, cell names), so these sizes are real.
     let mut s = ScanStats {
@@ -78,6 +88,7 @@ pub fn scan(source: &mut dyn CountSource, window_rows: u64) -> Result<ScanStats,
             s.total += cell_total;
             s.nnz += genes.len() as u64;
         }
+        observe(&block);
     }
     Ok(s)
 }

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use dct_convert::{ConvertOptions, GeneSort, Plan, Progress, RunOptions, natural_cmp};
+use dct_convert::{ConvertOptions, GeneSort, Plan, Progress, RunOptions, Spill, natural_cmp};
 use dct_input::H5adMatrix;
 
 use crate::output::{human_bytes, progress};
@@ -96,6 +96,15 @@ pub struct Args {
     /// Check every tile of the plan and write the manifest.
     #[arg(long, requires = "plan")]
     finalize: bool,
+    /// One-machine conversion: where to keep the copy of the inputs the plan decodes, so that the tiles read it
+    /// back instead of decoding the inputs again (default: the temporary directory; removed at the end). On a
+    /// memory-backed /tmp, point this at a disk.
+    #[arg(long, conflicts_with = "plan")]
+    spill_dir: Option<PathBuf>,
+    /// Most megabytes (10^6 bytes) that copy may take, at 8 bytes per nonzero; inputs beyond it are decoded twice.
+    /// 0 turns it off. At most a quarter of the free space of the spill directory is used.
+    #[arg(long, conflicts_with = "plan")]
+    spill_max_mb: Option<u64>,
 }
 
 fn expand_inputs(patterns: &[String]) -> anyhow::Result<Vec<PathBuf>> {
@@ -150,7 +159,11 @@ fn reporter(total_tiles: usize, what: &str) -> impl FnMut(&Progress) {
 
 /// Runs `convert`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let run = RunOptions { threads: args.threads, ..RunOptions::default() };
+    let mut run = RunOptions { threads: args.threads, ..RunOptions::default() };
+    run.spill.dir = args.spill_dir.clone();
+    if let Some(mb) = args.spill_max_mb {
+        run.spill.max_bytes = mb.saturating_mul(1_000_000);
+    }
     if let Some(plan_path) = &args.plan
         && args.inputs.is_empty()
     {
@@ -221,12 +234,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     eprintln!("planning: {} input(s)", inputs.len());
+    let start = std::time::Instant::now();
+    // Only a one-machine conversion keeps the decoded inputs for its tiles.
+    let spill = match &args.plan {
+        Some(_) => Spill::disabled(),
+        None => Spill::new(&run.spill)?,
+    };
     let plan = match &args.plan {
         Some(plan_path) => {
             let dir = dct_convert::scan_dir(plan_path);
             dct_convert::make_plan_with_scans(&inputs, &options, &dir, |note| eprintln!("note: {note}"))?
         }
-        None => dct_convert::make_plan(&inputs, &options)?,
+        None => dct_convert::make_plan_with_spill(&inputs, &options, &spill)?,
     };
     if let Some(plan_path) = &args.plan {
         plan.save(plan_path)?;
@@ -247,8 +266,24 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.overwrite {
         dct_convert::clear_output(&plan.output, &run.store)?;
     }
-    let start = std::time::Instant::now();
-    let report = dct_convert::run_part(&plan, 0, 1, &run, reporter(plan.n_tiles, "converting"))?;
+    let plan_secs = start.elapsed().as_secs_f64();
+    let kept = spill.stats();
+    if kept.inputs > 0 {
+        eprintln!(
+            "planned in {plan_secs:.1} s; holding {} of {} input(s) decoded for the tiles ({})",
+            kept.inputs,
+            plan.inputs.len(),
+            human_bytes(kept.bytes)
+        );
+    } else {
+        eprintln!("planned in {plan_secs:.1} s");
+    }
+    let report = dct_convert::run_part_with_spill(&plan, 0, 1, &run, &spill, reporter(plan.n_tiles, "converting"))?;
+    let dropped = spill.stats().dropped;
+    if dropped > 0 {
+        eprintln!("warning: {dropped} kept input(s) could not be read back and were decoded again (same tiles)");
+    }
+    drop(spill);
     if plan.obs.is_some() {
         eprintln!("finalizing: checking tiles, writing var.parquet and the obs shards");
     }
@@ -258,7 +293,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let input_bytes: u64 = plan.inputs.iter().map(|i| i.size_bytes).sum();
     println!(
         "converted {} cells x {} genes into {} ({} tiles, {} written, {} kept): {} in tiles, {:.3} bytes per \
-         nonzero; {:.1} s, {:.0} cells/s, {}/s of input",
+         nonzero; {:.1} s in all (plan included), {:.0} cells/s, {}/s of input",
         m.n_cells,
         m.n_genes,
         plan.output,
