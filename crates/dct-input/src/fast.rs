@@ -108,7 +108,7 @@ type Piece<'j, 'o, T> = (&'j (usize, u64, u64), &'o mut [T]);
 /// Chunks handled per rayon task at least, so that small windows stay on one thread.
 const CHUNKS_PER_TASK: usize = 4;
 
-/// Work scratch of one task of a fast read.
+/// Work scratch of one task of a fast read (one per thread, reused: see [`with_scratch`]).
 struct ChunkScratch {
     stored: Vec<u8>,
     raw: Vec<u8>,
@@ -125,6 +125,33 @@ impl Default for ChunkScratch {
             inflater: libdeflater::Decompressor::new(),
         }
     }
+}
+
+thread_local! {
+    /// This thread's chunk scratch. A fresh one per task cost an allocation of each buffer and of a libdeflate
+    /// decompressor for every few chunks (about 8% of a converter's first pass in malloc and free). Its buffers
+    /// are bounded by the largest chunk read, which `fast_chunks` bounds.
+    static SCRATCH: std::cell::RefCell<ChunkScratch> = std::cell::RefCell::new(ChunkScratch::default());
+}
+
+/// Scratch buffers larger than this are freed after use rather than kept for the thread's next read.
+const SCRATCH_KEEP_BYTES: usize = 16 << 20;
+
+/// Runs `f` with this thread's chunk scratch (or a fresh one, should it be in use further up the stack).
+fn with_scratch<R>(f: impl FnOnce(&mut ChunkScratch) -> R) -> R {
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut s) => {
+            let r = f(&mut s);
+            let s = &mut *s;
+            for buf in [&mut s.stored, &mut s.raw, &mut s.unshuffled] {
+                if buf.capacity() > SCRATCH_KEEP_BYTES {
+                    *buf = Vec::new();
+                }
+            }
+            r
+        }
+        Err(_) => f(&mut ChunkScratch::default()),
+    })
 }
 
 /// What [`H5::read_fast_u32`] makes of each element.
@@ -382,11 +409,11 @@ impl H5 {
             Ok(ok)
         };
         if pieces.len() <= CHUNKS_PER_TASK {
-            return work(&mut ChunkScratch::default(), &mut pieces);
+            return with_scratch(|s| work(s, &mut pieces));
         }
         pieces
             .par_chunks_mut(CHUNKS_PER_TASK)
-            .map_init(ChunkScratch::default, work)
+            .map(|group| with_scratch(|s| work(s, group)))
             .try_reduce(|| true, |a, b| Ok(a && b))
     }
 

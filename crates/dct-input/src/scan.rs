@@ -66,11 +66,14 @@ pub fn scan_observed(
         nnz: 0,
         total: 0,
         max_count: 0,
-        gene_totals: vec![0; n_genes as usize],
-        gene_nnz: vec![0; n_genes as usize],
+        gene_totals: Vec::new(),
+        gene_nnz: Vec::new(),
         cell_totals: Vec::with_capacity(n_cells as usize),
         cell_nnz: Vec::with_capacity(n_cells as usize),
     };
+    // Total and nonzero count of a gene side by side: one cache line per entry, one bounds check.
+    let mut per_gene = vec![[0u64; 2]; n_genes as usize];
+    let mut max_count = 0u32;
     let mut block = RowBlock::new(n_genes);
     for rows in row_windows(n_cells, window_rows) {
         source.read_rows_into(rows, &mut block)?;
@@ -78,10 +81,11 @@ pub fn scan_observed(
             let (genes, counts) = block.row(r);
             let mut cell_total = 0u64;
             for (&g, &c) in genes.iter().zip(counts) {
-                s.gene_totals[g as usize] += u64::from(c);
-                s.gene_nnz[g as usize] += 1;
+                let slot = &mut per_gene[g as usize];
+                slot[0] += u64::from(c);
+                slot[1] += 1;
                 cell_total += u64::from(c);
-                s.max_count = s.max_count.max(c);
+                max_count = max_count.max(c);
             }
             s.cell_totals.push(cell_total);
             s.cell_nnz.push(genes.len() as u64);
@@ -90,5 +94,8 @@ pub fn scan_observed(
         }
         observe(&block);
     }
+    s.max_count = max_count;
+    s.gene_totals = per_gene.iter().map(|p| p[0]).collect();
+    s.gene_nnz = per_gene.iter().map(|p| p[1]).collect();
     Ok(s)
 }
