@@ -7,6 +7,7 @@ use dct_format::{
 };
 use zstd_safe::DCtx;
 
+use crate::buffers::resize_for_overwrite;
 use crate::error::DecodeError;
 use crate::frame::{MAX_RATIO, SINK_LEN, decompress_exact, frame_content_size, verify_content_size};
 use crate::handoff::Helpers;
@@ -208,8 +209,8 @@ impl Decoder {
         let (n_chunks, nnz) = (self.layout.chunks().len(), header.nnz);
         out.version = header.version;
         out.n_genes = header.n_genes;
-        out.indices.resize(nnz as usize, 0);
-        out.values.resize(nnz as usize, V::default());
+        resize_for_overwrite(&mut out.indices, nnz as usize, 0);
+        resize_for_overwrite(&mut out.values, nnz as usize, V::default());
         if n_chunks == 0 {
             return Ok(());
         }
@@ -246,8 +247,8 @@ impl Decoder {
         }
         out.chunk_cell_lo.push(header.n_cells);
         out.chunk_nnz_lo.push(nnz);
-        out.gaps.resize(2 * nnz as usize, 0);
-        out.vals.resize(2 * nnz as usize, 0);
+        resize_for_overwrite(&mut out.gaps, 2 * nnz as usize, 0);
+        resize_for_overwrite(&mut out.vals, 2 * nnz as usize, 0);
         out.value_exceptions.clear();
         out.gap_exceptions.clear();
         for w in &mut self.workers {
@@ -307,8 +308,8 @@ impl Decoder {
         }
         self.check_claims(blob, total.saturating_mul(4 + size_of::<V>() as u64))?;
         self.plan.sort_unstable();
-        out.indices.resize(total as usize, 0);
-        out.values.resize(total as usize, V::default());
+        resize_for_overwrite(&mut out.indices, total as usize, 0);
+        resize_for_overwrite(&mut out.values, total as usize, V::default());
         let ctx = Ctx { blob, header, indptr, mode: WriteMode::Cached };
         let w = &mut self.workers[0];
         let mut chunk_indices = std::mem::take(&mut w.chunk_indices);

@@ -8,8 +8,9 @@
 //! * [`encode_tile`] / [`encode_canonical`]: a CSR matrix of any index and value type to a version-2 tile.
 //! * [`inspect`]: header, chunk table and per-chunk exception counts without decompressing the streams.
 
-#![deny(unsafe_code)] // allowed in `kernels` and `handoff` only
+#![deny(unsafe_code)] // allowed in `kernels`, `handoff` and `buffers` only
 
+mod buffers;
 mod decode;
 mod encode;
 mod error;
@@ -21,6 +22,7 @@ mod kernels;
 mod planes;
 mod values;
 
+pub use buffers::{HUGE_PAGE_MIN_BYTES, resize_for_overwrite, resize_large};
 pub use decode::{DecodeOptions, DecodedTile, Decoder};
 pub use encode::{EncodeOptions, ExceptionPolicy, chunk_boundaries, encode_canonical, encode_tile};
 pub use error::{DecodeError, EncodeError};

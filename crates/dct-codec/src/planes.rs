@@ -12,6 +12,7 @@
 //! first, no stored zero count, every gene index below `n_genes`, with exceptions applied) each time it builds one,
 //! and names the cell on failure.
 
+use crate::buffers::resize_large;
 use dct_format::{ChunkEntry, FrameKind, MAX_COUNT, STREAM_MAX, Version};
 use zstd_safe::DCtx;
 
@@ -108,8 +109,8 @@ impl TilePlanes {
         }
         let len = self.row_nnz(r);
         let (i0, v0) = (indices.len(), values.len());
-        indices.resize(i0 + len, 0);
-        values.resize(v0 + len, V::default());
+        resize_large(indices, i0 + len, 0);
+        resize_large(values, v0 + len, V::default());
         let result = self.row_to(r, &mut indices[i0..], &mut values[v0..]);
         if result.is_err() {
             indices.truncate(i0);

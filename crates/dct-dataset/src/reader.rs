@@ -543,8 +543,8 @@ impl Dataset {
             out.indptr.push(total as i64);
         }
         // Sized without clearing first: only a batch larger than any before writes the fill values.
-        out.indices.resize(total, 0);
-        out.values.resize(total, V::default());
+        dct_codec::resize_for_overwrite(&mut out.indices, total, 0);
+        dct_codec::resize_for_overwrite(&mut out.values, total, V::default());
         // Each row is decoded from its tile's planes straight into its place in the batch (and checked as it is),
         // rows split between the decode threads.
         // A batch larger than the caches is written with streaming stores (see `WriteMode`).
