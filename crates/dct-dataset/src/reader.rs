@@ -1,8 +1,8 @@
 //! Random access to the cells of a dataset: [`Dataset`] (see its docs for threading, caching and checks).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -273,6 +273,10 @@ pub(crate) struct Core {
     /// At most this many spare buffers: as many as decodes that prefetches can start at once.
     max_spare: usize,
     prefetch_sem: Arc<Semaphore>,
+    /// Prefetched tiles waiting to be decoded in the background, in the order they were requested (by load id).
+    /// One background decode runs at a time (see [`Core::decode_in_background`]).
+    to_decode: Mutex<BTreeMap<u64, (usize, Weak<Tile>)>>,
+    decoding_in_background: AtomicBool,
     counters: Counters,
     handle: tokio::runtime::Handle,
     var_names: Mutex<Option<Arc<Vec<String>>>>,
@@ -292,7 +296,9 @@ pub(crate) struct Core {
 ///   Concurrent [`Dataset::get_batch`] calls run in parallel: they share the tile cache and never fetch the same
 ///   tile twice at the same time.
 /// * [`Dataset::prefetch`] returns at once; the tiles are fetched (at most `max_prefetch_tiles` at a time) and
-///   decoded in the background, then kept in the cache for the next batch.
+///   decoded in the background, one at a time in the order they were asked for, then kept in the cache for the
+///   next batch. A read that needs a prefetched tile not yet decoded decodes it itself, so it waits for at most
+///   the one background decode in progress.
 ///
 /// # Caching
 ///
@@ -406,6 +412,8 @@ impl Dataset {
             spare: Mutex::new(Vec::new()),
             max_spare: options.max_prefetch_tiles.max(1),
             prefetch_sem: Arc::new(Semaphore::new(options.max_prefetch_tiles.max(1))),
+            to_decode: Mutex::new(BTreeMap::new()),
+            decoding_in_background: AtomicBool::new(false),
             counters: Counters::default(),
             handle: rt.handle().clone(),
             var_names: Mutex::new(None),
@@ -916,7 +924,10 @@ impl Core {
         } else {
             None
         };
-        let result = self.load(t, decode).await;
+        // A prefetched tile is fetched and checked here but decoded by the background queue, one tile at a time in
+        // request order: decodes started here would share the pool in arrival order, and a reader waiting for one
+        // tile would wait for all of them.
+        let result = self.load(t, decode && !prefetch).await;
         if result.is_err() {
             add(&self.counters.failed_loads, 1);
         }
@@ -927,7 +938,10 @@ impl Core {
         {
             match &result {
                 Ok(tile) if self.max_cached > 0 => {
-                    evicted = cache.insert_ready(t, tile.clone(), self.max_cached, !prefetch)
+                    evicted = cache.insert_ready(t, tile.clone(), self.max_cached, !prefetch);
+                    if prefetch && decode {
+                        self.lock_to_decode().insert(id, (t, Arc::downgrade(tile)));
+                    }
                 }
                 _ => {
                     cache.slots.remove(&t);
@@ -936,7 +950,50 @@ impl Core {
         }
         drop(cache);
         evicted.into_iter().for_each(|tile| self.recycle_tile(tile));
+        if prefetch && decode {
+            self.decode_in_background();
+        }
         result
+    }
+
+    fn lock_to_decode(&self) -> MutexGuard<'_, BTreeMap<u64, (usize, Weak<Tile>)>> {
+        self.to_decode.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts the background decoder unless it is running: one blocking task (off the decode pool) that decodes
+    /// queued prefetched tiles, the earliest requested first, until the queue is empty. A reader that needs a queued tile decodes it itself
+    /// ([`Core::ensure_decoded`]; the tile's lock keeps the two from decoding it twice), so it waits for at most
+    /// the one background decode in progress, never for the whole queue. Tiles that left the cache, or that a
+    /// reader holds, are skipped.
+    fn decode_in_background(self: &Arc<Self>) {
+        if self.decoding_in_background.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let core = self.clone();
+        // Off the pool: the decodes themselves enter the pool from outside (`Decoder::with_pool`), through its
+        // first-in-first-out queue, so a reader's decode started meanwhile runs before the next background one
+        // (a task on the pool would take its follow-up work before anything queued from outside).
+        drop(self.handle.spawn_blocking(move || {
+            loop {
+                let next = core.lock_to_decode().pop_first();
+                match next {
+                    Some((_, (t, tile))) => {
+                        if let Some(tile) = tile.upgrade() {
+                            core.decode_if_unlocked(t, &tile);
+                        }
+                    }
+                    None => {
+                        core.decoding_in_background.store(false, Ordering::Release);
+                        // A tile queued after the pop above but before the store would otherwise wait for the
+                        // next prefetch.
+                        if core.lock_to_decode().is_empty() || core.decoding_in_background.swap(true, Ordering::AcqRel)
+                        {
+                            return;
+                        }
+                    }
+                }
+            }
+        }));
     }
 
     async fn load(self: &Arc<Self>, t: usize, decode: bool) -> Result<Arc<Tile>, DatasetError> {
@@ -1137,7 +1194,27 @@ impl Core {
     /// The decoded contents of `tile`, decoding it now (on the calling thread and the pool) if it was loaded
     /// without decoding. A tile that fails to decode is dropped from the cache.
     fn ensure_decoded(&self, t: usize, tile: &Arc<Tile>) -> Result<Arc<TilePlanes>, DatasetError> {
-        let mut data = tile.lock();
+        self.decode_locked(t, tile, tile.lock())
+    }
+
+    /// [`Core::ensure_decoded`] for the background decoder: a tile whose lock is held (by a reader decoding or
+    /// reading it) is left to its holder rather than waited for.
+    fn decode_if_unlocked(&self, t: usize, tile: &Arc<Tile>) {
+        let data = match tile.data.try_lock() {
+            Ok(guard) => guard,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return,
+        };
+        // A failure drops the tile from the cache; the next read fetches it again and reports.
+        let _ = self.decode_locked(t, tile, data);
+    }
+
+    fn decode_locked(
+        &self,
+        t: usize,
+        tile: &Arc<Tile>,
+        mut data: MutexGuard<'_, TileData>,
+    ) -> Result<Arc<TilePlanes>, DatasetError> {
         let decoded = match &*data {
             TileData::Decoded(d) => return Ok(d.clone()),
             TileData::Raw { blob, .. } => self.decode_planes(t, blob),
