@@ -333,6 +333,14 @@ pub struct Dataset {
     rt: Rt,
 }
 
+impl Drop for Dataset {
+    fn drop(&mut self) {
+        // The background decoder holds the core: without this it would decode every queued prefetch for a reader
+        // that is gone (and dropping the runtime waits for it). It stops after the tile in progress.
+        self.core.lock_to_decode().clear();
+    }
+}
+
 impl std::fmt::Debug for Dataset {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Dataset")
