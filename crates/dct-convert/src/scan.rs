@@ -218,11 +218,8 @@ pub(crate) fn scan_input(
     };
     let totals = if totals {
         let mut kept = spill.and_then(|s| s.writer(index, source.n_genes()));
-        let scanned = match kept.as_mut() {
-            Some(w) => scan_observed(source.as_mut(), SCAN_WINDOW, &mut |b| w.observe(b)),
-            None => scan(source.as_mut(), SCAN_WINDOW),
-        };
-        match scanned {
+        let mut keep = |b: &dct_input::RowBlock| kept.iter_mut().for_each(|w| w.observe(b));
+        match scan_observed(source.as_mut(), SCAN_WINDOW, &mut keep) {
             Ok(stats) => {
                 if let Some(w) = kept {
                     w.finish(stats.n_cells);

@@ -266,7 +266,7 @@ impl SpillWriter<'_> {
             return self.give_up();
         }
         self.reserved += size;
-        let (genes, counts) = (block.indices[..n].as_bytes(), block.values[..n].as_bytes());
+        let (genes, counts) = (block.indices.as_bytes(), block.values.as_bytes());
         if file.write_all(genes).and_then(|()| file.write_all(counts)).is_err() {
             return self.give_up();
         }

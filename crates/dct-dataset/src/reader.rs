@@ -969,9 +969,9 @@ impl Core {
     }
 
     /// Starts the background decoder unless it is running: one blocking task (off the decode pool) that decodes
-    /// queued prefetched tiles, the earliest requested first, until the queue is empty. A reader that needs a queued tile decodes it itself
-    /// ([`Core::ensure_decoded`]; the tile's lock keeps the two from decoding it twice), so it waits for at most
-    /// the one background decode in progress, never for the whole queue. Tiles that left the cache, or that a
+    /// queued prefetched tiles, the earliest requested first, until the queue is empty. A reader that needs a
+    /// queued tile decodes it itself ([`Core::ensure_decoded`]; the tile's lock keeps the two from decoding it
+    /// twice), so it waits for at most the one background decode in progress, never for the whole queue. Tiles that left the cache, or that a
     /// reader holds, are skipped.
     fn decode_in_background(self: &Arc<Self>) {
         if self.decoding_in_background.swap(true, Ordering::AcqRel) {

@@ -236,16 +236,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     eprintln!("planning: {} input(s)", inputs.len());
     let start = std::time::Instant::now();
     // Only a one-machine conversion keeps the decoded inputs for its tiles.
-    let spill = match &args.plan {
-        Some(_) => Spill::disabled(),
-        None => Spill::new(&run.spill)?,
-    };
-    let plan = match &args.plan {
+    let (plan, spill) = match &args.plan {
         Some(plan_path) => {
             let dir = dct_convert::scan_dir(plan_path);
-            dct_convert::make_plan_with_scans(&inputs, &options, &dir, |note| eprintln!("note: {note}"))?
+            let plan = dct_convert::make_plan_with_scans(&inputs, &options, &dir, |note| eprintln!("note: {note}"))?;
+            (plan, Spill::disabled())
         }
-        None => dct_convert::make_plan_with_spill(&inputs, &options, &spill)?,
+        None => {
+            let spill = Spill::new(&run.spill)?;
+            (dct_convert::make_plan_with_spill(&inputs, &options, &spill)?, spill)
+        }
     };
     if let Some(plan_path) = &args.plan {
         plan.save(plan_path)?;
