@@ -113,12 +113,30 @@ fn epoch(ds: &Dataset, cells: &[u64], tile_of: &[usize], order: &[usize], prefet
                 next = want_end;
             }
         }
+        let (t0, stall0) = (start.elapsed(), ds.stats().stall_time);
         ds.get_batch_into(chunk, &mut batch).expect("get_batch");
         nnz += batch.nnz() as u64;
+        if trace() {
+            let stall = ds.stats().stall_time - stall0;
+            let took = start.elapsed() - t0;
+            let st = ds.stats();
+            eprintln!(
+                "  batch {b:>3} (tile {:>2}) at {t0:>9.1?}: {took:>8.1?}, stalled {stall:>8.1?}; {} tiles decoded in \
+                 {:.1?}",
+                tile_of[b * BATCH],
+                st.tiles_decoded,
+                st.decode_time
+            );
+        }
         std::hint::black_box(&batch);
     }
     let seconds = start.elapsed().as_secs_f64();
     Run { seconds, stall: ds.stats().stall_time, nnz, faults: minor_faults() - faults }
+}
+
+/// `DCT_BENCH_TRACE=1`: print every batch's start, duration and stall.
+fn trace() -> bool {
+    std::env::var_os("DCT_BENCH_TRACE").is_some()
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -178,6 +196,11 @@ fn main() {
     let mut results: Vec<Vec<Run>> = scenarios.iter().map(|_| Vec::new()).collect();
     for round in 0..rounds {
         for (s, out) in scenarios.iter().zip(&mut results) {
+            // `DCT_BENCH_ONLY=text`: run only the scenarios whose name contains it (the ratios then mean nothing).
+            if std::env::var("DCT_BENCH_ONLY").is_ok_and(|only| !s.name.contains(&only)) {
+                out.push(Run { seconds: f64::NAN, stall: Duration::ZERO, nnz: 0, faults: 0 });
+                continue;
+            }
             let ds = open(&dir, &memory, s);
             if s.warm {
                 epoch(&ds, &cells, &tile_of, &order, s.prefetch);

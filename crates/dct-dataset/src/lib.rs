@@ -49,8 +49,11 @@
 //! # Ok(()) }
 //! ```
 
+#![deny(unsafe_code)] // allowed in `mapped` (memory maps of local tiles) only
+
 mod error;
 pub mod manifest;
+mod mapped;
 pub mod npy;
 mod reader;
 mod rt;
@@ -65,7 +68,7 @@ pub use error::{Category, DatasetError, ManifestError};
 pub use manifest::Manifest;
 pub use object_store;
 pub use reader::{Batch, Dataset, ReadOptions, ReadStats};
-pub use store::{InstrumentedStore, RequestCounts, RetryPolicy, Store, StoreOptions};
+pub use store::{InstrumentedStore, LocalReads, RequestCounts, RetryPolicy, Store, StoreOptions};
 #[cfg(feature = "obs")]
 pub use verify::obs_fingerprint;
 pub use verify::{Problem, VerifyOptions, VerifyReport, verify, verify_url};

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -250,6 +250,19 @@ impl Cache {
     }
 }
 
+/// A read busy decoding or filling a batch (see [`Core::busy_reader`]).
+struct BusyReader<'a>(&'a Core);
+
+impl Drop for BusyReader<'_> {
+    fn drop(&mut self) {
+        let mut busy = self.0.busy_readers.lock().unwrap_or_else(|e| e.into_inner());
+        *busy -= 1;
+        if *busy == 0 {
+            self.0.readers_done.notify_all();
+        }
+    }
+}
+
 enum Acquired {
     Ready(Arc<Tile>),
     Pending(LoadFuture),
@@ -277,6 +290,14 @@ pub(crate) struct Core {
     /// One background decode runs at a time (see [`Core::decode_in_background`]).
     to_decode: Mutex<BTreeMap<u64, (usize, Weak<Tile>)>>,
     decoding_in_background: AtomicBool,
+    /// Reads decoding or filling a batch right now; the background decoder starts no tile while there are any
+    /// (see [`Core::decode_in_background`]), and `readers_done` wakes it when the count drops to 0.
+    busy_readers: Mutex<usize>,
+    readers_done: Condvar,
+    /// The background decoder's own decoder, with its own `decode_threads - 1` helper threads rather than the
+    /// pool: a read that starts while a background decode runs shares the cores with it instead of queueing
+    /// behind all of the tile's chunks on the pool.
+    background_decoder: Mutex<Option<Decoder>>,
     counters: Counters,
     handle: tokio::runtime::Handle,
     var_names: Mutex<Option<Arc<Vec<String>>>>,
@@ -297,8 +318,9 @@ pub(crate) struct Core {
 ///   tile twice at the same time.
 /// * [`Dataset::prefetch`] returns at once; the tiles are fetched (at most `max_prefetch_tiles` at a time) and
 ///   decoded in the background, one at a time in the order they were asked for, then kept in the cache for the
-///   next batch. A read that needs a prefetched tile not yet decoded decodes it itself, so it waits for at most
-///   the one background decode in progress.
+///   next batch. Background decodes run while no read is decoding or filling a batch (between batches, and while
+///   reads wait for fetches): a read that needs a prefetched tile not yet decoded decodes it itself, so it waits
+///   for at most the one background decode in progress.
 ///
 /// # Caching
 ///
@@ -422,6 +444,9 @@ impl Dataset {
             prefetch_sem: Arc::new(Semaphore::new(options.max_prefetch_tiles.max(1))),
             to_decode: Mutex::new(BTreeMap::new()),
             decoding_in_background: AtomicBool::new(false),
+            busy_readers: Mutex::new(0),
+            readers_done: Condvar::new(),
+            background_decoder: Mutex::new(None),
             counters: Counters::default(),
             handle: rt.handle().clone(),
             var_names: Mutex::new(None),
@@ -547,6 +572,9 @@ impl Dataset {
     pub fn get_batch_into<V: CountValue>(&self, cells: &[u64], out: &mut Batch<V>) -> Result<(), DatasetError> {
         let (tiles, rows) = self.plan(cells)?;
         let loaded = self.core.wait_tiles(&tiles, true)?;
+        // From here until the batch is filled this read has the decode threads to itself: background decodes of
+        // tiles needed later wait (a read that needs a queued tile decodes it itself).
+        let _busy = self.core.busy_reader();
         let decoded: Vec<Arc<TilePlanes>> =
             loaded.iter().zip(&tiles).map(|(tile, &t)| self.core.ensure_decoded(t, tile)).collect::<Result<_, _>>()?;
         out.n_genes = self.core.manifest.n_genes;
@@ -964,6 +992,18 @@ impl Core {
         result
     }
 
+    /// Marks a read as busy decoding or filling a batch until the guard is dropped.
+    fn busy_reader(&self) -> BusyReader<'_> {
+        *self.busy_readers.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        BusyReader(self)
+    }
+
+    /// Blocks until no read is busy (see [`Core::busy_reader`]).
+    fn wait_for_idle_readers(&self) {
+        let busy = self.busy_readers.lock().unwrap_or_else(|e| e.into_inner());
+        drop(self.readers_done.wait_while(busy, |n| *n > 0).unwrap_or_else(|e| e.into_inner()));
+    }
+
     fn lock_to_decode(&self) -> MutexGuard<'_, BTreeMap<u64, (usize, Weak<Tile>)>> {
         self.to_decode.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -971,8 +1011,9 @@ impl Core {
     /// Starts the background decoder unless it is running: one blocking task (off the decode pool) that decodes
     /// queued prefetched tiles, the earliest requested first, until the queue is empty. A reader that needs a
     /// queued tile decodes it itself ([`Core::ensure_decoded`]; the tile's lock keeps the two from decoding it
-    /// twice), so it waits for at most the one background decode in progress, never for the whole queue. Tiles that left the cache, or that a
-    /// reader holds, are skipped.
+    /// twice), so it waits for at most the one background decode in progress, never for the whole queue. No tile
+    /// is started while a read is decoding or filling a batch. Tiles that left the cache, or that a reader holds,
+    /// are skipped.
     fn decode_in_background(self: &Arc<Self>) {
         if self.decoding_in_background.swap(true, Ordering::AcqRel) {
             return;
@@ -983,6 +1024,10 @@ impl Core {
         // (a task on the pool would take its follow-up work before anything queued from outside).
         drop(self.handle.spawn_blocking(move || {
             loop {
+                // Reads come first: a batch being filled needs the decode threads now, and a background decode
+                // started meanwhile would delay it by a whole tile (and, at the start of an epoch, by every
+                // prefetched tile at once). Between reads, and while reads wait for fetches, decoding goes on.
+                core.wait_for_idle_readers();
                 let next = core.lock_to_decode().pop_first();
                 match next {
                     Some((_, (t, tile))) => {
@@ -1066,12 +1111,26 @@ impl Core {
     /// there are some.
     fn decode_planes(&self, t: usize, blob: &[u8]) -> Result<TilePlanes, DatasetError> {
         let mut decoder = self.take_decoder(self.verify_crc);
+        let result = self.decode_planes_with(&mut decoder, t, blob);
+        self.put_decoder(decoder);
+        result
+    }
+
+    /// [`Core::decode_planes`] with the background decoder's own decoder.
+    fn decode_planes_in_background(&self, t: usize, blob: &[u8]) -> Result<TilePlanes, DatasetError> {
+        let mut slot = self.background_decoder.lock().unwrap_or_else(|e| e.into_inner());
+        let decoder = slot.get_or_insert_with(|| {
+            Decoder::new(DecodeOptions { verify_crc: self.verify_crc, threads: self.decode_threads })
+        });
+        self.decode_planes_with(decoder, t, blob)
+    }
+
+    fn decode_planes_with(&self, decoder: &mut Decoder, t: usize, blob: &[u8]) -> Result<TilePlanes, DatasetError> {
         let start = Instant::now();
         let mut out = self.spare.lock().unwrap_or_else(|e| e.into_inner()).pop().unwrap_or_default();
         let result = decoder.decode_planes_into(blob, &mut out);
         add(&self.counters.decode_nanos, nanos(start.elapsed()));
         add(&self.counters.tiles_decoded, 1);
-        self.put_decoder(decoder);
         if let Err(e) = result {
             self.recycle(out);
             return Err(self.decode_error(t, e));
@@ -1202,7 +1261,7 @@ impl Core {
     /// The decoded contents of `tile`, decoding it now (on the calling thread and the pool) if it was loaded
     /// without decoding. A tile that fails to decode is dropped from the cache.
     fn ensure_decoded(&self, t: usize, tile: &Arc<Tile>) -> Result<Arc<TilePlanes>, DatasetError> {
-        self.decode_locked(t, tile, tile.lock())
+        self.decode_locked(t, tile, tile.lock(), false)
     }
 
     /// [`Core::ensure_decoded`] for the background decoder: a tile whose lock is held (by a reader decoding or
@@ -1214,7 +1273,7 @@ impl Core {
             Err(std::sync::TryLockError::WouldBlock) => return,
         };
         // A failure drops the tile from the cache; the next read fetches it again and reports.
-        let _ = self.decode_locked(t, tile, data);
+        let _ = self.decode_locked(t, tile, data, true);
     }
 
     fn decode_locked(
@@ -1222,9 +1281,11 @@ impl Core {
         t: usize,
         tile: &Arc<Tile>,
         mut data: MutexGuard<'_, TileData>,
+        background: bool,
     ) -> Result<Arc<TilePlanes>, DatasetError> {
         let decoded = match &*data {
             TileData::Decoded(d) => return Ok(d.clone()),
+            TileData::Raw { blob, .. } if background => self.decode_planes_in_background(t, blob),
             TileData::Raw { blob, .. } => self.decode_planes(t, blob),
         };
         match decoded {

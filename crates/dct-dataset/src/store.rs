@@ -13,10 +13,10 @@
 //! `object_store` names them, e.g. `aws_endpoint`, `aws_allow_http`, `google_service_account`,
 //! `azure_storage_account_name`; client keys such as `allow_http` and `timeout` work for every backend).
 //!
-//! Local files are read with plain reads (the whole tile object into memory, on tokio's blocking pool), not
-//! memory maps: a map of a file that another process truncates turns into a `SIGBUS`, and a tile is read once
-//! and decoded at once, so a map would save nothing. Local writes go through `LocalFileSystem`, which writes a
-//! temporary file beside the destination and renames it into place, so every object appears whole or not at all.
+//! Local tiles are read through memory maps (by default; [`LocalReads`]): the decoder reads the page cache in
+//! place, without first copying each tile into a buffer. Other local objects (manifest, side files) are read
+//! with plain reads. Local writes go through `LocalFileSystem`, which writes a temporary file beside the
+//! destination and renames it into place, so every object appears whole or not at all.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -45,6 +45,22 @@ pub struct StoreOptions {
     /// Retries of failed requests (transient errors, bodies that break off or have the wrong length) with
     /// exponential backoff; see [`dct_retry`].
     pub retry: RetryPolicy,
+    /// How tiles of a local dataset are read (ignored for cloud locations).
+    pub local_reads: LocalReads,
+}
+
+/// How the tiles of a local dataset are read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LocalReads {
+    /// Memory-map each tile file: no copy, the decoder reads the page cache in place. A tile file that another
+    /// process truncates while it is mapped makes the reading process fail with `SIGBUS`; datasets are never
+    /// rewritten in place (writers rename finished files into place), so this needs an outside process that
+    /// truncates tiles under a running reader.
+    #[default]
+    MemoryMap,
+    /// Read each tile file into memory with plain reads (through `object_store`'s `LocalFileSystem`), for
+    /// directories that other programs may rewrite in place.
+    Read,
 }
 
 /// A dataset location: an object store and the prefix (directory) of the dataset inside it. Every request it
@@ -55,6 +71,8 @@ pub struct Store {
     prefix: Path,
     root: String,
     retry: RetryPolicy,
+    /// The dataset directory, when tiles are memory-mapped from it.
+    mapped_dir: Option<Arc<std::path::PathBuf>>,
 }
 
 /// Why a bounded GET returned no bytes.
@@ -79,22 +97,23 @@ impl Store {
                     let path = parsed
                         .to_file_path()
                         .map_err(|()| bad("a file:// URL must hold an absolute local path".into()))?;
-                    return Ok(Store::local(&path).map_err(bad)?.with_retry(options.retry.clone()));
+                    return Store::local(&path, options).map_err(bad);
                 }
                 let (inner, prefix) = cloud::open(&parsed, options).map_err(bad)?;
                 let root = url.trim_end_matches('/').to_string();
-                Ok(Store { inner, prefix, root, retry: options.retry.clone() })
+                Ok(Store { inner, prefix, root, retry: options.retry.clone(), mapped_dir: None })
             }
-            _ => Ok(Store::local(std::path::Path::new(url)).map_err(bad)?.with_retry(options.retry.clone())),
+            _ => Store::local(std::path::Path::new(url), options).map_err(bad),
         }
     }
 
-    fn local(path: &std::path::Path) -> Result<Store, String> {
+    fn local(path: &std::path::Path, options: &StoreOptions) -> Result<Store, String> {
         let abs = resolve_local(path).map_err(|e| format!("cannot resolve the path: {e}"))?;
         let prefix = Path::from_absolute_path(&abs).map_err(|e| format!("not a usable path: {e}"))?;
         let inner: Arc<dyn ObjectStore> = Arc::new(object_store::local::LocalFileSystem::new());
         let root = abs.display().to_string().trim_end_matches('/').to_string();
-        Ok(Store { inner, prefix, root, retry: RetryPolicy::default() })
+        let mapped_dir = (options.local_reads == LocalReads::MemoryMap).then(|| Arc::new(abs));
+        Ok(Store { inner, prefix, root, retry: options.retry.clone(), mapped_dir })
     }
 
     /// A dataset under `prefix` (`a/b`, no scheme; empty for the store's root) of an existing object store,
@@ -105,7 +124,7 @@ impl Store {
         let parsed = Path::parse(prefix)
             .map_err(|e| DatasetError::Url { url: prefix.to_string(), message: format!("not a valid prefix: {e}") })?;
         let root = if parsed.as_ref().is_empty() { format!("{store}") } else { format!("{store}/{parsed}") };
-        Ok(Store { inner: store, prefix: parsed, root, retry: RetryPolicy::default() })
+        Ok(Store { inner: store, prefix: parsed, root, retry: RetryPolicy::default(), mapped_dir: None })
     }
 
     /// This location with requests retried according to `retry`.
@@ -157,7 +176,21 @@ impl Store {
 
     /// GETs a whole object whose size must be exactly `expected` bytes; `Err(Ok(size))` if it is not. Transient
     /// failures, and bodies whose length differs from what the store announced, are retried.
+    /// Tiles of a local dataset are memory-mapped instead (see [`LocalReads`]).
     pub(crate) async fn get_exact(&self, rel: &str, expected: u64) -> Result<Result<Bytes, u64>, GetError> {
+        if let Some(dir) = &self.mapped_dir {
+            let file = dir.join(rel);
+            let mapped = tokio::task::spawn_blocking(move || crate::mapped::map_exact(&file, expected)).await;
+            let local_err = |source: Box<dyn std::error::Error + Send + Sync>| {
+                GetError::Store(object_store::Error::Generic { store: "LocalFileSystem", source })
+            };
+            return match mapped {
+                Ok(Ok(r)) => Ok(r),
+                Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => Err(GetError::NotFound),
+                Ok(Err(e)) => Err(local_err(Box::new(e))),
+                Err(e) => Err(local_err(Box::new(e))),
+            };
+        }
         match dct_retry::get_whole(self.inner.as_ref(), &self.path(rel), &self.retry, |n| n == expected).await {
             Ok(r) => Ok(r),
             Err(object_store::Error::NotFound { .. }) => Err(GetError::NotFound),

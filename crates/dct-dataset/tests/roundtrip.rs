@@ -9,7 +9,8 @@ use dct_codec::{CsrMatrix, ExceptionPolicy};
 use dct_dataset::object_store::memory::InMemory;
 use dct_dataset::object_store::{ObjectStore, ObjectStoreExt, path::Path as ObjPath};
 use dct_dataset::{
-    Batch, Category, Dataset, DatasetError, DatasetWriter, InstrumentedStore, ReadOptions, VerifyOptions, WriterOptions,
+    Batch, Category, Dataset, DatasetError, DatasetWriter, InstrumentedStore, LocalReads, ReadOptions, StoreOptions,
+    VerifyOptions, WriterOptions,
 };
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
@@ -72,6 +73,49 @@ fn local_round_trip_with_short_last_tile_and_side_files() {
     files.sort();
     assert_eq!(files.len(), 11 + 3, "{files:?}");
     assert!(files.iter().all(|f| !f.contains('#')), "{files:?}");
+}
+
+#[test]
+fn local_tiles_read_the_same_mapped_or_read_and_a_truncated_or_missing_tile_is_named() {
+    let truth = random_truth(5, 420, 300, 0.05, false);
+    let dir = tempfile::tempdir().unwrap();
+    let url = dir.path().join("ds");
+    let url = url.to_str().unwrap();
+    let mut w = DatasetWriter::create(url, opts(300, 100)).unwrap();
+    append_all(&mut w, &truth, 6, 90);
+    w.finish().unwrap();
+    let open = |local_reads| {
+        let store = StoreOptions { local_reads, ..StoreOptions::default() };
+        Dataset::open(url, ReadOptions { max_cached_tiles: 2, store, ..ReadOptions::default() }).unwrap()
+    };
+    for mode in [LocalReads::MemoryMap, LocalReads::Read] {
+        check_all(&open(mode), &truth, 7);
+    }
+    // Tile 1 loses its last byte (rewritten, as a copy would be, so no live map is affected); tile 3 disappears.
+    let tile = |t: usize| dir.path().join(format!("ds/tiles/tile_{t:06}.dct"));
+    let bytes = std::fs::read(tile(1)).unwrap();
+    std::fs::remove_file(tile(1)).unwrap();
+    std::fs::write(tile(1), &bytes[..bytes.len() - 1]).unwrap();
+    std::fs::remove_file(tile(3)).unwrap();
+    for mode in [LocalReads::MemoryMap, LocalReads::Read] {
+        let ds = open(mode);
+        let (lo, _) = ds.tile_bounds(1).unwrap();
+        match ds.get_batch(&[lo]) {
+            Err(DatasetError::Tile { category: Category::TileBytes, tile: 1, url: u, message }) => {
+                assert!(u.ends_with("tiles/tile_000001.dct"), "{mode:?}: {u}");
+                assert!(message.contains(&format!("{} bytes", bytes.len() - 1)), "{mode:?}: {message}");
+            }
+            other => panic!("{mode:?}: truncated tile gave {other:?}"),
+        }
+        let (lo, _) = ds.tile_bounds(3).unwrap();
+        match ds.get_batch(&[lo]) {
+            Err(DatasetError::Tile { category: Category::TileMissing, tile: 3, .. }) => {}
+            other => panic!("{mode:?}: missing tile gave {other:?}"),
+        }
+        // The intact tiles still read.
+        let cells: Vec<u64> = (0..100).chain(200..300).collect();
+        assert_batch(&ds.get_batch_as::<u32>(&cells).unwrap(), &truth, &cells);
+    }
 }
 
 fn walk(p: &std::path::Path) -> Vec<String> {
