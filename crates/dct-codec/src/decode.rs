@@ -180,9 +180,16 @@ impl Decoder {
         }
     }
 
-    /// The options this decoder was built with.
+    /// The options this decoder was built with (and the CRC setting last given to
+    /// [`set_verify_crc`](Self::set_verify_crc)).
     pub fn options(&self) -> DecodeOptions {
         self.opts
+    }
+
+    /// Turns the CRC check of the following decodes on or off: for a caller that checked a tile's CRC already
+    /// (with [`dct_format::verify_crc`]) and keeps one decoder for several purposes.
+    pub fn set_verify_crc(&mut self, verify_crc: bool) {
+        self.opts.verify_crc = verify_crc;
     }
 
     /// The layout of the tile most recently parsed, if its structure (and CRC, when checked) was valid.

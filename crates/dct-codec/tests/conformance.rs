@@ -133,8 +133,11 @@ fn bad_tiles_are_rejected_without_panics_or_large_allocations() {
         let verify_only = case["expect"].as_str().unwrap() == "error_with_verify_only";
         let blob = std::fs::read(dir.join(file)).unwrap();
         let bound = (1 << 20) + 64 * blob.len();
+        // One decoder whose CRC check is switched (a CRC-only case must fail, then pass).
+        let mut decoder = Decoder::new(DecodeOptions { verify_crc: true, threads: 1 });
         for verify_crc in [true, false] {
-            let mut decoder = Decoder::new(DecodeOptions { verify_crc, threads: 1 });
+            decoder.set_verify_crc(verify_crc);
+            assert_eq!(decoder.options().verify_crc, verify_crc);
             let mut out = DecodedTile::<u32>::default();
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 largest_allocation(|| decoder.decode_into(&blob, &mut out))

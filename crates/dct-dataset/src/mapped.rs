@@ -1,5 +1,5 @@
 //! Local tile objects read through memory maps: the decoder reads the page cache in place, with no copy into a
-//! buffer of the reader's own and no wait for a whole-file read before the first byte is used.
+//! buffer of the reader's own.
 //!
 //! A map is only as stable as its file: if another process truncates a mapped file, touching the lost pages
 //! raises `SIGBUS`. Datasets are never modified in place (writers create files beside their destination and
@@ -27,13 +27,12 @@ pub(crate) fn map_exact(path: &Path, expected: u64) -> std::io::Result<Result<By
     // SAFETY: the map is read-only and private to this process; its contents are untrusted bytes, checked like
     // any fetched tile. What Rust cannot promise is that the file keeps its length: see the module docs for
     // why datasets are not truncated under a reader, and the opt-out.
-    let map = unsafe { memmap2::Mmap::map(&file) }?;
+    // Populated (prefaulted, on Linux): the whole tile is read at once (CRC, then every frame), and mapping every
+    // page here, on the fetching thread, spares the decoder a page fault per few pages.
+    let map = unsafe { memmap2::MmapOptions::new().populate().map(&file) }?;
     if map.len() as u64 != expected {
         return Ok(Err(map.len() as u64));
     }
-    // The whole tile is read at once (CRC, then every frame): ask for read-ahead of all of it.
-    #[cfg(unix)]
-    let _ = map.advise(memmap2::Advice::WillNeed);
     Ok(Ok(Bytes::from_owner(map)))
 }
 

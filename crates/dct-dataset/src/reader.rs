@@ -1058,14 +1058,16 @@ impl Core {
         Ok(Arc::new(Tile { data: Mutex::new(data) }))
     }
 
+    /// Checks a fetched tile's structure and CRC (if on), then decodes it or keeps it raw. Every tile passes here
+    /// once, so the decodes of its planes later skip the CRC.
     fn parse_blob(&self, t: usize, blob: Bytes, decode: bool) -> Result<TileData, DatasetError> {
-        if decode {
-            return Ok(TileData::Decoded(Arc::new(self.decode_planes(t, &blob)?)));
-        }
         let err = |e: dct_format::FormatError| self.decode_error(t, DecodeError::Format(e));
         let layout = TileLayout::parse(&blob).map_err(err)?;
         if self.verify_crc {
             dct_format::verify_crc(&blob, layout.header()).map_err(err)?;
+        }
+        if decode {
+            return Ok(TileData::Decoded(Arc::new(self.decode_planes(t, &blob)?)));
         }
         let mut indptr = Vec::new();
         layout.indptr(&blob).copy_range_into(0, layout.header().n_cells as usize, &mut indptr);
@@ -1078,20 +1080,16 @@ impl Core {
 
     /// A decoder from the pool (or a new one) with `verify_crc`; [`Core::put_decoder`] returns it.
     fn take_decoder(&self, verify_crc: bool) -> Decoder {
-        let pooled = if verify_crc == self.verify_crc {
-            self.decoders.lock().unwrap_or_else(|e| e.into_inner()).pop()
-        } else {
-            None
-        };
-        pooled.unwrap_or_else(|| {
+        let pooled = self.decoders.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let mut decoder = pooled.unwrap_or_else(|| {
             Decoder::with_pool(DecodeOptions { verify_crc, threads: self.decode_threads }, self.pool.clone())
-        })
+        });
+        decoder.set_verify_crc(verify_crc);
+        decoder
     }
 
     fn put_decoder(&self, decoder: Decoder) {
-        if decoder.options().verify_crc == self.verify_crc {
-            self.decoders.lock().unwrap_or_else(|e| e.into_inner()).push(decoder);
-        }
+        self.decoders.lock().unwrap_or_else(|e| e.into_inner()).push(decoder);
     }
 
     /// Decodes a whole tile (chunks in parallel on the pool), for verification.
@@ -1108,9 +1106,9 @@ impl Core {
     }
 
     /// Decompresses a tile into its planes for the cache (chunks in parallel on the pool), into spare buffers when
-    /// there are some.
+    /// there are some. Its CRC was checked when it was parsed ([`Core::parse_blob`]).
     fn decode_planes(&self, t: usize, blob: &[u8]) -> Result<TilePlanes, DatasetError> {
-        let mut decoder = self.take_decoder(self.verify_crc);
+        let mut decoder = self.take_decoder(false);
         let result = self.decode_planes_with(&mut decoder, t, blob);
         self.put_decoder(decoder);
         result
@@ -1120,7 +1118,8 @@ impl Core {
     fn decode_planes_in_background(&self, t: usize, blob: &[u8]) -> Result<TilePlanes, DatasetError> {
         let mut slot = self.background_decoder.lock().unwrap_or_else(|e| e.into_inner());
         let decoder = slot.get_or_insert_with(|| {
-            Decoder::new(DecodeOptions { verify_crc: self.verify_crc, threads: self.decode_threads })
+            // The CRC was checked when the tile was parsed.
+            Decoder::new(DecodeOptions { verify_crc: false, threads: self.decode_threads })
         });
         self.decode_planes_with(decoder, t, blob)
     }
