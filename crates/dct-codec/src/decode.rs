@@ -148,14 +148,18 @@ impl Decoder {
     /// A decoder that decodes on the calling thread plus `opts.threads - 1` helper threads of its own (named
     /// `dct-decode-1`, ...), which sleep between tiles. Handing chunks to them allocates nothing, so with reused
     /// buffers a decode allocates nothing on any thread count.
+    ///
+    /// # Panics
+    /// If the operating system refuses to start a thread; [`Decoder::try_with_threads`] returns the error instead.
     pub fn new(opts: DecodeOptions) -> Self {
+        Self::try_with_threads(opts, "dct-decode").expect("failed to start decode threads")
+    }
+
+    /// [`Decoder::new`] with helper threads named `{name}-1`, ...; an error if a thread cannot be started.
+    pub fn try_with_threads(opts: DecodeOptions, name: &str) -> std::io::Result<Self> {
         let threads = opts.threads.max(1);
-        let threads = if threads > 1 {
-            Threads::Own(Helpers::start(threads - 1, "dct-decode").expect("failed to start decode threads"))
-        } else {
-            Threads::Caller
-        };
-        Self::build(opts, threads)
+        let threads = if threads > 1 { Threads::Own(Helpers::start(threads - 1, name)?) } else { Threads::Caller };
+        Ok(Self::build(opts, threads))
     }
 
     /// A decoder that runs its chunks on a shared rayon pool (`opts.threads` workers' worth of scratch): for callers

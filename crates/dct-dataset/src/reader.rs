@@ -27,9 +27,12 @@ pub struct ReadOptions {
     pub max_cached_tiles: usize,
     /// Prefetched tiles fetched at the same time (default 4; 0 counts as 1); more wait their turn. As many
     /// buffers of decoded tiles that left the cache are kept for reuse, so memory peaks at about
-    /// `max_cached_tiles + 2 * max_prefetch_tiles` decoded tiles (8 bytes per nonzero each).
+    /// `max_cached_tiles + 2 * max_prefetch_tiles` decoded tiles (about 4 bytes per nonzero each, the
+    /// decompressed planes).
     pub max_prefetch_tiles: usize,
-    /// Threads decoding tiles (default 0 = the machine's parallelism).
+    /// Threads decoding tiles (default 0 = the machine's parallelism): the pool on which reads decode and fill
+    /// batches. The background decoder of prefetched tiles has as many of its own, which run only while no read
+    /// is decoding or filling a batch.
     pub decode_threads: usize,
     /// Threads running object-store requests (default 2; requests are async, so a few threads keep many in
     /// flight).
@@ -309,8 +312,9 @@ pub(crate) struct Core {
 /// # Threading model
 ///
 /// * A [`Dataset`] owns a small tokio runtime (`io_threads` workers, named `dct-io`) on which every object-store
-///   request runs, and a rayon pool (`decode_threads` workers, named `dct-decode`) on which tiles are decoded
-///   (the chunks of one tile in parallel).
+///   request runs, a rayon pool (`decode_threads` workers, named `dct-decode`) on which reads decode tiles (the
+///   chunks of one tile in parallel) and fill batches, and, once something is prefetched, a background decoder
+///   (one blocking task of the runtime plus `decode_threads - 1` helpers named `dct-decode-bg-N`).
 /// * Every public method is synchronous: it blocks the calling thread until its result is ready. It may be
 ///   called from any thread, from many threads at once (`Dataset: Send + Sync`; share it with an `Arc`), and
 ///   from inside another async runtime (it then blocks that runtime's thread, so prefer `spawn_blocking` there).
@@ -1118,8 +1122,11 @@ impl Core {
     fn decode_planes_in_background(&self, t: usize, blob: &[u8]) -> Result<TilePlanes, DatasetError> {
         let mut slot = self.background_decoder.lock().unwrap_or_else(|e| e.into_inner());
         let decoder = slot.get_or_insert_with(|| {
-            // The CRC was checked when the tile was parsed.
-            Decoder::new(DecodeOptions { verify_crc: false, threads: self.decode_threads })
+            // The CRC was checked when the tile was parsed. Without threads of its own (the system refused them),
+            // the background decoder shares the pool.
+            let opts = DecodeOptions { verify_crc: false, threads: self.decode_threads };
+            Decoder::try_with_threads(opts, "dct-decode-bg")
+                .unwrap_or_else(|_| Decoder::with_pool(opts, self.pool.clone()))
         });
         self.decode_planes_with(decoder, t, blob)
     }
