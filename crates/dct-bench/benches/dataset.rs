@@ -82,7 +82,10 @@ fn open(dir: &std::path::Path, memory: &Arc<dyn ObjectStore>, s: &Scenario) -> D
     let options = ReadOptions {
         decode_threads: s.threads,
         max_prefetch_tiles: PREFETCH,
-        max_cached_tiles: PREFETCH + 2,
+        // Decoded tiles: the one being read and one decoded ahead (prefetched tiles waiting to be decoded do not
+        // count; the tiles of an epoch are each read by consecutive batches, so a larger cache would only hold
+        // tiles that are not read again).
+        max_cached_tiles: 2,
         ..ReadOptions::default()
     };
     if s.throttled {
@@ -99,19 +102,22 @@ fn open(dir: &std::path::Path, memory: &Arc<dyn ObjectStore>, s: &Scenario) -> D
     }
 }
 
-fn epoch(ds: &Dataset, cells: &[u64], tile_of: &[usize], order: &[usize], prefetch: bool) -> Run {
+/// One epoch of batches; with `prefetch`, the tiles of the current batch and the next `PREFETCH` tiles are kept
+/// in flight, running on into `next_order` (the following epoch's tiles, as a training loop that knows its next
+/// epoch does) near the end.
+fn epoch(ds: &Dataset, cells: &[u64], tile_of: &[usize], order: &[usize], prefetch: bool, next_order: &[usize]) -> Run {
     let mut batch = Batch::<f32>::default();
     let mut nnz = 0u64;
     let faults = minor_faults();
     let start = Instant::now();
-    let mut next = 0; // next position in `order` not yet prefetched
+    let ahead: Vec<usize> = order.iter().chain(next_order).copied().collect();
+    let mut next = 0; // next position in `ahead` not yet prefetched
     for (b, chunk) in cells.chunks(BATCH).enumerate() {
         if prefetch {
-            // Keep the tiles of this batch and the next PREFETCH tiles of the epoch in flight.
             let pos = order.iter().position(|&t| t == tile_of[b * BATCH]).expect("tile in order");
-            let want_end = (pos + 1 + PREFETCH).min(order.len());
+            let want_end = (pos + 1 + PREFETCH).min(ahead.len());
             if next < want_end {
-                ds.prefetch(&order[next.max(pos)..want_end]).expect("prefetch");
+                ds.prefetch(&ahead[next.max(pos)..want_end]).expect("prefetch");
                 next = want_end;
             }
         }
@@ -212,10 +218,11 @@ fn main() {
             }
             let ds = open(&dir, &memory, s);
             if s.warm {
-                epoch(&ds, &cells, &tile_of, &order, s.prefetch);
+                // The first epoch runs on into the second, whose first tiles it prefetches.
+                epoch(&ds, &cells, &tile_of, &order, s.prefetch, &order);
             }
             let stall_before = ds.stats().stall_time;
-            let mut run = epoch(&ds, &cells, &tile_of, &order, s.prefetch);
+            let mut run = epoch(&ds, &cells, &tile_of, &order, s.prefetch, &[]);
             run.stall -= stall_before;
             eprintln!(
                 "round {round}: {:<36} {:>9.0} cells/s, {:>8} page faults",

@@ -11,7 +11,7 @@ use dct_format::{CellIndex, TileHeader, TileLayout};
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use object_store::ObjectStore;
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::error::{Category, DatasetError, ManifestError};
 use crate::manifest::{
@@ -23,12 +23,15 @@ use crate::store::{GetError, Store, StoreOptions};
 /// Settings of a [`Dataset`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReadOptions {
-    /// Decoded tiles kept in the LRU cache (default 16; 0 disables caching).
+    /// Decoded tiles kept in the LRU cache (default 16; 0 disables caching). Prefetched tiles waiting to be
+    /// decoded do not count (`max_prefetch_tiles` bounds them); tiles [`Dataset::batch_nnz`] loaded without
+    /// decoding do. For an epoch that reads each tile by consecutive batches, 2 is enough (the tile being read
+    /// and one decoded ahead); a larger cache pays off when batches come back to tiles.
     pub max_cached_tiles: usize,
-    /// Prefetched tiles fetched at the same time (default 4; 0 counts as 1); more wait their turn. As many
-    /// buffers of decoded tiles that left the cache are kept for reuse, so memory peaks at about
-    /// `max_cached_tiles + 2 * max_prefetch_tiles` decoded tiles (about 4 bytes per nonzero each, the
-    /// decompressed planes).
+    /// Prefetched tiles being fetched or waiting, fetched, to be decoded (default 4; 0 counts as 1); more wait
+    /// their turn, in the order they were asked for. As many buffers of decoded tiles that left the cache are kept
+    /// for reuse, so memory peaks at about `max_cached_tiles + max_prefetch_tiles + 2` decoded tiles (about 4 bytes
+    /// per nonzero each, the decompressed planes) plus `max_prefetch_tiles` compressed ones.
     pub max_prefetch_tiles: usize,
     /// Threads decoding tiles (default 0 = the machine's parallelism): the pool on which reads decode and fill
     /// batches. The background decoder of prefetched tiles has as many of its own, which run only while no read
@@ -160,10 +163,10 @@ pub(crate) struct Tile {
 }
 
 enum TileData {
-    Raw {
-        blob: Bytes,
-        indptr: Vec<i64>,
-    },
+    /// Fetched and checked, not decoded. A prefetched tile holds its prefetch permit until it is decoded or
+    /// dropped: prefetched tiles waiting to be decoded do not count toward the cache's capacity, and this is what
+    /// bounds them (`max_prefetch_tiles`).
+    Raw { blob: Bytes, indptr: Vec<i64>, permit: Option<OwnedSemaphorePermit> },
     /// Decompressed byte planes: rows are decoded from them as batches ask for them.
     Decoded(Arc<TilePlanes>),
 }
@@ -185,50 +188,90 @@ enum Slot {
         fut: LoadFuture,
         urgent: Arc<Notify>,
     },
-    /// `used`: a batch has read the tile since it was cached (prefetched tiles start unused).
+    /// `used`: a batch has read the tile since it was cached (prefetched tiles start unused). `counted`: the tile
+    /// counts toward the capacity: decoded tiles, and tiles reads loaded without decoding; prefetched tiles
+    /// waiting to be decoded do not (their prefetch permits bound them) until their decode starts.
     Ready {
         tile: Arc<Tile>,
         tick: u64,
         used: bool,
+        counted: bool,
     },
 }
 
 #[derive(Default)]
 struct Cache {
     slots: HashMap<usize, Slot>,
+    /// Every ready tile, by the tick of its last use.
     lru: BTreeMap<u64, usize>,
+    /// Ready tiles that count toward the capacity.
+    counted: usize,
     tick: u64,
     next_id: u64,
 }
 
 impl Cache {
-    /// Caches `tile` as ready (`used` unless it was prefetched); returns the tiles evicted to stay within
-    /// `capacity` (to be recycled by the caller, outside the cache lock). The least recently used tile that a
-    /// batch has read goes first; prefetched tiles no batch has read yet go only when no other is left, so that a
-    /// prefetch running ahead never evicts the tiles it fetched for the next batches.
-    fn insert_ready(&mut self, t: usize, tile: Arc<Tile>, capacity: usize, used: bool) -> Vec<Arc<Tile>> {
-        if let Some(Slot::Ready { tick, .. }) = self.slots.get(&t) {
-            self.lru.remove(tick);
-        }
+    /// Caches `tile` as ready (`used` unless it was prefetched; `counted` unless it is a prefetched tile waiting
+    /// to be decoded); returns the tiles evicted to stay within `capacity` (to be recycled by the caller, outside
+    /// the cache lock; see [`Cache::evict_over`]).
+    fn insert_ready(
+        &mut self,
+        t: usize,
+        tile: Arc<Tile>,
+        capacity: usize,
+        used: bool,
+        counted: bool,
+    ) -> Vec<Arc<Tile>> {
+        self.remove_slot(t);
         self.tick += 1;
-        self.slots.insert(t, Slot::Ready { tile, tick: self.tick, used });
+        self.slots.insert(t, Slot::Ready { tile, tick: self.tick, used, counted });
         self.lru.insert(self.tick, t);
+        self.counted += usize::from(counted);
+        self.evict_over(capacity, None)
+    }
+
+    /// Counts tile `t`, whose decode is starting, toward the capacity, and returns the tiles evicted to make room
+    /// for it: evicting before the decode lets it reuse their buffers instead of touching fresh memory.
+    fn count_for_decode(&mut self, t: usize, capacity: usize) -> Vec<Arc<Tile>> {
+        if let Some(Slot::Ready { counted, .. }) = self.slots.get_mut(&t)
+            && !*counted
+        {
+            *counted = true;
+            self.counted += 1;
+        }
+        self.evict_over(capacity, Some(t))
+    }
+
+    /// Evicts counted tiles (never `keep`) until at most `capacity` count. The least recently used tile that a
+    /// batch has read goes first; prefetched tiles no batch has read yet go only when no other is left, so that
+    /// a prefetch running ahead never evicts the tiles it fetched for the next batches.
+    fn evict_over(&mut self, capacity: usize, keep: Option<usize>) -> Vec<Arc<Tile>> {
         let mut evicted = Vec::new();
-        while self.lru.len() > capacity {
-            let victim = self
-                .lru
-                .iter()
-                .find(|(_, old)| matches!(self.slots.get(old), Some(Slot::Ready { used: true, .. })))
-                .map(|(&tick, _)| tick);
-            let (_, old) = match victim {
-                Some(tick) => self.lru.remove_entry(&tick).expect("listed"),
-                None => self.lru.pop_first().expect("non-empty"),
+        while self.counted > capacity {
+            let candidate = |read_only: bool| {
+                self.lru.iter().find_map(|(&tick, &old)| match self.slots.get(&old) {
+                    Some(Slot::Ready { counted: true, used, .. }) if Some(old) != keep && (*used || !read_only) => {
+                        Some((tick, old))
+                    }
+                    _ => None,
+                })
             };
-            if let Some(Slot::Ready { tile, .. }) = self.slots.remove(&old) {
+            let Some((_, old)) = candidate(true).or_else(|| candidate(false)) else { break };
+            if let Some(tile) = self.remove_slot(old) {
                 evicted.push(tile);
             }
         }
         evicted
+    }
+
+    /// Whether a background decode fits without evicting a decoded tile no batch has read yet, or the tile
+    /// batches read last (a decode ahead must not take the place of the tile being read).
+    fn has_room_to_decode_ahead(&self, capacity: usize) -> bool {
+        let read = self
+            .lru
+            .values()
+            .filter(|t| matches!(self.slots.get(t), Some(Slot::Ready { counted: true, used: true, .. })));
+        self.counted < capacity || read.count() >= 2
     }
 
     /// Marks tile `t` as just read by a batch.
@@ -243,12 +286,26 @@ impl Cache {
         }
     }
 
+    /// Removes tile `t` if it is ready (a loading slot is left alone); returns it.
+    fn remove_slot(&mut self, t: usize) -> Option<Arc<Tile>> {
+        if !matches!(self.slots.get(&t), Some(Slot::Ready { .. })) {
+            return None;
+        }
+        match self.slots.remove(&t) {
+            Some(Slot::Ready { tile, tick, counted, .. }) => {
+                self.lru.remove(&tick);
+                self.counted -= usize::from(counted);
+                Some(tile)
+            }
+            _ => None,
+        }
+    }
+
     fn remove_ready(&mut self, t: usize, tile: &Arc<Tile>) {
-        if let Some(Slot::Ready { tile: cached, tick, .. }) = self.slots.get(&t)
+        if let Some(Slot::Ready { tile: cached, .. }) = self.slots.get(&t)
             && Arc::ptr_eq(cached, tile)
         {
-            self.lru.remove(tick);
-            self.slots.remove(&t);
+            self.remove_slot(t);
         }
     }
 }
@@ -331,8 +388,11 @@ pub(crate) struct Core {
 /// Tiles are kept decompressed, as their byte planes ([`TilePlanes`], about 4 bytes per nonzero), in an LRU cache
 /// of at most `max_cached_tiles` tiles (0 disables it: every batch then fetches its tiles); each requested row is
 /// decoded from them straight into the batch, so the per-nonzero work is done once per served row and zstd once
-/// per tile. A tile being fetched is shared by every caller that needs it. A failed fetch or decode is never
-/// cached: the next request tries again.
+/// per tile. A tile whose decode starts in a full cache first evicts the tile batches read least recently (then,
+/// if none is left, the least recently prefetched), and the decode reuses its buffers. Prefetched tiles wait,
+/// fetched and checked, outside that count; the background decoder decodes them ahead only into free places or
+/// the places of tiles read before the one read last. A tile being fetched is shared by every caller that needs
+/// it. A failed fetch or decode is never cached: the next request tries again.
 ///
 /// # Checks
 ///
@@ -578,7 +638,7 @@ impl Dataset {
         let loaded = self.core.wait_tiles(&tiles, true)?;
         // From here until the batch is filled this read has the decode threads to itself: background decodes of
         // tiles needed later wait (a read that needs a queued tile decodes it itself).
-        let _busy = self.core.busy_reader();
+        let busy = self.core.busy_reader();
         let decoded: Vec<Arc<TilePlanes>> =
             loaded.iter().zip(&tiles).map(|(tile, &t)| self.core.ensure_decoded(t, tile)).collect::<Result<_, _>>()?;
         out.n_genes = self.core.manifest.n_genes;
@@ -610,6 +670,11 @@ impl Dataset {
         // Tiles that left the cache while this batch used them end here: keep their buffers.
         drop(loaded);
         decoded.into_iter().for_each(|d| self.core.recycle_decoded(d));
+        drop(busy);
+        // This batch may have made room to decode ahead (see `Core::decode_in_background`).
+        if !self.core.lock_to_decode().is_empty() {
+            self.core.decode_in_background();
+        }
         Ok(())
     }
 
@@ -934,7 +999,11 @@ impl Core {
         let urgent = Arc::new(Notify::new());
         let core = self.clone();
         let task_urgent = urgent.clone();
-        let handle = self.handle.spawn(async move { core.load_task(t, id, decode, prefetch, task_urgent).await });
+        // A free prefetch permit is taken here, so that prefetched tiles start fetching in the order they were
+        // asked for (tasks would take them in whatever order the runtime polls them).
+        let permit = if prefetch { self.prefetch_sem.clone().try_acquire_owned().ok() } else { None };
+        let handle =
+            self.handle.spawn(async move { core.load_task(t, id, decode, prefetch, permit, task_urgent).await });
         let fut = async move {
             match handle.await {
                 Ok(r) => r,
@@ -954,15 +1023,16 @@ impl Core {
         id: u64,
         decode: bool,
         prefetch: bool,
+        permit: Option<OwnedSemaphorePermit>,
         urgent: Arc<Notify>,
     ) -> Result<Arc<Tile>, DatasetError> {
-        let _permit = if prefetch {
+        let mut permit = if permit.is_some() || !prefetch {
+            permit
+        } else {
             tokio::select! {
                 p = self.prefetch_sem.clone().acquire_owned() => p.ok(),
                 () = urgent.notified() => None,
             }
-        } else {
-            None
         };
         // A prefetched tile is fetched and checked here but decoded by the background queue, one tile at a time in
         // request order: decodes started here would share the pool in arrival order, and a reader waiting for one
@@ -971,6 +1041,12 @@ impl Core {
         if result.is_err() {
             add(&self.counters.failed_loads, 1);
         }
+        // A prefetched tile keeps its permit until it is decoded or dropped (see `TileData::Raw`).
+        if let Ok(tile) = &result
+            && let TileData::Raw { permit: held, .. } = &mut *tile.lock()
+        {
+            *held = permit.take();
+        }
         let mut cache = self.lock_cache();
         let mut evicted = Vec::new();
         if let Some(Slot::Loading { id: current, .. }) = cache.slots.get(&t)
@@ -978,7 +1054,8 @@ impl Core {
         {
             match &result {
                 Ok(tile) if self.max_cached > 0 => {
-                    evicted = cache.insert_ready(t, tile.clone(), self.max_cached, !prefetch);
+                    let waits_for_decode = prefetch && decode;
+                    evicted = cache.insert_ready(t, tile.clone(), self.max_cached, !prefetch, !waits_for_decode);
                     if prefetch && decode {
                         self.lock_to_decode().insert(id, (t, Arc::downgrade(tile)));
                     }
@@ -1032,6 +1109,12 @@ impl Core {
                 // started meanwhile would delay it by a whole tile (and, at the start of an epoch, by every
                 // prefetched tile at once). Between reads, and while reads wait for fetches, decoding goes on.
                 core.wait_for_idle_readers();
+                // Decoding ahead stops where it would evict a decoded tile no batch has read yet; the next read
+                // (or prefetch) starts it again.
+                if !core.lock_cache().has_room_to_decode_ahead(core.max_cached) {
+                    core.decoding_in_background.store(false, Ordering::Release);
+                    return;
+                }
                 let next = core.lock_to_decode().pop_first();
                 match next {
                     Some((_, (t, tile))) => {
@@ -1075,7 +1158,7 @@ impl Core {
         }
         let mut indptr = Vec::new();
         layout.indptr(&blob).copy_range_into(0, layout.header().n_cells as usize, &mut indptr);
-        Ok(TileData::Raw { blob, indptr })
+        Ok(TileData::Raw { blob, indptr, permit: None })
     }
 
     pub(crate) fn decode_error(&self, t: usize, source: DecodeError) -> DatasetError {
@@ -1289,6 +1372,13 @@ impl Core {
         mut data: MutexGuard<'_, TileData>,
         background: bool,
     ) -> Result<Arc<TilePlanes>, DatasetError> {
+        if let TileData::Decoded(d) = &*data {
+            return Ok(d.clone());
+        }
+        // The tile now counts toward the cache's capacity: the tiles that leave for it leave first, so that this
+        // decode can reuse their buffers.
+        let evicted = self.lock_cache().count_for_decode(t, self.max_cached);
+        evicted.into_iter().for_each(|old| self.recycle_tile(old));
         let decoded = match &*data {
             TileData::Decoded(d) => return Ok(d.clone()),
             TileData::Raw { blob, .. } if background => self.decode_planes_in_background(t, blob),

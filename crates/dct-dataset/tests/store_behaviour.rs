@@ -315,7 +315,11 @@ fn prefetched_tiles_outlive_tiles_already_read() {
     let cells0 = tile_cells(&ds, 0);
     assert_batch(&ds.get_batch_as::<u32>(&cells0).unwrap(), &truth, &cells0);
     ds.prefetch(&[2, 3]).unwrap();
-    wait_decoded(&ds, 4);
+    // Tile 2 is decoded ahead into the cache's last place; tile 3 waits, fetched, for its read (decoding it
+    // ahead would evict tile 0, the tile batches read last).
+    wait_decoded(&ds, 3);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(ds.stats().tiles_decoded, 3, "no decode ahead evicts the tile read last");
     // Tiles 1, 2 and 3 are still cached: reading them makes no request.
     for t in 1..4 {
         let cells = tile_cells(&ds, t);
@@ -324,6 +328,44 @@ fn prefetched_tiles_outlive_tiles_already_read() {
     let c = store.counts();
     assert_eq!((c.gets_of(&tile_name(1)), c.gets_of(&tile_name(2)), c.gets_of(&tile_name(3))), (1, 1, 1));
     assert_eq!(ds.stats().tiles_decoded, 4);
+}
+
+/// Decoded tiles are what `max_cached_tiles` counts: prefetched tiles waiting to be decoded do not, and hold
+/// their prefetch permits until decoded, so `max_prefetch_tiles` bounds them. Decoding a tile in a full cache
+/// evicts the tile batches read least recently.
+#[test]
+fn prefetched_tiles_waiting_to_be_decoded_are_bounded_by_the_prefetch_permits() {
+    let (mem, truth) = dataset(12, 250);
+    let store = instrumented(&mem);
+    let options = ReadOptions { max_cached_tiles: 1, max_prefetch_tiles: 2, ..ReadOptions::default() };
+    let ds = Dataset::open_with_store(store.clone(), "ds", options).unwrap();
+    let read = |t: usize| {
+        let cells = tile_cells(&ds, t);
+        assert_batch(&ds.get_batch_as::<u32>(&cells).unwrap(), &truth, &cells);
+    };
+    read(0);
+    ds.prefetch(&[1, 2, 3]).unwrap();
+    // Tiles 1 and 2 are fetched and kept undecoded (a decode ahead would evict tile 0, the tile read last); they
+    // hold both permits, so tile 3 is not fetched yet.
+    let gets = |t: usize| store.counts().gets_of(&tile_name(t));
+    for _ in 0..400 {
+        if gets(1) == 1 && gets(2) == 1 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!((gets(1), gets(2), gets(3)), (1, 1, 0));
+    assert_eq!(ds.stats().tiles_decoded, 1);
+    // Reading tile 1 decodes it (evicting tile 0) and frees a permit for tile 3.
+    read(1);
+    for t in [2, 3] {
+        read(t);
+    }
+    assert_eq!((gets(1), gets(2), gets(3)), (1, 1, 1), "every prefetched tile fetched once");
+    read(0);
+    assert_eq!(gets(0), 2, "tile 0 left the one-tile cache and was fetched again");
+    assert_eq!(ds.stats().tiles_decoded, 5);
 }
 
 /// Prefetches racing reads of the same tiles, on one decode thread as on several: every read returns the right

@@ -47,7 +47,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let options = ReadOptions {
         decode_threads: threads,
         max_prefetch_tiles: args.prefetch.max(1),
-        max_cached_tiles: args.prefetch + 2,
+        // Decoded tiles: the one being read and one decoded ahead (prefetched tiles waiting do not count).
+        max_cached_tiles: 2,
         ..ReadOptions::default()
     };
     let ds = Dataset::open(&args.dataset, options)?;
