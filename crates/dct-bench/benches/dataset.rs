@@ -81,7 +81,9 @@ fn tokio_rt() -> tokio::runtime::Runtime {
 fn open(dir: &std::path::Path, memory: &Arc<dyn ObjectStore>, s: &Scenario) -> Dataset {
     let options = ReadOptions {
         decode_threads: s.threads,
-        max_prefetch_tiles: PREFETCH,
+        // The window `epoch` keeps prefetched: the current batch's tile and the next PREFETCH (prefetched tiles
+        // hold a permit until they are decoded).
+        max_prefetch_tiles: PREFETCH + 1,
         // Decoded tiles: the one being read and one decoded ahead (prefetched tiles waiting to be decoded do not
         // count; the tiles of an epoch are each read by consecutive batches, so a larger cache would only hold
         // tiles that are not read again).
