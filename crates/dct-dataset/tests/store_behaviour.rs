@@ -368,6 +368,56 @@ fn prefetched_tiles_waiting_to_be_decoded_are_bounded_by_the_prefetch_permits() 
     assert_eq!(ds.stats().tiles_decoded, 5);
 }
 
+/// Small caches under concurrent readers and prefetches: evictions at decode time, prefetch permits held by
+/// undecoded tiles and decode-ahead limits must never return a wrong row, lose a tile or hang. Every read is
+/// checked against the source; a deadline turns a hang into a failure.
+#[test]
+fn small_caches_with_concurrent_reads_and_prefetches_stay_correct() {
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let (mem, truth) = dataset(13, 900);
+        let truth = Arc::new(truth);
+        for (cached, prefetch, threads) in [(1, 1, 1), (1, 3, 2), (2, 2, 2), (3, 5, 1)] {
+            let options = ReadOptions {
+                max_cached_tiles: cached,
+                max_prefetch_tiles: prefetch,
+                decode_threads: threads,
+                ..ReadOptions::default()
+            };
+            let ds = Arc::new(Dataset::open_with_store(mem.clone(), "ds", options).unwrap());
+            let n = ds.n_tiles();
+            let readers: Vec<_> = (0..3u64)
+                .map(|i| {
+                    let (ds, truth) = (ds.clone(), truth.clone());
+                    std::thread::spawn(move || {
+                        for (k, batch) in random_batches(200 + i, truth.n_cells(), 30, 120).into_iter().enumerate() {
+                            // Each reader prefetches a few tiles ahead of a walk of its own over the dataset.
+                            let ahead: Vec<usize> = (0..3).map(|j| (k * 2 + j + i as usize * 5) % n).collect();
+                            ds.prefetch(&ahead).unwrap();
+                            assert_batch(&ds.get_batch_as::<u32>(&batch).unwrap(), &truth, &batch);
+                            let tile = (k + i as usize) % n;
+                            let cells = tile_cells(&ds, tile);
+                            assert_batch(&ds.get_batch_as::<u32>(&cells).unwrap(), &truth, &cells);
+                        }
+                    })
+                })
+                .collect();
+            for r in readers {
+                r.join().unwrap();
+            }
+            assert_eq!(ds.stats().failed_loads, 0, "cache {cached}, prefetch {prefetch}, threads {threads}");
+        }
+        done_tx.send(()).unwrap();
+    });
+    match done_rx.recv_timeout(Duration::from_secs(120)) {
+        Ok(()) => {}
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!("small-cache reads did not finish within 120 s"),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            panic!("small-cache reads failed (see the panic above)")
+        }
+    }
+}
+
 /// Prefetches racing reads of the same tiles, on one decode thread as on several: every read returns the right
 /// cells, no tile is decoded twice, and nothing waits forever (a trial background decoder that waited for a tile
 /// a reader was decoding on the pool's only thread hung here). Run on a helper thread with a deadline, so that a
