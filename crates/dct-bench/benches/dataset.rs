@@ -113,6 +113,7 @@ fn epoch(ds: &Dataset, cells: &[u64], tile_of: &[usize], order: &[usize], prefet
     let faults = minor_faults();
     let start = Instant::now();
     let ahead: Vec<usize> = order.iter().chain(next_order).copied().collect();
+    let trace = trace();
     let mut next = 0; // next position in `ahead` not yet prefetched
     for (b, chunk) in cells.chunks(BATCH).enumerate() {
         if prefetch {
@@ -126,7 +127,7 @@ fn epoch(ds: &Dataset, cells: &[u64], tile_of: &[usize], order: &[usize], prefet
         let (t0, stall0, dec0) = (start.elapsed(), ds.stats().stall_time, ds.stats().decode_time);
         ds.get_batch_into(chunk, &mut batch).expect("get_batch");
         nnz += batch.nnz() as u64;
-        if trace() {
+        if trace {
             let stall = ds.stats().stall_time - stall0;
             let took = start.elapsed() - t0;
             let st = ds.stats();

@@ -34,8 +34,8 @@ pub struct ReadOptions {
     /// per nonzero each, the decompressed planes) plus `max_prefetch_tiles` compressed ones.
     pub max_prefetch_tiles: usize,
     /// Threads decoding tiles (default 0 = the machine's parallelism): the pool on which reads decode and fill
-    /// batches. The background decoder of prefetched tiles has as many of its own, which run only while no read
-    /// is decoding or filling a batch.
+    /// batches. The background decoder of prefetched tiles has as many of its own; it starts a tile only while no
+    /// read is decoding or filling a batch.
     pub decode_threads: usize,
     /// Threads running object-store requests (default 2; requests are async, so a few threads keep many in
     /// flight).
@@ -288,15 +288,11 @@ impl Cache {
 
     /// Removes tile `t` if it is ready (a loading slot is left alone); returns it.
     fn remove_slot(&mut self, t: usize) -> Option<Arc<Tile>> {
-        if !matches!(self.slots.get(&t), Some(Slot::Ready { .. })) {
-            return None;
-        }
+        let Some(&Slot::Ready { tick, counted, .. }) = self.slots.get(&t) else { return None };
+        self.lru.remove(&tick);
+        self.counted -= usize::from(counted);
         match self.slots.remove(&t) {
-            Some(Slot::Ready { tile, tick, counted, .. }) => {
-                self.lru.remove(&tick);
-                self.counted -= usize::from(counted);
-                Some(tile)
-            }
+            Some(Slot::Ready { tile, .. }) => Some(tile),
             _ => None,
         }
     }
@@ -1026,17 +1022,17 @@ impl Core {
         permit: Option<OwnedSemaphorePermit>,
         urgent: Arc<Notify>,
     ) -> Result<Arc<Tile>, DatasetError> {
-        let mut permit = if permit.is_some() || !prefetch {
-            permit
-        } else {
-            tokio::select! {
+        let mut permit = match permit {
+            None if prefetch => tokio::select! {
                 p = self.prefetch_sem.clone().acquire_owned() => p.ok(),
                 () = urgent.notified() => None,
-            }
+            },
+            given => given,
         };
         // A prefetched tile is fetched and checked here but decoded by the background queue, one tile at a time in
         // request order: decodes started here would share the pool in arrival order, and a reader waiting for one
         // tile would wait for all of them.
+        let waits_for_decode = prefetch && decode;
         let result = self.load(t, decode && !prefetch).await;
         if result.is_err() {
             add(&self.counters.failed_loads, 1);
@@ -1054,9 +1050,8 @@ impl Core {
         {
             match &result {
                 Ok(tile) if self.max_cached > 0 => {
-                    let waits_for_decode = prefetch && decode;
                     evicted = cache.insert_ready(t, tile.clone(), self.max_cached, !prefetch, !waits_for_decode);
-                    if prefetch && decode {
+                    if waits_for_decode {
                         self.lock_to_decode().insert(id, (t, Arc::downgrade(tile)));
                     }
                 }
@@ -1067,7 +1062,7 @@ impl Core {
         }
         drop(cache);
         evicted.into_iter().for_each(|tile| self.recycle_tile(tile));
-        if prefetch && decode {
+        if waits_for_decode {
             self.decode_in_background();
         }
         result
@@ -1100,9 +1095,8 @@ impl Core {
             return;
         }
         let core = self.clone();
-        // Off the pool: the decodes themselves enter the pool from outside (`Decoder::with_pool`), through its
-        // first-in-first-out queue, so a reader's decode started meanwhile runs before the next background one
-        // (a task on the pool would take its follow-up work before anything queued from outside).
+        // Off the pool, with a decoder of its own (`decode_planes_in_background`): a read never queues behind the
+        // chunks of a background tile.
         drop(self.handle.spawn_blocking(move || {
             loop {
                 // Reads come first: a batch being filled needs the decode threads now, and a background decode
@@ -1372,18 +1366,16 @@ impl Core {
         mut data: MutexGuard<'_, TileData>,
         background: bool,
     ) -> Result<Arc<TilePlanes>, DatasetError> {
-        if let TileData::Decoded(d) = &*data {
-            return Ok(d.clone());
-        }
+        let blob = match &*data {
+            TileData::Decoded(d) => return Ok(d.clone()),
+            TileData::Raw { blob, .. } => blob.clone(),
+        };
         // The tile now counts toward the cache's capacity: the tiles that leave for it leave first, so that this
         // decode can reuse their buffers.
         let evicted = self.lock_cache().count_for_decode(t, self.max_cached);
         evicted.into_iter().for_each(|old| self.recycle_tile(old));
-        let decoded = match &*data {
-            TileData::Decoded(d) => return Ok(d.clone()),
-            TileData::Raw { blob, .. } if background => self.decode_planes_in_background(t, blob),
-            TileData::Raw { blob, .. } => self.decode_planes(t, blob),
-        };
+        let decoded =
+            if background { self.decode_planes_in_background(t, &blob) } else { self.decode_planes(t, &blob) };
         match decoded {
             Ok(d) => {
                 let d = Arc::new(d);
