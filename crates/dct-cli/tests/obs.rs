@@ -69,9 +69,9 @@ fn converted_wu2020_obs_info_localize_and_show_match_the_source() {
     assert_eq!((info["shards"].as_u64(), info["tiles_per_file"].as_u64()), (Some(2), Some(3)));
     let cols = info["columns"].as_array().unwrap();
     assert_eq!(cols.len(), frame.columns.len() + 1);
-    assert_eq!(cols[0]["name"], "obs_names");
+    assert_eq!(cols[cols.len() - 1]["name"], "obs_names");
     let mut stored_sum = 0;
-    for (c, src) in cols[1..].iter().zip(&frame.columns) {
+    for (c, src) in cols.iter().zip(&frame.columns) {
         assert_eq!(c["name"], src.name.as_str());
         let stored = c["stored_bytes"].as_u64().unwrap();
         assert!(stored > 0, "{c}");
@@ -85,7 +85,7 @@ fn converted_wu2020_obs_info_localize_and_show_match_the_source() {
             _ => assert!(c["categories"].is_null(), "{c}"),
         }
     }
-    stored_sum += cols[0]["stored_bytes"].as_u64().unwrap();
+    stored_sum += cols[cols.len() - 1]["stored_bytes"].as_u64().unwrap();
     assert_eq!(info["stored_bytes"].as_u64(), Some(stored_sum));
     assert!(stored_sum < info["shard_bytes"].as_u64().unwrap(), "column chunks are part of the shards");
     let text = String::from_utf8(ok(&["obs", "info", s(&out), "--cache-dir", s(&cache)]).stdout).unwrap();
@@ -298,13 +298,13 @@ fn convert_keeps_pandas_nullable_columns_and_show_prints_nulls() {
     assert_eq!(
         kinds,
         [
-            ("obs_names", "string"),
             ("note", "string"),
             ("all_present", "string"),
             ("label", "string"),
             ("n_nullable", "numeric"),
             ("flag", "bool"),
-            ("cell_type", "category")
+            ("cell_type", "category"),
+            ("obs_names", "string")
         ]
     );
     // show --json: every column as pandas had it, null where missing (pd.NA, NaN category).

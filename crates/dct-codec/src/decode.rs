@@ -217,11 +217,47 @@ impl Decoder {
     /// every data rule checked.
     pub fn decode_into<V: CountValue>(&mut self, blob: &[u8], out: &mut DecodedTile<V>) -> Result<(), DecodeError> {
         let (header, indptr) = self.begin_whole(blob, 4 + size_of::<V>() as u64, &mut out.indptr)?;
-        let (n_chunks, nnz) = (self.layout.chunks().len(), header.nnz);
         out.version = header.version;
         out.n_genes = header.n_genes;
-        resize_for_overwrite(&mut out.indices, nnz as usize, 0);
-        resize_for_overwrite(&mut out.values, nnz as usize, V::default());
+        resize_for_overwrite(&mut out.indices, header.nnz as usize, 0);
+        resize_for_overwrite(&mut out.values, header.nnz as usize, V::default());
+        self.decode_chunks(blob, header, indptr, &mut out.indices, &mut out.values)
+    }
+
+    /// Decodes a whole tile into the caller's buffers (shared or pinned memory, say): the row offsets into
+    /// `indptr` (resized to `n_cells + 1`), the gene indices and counts into the first `nnz` elements of
+    /// `indices` and `values`, which must hold at least that many (a shorter buffer is
+    /// [`DecodeError::BufferTooSmall`], found before anything is decompressed). Elements past `nnz` are left as
+    /// they were. Returns the header. The checks are those of [`decode_into`](Self::decode_into).
+    pub fn decode_to<V: CountValue>(
+        &mut self,
+        blob: &[u8],
+        indptr: &mut Vec<i64>,
+        indices: &mut [i32],
+        values: &mut [V],
+    ) -> Result<TileHeader, DecodeError> {
+        let (header, view) = self.begin_whole(blob, 4 + size_of::<V>() as u64, indptr)?;
+        let nnz = header.nnz;
+        let short = [(indices.len() as u64, "indices"), (values.len() as u64, "values")];
+        if let Some(&(len, buffer)) = short.iter().find(|(len, _)| *len < nnz) {
+            return Err(DecodeError::BufferTooSmall { buffer, len, needed: nnz });
+        }
+        let nnz = nnz as usize;
+        self.decode_chunks(blob, header, view, &mut indices[..nnz], &mut values[..nnz])?;
+        Ok(header)
+    }
+
+    /// Decodes every chunk of the tile parsed by [`Decoder::begin_whole`] into `indices` and `values` (exactly
+    /// `nnz` long).
+    fn decode_chunks<V: CountValue>(
+        &mut self,
+        blob: &[u8],
+        header: TileHeader,
+        indptr: IndptrView<'_>,
+        indices: &mut [i32],
+        values: &mut [V],
+    ) -> Result<(), DecodeError> {
+        let (n_chunks, nnz) = (self.layout.chunks().len(), header.nnz);
         if n_chunks == 0 {
             return Ok(());
         }
@@ -237,7 +273,7 @@ impl Decoder {
                 decode_chunk(w, ctx, c, e, i, v)
             };
             let split = Split { ctx: &ctx, scale: 1, job: &job, par };
-            split.run(workers, 0, layout.chunks(), 0, &mut out.indices, &mut out.values)
+            split.run(workers, 0, layout.chunks(), 0, indices, values)
         })
     }
 

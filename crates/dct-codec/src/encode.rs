@@ -91,13 +91,9 @@ pub fn encode_canonical(m: &CanonicalCsr, opts: &EncodeOptions) -> Result<Vec<u8
     let version = opts.version;
     let n_cells = m.n_rows() as u64;
     let nnz = m.nnz() as u64;
-    if m.n_genes == 0 || m.n_genes > version.max_genes() {
-        return Err(EncodeError::Unrepresentable {
-            version: version.number(),
-            reason: format!("{} genes; version {} holds 1..={}", m.n_genes, version.number(), version.max_genes()),
-        });
-    }
     m.validate()?;
+    // Before any compression: a version-1 tile cannot hold counts above 65535 (it has no exceptions).
+    m.check_version(version, 0)?;
     let bounds = if n_cells == 0 { Vec::new() } else { chunk_boundaries(&m.indptr, opts.n_chunks) };
     let ranges: Vec<(u64, u64)> = bounds.windows(2).map(|w| (w[0], w[1])).collect();
     for &(lo, hi) in &ranges {

@@ -37,6 +37,16 @@ pub enum DecodeError {
         /// Bytes needed.
         bytes: u64,
     },
+    /// A caller's output buffer is shorter than the tile's nonzeros.
+    #[error("the {buffer} buffer holds {len} elements but the tile has {needed} nonzeros; pass one at least that long")]
+    BufferTooSmall {
+        /// Which buffer (`indices` or `values`).
+        buffer: &'static str,
+        /// Its length.
+        len: u64,
+        /// Elements needed.
+        needed: u64,
+    },
     /// A requested row is not in the tile.
     #[error("row {row} requested from a tile of {n_cells} cells")]
     RowOutOfRange {

@@ -1,7 +1,7 @@
 //! Input CSR matrices of any index and value type, and their canonical form (sorted, summed, zero-free counts).
 
 use crate::error::EncodeError;
-use dct_format::MAX_COUNT;
+use dct_format::{MAX_COUNT, STREAM_MAX, Version};
 
 /// An integer type usable as a CSR offset or column index.
 pub trait IndexLike: Copy + Send + Sync {
@@ -158,6 +158,38 @@ impl CanonicalCsr {
             }
         }
         Ok(())
+    }
+
+    /// Checks that tiles of `version` can hold this matrix: its genes (`1 ..= version.max_genes()`) and, for
+    /// version 1 (no exceptions), every count at most 65535. The error names the first cell (row) and gene that
+    /// need version 2, with `row_base` added to row numbers (the global index of row 0).
+    pub fn check_version(&self, version: Version, row_base: u64) -> Result<(), EncodeError> {
+        if self.n_genes == 0 || self.n_genes > version.max_genes() {
+            return Err(EncodeError::Unrepresentable {
+                version: version.number(),
+                reason: format!(
+                    "{} genes; version {} holds 1..={} (write version 2)",
+                    self.n_genes,
+                    version.number(),
+                    version.max_genes()
+                ),
+            });
+        }
+        if version.has_exceptions() {
+            return Ok(());
+        }
+        let limit = STREAM_MAX;
+        let Some(k) = self.values.iter().position(|&v| v > limit) else { return Ok(()) };
+        let row = self.indptr.partition_point(|&p| p <= k as u64) - 1;
+        Err(EncodeError::Unrepresentable {
+            version: version.number(),
+            reason: format!(
+                "cell {}, gene {}: count {} is above {limit}, the largest version 1 holds; write version 2",
+                row_base + row as u64,
+                self.indices[k],
+                self.values[k]
+            ),
+        })
     }
 
     /// Validates and canonicalizes a whole matrix.

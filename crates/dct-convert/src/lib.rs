@@ -22,9 +22,10 @@
 //!
 //! # Obs
 //!
-//! Per-cell metadata goes into obs shards beside the tiles (FORMAT-v2.md, "Obs"): the cell names as `obs_names`
-//! (string), then the obs columns of `.h5ad` inputs (inputs without obs, 10x HDF5 and Matrix Market, give
-//! `obs_names` from their barcodes, and missing values in the other columns). [`make_plan`] fixes ONE schema for
+//! Per-cell metadata goes into obs shards beside the tiles (FORMAT-v2.md, "Obs"): the obs columns of `.h5ad`
+//! inputs, then the cell names as `obs_names` (string), last, as the original converter orders them (inputs
+//! without obs, 10x HDF5 and Matrix Market, give `obs_names` from their barcodes, and missing values in the other
+//! columns). [`make_plan`] fixes ONE schema for
 //! all inputs: one vocabulary per categorical column, the union over inputs in order of first appearance, coded
 //! int8 / int16 / int32 by its size, or stored as strings above [`ConvertOptions::max_categories`]; numeric types
 //! widened to hold every input's values; NaN floats become nulls. Columns are chosen with

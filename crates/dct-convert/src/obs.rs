@@ -133,7 +133,7 @@ pub(crate) fn build_schema(
     selection: Selection<'_>,
     max_categories: usize,
 ) -> Result<Option<ObsSchema>, ConvertError> {
-    let mut available: Vec<&str> = vec![OBS_NAMES];
+    let mut available: Vec<&str> = Vec::new();
     let mut seen: HashSet<&str> = HashSet::from([OBS_NAMES]);
     for (_, summary) in inputs {
         for name in summary.map(|s| s.names.as_slice()).unwrap_or_default() {
@@ -142,6 +142,7 @@ pub(crate) fn build_schema(
             }
         }
     }
+    available.push(OBS_NAMES);
     let listed = selection.columns.unwrap_or_default().iter().chain(selection.exclude);
     for name in listed {
         if !seen.contains(name.as_str()) {
@@ -153,9 +154,6 @@ pub(crate) fn build_schema(
         }
     }
     let mut builder = ObsSchemaBuilder::with_max_categories(max_categories);
-    if selection.keeps(OBS_NAMES) {
-        builder.add_plain(OBS_NAMES, ArrowType::String).map_err(|e| ConvertError::Inputs(e.to_string()))?;
-    }
     for (path, summary) in inputs {
         let Some(summary) = summary else { continue };
         for (name, contribution) in &summary.columns {
@@ -179,6 +177,11 @@ pub(crate) fn build_schema(
             };
             added.map_err(|e| ConvertError::Inputs(format!("{path}: {e}")))?;
         }
+    }
+    // The cell names come last, after the inputs' columns, as the original converter orders them (so schema.json
+    // and the obs fingerprint are byte-equal to its for the same inputs).
+    if selection.keeps(OBS_NAMES) {
+        builder.add_plain(OBS_NAMES, ArrowType::String).map_err(|e| ConvertError::Inputs(e.to_string()))?;
     }
     let mut schema = builder.finish();
     if let Some(order) = selection.columns {
@@ -579,7 +582,7 @@ mod tests {
         let (sa, sb) = (summarize(&a, ALL, 4), summarize(&b, ALL, 4));
         let schema = build_schema(&[("a", Some(&sa)), ("b", Some(&sb)), ("c", None)], ALL, 4).unwrap().unwrap();
         let names: Vec<&str> = schema.columns.iter().map(|c| c.name.as_str()).collect();
-        assert_eq!(names, ["obs_names", "ct", "n", "id", "f"]);
+        assert_eq!(names, ["ct", "n", "id", "f", "obs_names"], "the cell names come last");
         let ct = schema.column("ct").unwrap();
         assert_eq!(ct.categories.as_deref().unwrap(), ["T", "B", "NK"]);
         assert_eq!(ct.arrow_type, ArrowType::Int8);

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use dct_format::Version;
 use dct_input::{H5adMatrix, InputOptions};
 use dct_obs::{DEFAULT_MAX_CATEGORIES, DEFAULT_TILES_PER_FILE, ObsSchema};
 use rayon::prelude::*;
@@ -60,6 +61,10 @@ pub struct ConvertOptions {
     pub obs_exclude: Vec<String>,
     /// Tiles (row groups) per obs shard (default 1000).
     pub obs_tiles_per_file: u64,
+    /// Format version of the tiles and manifest (default 2; version 1 for readers that know only it: at most
+    /// 65,536 genes, refused at plan time, and counts of at most 65,535, refused at the tile that holds a larger
+    /// one, naming its cell and gene).
+    pub format_version: Version,
     /// Categorical columns with more categories than this over all inputs are stored as strings (default 20,000).
     pub max_categories: usize,
 }
@@ -80,6 +85,7 @@ impl ConvertOptions {
             obs_exclude: Vec::new(),
             obs_tiles_per_file: DEFAULT_TILES_PER_FILE,
             max_categories: DEFAULT_MAX_CATEGORIES,
+            format_version: Version::V2,
         }
     }
 
@@ -150,11 +156,29 @@ pub struct Plan {
     /// The obs written at finalize (`None`: no obs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub obs: Option<PlanObs>,
+    /// Format version of the tiles and manifest (absent in the file for version 2, so plans of version-2
+    /// datasets are what they always were).
+    #[serde(default = "version_2", skip_serializing_if = "is_version_2")]
+    pub format_version: u32,
     /// 24 hex digits of the SHA-256 of everything above: ties tiles and parts to this plan.
     pub fingerprint: String,
 }
 
+fn version_2() -> u32 {
+    2
+}
+
+fn is_version_2(v: &u32) -> bool {
+    *v == 2
+}
+
 impl Plan {
+    /// The format version of the tiles and manifest.
+    pub fn tile_version(&self) -> Result<Version, ConvertError> {
+        Version::from_number(self.format_version)
+            .ok_or_else(|| self.err(format!("format_version {} is neither 1 nor 2", self.format_version)))
+    }
+
     /// Cells `[first, end)` of tile `t`.
     pub fn tile_cells(&self, t: usize) -> (u64, u64) {
         let first = t as u64 * self.tile_size;
@@ -423,6 +447,16 @@ fn plan_from(
     if n_genes == 0 {
         return Err(ConvertError::Inputs(format!("{} has no genes", first.path)));
     }
+    let version = opts.format_version;
+    if n_genes > version.max_genes() {
+        return Err(ConvertError::Inputs(format!(
+            "the inputs have {n_genes} genes (gene {} is the first beyond the limit); format version {} holds at most \
+             {}: convert with format version 2",
+            version.max_genes(),
+            version.number(),
+            version.max_genes()
+        )));
+    }
     let mut totals = vec![0u64; n_genes as usize];
     for t in scanned.iter().zip(&sample).filter(|(_, s)| **s).filter_map(|(s, _)| s.totals.as_ref()) {
         for (a, b) in totals.iter_mut().zip(t) {
@@ -477,6 +511,7 @@ fn plan_from(
         var_names,
         gene_order,
         obs,
+        format_version: opts.format_version.number(),
         fingerprint: String::new(),
     };
     plan.fingerprint = plan.compute_fingerprint();

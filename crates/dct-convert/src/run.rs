@@ -14,7 +14,7 @@ use bytes::Bytes;
 use dct_codec::{CanonicalCsr, EncodeOptions, encode_canonical};
 use dct_dataset::manifest::{GENE_ORDER_NAME, MANIFEST_NAME, VAR_NAMES_NAME, VAR_TABLE_NAME, tile_path};
 use dct_dataset::{Manifest, StoreOptions};
-use dct_format::{TileLayout, Version, verify_crc};
+use dct_format::{TileLayout, verify_crc};
 use dct_input::{CountSource, H5adSource, InputKind, RowBlock, open_input_with};
 use dct_obs::{ObsWriteOptions, ObsWriteSummary, ObsWriter, encode_var_parquet};
 use serde_json::json;
@@ -90,14 +90,15 @@ fn check_tile(out: &Output, plan: &Plan, t: usize) -> Result<TileState, ConvertE
         return Ok(TileState::Invalid(e.to_string()));
     }
     let (first, end) = plan.tile_cells(t);
-    if h.version != Version::V2 || h.n_cells != end - first || u64::from(h.n_genes) != plan.n_genes {
+    if h.version.number() != plan.format_version || h.n_cells != end - first || u64::from(h.n_genes) != plan.n_genes {
         return Ok(TileState::Invalid(format!(
-            "holds {} cells x {} genes (version {}); the plan needs {} x {} (version 2)",
+            "holds {} cells x {} genes (version {}); the plan needs {} x {} (version {})",
             h.n_cells,
             h.n_genes,
             h.version.number(),
             end - first,
-            plan.n_genes
+            plan.n_genes,
+            plan.format_version
         )));
     }
     Ok(TileState::Valid { nnz: h.nnz, bytes: blob.len() as u64 })
@@ -281,6 +282,9 @@ impl<'a> TileReader<'a> {
     fn read_and_encode(&mut self, t: usize, encode: &EncodeOptions) -> Result<WrittenTile, ConvertError> {
         let (first, end) = self.plan.tile_cells(t);
         let input = self.read(first, end)?;
+        let encode_err = |source| ConvertError::Encode { tile: t, first, end, source };
+        // Names the global cell and gene of a count version 1 cannot hold, before compressing anything.
+        self.csr.check_version(encode.version, first).map_err(encode_err)?;
         let blob = encode_canonical(&self.csr, encode).map_err(|source| ConvertError::Encode {
             tile: t,
             first,
@@ -376,7 +380,12 @@ pub fn run_part_with_spill(
         .thread_name(|i| format!("dct-tile-{i}"))
         .build()
         .map_err(|e| ConvertError::Output(format!("cannot start encode threads: {e}")))?;
-    let encode = EncodeOptions { n_chunks: plan.n_chunks, level: plan.zstd_level, ..EncodeOptions::default() };
+    let encode = EncodeOptions {
+        n_chunks: plan.n_chunks,
+        level: plan.zstd_level,
+        version: plan.tile_version()?,
+        ..EncodeOptions::default()
+    };
     let started = Instant::now();
     let input_bytes_per_cell: Vec<f64> =
         plan.inputs.iter().map(|i| i.size_bytes as f64 / i.n_cells.max(1) as f64).collect();
@@ -577,6 +586,7 @@ pub fn finalize(plan: &Plan, opts: &RunOptions) -> Result<Manifest, ConvertError
         }
     }
     let mut manifest = Manifest::new(plan.n_genes, plan.tile_size);
+    manifest.version = plan.tile_version()?.number();
     let mut problems = Vec::new();
     for t in 0..plan.n_tiles {
         match check_tile(&out, plan, t)? {
@@ -617,7 +627,10 @@ pub fn finalize(plan: &Plan, opts: &RunOptions) -> Result<Manifest, ConvertError
         manifest.obs_shard_bytes = obs.shard_bytes;
         manifest.obs_shard_sha256 = obs.shard_sha256;
         manifest.obs_fingerprint = obs.fingerprint;
-        manifest.obs_shard_footer_crc32 = Some(obs.shard_footer_crc32);
+        // A version-1 manifest carries only the keys the original reader knows: it refuses any other.
+        if manifest.version != 1 {
+            manifest.obs_shard_footer_crc32 = Some(obs.shard_footer_crc32);
+        }
     }
     let mut metadata = json!({
         "converter": format!("deltacells {}", env!("CARGO_PKG_VERSION")),

@@ -170,7 +170,7 @@ fn wu2020_obs_and_var_match_the_source() {
     let (obs, got) = dataset_obs(url, tmp.path().join("cache").as_path());
     let schema = obs.schema();
     assert_eq!(schema.columns.len(), frame.columns.len() + 1);
-    assert_eq!(schema.columns[0].name, "obs_names");
+    assert_eq!(schema.columns.last().unwrap().name, "obs_names", "the cell names come last, as in the original");
     assert_eq!(got["obs_names"], frame.index.iter().map(|s| V::Str(s.clone())).collect::<Vec<_>>());
     for c in &frame.columns {
         let col = schema.column(&c.name).unwrap_or_else(|| panic!("column {} is missing", c.name));
@@ -390,8 +390,8 @@ fn nullable_string_and_other_nullable_obs_columns_convert_with_nulls() {
     // Whole columns: every column kept, values and missing values as pandas had them.
     let (obs, got) = dataset_obs(url, tmp.path().join("cache").as_path());
     let names: Vec<&str> = obs.columns().iter().map(|(n, _)| *n).collect();
-    let mut want_names = vec!["obs_names"];
-    want_names.extend(columns.iter().map(String::as_str));
+    let mut want_names: Vec<&str> = columns.iter().map(String::as_str).collect();
+    want_names.push("obs_names");
     assert_eq!(names, want_names, "every column, none skipped");
     assert_eq!(got["obs_names"], json_values(&exp["cell_names"]));
     for name in &columns {

@@ -34,8 +34,9 @@ pub struct ReadOptions {
     /// per nonzero each, the decompressed planes) plus `max_prefetch_tiles` compressed ones.
     pub max_prefetch_tiles: usize,
     /// Threads decoding tiles (default 0 = the machine's parallelism): the pool on which reads decode and fill
-    /// batches. The background decoder of prefetched tiles has as many of its own; it starts a tile only while no
-    /// read is decoding or filling a batch.
+    /// batches. With 1, each read decodes on its calling thread instead, so reads from several threads (say, one
+    /// per data-loading thread) run in parallel, a core each. The background decoder of prefetched tiles has as
+    /// many threads of its own; it starts a tile only while no read is decoding or filling a batch.
     pub decode_threads: usize,
     /// Threads running object-store requests (default 2; requests are async, so a few threads keep many in
     /// flight).
@@ -82,6 +83,9 @@ pub struct ReadStats {
     pub cache_misses: u64,
     /// Tiles a prefetch started loading.
     pub prefetched: u64,
+    /// Wall time of tile GET requests, summed over requests (requests in flight at the same time each count in
+    /// full).
+    pub fetch_time: Duration,
     /// Tiles decoded (decompressed into their byte planes for the cache).
     pub tiles_decoded: u64,
     /// Wall time spent decompressing tiles, summed over tiles (loads running at the same time each count in
@@ -102,6 +106,7 @@ struct Counters {
     cache_misses: AtomicU64,
     prefetched: AtomicU64,
     tiles_decoded: AtomicU64,
+    fetch_nanos: AtomicU64,
     decode_nanos: AtomicU64,
     stall_nanos: AtomicU64,
 }
@@ -320,8 +325,12 @@ impl Drop for BusyReader<'_> {
 }
 
 enum Acquired {
+    /// Cached.
     Ready(Arc<Tile>),
+    /// Being loaded already (by a read or a prefetch).
     Pending(LoadFuture),
+    /// Its load was started by this call.
+    Started(LoadFuture),
 }
 
 /// State shared by a [`Dataset`] and its background tasks.
@@ -366,8 +375,10 @@ pub(crate) struct Core {
 ///
 /// * A [`Dataset`] owns a small tokio runtime (`io_threads` workers, named `dct-io`) on which every object-store
 ///   request runs, a rayon pool (`decode_threads` workers, named `dct-decode`) on which reads decode tiles (the
-///   chunks of one tile in parallel) and fill batches, and, once something is prefetched, a background decoder
-///   (one blocking task of the runtime plus `decode_threads - 1` helpers named `dct-decode-bg-N`).
+///   chunks of one tile in parallel) and fill batches (with `decode_threads = 1`, reads do both on their calling
+///   thread, and loads check tiles on the runtime's blocking threads), and, once something is prefetched, a
+///   background decoder (one blocking task of the runtime plus `decode_threads - 1` helpers named
+///   `dct-decode-bg-N`).
 /// * Every public method is synchronous: it blocks the calling thread until its result is ready. It may be
 ///   called from any thread, from many threads at once (`Dataset: Send + Sync`; share it with an `Arc`), and
 ///   from inside another async runtime (it then blocks that runtime's thread, so prefer `spawn_blocking` there).
@@ -590,6 +601,7 @@ impl Dataset {
             inflight_joins: get(&c.inflight_joins),
             cache_misses: get(&c.cache_misses),
             prefetched: get(&c.prefetched),
+            fetch_time: Duration::from_nanos(get(&c.fetch_nanos)),
             tiles_decoded: get(&c.tiles_decoded),
             decode_time: Duration::from_nanos(get(&c.decode_nanos)),
             stall_time: Duration::from_nanos(get(&c.stall_nanos)),
@@ -608,6 +620,7 @@ impl Dataset {
             &c.cache_misses,
             &c.prefetched,
             &c.tiles_decoded,
+            &c.fetch_nanos,
             &c.decode_nanos,
             &c.stall_nanos,
         ] {
@@ -630,6 +643,55 @@ impl Dataset {
     /// The rows of `cells` into `out`, reusing its allocations. On error `out` is left empty or partly
     /// filled.
     pub fn get_batch_into<V: CountValue>(&self, cells: &[u64], out: &mut Batch<V>) -> Result<(), DatasetError> {
+        out.n_genes = self.core.manifest.n_genes;
+        let (indices, values) = (&mut out.indices, &mut out.values);
+        let filled = self.read_rows(cells, &mut out.indptr, |total| {
+            // Sized without clearing first: only a batch larger than any before writes the fill values.
+            dct_codec::resize_for_overwrite(indices, total, 0);
+            dct_codec::resize_for_overwrite(values, total, V::default());
+            Ok((indices.as_mut_slice(), values.as_mut_slice()))
+        });
+        if filled.is_err() {
+            out.indptr.truncate(1);
+            out.indices.clear();
+            out.values.clear();
+        }
+        filled.map(|_| ())
+    }
+
+    /// The rows of `cells` into the caller's buffers (shared or pinned memory, say): row offsets into `indptr`
+    /// (`cells.len() + 1` entries from 0), gene indices and counts into the first `nnz` elements of `indices` and
+    /// `values`, which must hold at least that many (else [`DatasetError::InvalidArgument`], before anything is
+    /// decoded; [`Dataset::batch_nnz`] gives the size beforehand). Elements past `nnz` are left as they were.
+    /// Returns `nnz`.
+    pub fn get_batch_to<V: CountValue>(
+        &self,
+        cells: &[u64],
+        indptr: &mut Vec<i64>,
+        indices: &mut [i32],
+        values: &mut [V],
+    ) -> Result<usize, DatasetError> {
+        self.read_rows(cells, indptr, |total| {
+            let short = [(indices.len(), "indices"), (values.len(), "values")];
+            if let Some((len, name)) = short.into_iter().find(|&(len, _)| len < total) {
+                return Err(DatasetError::InvalidArgument(format!(
+                    "the {name} buffer holds {len} elements but the batch has {total} nonzeros ({}); pass one at \
+                     least that long (batch_nnz gives the size)",
+                    self.url()
+                )));
+            }
+            Ok((&mut indices[..total], &mut values[..total]))
+        })
+    }
+
+    /// Reads the rows of `cells`: fills `indptr`, asks `output` for the `nnz`-long index and value slices to fill,
+    /// fills them; returns `nnz`.
+    fn read_rows<'o, V: CountValue>(
+        &self,
+        cells: &[u64],
+        indptr: &mut Vec<i64>,
+        output: impl FnOnce(usize) -> Result<(&'o mut [i32], &'o mut [V]), DatasetError>,
+    ) -> Result<usize, DatasetError> {
         let (tiles, rows) = self.plan(cells)?;
         let loaded = self.core.wait_tiles(&tiles, true)?;
         // From here until the batch is filled this read has the decode threads to itself: background decodes of
@@ -637,30 +699,24 @@ impl Dataset {
         let busy = self.core.busy_reader();
         let decoded: Vec<Arc<TilePlanes>> =
             loaded.iter().zip(&tiles).map(|(tile, &t)| self.core.ensure_decoded(t, tile)).collect::<Result<_, _>>()?;
-        out.n_genes = self.core.manifest.n_genes;
-        out.indptr.clear();
-        out.indptr.reserve(rows.len() + 1);
-        out.indptr.push(0);
+        indptr.clear();
+        indptr.reserve(rows.len() + 1);
+        indptr.push(0);
         let mut total = 0usize;
         for &(s, r) in &rows {
             total += decoded[s as usize].row_nnz(r as usize);
-            out.indptr.push(total as i64);
+            indptr.push(total as i64);
         }
-        // Sized without clearing first: only a batch larger than any before writes the fill values.
-        dct_codec::resize_for_overwrite(&mut out.indices, total, 0);
-        dct_codec::resize_for_overwrite(&mut out.values, total, V::default());
+        let (indices, values) = output(total)?;
         // Each row is decoded from its tile's planes straight into its place in the batch (and checked as it is),
         // rows split between the decode threads.
         // A batch larger than the caches is written with streaming stores (see `WriteMode`).
         let mode = WriteMode::for_output_bytes((total * (4 + size_of::<V>())) as u64);
         let filled =
-            self.core.pool.install(|| fill_rows(&decoded, &rows, &out.indptr, &mut out.indices, &mut out.values, mode));
+            self.core.on_decode_threads(|parallel| fill_rows(&decoded, &rows, indptr, indices, values, mode, parallel));
         if let Err((s, e)) = filled {
             // A tile with a bad row leaves the cache: the next read fetches it again.
             self.core.lock_cache().remove_ready(tiles[s], &loaded[s]);
-            out.indptr.truncate(1);
-            out.indices.clear();
-            out.values.clear();
             return Err(self.core.decode_error(tiles[s], e));
         }
         // Tiles that left the cache while this batch used them end here: keep their buffers.
@@ -671,7 +727,7 @@ impl Dataset {
         if !self.core.lock_to_decode().is_empty() {
             self.core.decode_in_background();
         }
-        Ok(())
+        Ok(total)
     }
 
     /// Total stored nonzeros of the rows of `cells` (with repeats), from the tiles' indptrs: tiles not yet
@@ -696,11 +752,11 @@ impl Dataset {
         Ok(total)
     }
 
-    /// Starts fetching and decoding `tiles` in the background and returns at once. Tiles already cached or
-    /// being fetched are skipped; at most `max_prefetch_tiles` are fetched at a time (the rest wait their turn,
-    /// unless a read needs them first). Prefetched tiles enter the cache, so prefetch at most
-    /// `max_cached_tiles` ahead.
-    pub fn prefetch(&self, tiles: &[usize]) -> Result<(), DatasetError> {
+    /// Starts fetching and decoding `tiles` in the background and returns at once, with the number of tiles whose
+    /// loading it started. Tiles already cached or being fetched are skipped; at most `max_prefetch_tiles` are
+    /// fetched at a time (the rest wait their turn, unless a read needs them first). Prefetched tiles enter the
+    /// cache, so prefetch at most `max_cached_tiles` ahead.
+    pub fn prefetch(&self, tiles: &[usize]) -> Result<usize, DatasetError> {
         let n = self.n_tiles();
         if let Some(&t) = tiles.iter().find(|&&t| t >= n) {
             return Err(DatasetError::InvalidArgument(format!(
@@ -708,14 +764,13 @@ impl Dataset {
                 self.url()
             )));
         }
-        for &t in tiles {
-            self.core.acquire(t, true, true);
-        }
-        Ok(())
+        let started = tiles.iter().filter(|&&t| matches!(self.core.acquire(t, true, true), Acquired::Started(_)));
+        Ok(started.count())
     }
 
-    /// Starts fetching the tiles holding `cells` (see [`Dataset::prefetch`]).
-    pub fn prefetch_cells(&self, cells: &[u64]) -> Result<(), DatasetError> {
+    /// Starts fetching the tiles holding `cells` (see [`Dataset::prefetch`]); returns the number of tiles whose
+    /// loading it started.
+    pub fn prefetch_cells(&self, cells: &[u64]) -> Result<usize, DatasetError> {
         let (tiles, _) = self.plan(cells)?;
         self.prefetch(&tiles)
     }
@@ -801,7 +856,7 @@ impl Dataset {
 }
 
 /// Decodes the requested rows (`(index in decoded, local row)`) into `indices`/`values` at the offsets of `indptr`
-/// (one more entry than rows, starting at the first row's offset), splitting the rows in halves with
+/// (one more entry than rows, starting at the first row's offset); `parallel`: splitting the rows in halves with
 /// `rayon::join` down to a few hundred rows each. The error names the tile (index in `decoded`) of a bad row.
 fn fill_rows<V: CountValue>(
     decoded: &[Arc<TilePlanes>],
@@ -810,9 +865,10 @@ fn fill_rows<V: CountValue>(
     indices: &mut [i32],
     values: &mut [V],
     mode: WriteMode,
+    parallel: bool,
 ) -> Result<(), (usize, DecodeError)> {
     const MIN_ROWS: usize = 256;
-    if rows.len() <= MIN_ROWS {
+    if !parallel || rows.len() <= MIN_ROWS {
         let base = indptr[0];
         for (j, &(s, r)) in rows.iter().enumerate() {
             let (a, b) = ((indptr[j] - base) as usize, (indptr[j + 1] - base) as usize);
@@ -827,8 +883,8 @@ fn fill_rows<V: CountValue>(
     let (li, ri) = indices.split_at_mut(cut);
     let (lv, rv) = values.split_at_mut(cut);
     let (a, b) = rayon::join(
-        || fill_rows(decoded, &rows[..mid], &indptr[..=mid], li, lv, mode),
-        || fill_rows(decoded, &rows[mid..], &indptr[mid..], ri, rv, mode),
+        || fill_rows(decoded, &rows[..mid], &indptr[..=mid], li, lv, mode, true),
+        || fill_rows(decoded, &rows[mid..], &indptr[mid..], ri, rv, mode, true),
     );
     a.and(b)
 }
@@ -879,6 +935,23 @@ impl Dataset {
             dct_obs::Obs::open(store.object_store().clone(), store.prefix().clone(), manifest, options).await
         });
         opened.map_err(|e| obs_error(self.url(), e))
+    }
+}
+
+#[cfg(feature = "obs")]
+impl Dataset {
+    /// The gene table (`var.parquet`: one row per gene in stored column order, the pandas index and columns), or
+    /// `None` if the dataset has none. Read whole (at most [`dct_obs::MAX_VAR_BYTES`]) and decoded each call.
+    pub fn var_table(&self) -> Result<Option<dct_obs::arrow::array::RecordBatch>, DatasetError> {
+        if !self.core.manifest.has_var_table {
+            return Ok(None);
+        }
+        let rel = crate::manifest::VAR_TABLE_NAME;
+        let bytes = self.side_file(rel, dct_obs::MAX_VAR_BYTES)?;
+        let url = self.core.store.url(rel);
+        dct_obs::decode_var_parquet(bytes, &url)
+            .map(Some)
+            .map_err(|e| DatasetError::SideFile { url, message: e.to_string() })
     }
 }
 
@@ -1010,7 +1083,7 @@ impl Core {
         .shared();
         cache.slots.insert(t, Slot::Loading { id, fut: fut.clone(), urgent });
         add(if prefetch { &self.counters.prefetched } else { &self.counters.cache_misses }, 1);
-        Acquired::Pending(fut)
+        Acquired::Started(fut)
     }
 
     async fn load_task(
@@ -1133,10 +1206,22 @@ impl Core {
     async fn load(self: &Arc<Self>, t: usize, decode: bool) -> Result<Arc<Tile>, DatasetError> {
         let blob = self.fetch_checked(t).await?;
         let core = self.clone();
-        let data = on_pool(&self.pool, move || core.parse_blob(t, blob, decode))
-            .await
-            .map_err(|m| DatasetError::Internal(format!("tile {t}: {m}")))??;
+        let parse = move || core.parse_blob(t, blob, decode);
+        let data = if self.decode_threads == 1 {
+            // One decode thread per read: each load checks (and decodes) on a thread of its own, so reads from
+            // several threads run side by side instead of queueing for one pool thread.
+            tokio::task::spawn_blocking(parse).await.map_err(|e| e.to_string())
+        } else {
+            on_pool(&self.pool, parse).await
+        }
+        .map_err(|m| DatasetError::Internal(format!("tile {t}: {m}")))??;
         Ok(Arc::new(Tile { data: Mutex::new(data) }))
+    }
+
+    /// Runs `f` where reads decode: on the calling thread with one decode thread (so that reads from several
+    /// threads run in parallel), else in the decode pool; `f` is told whether it may split its work.
+    fn on_decode_threads<R: Send>(&self, f: impl FnOnce(bool) -> R + Send) -> R {
+        if self.decode_threads == 1 { f(false) } else { self.pool.install(|| f(true)) }
     }
 
     /// Checks a fetched tile's structure and CRC (if on), then decodes it or keeps it raw. Every tile passes here
@@ -1163,7 +1248,9 @@ impl Core {
     fn take_decoder(&self, verify_crc: bool) -> Decoder {
         let pooled = self.decoders.lock().unwrap_or_else(|e| e.into_inner()).pop();
         let mut decoder = pooled.unwrap_or_else(|| {
-            Decoder::with_pool(DecodeOptions { verify_crc, threads: self.decode_threads }, self.pool.clone())
+            let opts = DecodeOptions { verify_crc, threads: self.decode_threads };
+            // One thread: decode on the calling thread rather than hop to the pool's only thread.
+            if self.decode_threads == 1 { Decoder::new(opts) } else { Decoder::with_pool(opts, self.pool.clone()) }
         });
         decoder.set_verify_crc(verify_crc);
         decoder
@@ -1257,9 +1344,12 @@ impl Core {
         let rel = tile_path(t);
         let expected = self.manifest.tile_bytes[t];
         add(&self.counters.tiles_fetched, 1);
+        let started = Instant::now();
+        let got = self.store.get_exact(&rel, expected).await;
+        add(&self.counters.fetch_nanos, nanos(started.elapsed()));
         let tile_err =
             |category, message: String| DatasetError::Tile { category, tile: t, url: self.store.url(&rel), message };
-        match self.store.get_exact(&rel, expected).await {
+        match got {
             Err(GetError::NotFound) => Err(tile_err(
                 Category::TileMissing,
                 "the tile object does not exist: the dataset is incomplete or was partly deleted".into(),
@@ -1319,7 +1409,7 @@ impl Core {
         let pending: Vec<LoadFuture> = acquired
             .iter()
             .filter_map(|a| match a {
-                Acquired::Pending(f) => Some(f.clone()),
+                Acquired::Pending(f) | Acquired::Started(f) => Some(f.clone()),
                 Acquired::Ready(_) => None,
             })
             .collect();
@@ -1336,7 +1426,7 @@ impl Core {
             .into_iter()
             .map(|a| match a {
                 Acquired::Ready(tile) => Ok(tile),
-                Acquired::Pending(_) => results.next().expect("one result per pending load"),
+                Acquired::Pending(_) | Acquired::Started(_) => results.next().expect("one result per pending load"),
             })
             .collect()
     }

@@ -27,6 +27,10 @@ pub struct WriterOptions {
     pub n_chunks: usize,
     /// zstd level (default 19; higher is smaller and decodes as fast, it only costs encoding time).
     pub zstd_level: i32,
+    /// Format version of the tiles and the manifest (default 2). Version 1 is for readers that know only it:
+    /// at most 65,536 genes and counts of at most 65,535 (a tile holding a larger count is refused before it is
+    /// stored, naming the cell and gene).
+    pub version: Version,
     /// How many counts or gaps above 65535 a tile may hold (default: the reference writer's policy).
     pub exception_policy: ExceptionPolicy,
     /// Replace a dataset already at the destination (default `false`: a destination holding any file is
@@ -53,6 +57,7 @@ impl WriterOptions {
             tile_size: 4096,
             n_chunks: 8,
             zstd_level: 19,
+            version: Version::V2,
             exception_policy: ExceptionPolicy::default(),
             overwrite: false,
             max_tiles_in_flight: 0,
@@ -115,6 +120,8 @@ pub struct DatasetWriter {
     obs: Option<ObsFields>,
     failed: Option<DatasetError>,
     finished: bool,
+    /// A tile of fewer than `tile_size` cells was pushed ([`DatasetWriter::push_tile`]): no more may follow.
+    short_tile_pushed: bool,
 }
 
 impl std::fmt::Debug for DatasetWriter {
@@ -150,8 +157,13 @@ impl DatasetWriter {
     /// Starts a dataset at a [`Store`].
     pub fn create_in(store: Store, options: WriterOptions) -> Result<DatasetWriter, DatasetError> {
         let bad = |m: String| Err(DatasetError::InvalidArgument(format!("writer for {}: {m}", store.root())));
-        if options.n_genes == 0 || options.n_genes > Version::V2.max_genes() {
-            return bad(format!("n_genes is {}; it must be in 1..=2^31", options.n_genes));
+        if options.n_genes == 0 || options.n_genes > options.version.max_genes() {
+            return bad(format!(
+                "n_genes is {}; version {} holds 1..={} genes",
+                options.n_genes,
+                options.version.number(),
+                options.version.max_genes()
+            ));
         }
         if options.tile_size == 0 || options.tile_size > u64::from(u32::MAX) {
             return bad(format!("tile_size is {}; it must be in 1..=2^32-1", options.tile_size));
@@ -173,7 +185,7 @@ impl DatasetWriter {
             n_chunks: options.n_chunks,
             level: options.zstd_level,
             exception_policy: options.exception_policy,
-            version: Version::V2,
+            version: options.version,
         };
         Ok(DatasetWriter {
             current: CanonicalCsr::new(options.n_genes),
@@ -192,6 +204,7 @@ impl DatasetWriter {
             obs: None,
             failed: None,
             finished: false,
+            short_tile_pushed: false,
             opts: options,
         })
     }
@@ -241,6 +254,12 @@ impl DatasetWriter {
         m: &CsrMatrix<'_, P, I, V>,
     ) -> Result<(), DatasetError> {
         self.usable()?;
+        if self.short_tile_pushed {
+            return Err(DatasetError::InvalidArgument(format!(
+                "append to {}: a tile of fewer than tile_size cells was pushed, so it is the last",
+                self.store.root()
+            )));
+        }
         if m.n_cols != self.opts.n_genes {
             return Err(DatasetError::InvalidArgument(format!(
                 "append to {}: the block has {} columns but the dataset has {} genes",
@@ -273,6 +292,71 @@ impl DatasetWriter {
             }
         }
         Ok(())
+    }
+
+    /// Adds one whole tile of canonical rows (at most `tile_size`; fewer only for the last tile) and returns its
+    /// index: for callers that hand over tiles one at a time and must know that a refused tile changed nothing.
+    /// Refused without changing anything (the writer stays usable) for the reasons of
+    /// [`DatasetWriter::check_tile`].
+    pub fn push_tile(&mut self, tile: CanonicalCsr) -> Result<usize, DatasetError> {
+        self.check_tile(&tile)?;
+        let t = self.done.len() + self.pending.len();
+        let rows = tile.n_rows() as u64;
+        self.short_tile_pushed = rows < self.opts.tile_size;
+        self.n_cells += rows;
+        self.current = tile;
+        self.submit_tile()?;
+        Ok(t)
+    }
+
+    /// Whether [`DatasetWriter::push_tile`] would take `tile`: not when the writer failed, rows from
+    /// [`DatasetWriter::append`] are waiting for their tile, a short tile came before, the tile is empty or larger
+    /// than `tile_size`, its genes differ, or its counts do not fit the writer's version (the error names the cell
+    /// and gene).
+    pub fn check_tile(&self, tile: &CanonicalCsr) -> Result<(), DatasetError> {
+        self.usable()?;
+        let bad = |m: String| Err(DatasetError::InvalidArgument(format!("tile for {}: {m}", self.store.root())));
+        let rows = tile.n_rows() as u64;
+        if self.current.n_rows() > 0 {
+            return bad("rows appended with append() are waiting for their tile; finish that tile first".into());
+        }
+        if self.short_tile_pushed {
+            return bad("only the last tile may hold fewer than tile_size cells".into());
+        }
+        if rows == 0 || rows > self.opts.tile_size {
+            return bad(format!("a tile must hold between 1 and tile_size={} cells, got {rows}", self.opts.tile_size));
+        }
+        if tile.n_genes != self.opts.n_genes {
+            return bad(format!("the tile has {} genes but the dataset has {}", tile.n_genes, self.opts.n_genes));
+        }
+        let t = self.done.len() + self.pending.len();
+        tile.check_version(self.encode.version, self.n_cells)
+            .map_err(|source| DatasetError::Encode { context: format!("tile {t} of {}", self.store.root()), source })
+    }
+
+    /// The format version being written.
+    pub fn version(&self) -> Version {
+        self.encode.version
+    }
+
+    /// Tiles added so far (stored, or being encoded or stored).
+    pub fn n_tiles(&self) -> usize {
+        self.done.len() + self.pending.len()
+    }
+
+    /// Stores a side file at `rel` now (not at [`DatasetWriter::finish`] as [`DatasetWriter::put_file`] does), for
+    /// large files produced while tiles are added (obs shards), so that they need not stay in memory. The same
+    /// paths are allowed; the manifest is still written last.
+    pub fn store_file(&mut self, rel: &str, bytes: Bytes) -> Result<(), DatasetError> {
+        self.usable()?;
+        check_side_file_path(rel)?;
+        if rel == VAR_TABLE_NAME {
+            self.has_var_table = true;
+        }
+        let store = self.store.clone();
+        let rel = rel.to_string();
+        let stored = self.rt.block_on(async move { store.put(&rel, bytes).await });
+        stored.map_err(|e| self.fail(e))
     }
 
     fn submit_tile(&mut self) -> Result<(), DatasetError> {
@@ -348,14 +432,7 @@ impl DatasetWriter {
     /// The manifest, tiles and the files with setters of their own are refused.
     pub fn put_file(&mut self, rel: &str, bytes: Bytes) -> Result<(), DatasetError> {
         self.usable()?;
-        let reserved = rel == MANIFEST_NAME || rel == GENE_ORDER_NAME || rel == VAR_NAMES_NAME;
-        let valid = !rel.is_empty() && rel.split('/').all(|p| !p.is_empty() && p != "." && p != "..");
-        if reserved || rel.starts_with("tiles/") || !valid {
-            return Err(DatasetError::InvalidArgument(format!(
-                "put_file({rel:?}): not an allowed side-file path (the writer stores the manifest, tiles, \
-                 gene_order.npy and var_names.txt itself)"
-            )));
-        }
+        check_side_file_path(rel)?;
         if rel == VAR_TABLE_NAME {
             self.has_var_table = true;
         }
@@ -408,6 +485,7 @@ impl DatasetWriter {
 
     fn build_manifest(&self) -> Result<Manifest, DatasetError> {
         let mut m = Manifest::new(self.opts.n_genes, self.opts.tile_size);
+        m.version = self.encode.version.number();
         m.n_cells = self.n_cells;
         m.tile_cells = self.done.iter().map(|t| t.cells).collect();
         m.tile_nnz = self.done.iter().map(|t| t.nnz).collect();
@@ -424,7 +502,10 @@ impl DatasetWriter {
             m.obs_shard_bytes = obs.shard_bytes.clone();
             m.obs_shard_sha256 = obs.shard_sha256.clone();
             m.obs_fingerprint = obs.fingerprint.clone();
-            m.obs_shard_footer_crc32 = obs.shard_footer_crc32.clone();
+            // A version-1 manifest carries only the keys the original reader knows: it refuses any other.
+            if m.version != 1 {
+                m.obs_shard_footer_crc32 = obs.shard_footer_crc32.clone();
+            }
         }
         m.validate().map_err(|source| DatasetError::Manifest { url: self.store.url(MANIFEST_NAME), source })?;
         Ok(m)
@@ -439,6 +520,20 @@ impl Drop for DatasetWriter {
             }
         }
     }
+}
+
+/// Refuses paths a caller may not store side files at (the writer stores the manifest, tiles, `gene_order.npy`
+/// and `var_names.txt` itself).
+fn check_side_file_path(rel: &str) -> Result<(), DatasetError> {
+    let reserved = rel == MANIFEST_NAME || rel == GENE_ORDER_NAME || rel == VAR_NAMES_NAME;
+    let valid = !rel.is_empty() && rel.split('/').all(|p| !p.is_empty() && p != "." && p != "..");
+    if reserved || rel.starts_with("tiles/") || !valid {
+        return Err(DatasetError::InvalidArgument(format!(
+            "put_file({rel:?}): not an allowed side-file path (the writer stores the manifest, tiles, \
+             gene_order.npy and var_names.txt itself)"
+        )));
+    }
+    Ok(())
 }
 
 async fn encode_and_store(

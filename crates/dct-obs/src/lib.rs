@@ -15,6 +15,7 @@
 //!   shards themselves.
 
 mod cache;
+mod convert;
 mod data;
 mod error;
 mod fingerprint;
@@ -31,6 +32,7 @@ mod verify;
 mod write;
 
 pub use cache::{CACHE_ENV, cache_root, column_file_name, quote_column_name, resolve_cache_root};
+pub use convert::encode_obs;
 pub use data::{CategoryData, ColumnData, TileObs};
 pub use dct_retry::RetryPolicy;
 pub use error::{ObsError, Result};

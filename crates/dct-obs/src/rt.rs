@@ -2,25 +2,33 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::OnceLock;
+use std::sync::Mutex;
 use std::task::{Context, Poll};
 
 use crate::error::{ObsError, Result};
 
 /// The process-wide runtime behind the `*_blocking` methods (kept alive so that HTTP connection pools of cloud
-/// stores stay usable between calls).
+/// stores stay usable between calls). One per process: a forked child (a Python `multiprocessing` or data-loader
+/// worker) has a copy of the parent's runtime but none of its threads, so it makes its own (the copy is leaked:
+/// shutting it down would signal threads that are not there).
 fn runtime() -> Result<&'static tokio::runtime::Runtime> {
-    static RT: OnceLock<std::result::Result<tokio::runtime::Runtime, String>> = OnceLock::new();
-    RT.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("dct-obs-io")
-            .enable_all()
-            .build()
-            .map_err(|e| e.to_string())
-    })
-    .as_ref()
-    .map_err(|e| ObsError::Internal(format!("cannot start the obs I/O runtime: {e}")))
+    static RT: Mutex<Option<(u32, &'static tokio::runtime::Runtime)>> = Mutex::new(None);
+    let pid = std::process::id();
+    let mut slot = RT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((owner, rt)) = *slot
+        && owner == pid
+    {
+        return Ok(rt);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("dct-obs-io")
+        .enable_all()
+        .build()
+        .map_err(|e| ObsError::Internal(format!("cannot start the obs I/O runtime: {e}")))?;
+    let rt: &'static tokio::runtime::Runtime = Box::leak(Box::new(rt));
+    *slot = Some((pid, rt));
+    Ok(rt)
 }
 
 /// Runs `f` on the internal runtime and blocks until it finishes; works from any thread, including one inside

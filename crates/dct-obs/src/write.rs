@@ -1,13 +1,9 @@
 //! Writing obs shards: a synchronous shard encoder and an async writer that uploads to an object store.
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use arrow_array::builder::StringBuilder;
-use arrow_array::cast::AsArray;
-use arrow_array::{Array, ArrayRef, Int8Array, Int16Array, Int32Array, RecordBatch, new_null_array};
-use arrow_schema::{DataType, SchemaRef};
+use arrow_schema::SchemaRef;
 use bytes::Bytes;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
@@ -17,14 +13,14 @@ use parquet::errors::ParquetError;
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 
-use crate::data::{CategoryData, ColumnData, TileObs};
+use crate::convert::TileConverter;
+use crate::data::TileObs;
 use crate::error::{ObsError, Result};
 use crate::fingerprint::{obs_fingerprint, sha256_hex};
-use crate::infer::{arrow_type_of, promote};
 use crate::manifest::{
     DEFAULT_TILES_PER_FILE, ObsManifest, SCHEMA_NAME, child_path, n_shards, shard_name, shard_tiles,
 };
-use crate::schema::{ArrowType, ColumnKind, ObsColumn, ObsSchema};
+use crate::schema::ObsSchema;
 use crate::shard::{CHUNK_CRC32_KEY, footer_crc32};
 use dct_retry::RetryPolicy;
 
@@ -105,155 +101,6 @@ impl ObsWriteSummary {
     }
 }
 
-/// Translates one column's inputs to its stored form.
-#[derive(Debug)]
-struct Converter {
-    column: ObsColumn,
-    /// Global code of each label, for a category column.
-    index: HashMap<String, i32>,
-    /// The last local vocabulary seen and its translation to global codes.
-    last: Option<(Arc<[String]>, Vec<i32>)>,
-}
-
-impl Converter {
-    fn new(column: ObsColumn) -> Self {
-        let index = column
-            .categories
-            .as_deref()
-            .unwrap_or_default()
-            .iter()
-            .enumerate()
-            .map(|(i, c)| (c.clone(), i as i32))
-            .collect();
-        Converter { column, index, last: None }
-    }
-
-    fn name(&self) -> &str {
-        &self.column.name
-    }
-
-    fn err(&self, message: impl Into<String>) -> ObsError {
-        ObsError::input(Some(&self.column.name), message)
-    }
-
-    fn convert(&mut self, data: Option<&ColumnData>, rows: usize) -> Result<ArrayRef> {
-        let Some(data) = data else {
-            return Ok(match self.column.kind {
-                ColumnKind::Category => codes_array(self.column.arrow_type, &vec![-1; rows]),
-                _ => new_null_array(&self.column.arrow_type.data_type(), rows),
-            });
-        };
-        if data.len() != rows {
-            return Err(self.err(format!("has {} values but the tile has {rows} cells", data.len())));
-        }
-        match (self.column.kind, data) {
-            (ColumnKind::Category, ColumnData::Category(c)) => {
-                let map = self.local_to_global(c)?;
-                let codes = translate(&c.codes, &map).map_err(|code| {
-                    self.err(format!("code {code} is outside its {} categories (and is not -1)", c.categories.len()))
-                })?;
-                Ok(codes_array(self.column.arrow_type, &codes))
-            }
-            (ColumnKind::Category, ColumnData::Array(a)) if arrow_type_of(a.data_type()) == Some(ArrowType::String) => {
-                let a = to_utf8(a).map_err(|e| ObsError::arrow(format!("column {:?}", self.name()), e))?;
-                let a = a.as_string::<i32>();
-                let mut codes = Vec::with_capacity(a.len());
-                for v in a.iter() {
-                    codes.push(match v {
-                        None => -1,
-                        Some(label) => *self
-                            .index
-                            .get(label)
-                            .ok_or_else(|| self.err(format!("label {label:?} is not in the schema's categories")))?,
-                    });
-                }
-                Ok(codes_array(self.column.arrow_type, &codes))
-            }
-            (ColumnKind::String, ColumnData::Category(c)) => {
-                let mut b = StringBuilder::with_capacity(c.codes.len(), 16 * c.codes.len());
-                for &code in &c.codes {
-                    match usize::try_from(code).ok().and_then(|i| c.categories.get(i)) {
-                        Some(label) => b.append_value(label),
-                        None if code == -1 => b.append_null(),
-                        None => {
-                            return Err(self.err(format!(
-                                "code {code} is outside its {} categories (and is not -1)",
-                                c.categories.len()
-                            )));
-                        }
-                    }
-                }
-                Ok(Arc::new(b.finish()))
-            }
-            (ColumnKind::String, ColumnData::Array(a)) if arrow_type_of(a.data_type()) == Some(ArrowType::String) => {
-                to_utf8(a).map_err(|e| ObsError::arrow(format!("column {:?}", self.name()), e))
-            }
-            (ColumnKind::Numeric | ColumnKind::Bool, ColumnData::Array(a)) => {
-                let target = self.column.arrow_type;
-                let from = arrow_type_of(a.data_type());
-                if from == Some(target) {
-                    return Ok(a.clone());
-                }
-                match from {
-                    Some(f) if promote(f, target) == Some(target) => arrow_cast::cast(a, &target.data_type())
-                        .map_err(|e| ObsError::arrow(format!("widening column {:?} to {target}", self.name()), e)),
-                    _ => Err(self.err(format!("is stored as {target} but a tile gives {}", a.data_type()))),
-                }
-            }
-            (kind, data) => Err(self.err(format!(
-                "is a {kind} column but a tile gives {}",
-                data.data_type().map_or("categorical codes".to_string(), |t| t.to_string())
-            ))),
-        }
-    }
-
-    fn local_to_global(&mut self, c: &CategoryData) -> Result<Vec<i32>> {
-        if let Some((cats, map)) = &self.last
-            && Arc::ptr_eq(cats, &c.categories)
-        {
-            return Ok(map.clone());
-        }
-        let map = c
-            .categories
-            .iter()
-            .map(|l| {
-                self.index.get(l.as_str()).copied().ok_or_else(|| {
-                    self.err(format!(
-                        "category {l:?} is not in the schema's vocabulary; build the schema from every input first"
-                    ))
-                })
-            })
-            .collect::<Result<Vec<i32>>>()?;
-        self.last = Some((c.categories.clone(), map.clone()));
-        Ok(map)
-    }
-}
-
-/// Global codes from local ones; `Err(code)` for a code that is neither -1 nor a local category.
-fn translate(codes: &[i32], map: &[i32]) -> std::result::Result<Vec<i32>, i32> {
-    codes
-        .iter()
-        .map(|&c| match usize::try_from(c) {
-            Ok(i) => map.get(i).copied().ok_or(c),
-            Err(_) if c == -1 => Ok(-1),
-            Err(_) => Err(c),
-        })
-        .collect()
-}
-
-/// A code array of the code type `t` (int8 / int16 / int32); the codes fit by construction of the schema.
-fn codes_array(t: ArrowType, codes: &[i32]) -> ArrayRef {
-    match t {
-        ArrowType::Int8 => Arc::new(Int8Array::from_iter_values(codes.iter().map(|&c| c as i8))),
-        ArrowType::Int16 => Arc::new(Int16Array::from_iter_values(codes.iter().map(|&c| c as i16))),
-        _ => Arc::new(Int32Array::from_iter_values(codes.iter().copied())),
-    }
-}
-
-fn to_utf8(a: &ArrayRef) -> std::result::Result<ArrayRef, arrow_schema::ArrowError> {
-    if a.data_type() == &DataType::Utf8 { Ok(a.clone()) } else { arrow_cast::cast(a, &DataType::Utf8) }
-}
-
 /// Encodes obs shards tile by tile, without I/O: push the tiles in order; every K-th tile (and the last) completes
 /// a shard, which is returned for the caller to store. Memory is bounded by one shard.
 ///
@@ -264,8 +111,10 @@ pub struct ObsShardEncoder {
     arrow_schema: SchemaRef,
     tile_cells: Vec<u64>,
     tiles_per_file: u64,
+    /// Tiles are given one at a time with their cell counts ([`ObsShardEncoder::streaming`]) instead of up front.
+    streaming: bool,
     props: WriterProperties,
-    converters: Vec<Converter>,
+    converter: TileConverter,
     writer: Option<ArrowWriter<Vec<u8>>>,
     /// CRC-32 of each column chunk of the shard being written, as 8 hex digits each ([`CHUNK_CRC32_KEY`]).
     chunk_crc32: String,
@@ -305,14 +154,14 @@ impl ObsShardEncoder {
             .set_max_row_group_bytes(None)
             .set_created_by(format!("deltacells dct-obs {}", env!("CARGO_PKG_VERSION")))
             .build();
-        let converters = schema.columns.iter().cloned().map(Converter::new).collect();
         Ok(ObsShardEncoder {
             arrow_schema: schema.arrow_schema(),
+            converter: TileConverter::new(&schema),
             schema,
             tile_cells: tile_cells.to_vec(),
             tiles_per_file: options.tiles_per_file,
+            streaming: false,
             props,
-            converters,
             writer: None,
             chunk_crc32: String::new(),
             next_tile: 0,
@@ -339,39 +188,76 @@ impl ObsShardEncoder {
         self.next_tile == self.tile_cells.len()
     }
 
+    /// An encoder whose tiles are not known up front: push each with [`push_streaming`](Self::push_streaming) and
+    /// its cell count; every `tiles_per_file`-th tile completes a shard, and [`finish_streaming`](Self::finish_streaming)
+    /// completes the last one. The shards are byte-identical to those of [`ObsShardEncoder::new`] given every tile's
+    /// cell count.
+    pub fn streaming(schema: ObsSchema, options: &ObsWriteOptions) -> Result<Self> {
+        let mut encoder = ObsShardEncoder::new(schema, &[], options)?;
+        encoder.streaming = true;
+        Ok(encoder)
+    }
+
+    /// The cells of every tile pushed (or, for an encoder made with [`ObsShardEncoder::new`], to push).
+    pub fn tile_cells(&self) -> &[u64] {
+        &self.tile_cells
+    }
+
     /// Adds the next tile. Every column must have `tile_cells[t]` values; schema columns the tile lacks are written
     /// as missing; columns the schema lacks are an error. Returns the shard this tile completes, if any.
     pub fn push_tile(&mut self, tile: &TileObs) -> Result<Option<EncodedShard>> {
         let t = self.next_tile;
+        if self.streaming {
+            return Err(ObsError::input(None, "a streaming encoder takes tiles with push_streaming"));
+        }
         let Some(&rows) = self.tile_cells.get(t) else {
             return Err(ObsError::input(None, format!("all {} tiles were already written", self.tile_cells.len())));
         };
-        let rows = rows as usize;
-        for (name, _) in &tile.columns {
-            if self.schema.column(name).is_none() {
-                return Err(ObsError::input(
-                    Some(name),
-                    format!("tile {t} has a column the schema lacks; add every input to the schema builder"),
-                ));
-            }
-        }
-        let arrays = self
-            .converters
-            .iter_mut()
-            .map(|c| {
-                let data = tile.get(&c.column.name);
-                c.convert(data, rows).map_err(|e| match e {
-                    ObsError::Input { column, message } => {
-                        ObsError::Input { column, message: format!("tile {t}: {message}") }
-                    }
-                    e => e,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let batch = RecordBatch::try_new(self.arrow_schema.clone(), arrays)
-            .map_err(|e| ObsError::arrow(format!("assembling obs tile {t}"), e))?;
+        self.write_row_group(tile, rows as usize)?;
+        self.next_tile += 1;
         let s = t / self.tiles_per_file as usize;
-        let name = shard_name(s);
+        if self.next_tile < shard_tiles(self.tile_cells.len(), self.tiles_per_file, s).end {
+            return Ok(None);
+        }
+        self.finish_shard(s).map(Some)
+    }
+
+    /// Adds the next tile, of `rows` cells (at least 1), to a [streaming](Self::streaming) encoder: checked and
+    /// converted first, so a refused tile leaves the encoder as it was. Returns the shard it completes, if any.
+    pub fn push_streaming(&mut self, tile: &TileObs, rows: usize) -> Result<Option<EncodedShard>> {
+        if !self.streaming {
+            return Err(ObsError::input(None, "push_streaming needs an encoder made with ObsShardEncoder::streaming"));
+        }
+        if rows == 0 {
+            return Err(ObsError::input(
+                None,
+                format!("tile {} has no cells; every tile needs at least one", self.next_tile),
+            ));
+        }
+        let t = self.next_tile;
+        self.write_row_group(tile, rows)?;
+        self.tile_cells.push(rows as u64);
+        self.next_tile += 1;
+        if self.next_tile % self.tiles_per_file as usize != 0 {
+            return Ok(None);
+        }
+        self.finish_shard(t / self.tiles_per_file as usize).map(Some)
+    }
+
+    /// Completes the last shard of a [streaming](Self::streaming) encoder, if it holds tiles.
+    pub fn finish_streaming(&mut self) -> Result<Option<EncodedShard>> {
+        if self.writer.is_none() {
+            return Ok(None);
+        }
+        let s = (self.next_tile - 1) / self.tiles_per_file as usize;
+        self.finish_shard(s).map(Some)
+    }
+
+    /// Converts `tile` and writes it as the next row group of the shard being written.
+    fn write_row_group(&mut self, tile: &TileObs, rows: usize) -> Result<()> {
+        let t = self.next_tile;
+        let batch = self.converter.convert(tile, rows, t)?;
+        let name = shard_name(t / self.tiles_per_file as usize);
         let perr = |source| ObsError::Parquet { url: name.clone(), tile: Some(t), column: None, source };
         if self.writer.is_none() {
             let w =
@@ -394,17 +280,20 @@ impl ObsShardEncoder {
                 .ok_or_else(|| ObsError::Internal(format!("column chunk {start}+{len} is not in the written bytes")))?;
             write!(self.chunk_crc32, "{:08x}", crc32fast::hash(chunk)).expect("writing to a String");
         }
-        self.next_tile += 1;
-        if self.next_tile < shard_tiles(self.tile_cells.len(), self.tiles_per_file, s).end {
-            return Ok(None);
-        }
-        let mut w = self.writer.take().expect("writer exists");
+        Ok(())
+    }
+
+    /// Closes shard `s` (the one being written).
+    fn finish_shard(&mut self, s: usize) -> Result<EncodedShard> {
+        let name = shard_name(s);
+        let perr = |source| ObsError::Parquet { url: name.clone(), tile: None, column: None, source };
+        let mut w = self.writer.take().ok_or_else(|| ObsError::Internal(format!("{name} has no row group")))?;
         w.append_key_value_metadata(KeyValue::new(CHUNK_CRC32_KEY.to_string(), std::mem::take(&mut self.chunk_crc32)));
         let bytes = Bytes::from(w.into_inner().map_err(perr)?);
         let sha256 = sha256_hex(&bytes);
         let footer_crc32 =
             footer_crc32(&bytes).ok_or_else(|| ObsError::Internal(format!("{name} has no parquet footer")))?;
-        Ok(Some(EncodedShard { index: s, name, bytes, sha256, footer_crc32 }))
+        Ok(EncodedShard { index: s, name, bytes, sha256, footer_crc32 })
     }
 }
 

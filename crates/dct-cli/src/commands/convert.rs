@@ -1,7 +1,6 @@
 //! `deltacells convert`: one-shot, or as a plan, parts and a finalize step for batch schedulers.
 
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use dct_convert::{ConvertOptions, GeneSort, Plan, Progress, RunOptions, Spill, natural_cmp};
@@ -29,6 +28,9 @@ pub struct Args {
     /// Input files or folders (`.h5ad`, 10x `.h5`, 10x Matrix Market folders) or glob patterns; converted in
     /// natural sort order.
     inputs: Vec<String>,
+    /// More inputs or patterns (the original package's spelling of the inputs).
+    #[arg(long = "h5ad-glob", num_args = 1.., hide = true)]
+    h5ad_glob: Vec<String>,
     /// Output dataset: a local path or an `s3://`, `gs://`, `az://`, `https://` URL.
     #[arg(long)]
     output: Option<String>,
@@ -41,6 +43,10 @@ pub struct Args {
     /// Chunks per tile (units of parallel decoding).
     #[arg(long, default_value_t = 8)]
     chunks: usize,
+    /// Format version of the tiles and manifest: 2 (the default), or 1 for readers that know only version 1
+    /// (at most 65,536 genes and counts of at most 65,535; larger ones are refused, naming the cell and gene).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=2))]
+    format_version: u32,
     /// Compression threads (default: every core).
     #[arg(long, default_value_t = 0)]
     threads: usize,
@@ -158,7 +164,8 @@ fn reporter(total_tiles: usize, what: &str) -> impl FnMut(&Progress) {
 }
 
 /// Runs `convert`.
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(mut args: Args) -> anyhow::Result<u8> {
+    args.inputs.append(&mut args.h5ad_glob);
     let mut run = RunOptions { threads: args.threads, ..RunOptions::default() };
     run.spill.dir = args.spill_dir.clone();
     if let Some(mb) = args.spill_max_mb {
@@ -171,7 +178,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         if args.finalize {
             let m = dct_convert::finalize(&plan, &run)?;
             println!("finalized {}: {} cells in {} tiles", plan.output, m.n_cells, m.n_tiles());
-            return Ok(ExitCode::SUCCESS);
+            return Ok(0);
         }
         let (i, n) =
             parse_part(args.part.as_deref().context("with --plan and no inputs, give --part I/N or --finalize")?)?;
@@ -181,7 +188,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "part {i}/{n} of {}: tiles {}..{}: {} written, {} already complete",
             plan.output, report.tiles.start, report.tiles.end, report.written, report.skipped
         );
-        return Ok(ExitCode::SUCCESS);
+        return Ok(0);
     }
     if args.inputs.is_empty() {
         bail!("give input files, or --plan with --part or --finalize");
@@ -214,6 +221,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         obs_exclude: args.obs_exclude.clone(),
         obs_tiles_per_file: args.obs_tiles_per_file,
         max_categories: args.max_categories,
+        format_version: dct_format::Version::from_number(args.format_version).context("--format-version is 1 or 2")?,
     };
     if let (Some(share), Some(plan_path)) = (&args.scan_part, &args.plan) {
         let (i, n) = parse_share(share, "--scan-part")?;
@@ -231,7 +239,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             report.kept,
             dir.display()
         );
-        return Ok(ExitCode::SUCCESS);
+        return Ok(0);
     }
     eprintln!("planning: {} input(s)", inputs.len());
     let start = std::time::Instant::now();
@@ -261,7 +269,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             plan.output,
             plan_path.display()
         );
-        return Ok(ExitCode::SUCCESS);
+        return Ok(0);
     }
     if args.overwrite {
         dct_convert::clear_output(&plan.output, &run.store)?;
@@ -306,5 +314,5 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         report.cells as f64 / secs,
         human_bytes((input_bytes as f64 / secs) as u64)
     );
-    Ok(ExitCode::SUCCESS)
+    Ok(0)
 }

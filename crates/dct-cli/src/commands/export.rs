@@ -2,7 +2,6 @@
 
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use anyhow::Context;
 use dct_dataset::{Batch, Dataset, ReadOptions};
@@ -42,7 +41,7 @@ pub struct Args {
 const BATCH: usize = 4096;
 
 /// Runs `export`.
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(args: Args) -> anyhow::Result<u8> {
     let ds = Dataset::open(&args.dataset, ReadOptions::default())?;
     let cells = parse_cells(&args.cells, ds.n_cells())?;
     let order = if args.source_gene_order {
@@ -95,7 +94,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let _ = std::fs::remove_file(&tmp);
     }
     result?;
-    Ok(ExitCode::SUCCESS)
+    Ok(0)
 }
 
 fn temp_path(output: &Path) -> PathBuf {

@@ -1,7 +1,5 @@
 //! `deltacells info DATASET [--json]`.
 
-use std::process::ExitCode;
-
 use dct_dataset::{Dataset, ReadOptions};
 use serde_json::json;
 
@@ -18,7 +16,7 @@ pub struct Args {
 }
 
 /// Runs `info`.
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(args: Args) -> anyhow::Result<u8> {
     let ds = Dataset::open(&args.dataset, ReadOptions::default())?;
     let m = ds.manifest();
     let bytes: u64 = m.tile_bytes.iter().sum();
@@ -35,7 +33,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "has_obs": m.has_obs, "obs_shards": m.obs_shard_bytes.len(), "obs_bytes": obs_bytes,
             "obs_fingerprint": m.has_obs.then(|| m.obs_fingerprint.clone()),
         }));
-        return Ok(ExitCode::SUCCESS);
+        return Ok(0);
     }
     let opt = |x: Option<i64>| x.map_or("-".to_string(), |v| v.to_string());
     println!("dataset   {}", args.dataset);
@@ -63,5 +61,5 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         println!("obs       none");
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(0)
 }

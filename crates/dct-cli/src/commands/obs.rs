@@ -1,7 +1,6 @@
 //! `deltacells obs info|localize|show DATASET`: a dataset's per-cell metadata.
 
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
@@ -93,7 +92,7 @@ struct ShowArgs {
 }
 
 /// Runs `obs`.
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(args: Args) -> anyhow::Result<u8> {
     match args.command {
         Command::Info(a) => info(a),
         Command::Localize(a) => localize(a),
@@ -101,7 +100,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn info(args: InfoArgs) -> anyhow::Result<ExitCode> {
+fn info(args: InfoArgs) -> anyhow::Result<u8> {
     let (ds, obs) = args.source.open()?;
     let sizes = obs.column_sizes_blocking()?;
     let n_cells = ds.n_cells();
@@ -131,7 +130,7 @@ fn info(args: InfoArgs) -> anyhow::Result<ExitCode> {
             "fingerprint": m.obs_fingerprint, "stored_bytes": stored, "bytes_per_100m_cells": per_100m(stored),
             "columns": rows,
         }));
-        return Ok(ExitCode::SUCCESS);
+        return Ok(0);
     }
     println!("dataset      {}", args.source.dataset);
     println!(
@@ -161,10 +160,10 @@ fn info(args: InfoArgs) -> anyhow::Result<ExitCode> {
             human_bytes(r["bytes_per_100m_cells"].as_u64().unwrap_or(0)),
         );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(0)
 }
 
-fn localize(args: LocalizeArgs) -> anyhow::Result<ExitCode> {
+fn localize(args: LocalizeArgs) -> anyhow::Result<u8> {
     let (_, obs) = args.source.open()?;
     let columns: Vec<String> = if args.all {
         obs.columns().iter().map(|(n, _)| n.to_string()).collect()
@@ -192,10 +191,10 @@ fn localize(args: LocalizeArgs) -> anyhow::Result<ExitCode> {
         report.rebuilt.len(),
         human_bytes(cached)
     );
-    Ok(ExitCode::SUCCESS)
+    Ok(0)
 }
 
-fn show(args: ShowArgs) -> anyhow::Result<ExitCode> {
+fn show(args: ShowArgs) -> anyhow::Result<u8> {
     let (ds, obs) = args.source.open()?;
     let n = ds.n_cells();
     let spec = args.cells.clone().unwrap_or_else(|| format!("0:{}", n.min(20)));
@@ -220,7 +219,7 @@ fn show(args: ShowArgs) -> anyhow::Result<ExitCode> {
         }
         out.push_str(if refs.is_empty() { "}" } else { "\n}" });
         println!("{out}");
-        return Ok(ExitCode::SUCCESS);
+        return Ok(0);
     }
     let text = |v: &Value| match v {
         Value::Null => String::new(),
@@ -237,7 +236,7 @@ fn show(args: ShowArgs) -> anyhow::Result<ExitCode> {
             let row = std::iter::once(cell.to_string()).chain(values.iter().map(|col| text(&col[r])));
             println!("{}", row.map(quote).collect::<Vec<_>>().join(","));
         }
-        return Ok(ExitCode::SUCCESS);
+        return Ok(0);
     }
     let mut table: Vec<Vec<String>> =
         vec![std::iter::once("cell".to_string()).chain(columns.iter().cloned()).collect()];
@@ -250,7 +249,7 @@ fn show(args: ShowArgs) -> anyhow::Result<ExitCode> {
         let line: Vec<String> = row.iter().zip(&widths).map(|(v, &w)| format!("{v:w$}")).collect();
         println!("{}", line.join("  ").trim_end());
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(0)
 }
 
 /// Each column of `batch` as JSON values: category codes as their labels, missing values as null, float32 widened

@@ -1,0 +1,80 @@
+//! The `deltacells` command line: convert, inspect, verify, export and benchmark deltacells datasets and tiles,
+//! and read their obs.
+//!
+//! The binary (`src/main.rs`) and the Python package (`python -m deltacells`, `deltacells.cli.main`) both run
+//! [`run`], so every subcommand behaves the same from either.
+//!
+//! Exit status: 0 when all is well, 1 when problems were found (bad input, failed verification), 2 for usage
+//! errors. Bad input never panics; the message says what is wrong and where.
+
+mod commands;
+mod output;
+
+use std::ffi::OsString;
+
+use clap::{Parser, Subcommand};
+
+/// The version `--version` prints: the package version and the commit it was built from.
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("DCT_BUILD_COMMIT"), ")");
+
+/// Compact, cloud-friendly tiles for single-cell count matrices.
+#[derive(Debug, Parser)]
+#[command(name = "deltacells", version = VERSION, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Convert the bundled 1,000-cell sample, verify it, read shuffled batches: the main job in one command.
+    Demo(commands::demo::Args),
+    /// Convert h5ad, 10x HDF5 or 10x Matrix Market inputs into a dataset (one-shot, or plan/parts/finalize).
+    Convert(Box<commands::convert::Args>),
+    /// Shape, tiles, sizes, encoder settings and side files of a dataset.
+    Info(commands::info::Args),
+    /// Check every tile (CRC, full decode, agreement with the manifest), side file and obs shard.
+    Verify(commands::verify::Args),
+    /// Per-cell metadata: columns and their sizes, localize columns into the node cache, show cells' values.
+    Obs(commands::obs::Args),
+    /// Write decoded rows as Matrix Market or CSV.
+    Export(commands::export::Args),
+    /// Show the header, chunk table, per-chunk sizes and exception counts of one tile file.
+    InspectTile(commands::inspect::Args),
+    /// Measure tile fetch and decode times and shuffled batch throughput on your data and storage.
+    Bench(commands::bench::Args),
+}
+
+/// Runs the command line `args` (the program name first, as in `std::env::args_os()`) and returns the exit
+/// status. Usage errors print clap's message and give 2; `--help` and `--version` print and give 0.
+pub fn run<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help and version go to stdout with status 0, errors to stderr with status 2.
+            let _ = e.print();
+            return u8::try_from(e.exit_code()).unwrap_or(2);
+        }
+    };
+    let result = match cli.command {
+        Command::Demo(args) => commands::demo::run(args),
+        Command::Convert(args) => commands::convert::run(*args),
+        Command::Info(args) => commands::info::run(args),
+        Command::Verify(args) => commands::verify::run(args),
+        Command::Obs(args) => commands::obs::run(args),
+        Command::Export(args) => commands::export::run(args),
+        Command::InspectTile(args) => commands::inspect::run(args),
+        Command::Bench(args) => commands::bench::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            1
+        }
+    }
+}
