@@ -238,7 +238,7 @@ impl ObsShardEncoder {
         self.write_row_group(tile, rows)?;
         self.tile_cells.push(rows as u64);
         self.next_tile += 1;
-        if self.next_tile % self.tiles_per_file as usize != 0 {
+        if !self.next_tile.is_multiple_of(self.tiles_per_file as usize) {
             return Ok(None);
         }
         self.finish_shard(t / self.tiles_per_file as usize).map(Some)

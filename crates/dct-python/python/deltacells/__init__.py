@@ -1,0 +1,50 @@
+"""deltacells: compact, cloud-friendly tiles of single-cell count matrices.
+
+The Rust reader, decoder, writer, obs cache and converter behind the original package's API: ``open_dataset`` and
+``DeltaCellsDataset.get_batch`` for random batches by global cell index, ``Tile`` / ``read_tile`` for single tiles,
+``DatasetWriter`` / ``encode_tile`` for writing, ``deltacells.obs`` for per-cell metadata, ``deltacells.convert``
+for h5ad conversion and ``deltacells.cli`` (``python -m deltacells``) for the command line.
+"""
+
+from deltacells import _core
+from deltacells.backends import (
+    Backend,
+    CountingBackend,
+    GCSBackend,
+    LocalBackend,
+    RangeFile,
+    StoreBackend,
+    ThrottledBackend,
+    open_backend,
+)
+from deltacells.dataset import DeltaCellsDataset, open_dataset
+from deltacells.format import FormatError, TileInfo
+from deltacells.manifest import Manifest
+from deltacells.reader import DecodedTile, SparseBatch, Tile, read_tile
+from deltacells.writer import DatasetWriter, encode_tile, permute_columns, write_tile
+
+__version__: str = _core.__version__
+
+__all__ = [
+    "Backend",
+    "CountingBackend",
+    "DatasetWriter",
+    "DecodedTile",
+    "DeltaCellsDataset",
+    "FormatError",
+    "GCSBackend",
+    "LocalBackend",
+    "Manifest",
+    "RangeFile",
+    "SparseBatch",
+    "StoreBackend",
+    "ThrottledBackend",
+    "Tile",
+    "TileInfo",
+    "encode_tile",
+    "open_backend",
+    "open_dataset",
+    "permute_columns",
+    "read_tile",
+    "write_tile",
+]

@@ -1,0 +1,5 @@
+"""``python -m deltacells ...``: the ``deltacells`` command line."""
+
+from deltacells.cli import main
+
+raise SystemExit(main())

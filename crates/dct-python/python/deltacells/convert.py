@@ -1,0 +1,192 @@
+"""Converting AnnData ``.h5ad`` (and 10x HDF5, 10x Matrix Market) inputs into a dataset, with the Rust converter.
+
+One machine: :func:`convert_h5ad`. Many machines, on the engine at hand (Dask, Slurm arrays, Kubernetes jobs):
+:func:`plan` once (optionally after :func:`scan_part` for every share of the inputs), :func:`run_part` for every
+share of the tiles, then :func:`finalize`; every step is idempotent and resumable, and the tiles are byte-identical
+to a one-machine conversion.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from deltacells import _core
+from deltacells.manifest import Manifest
+
+__all__ = ["convert_h5ad", "finalize", "natural_sort_key", "plan", "resolve_files", "run_part", "scan_part"]
+
+Log = Callable[[str], None]
+
+
+def natural_sort_key(path: str) -> list[int | str]:
+    """A sort key ordering numbers by value (``s_2`` before ``s_10``)."""
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", os.fspath(path))]
+
+
+def resolve_files(patterns: Sequence[str] | str, sort: bool = True) -> list[str]:
+    """Input paths from paths and glob patterns (``FileNotFoundError`` for one matching nothing), duplicates
+    dropped; naturally sorted with ``sort``, else in the order given."""
+    if isinstance(patterns, (str, os.PathLike)):
+        patterns = [os.fspath(patterns)]
+    out: list[str] = []
+    for p in patterns:
+        p = os.fspath(p)
+        matched = sorted(glob.glob(p, recursive=True), key=natural_sort_key)
+        if not matched:
+            raise FileNotFoundError(f"no files matched {p!r}")
+        out.extend(matched)
+    out = list(dict.fromkeys(out))
+    return sorted(out, key=natural_sort_key) if sort else out
+
+
+def _options(
+    *, tile_size: int, sort_genes: bool, sort_genes_max_files: int | None, n_chunks: int, level: int,
+    threads: int | None, obs: bool, obs_exclude: Sequence[str], obs_columns: Sequence[str] | None,
+    max_categories: int, obs_tiles_per_file: int, format_version: int, layer: str | None, raw: bool,
+    feature_type: str | None, storage_options: dict[str, str] | None,
+) -> dict[str, Any]:
+    if sort_genes_max_files is not None and int(sort_genes_max_files) < 1:
+        raise ValueError("sort_genes_max_files must be at least 1 (or None for all the files)")
+    return dict(
+        tile_size=int(tile_size), sort_genes=bool(sort_genes),
+        sort_genes_max_files=None if sort_genes_max_files is None else int(sort_genes_max_files),
+        n_chunks=int(n_chunks), level=int(level), threads=threads, obs=bool(obs), obs_exclude=list(obs_exclude),
+        obs_columns=None if obs_columns is None else list(obs_columns), max_categories=int(max_categories),
+        obs_tiles_per_file=int(obs_tiles_per_file), format_version=int(format_version), layer=layer, raw=bool(raw),
+        feature_type=feature_type, storage_options=storage_options,
+    )
+
+
+def _progress(log: Log | None) -> Callable[[dict[str, Any]], None] | None:
+    if log is None:
+        return None
+
+    def report(p: dict[str, Any]) -> None:
+        log(f"[tile {p['tiles_done']}/{p['tiles_total']}] {p['cells_written']} cells, {p['seconds']:.1f} s")
+
+    return report
+
+
+def _output_is_dataset(output: str) -> bool:
+    return "://" not in output and os.path.exists(os.path.join(output, "manifest.json"))
+
+
+def convert_h5ad(
+    paths: Sequence[str] | str,
+    output: str,
+    *,
+    tile_size: int = 10_000,
+    sort_genes: bool = True,
+    sort_files: bool = True,
+    n_chunks: int = 8,
+    level: int = 19,
+    threads: int | None = None,
+    workers: int | None = None,
+    sort_genes_max_files: int | None = 10,
+    overwrite: bool = False,
+    obs: bool = True,
+    obs_names: bool = True,
+    obs_exclude: Sequence[str] = (),
+    max_categories: int = 20_000,
+    obs_tiles_per_file: int = 1000,
+    var: bool = True,
+    log: Log | None = print,
+    format_version: int = 2,
+    layer: str | None = None,
+    raw: bool = False,
+    feature_type: str | None = "Gene Expression",
+    storage_options: dict[str, str] | None = None,
+) -> Manifest:
+    """Converts the inputs ``paths`` (files, folders or glob patterns) into a dataset at ``output`` (a path or
+    store URL) with the Rust converter, and returns its manifest.
+
+    Genes are ordered by decreasing total counts over ``sort_genes_max_files`` evenly spread inputs (``None``: all
+    of them; ``sort_genes=False`` keeps the source order); tiles hold ``tile_size`` consecutive cells across input
+    boundaries; obs (the cell names as ``obs_names``, last, and the inputs' obs columns with one global vocabulary
+    per categorical column) and ``var.parquet`` are written too. ``threads`` bounds the threads used (default:
+    every core); ``workers`` is accepted for compatibility (the converter runs in threads, not processes).
+    Progress goes to ``log`` (``None``: silent). A complete dataset at ``output`` raises ``FileExistsError``
+    unless ``overwrite``; an interrupted conversion to ``output`` resumes where it stopped.
+    """
+    if workers is not None and int(workers) < 1:
+        raise ValueError("workers must be at least 1")
+    if not var:
+        raise ValueError("var=False is not supported: the converter always writes var.parquet for h5ad inputs")
+    output = os.fspath(output)
+    if _output_is_dataset(output) and not overwrite:
+        raise FileExistsError(f"{output} is not empty; pass overwrite=True to replace it")
+    files = resolve_files(paths, sort=sort_files)
+    opts = _options(
+        tile_size=tile_size, sort_genes=sort_genes, sort_genes_max_files=sort_genes_max_files, n_chunks=n_chunks,
+        level=level, threads=threads, obs=obs, obs_exclude=list(obs_exclude) + ([] if obs_names else ["obs_names"]),
+        obs_columns=None, max_categories=max_categories,
+        obs_tiles_per_file=obs_tiles_per_file, format_version=format_version, layer=layer, raw=raw,
+        feature_type=feature_type, storage_options=storage_options,
+    )
+    if log is not None:
+        log(f"{len(files)} files: {files[0]} ... {files[-1]}")
+    text = _core.convert(files, output, bool(overwrite), _progress(log), **opts)
+    m = Manifest.from_json(text)
+    if log is not None:
+        mb = sum(m.tile_bytes) / 1e6
+        log(f"done: {m.n_tiles} tiles, {mb:.1f} MB = {mb * 1e3 / max(1, m.n_cells):.2f} kB per cell")
+    return m
+
+
+def plan(
+    paths: Sequence[str] | str, output: str, plan_path: str, *, sort_files: bool = True, tile_size: int = 10_000,
+    sort_genes: bool = True, sort_genes_max_files: int | None = 10, n_chunks: int = 8, level: int = 19,
+    threads: int | None = None, obs: bool = True, obs_exclude: Sequence[str] = (),
+    obs_columns: Sequence[str] | None = None, max_categories: int = 20_000, obs_tiles_per_file: int = 1000,
+    format_version: int = 2, layer: str | None = None, raw: bool = False,
+    feature_type: str | None = "Gene Expression", storage_options: dict[str, str] | None = None,
+) -> tuple[int, int, int]:
+    """Makes the plan of a split conversion of ``paths`` into ``output`` and saves it at ``plan_path`` (reusing
+    the scan files of :func:`scan_part` runs); returns ``(n_cells, n_genes, n_tiles)``."""
+    files = resolve_files(paths, sort=sort_files)
+    opts = _options(
+        tile_size=tile_size, sort_genes=sort_genes, sort_genes_max_files=sort_genes_max_files, n_chunks=n_chunks,
+        level=level, threads=threads, obs=obs, obs_exclude=obs_exclude, obs_columns=obs_columns,
+        max_categories=max_categories, obs_tiles_per_file=obs_tiles_per_file, format_version=format_version,
+        layer=layer, raw=raw, feature_type=feature_type, storage_options=storage_options,
+    )
+    return tuple(_core.make_plan(files, os.fspath(output), os.fspath(plan_path), **opts))  # type: ignore[return-value]
+
+
+def scan_part(
+    paths: Sequence[str] | str, plan_path: str, part: int, parts: int, *, sort_files: bool = True, **options: Any
+) -> tuple[int, int]:
+    """Scans share ``part`` of ``parts`` of the inputs (the plan's first pass) into scan files beside
+    ``plan_path``; give :func:`plan` the same inputs and options afterwards. Returns ``(scanned, kept)``."""
+    files = resolve_files(paths, sort=sort_files)
+    defaults = dict(
+        tile_size=10_000, sort_genes=True, sort_genes_max_files=10, n_chunks=8, level=19, threads=None, obs=True,
+        obs_exclude=(), obs_columns=None, max_categories=20_000, obs_tiles_per_file=1000, format_version=2,
+        layer=None, raw=False, feature_type="Gene Expression", storage_options=None,
+    )
+    defaults.update(options)
+    opts = _options(**defaults)
+    return tuple(_core.scan_part(files, os.fspath(plan_path), int(part), int(parts), **opts))  # type: ignore[return-value]
+
+
+def run_part(
+    plan_path: str, part: int, parts: int, *, threads: int | None = None, log: Log | None = None,
+    storage_options: dict[str, str] | None = None,
+) -> tuple[int, int]:
+    """Writes share ``part`` of ``parts`` of the plan's tiles (tiles already complete are kept); returns
+    ``(written, skipped)``."""
+    return tuple(  # type: ignore[return-value]
+        _core.run_part(
+            os.fspath(plan_path), int(part), int(parts), _progress(log), threads=threads,
+            storage_options=storage_options,
+        )
+    )
+
+
+def finalize(plan_path: str, *, storage_options: dict[str, str] | None = None) -> Manifest:
+    """Checks every tile of the plan, writes the side files and obs, then the manifest; returns it."""
+    return Manifest.from_json(_core.finalize(os.fspath(plan_path), storage_options=storage_options))

@@ -1,0 +1,364 @@
+"""Random access to the cells of a dataset: :class:`DeltaCellsDataset`, the Rust reader behind the original API."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from deltacells import _core
+from deltacells.backends import Backend, GCSBackend, LocalBackend, StoreBackend, open_backend
+from deltacells.manifest import Manifest
+from deltacells.reader import SparseBatch, Tile, _check_out, as_values_dtype
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+    from deltacells.obs import ObsStore
+
+__all__ = ["DeltaCellsDataset", "open_dataset"]
+
+
+def _native_url(backend: Any) -> str | None:
+    """The store URL the Rust reader opens directly for one of this package's own backends (not subclasses,
+    which may change how objects are read), else ``None``: the reader then reads through the object's methods."""
+    if type(backend) is LocalBackend:
+        return backend.root
+    if type(backend) is StoreBackend:
+        return backend.url
+    if type(backend) is GCSBackend and backend._client is None:
+        return backend.describe()
+    return None
+
+
+class DeltaCellsDataset:
+    """Random access to the cells of a deltacells dataset (format version 1 or 2), for training loops and
+    ``DataLoader`` workers.
+
+    ``get_batch`` takes global cell indices (any order, repeats, any tiles) and returns a CSR :class:`SparseBatch`
+    in that order. Whole tiles are fetched (one GET each), checked against the manifest and decoded by the Rust
+    reader; decoded tiles are kept in an LRU cache, and ``prefetch`` starts fetching and decoding the tiles the
+    caller will need next in the background.
+
+    Args:
+        uri: a local path, ``file://``, ``s3://``, ``gs://``, ``az://`` / ``abfs(s)://`` or ``http(s)://`` URL
+            (credentials from the environment, as for the CLI), or a :class:`~deltacells.backends.Backend` object.
+        max_cached_tiles: decoded tiles kept (about 4 bytes per nonzero each).
+        max_prefetch_tiles: prefetched tiles being fetched, or fetched and waiting to be decoded.
+        io_threads: threads running storage requests (they are asynchronous: a few keep many in flight).
+        decode_threads: threads decoding one tile's chunks and filling a batch. With 1, each call decodes on its
+            own thread, so calls from several Python threads run in parallel.
+        verify: check each tile's CRC-32 when it is fetched.
+        cache_dir: where obs columns are cached (default ``$DELTACELLS_CACHE``, ``$XDG_CACHE_HOME/deltacells`` or
+            ``~/.cache/deltacells``).
+        obs_columns: obs columns to make local at once (``KeyError`` for an unknown one, ``ValueError`` without
+            obs).
+        storage_options: extra store options (``object_store`` keys, as ``--store-option`` of the CLI).
+
+    Beyond the original package: ``get_batch`` releases the GIL for fetching, decoding and gathering and may be
+    called from many Python threads at once; arrays are handed to numpy without copying. The object pickles to
+    what is needed to reopen it (and reopens lazily), so it can go to ``multiprocessing`` and ``DataLoader``
+    workers; a worker started by ``fork`` opens its own reader on first use.
+    """
+
+    def __init__(
+        self,
+        uri: str | os.PathLike[str] | Backend,
+        *,
+        max_cached_tiles: int = 2,
+        max_prefetch_tiles: int = 8,
+        io_threads: int = 4,
+        decode_threads: int = 1,
+        verify: bool = False,
+        cache_dir: str | None = None,
+        obs_columns: Sequence[str] | None = None,
+        storage_options: dict[str, str] | None = None,
+    ) -> None:
+        options = (max_cached_tiles, max_prefetch_tiles, io_threads, decode_threads)
+        if any(int(v) < 1 for v in options):
+            raise ValueError("max_cached_tiles, max_prefetch_tiles, io_threads and decode_threads must be at least 1")
+        self._uri = uri if isinstance(uri, Backend) else os.fspath(uri)
+        self.max_cached_tiles = int(max_cached_tiles)
+        self.max_prefetch_tiles = int(max_prefetch_tiles)
+        self.io_threads = int(io_threads)
+        self.decode_threads = int(decode_threads)
+        self.verify = bool(verify)
+        self.cache_dir = cache_dir
+        self.storage_options = dict(storage_options) if storage_options else None
+        self._init_runtime()
+        core = self._core  # opens now: the manifest is read and checked at once
+        self.manifest: Manifest = Manifest.from_json(core.manifest_json())
+        self._limits = np.asarray(core.limits(), dtype=np.int64)
+        self._starts = np.concatenate([[0], self._limits[:-1]]).astype(np.int64)
+        if obs_columns:
+            if self.obs is None:
+                raise ValueError("obs_columns were given but the dataset has no obs")
+            self.obs.localize(list(obs_columns))
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _init_runtime(self) -> None:
+        self._lock = threading.Lock()
+        self._reader: Any = None
+        self._pid = -1
+        self._backend: Backend | None = None
+        self._obs: ObsStore | None = None
+        self._var: pd.DataFrame | None = None
+        self._var_names: list[str] | None = None
+        self._gene_order: np.ndarray | None = None
+
+    @property
+    def _core(self) -> _core.Dataset:
+        """The Rust reader of this process (opened on first use, and again in a forked child)."""
+        reader = self._reader
+        if reader is not None and self._pid == os.getpid():
+            return reader
+        with self._lock:
+            if self._reader is None or self._pid != os.getpid():
+                uri = self._uri
+                url = uri if isinstance(uri, str) else _native_url(uri)
+                self._reader = _core.Dataset(
+                    url,
+                    None if url is not None else uri,
+                    self.max_cached_tiles,
+                    self.max_prefetch_tiles,
+                    self.io_threads,
+                    self.decode_threads,
+                    self.verify,
+                    self.storage_options,
+                )
+                self._pid = os.getpid()
+                self._obs = None
+            return self._reader
+
+    def __getstate__(self) -> dict[str, Any]:
+        keep = ("_uri", "manifest", "max_cached_tiles", "max_prefetch_tiles", "io_threads", "decode_threads")
+        state = {k: self.__dict__[k] for k in keep}
+        state.update(verify=self.verify, cache_dir=self.cache_dir, storage_options=self.storage_options)
+        state.update(_limits=self._limits, _starts=self._starts)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._init_runtime()
+
+    def close(self) -> None:
+        """Stops the reader's threads and drops its caches (idempotent); the dataset reopens on next use."""
+        with self._lock:
+            self._reader = None
+            if self._obs is not None:
+                self._obs.close()
+            self._obs = None
+
+    def __enter__(self) -> DeltaCellsDataset:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"DeltaCellsDataset({self.uri!r}, n_cells={self.n_cells}, n_genes={self.n_genes}, n_tiles={self.n_tiles})"
+
+    # ------------------------------------------------------------------ metadata
+
+    @property
+    def uri(self) -> str:
+        """Where the dataset is (as given, or the backend's description)."""
+        return self._uri if isinstance(self._uri, str) else self._uri.describe()
+
+    @property
+    def backend(self) -> Backend:
+        """The :class:`~deltacells.backends.Backend` the dataset is read from (made from the URI when one was
+        given)."""
+        if self._backend is None:
+            self._backend = open_backend(self._uri, storage_options=self.storage_options)
+        return self._backend
+
+    @property
+    def n_cells(self) -> int:
+        """Cells."""
+        return self.manifest.n_cells
+
+    @property
+    def n_genes(self) -> int:
+        """Genes."""
+        return self.manifest.n_genes
+
+    @property
+    def n_tiles(self) -> int:
+        """Tiles."""
+        return self.manifest.n_tiles
+
+    @property
+    def tile_size(self) -> int:
+        """Cells per tile (all tiles but the last)."""
+        return self.manifest.tile_size
+
+    @property
+    def limits(self) -> np.ndarray:
+        """Cumulative cells per tile (int64): ``limits[i]`` cells lie in tiles ``0..=i``."""
+        return self._limits
+
+    def __len__(self) -> int:
+        return self.n_cells
+
+    def tile_bounds(self, i: int) -> tuple[int, int]:
+        """Global ``(start, stop)`` cell indices of tile ``i``."""
+        if not 0 <= int(i) < self.n_tiles:
+            raise IndexError(f"tile {i} out of range")
+        return int(self._starts[i]), int(self._limits[i])
+
+    def tile_of(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
+        """The tile of each global cell index (``searchsorted(limits, idx, side="right")``)."""
+        return np.searchsorted(self._limits, np.asarray(indices, dtype=np.int64), side="right")
+
+    @property
+    def stats(self) -> dict[str, float]:
+        """Counters since opening: ``tiles_fetched``, ``fetch_seconds``, ``stall_seconds``, ``tiles_decoded``,
+        ``decode_seconds``, ``tile_cache_hits`` (reads that joined a fetch or prefetch in flight),
+        ``decoded_cache_hits`` (reads that found the tile decoded), plus ``bytes_fetched``, ``failed_loads``,
+        ``cache_misses`` and ``prefetched``."""
+        return dict(self._core.stats())
+
+    def reset_stats(self) -> None:
+        """Sets every counter to zero."""
+        self._core.reset_stats()
+
+    @property
+    def var_names(self) -> list[str] | None:
+        """Gene names in stored column order (``None`` if the dataset has none)."""
+        if self._var_names is None and self.manifest.has_var_names:
+            self._var_names = self._core.var_names()
+        return self._var_names
+
+    @property
+    def gene_order(self) -> np.ndarray | None:
+        """int32: stored column ``j`` was source column ``gene_order[j]`` (``None`` if genes were not reordered)."""
+        if self._gene_order is None and self.manifest.has_gene_order:
+            self._gene_order = self._core.gene_order()
+        return self._gene_order
+
+    @property
+    def var(self) -> pd.DataFrame | None:
+        """The gene table as a pandas DataFrame in stored column order, with its stored index (``None`` if the
+        dataset has none; needs pandas). Read once."""
+        if self._var is None and self.manifest.has_var_table:
+            from deltacells.obs import _var_frame
+
+            self._var = _var_frame(self._core.var_table())
+        return self._var
+
+    @property
+    def obs(self) -> ObsStore | None:
+        """The per-cell metadata as a :class:`deltacells.obs.ObsStore` (``None`` if the dataset has none).
+
+        Obs is never fetched with the tiles: ``obs.localize(columns)`` copies those columns into the node-local cache
+        (ranged reads, once per node), after which ``obs.take(indices, columns)`` is a memory-mapped lookup.
+        """
+        if not self.manifest.has_obs:
+            return None
+        if self._obs is None:
+            from deltacells.obs import ObsStore
+
+            self._obs = ObsStore._of_dataset(self)
+        return self._obs
+
+    # ------------------------------------------------------------------ reading
+
+    def _as_indices(self, indices: Any) -> np.ndarray:
+        if isinstance(indices, range):
+            idx = np.arange(indices.start, indices.stop, indices.step, dtype=np.int64)
+        elif isinstance(indices, np.ndarray):
+            idx = np.ascontiguousarray(indices, dtype=np.int64).ravel()
+        else:
+            values = np.fromiter(indices, dtype=np.int64) if _is_iterator(indices) else np.asarray(indices, np.int64)
+            idx = np.ascontiguousarray(values).ravel()
+        if len(idx) and (idx.min() < 0 or idx.max() >= self.n_cells):
+            raise IndexError(f"cell index out of range [0, {self.n_cells})")
+        return idx
+
+    def get_batch(
+        self,
+        indices: Sequence[int] | np.ndarray | Iterable[int],
+        *,
+        values_dtype: Any = np.float32,
+        out_indices: np.ndarray | None = None,
+        out_values: np.ndarray | None = None,
+    ) -> SparseBatch:
+        """The cells ``indices`` (global, any order, repeats allowed, across tiles) as a CSR :class:`SparseBatch`
+        in that order; columns in stored order (source order: ``X[idx][:, ds.gene_order]``).
+
+        ``values_dtype`` is float32 (default) or int32. With ``out_indices`` / ``out_values`` (writable contiguous
+        1-D arrays of at least nnz elements, e.g. shared-memory or pinned tensors' ``.numpy()``) the batch's arrays
+        are views of them; :meth:`batch_nnz` gives the size beforehand. Raises ``IndexError`` for a cell outside
+        the dataset.
+        """
+        dt = as_values_dtype(values_dtype)
+        idx = self._as_indices(indices)
+        core = self._core
+        if out_indices is None and out_values is None:
+            indptr, ix, vals = core.get_batch(idx, str(dt))
+            return SparseBatch(indptr, ix, vals, self.n_genes)
+        if out_indices is None or out_values is None:
+            nnz = int(core.batch_nnz(idx))
+            oi = np.empty(nnz, np.int32) if out_indices is None else _check_out(out_indices, "out_indices", nnz, np.int32)
+            ov = np.empty(nnz, dt) if out_values is None else _check_out(out_values, "out_values", nnz, dt)
+        else:
+            oi = _check_out(out_indices, "out_indices", 0, np.int32)
+            ov = _check_out(out_values, "out_values", 0, dt)
+        indptr, nnz = core.get_batch(idx, str(dt), oi, ov)
+        return SparseBatch(indptr, oi[:nnz], ov[:nnz], self.n_genes)
+
+    def batch_nnz(self, indices: Sequence[int] | np.ndarray) -> int:
+        """Nonzeros :meth:`get_batch` would return for ``indices`` (tiles fetched, not decoded): the size of output
+        buffers to allocate beforehand."""
+        return int(self._core.batch_nnz(self._as_indices(indices)))
+
+    def __getitem__(self, key: Any) -> SparseBatch:
+        if isinstance(key, (int, np.integer)):
+            k = int(key)
+            if k < 0:
+                k += self.n_cells
+            if not 0 <= k < self.n_cells:
+                raise IndexError(f"cell index {int(key)} out of range for {self.n_cells} cells")
+            return self.get_batch([k])
+        if isinstance(key, slice):
+            return self.get_batch(np.arange(*key.indices(self.n_cells)))
+        return self.get_batch(key)
+
+    def prefetch(self, tile_ids: Iterable[int]) -> int:
+        """Starts fetching and decoding tiles in the background (returns at once; tiles cached or in flight are
+        skipped). Returns the number of tiles whose loading started. ``IndexError`` for a tile that does not
+        exist."""
+        ids = list(dict.fromkeys(int(t) for t in tile_ids))
+        for t in ids:
+            if not 0 <= t < self.n_tiles:
+                raise IndexError(f"tile {t} out of range")
+        return int(self._core.prefetch(ids)) if ids else 0
+
+    def prefetch_cells(self, indices: Sequence[int] | np.ndarray) -> int:
+        """:meth:`prefetch` of the tiles holding the given global cells."""
+        idx = np.asarray(indices, dtype=np.int64).ravel()
+        if len(idx) == 0:
+            return 0
+        if idx.min() < 0 or idx.max() >= self.n_cells:
+            raise IndexError("cell index out of range")
+        return self.prefetch(self.tile_of(idx).tolist())
+
+    def get_tile(self, i: int) -> Tile:
+        """The parsed, still compressed tile ``i`` (fetched now and checked against the manifest)."""
+        if not 0 <= int(i) < self.n_tiles:
+            raise IndexError(f"tile {i} out of range")
+        return Tile._from_core(self._core.get_tile(int(i), self.verify))
+
+
+def _is_iterator(x: Any) -> bool:
+    return hasattr(x, "__next__") or (hasattr(x, "__iter__") and not hasattr(x, "__len__"))
+
+
+def open_dataset(uri: str | os.PathLike[str] | Backend, **kwargs: Any) -> DeltaCellsDataset:
+    """Opens a dataset: ``DeltaCellsDataset(uri, **kwargs)``."""
+    return DeltaCellsDataset(uri, **kwargs)

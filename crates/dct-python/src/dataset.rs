@@ -1,0 +1,241 @@
+//! A dataset opened for reading, from Python: the Rust reader ([`dct_dataset::Dataset`]) behind
+//! `deltacells.DeltaCellsDataset`. Every call that fetches, decodes or gathers releases the GIL, so one dataset
+//! serves many Python threads at once.
+
+use std::sync::Arc;
+
+use dct_dataset::{Dataset, ReadOptions, StoreOptions};
+use numpy::{PyArray1, PyReadonlyArray1};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+use crate::arrays::{Values, indices_u64, owned, writable};
+use crate::backend::PyBackendStore;
+use crate::errors::{dataset_error, index_error, value_error};
+use crate::obs::PyObs;
+use crate::process::ProcessBound;
+use crate::tile::PyTile;
+
+/// The Rust reader of one dataset (bound to the process that opened it: a forked child opens its own).
+#[pyclass(module = "deltacells._core", name = "Dataset", frozen)]
+pub(crate) struct PyDataset {
+    inner: ProcessBound<Arc<Dataset>>,
+}
+
+/// `(key, value)` store options from a Python mapping (`None`: none).
+pub(crate) fn store_options(options: Option<&Bound<'_, PyDict>>) -> PyResult<StoreOptions> {
+    let mut store = StoreOptions::default();
+    if let Some(d) = options {
+        for (k, v) in d.iter() {
+            store.config.push((k.str()?.to_string(), v.str()?.to_string()));
+        }
+    }
+    Ok(store)
+}
+
+impl PyDataset {
+    fn get(&self) -> PyResult<&Arc<Dataset>> {
+        self.inner.get().ok_or_else(|| {
+            pyo3::exceptions::PyRuntimeError::new_err(
+                "this dataset was opened by the parent of this (forked) process; reopen it here",
+            )
+        })
+    }
+}
+
+#[pymethods]
+impl PyDataset {
+    /// Opens the dataset at `url` (a path or store URL), or read through the Python `backend` object; reads and
+    /// validates the manifest (the GIL released).
+    #[new]
+    #[pyo3(signature = (url, backend, max_cached_tiles, max_prefetch_tiles, io_threads, decode_threads, verify, storage_options = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        url: Option<String>,
+        backend: Option<Bound<'_, PyAny>>,
+        max_cached_tiles: usize,
+        max_prefetch_tiles: usize,
+        io_threads: usize,
+        decode_threads: usize,
+        verify: bool,
+        storage_options: Option<Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        let options = ReadOptions {
+            max_cached_tiles,
+            max_prefetch_tiles,
+            io_threads,
+            decode_threads,
+            verify_crc: verify,
+            store: store_options(storage_options.as_ref())?,
+            ..ReadOptions::default()
+        };
+        let opened = match (url, backend) {
+            (Some(url), None) => py.detach(|| Dataset::open(&url, options)),
+            (None, Some(b)) => {
+                let store = Arc::new(PyBackendStore::new(&b)?);
+                py.detach(|| Dataset::open_with_store(store, "", options))
+            }
+            _ => return Err(value_error("give a URL or a backend")),
+        };
+        Ok(PyDataset { inner: ProcessBound::new(Arc::new(opened.map_err(dataset_error)?)) })
+    }
+
+    /// The manifest as its JSON text.
+    fn manifest_json(&self) -> PyResult<String> {
+        let json = self.get()?.manifest().to_json_pretty();
+        String::from_utf8(json).map_err(|e| value_error(e.to_string()))
+    }
+
+    /// Where the dataset is.
+    fn url(&self) -> PyResult<String> {
+        Ok(self.get()?.url().to_string())
+    }
+
+    /// Cumulative cells per tile (int64).
+    fn limits<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray1<i64>>> {
+        Ok(owned(py, self.get()?.limits().iter().map(|&l| l as i64).collect()))
+    }
+
+    /// The rows of `indices` (int64 global cell indices, any order, repeats allowed), the GIL released. Without
+    /// output buffers: `(indptr, indices, values)`, arrays owning the Rust buffers. With both: fills their first
+    /// `nnz` elements and returns `(indptr, nnz)`.
+    #[pyo3(signature = (indices, values, out_indices = None, out_values = None))]
+    fn get_batch<'py>(
+        &self,
+        py: Python<'py>,
+        indices: PyReadonlyArray1<'py, i64>,
+        values: &str,
+        out_indices: Option<Bound<'py, PyAny>>,
+        out_values: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let ds = self.get()?.clone();
+        let cells = indices_u64(&indices, "cell", ds.n_cells())?;
+        drop(indices);
+        match Values::parse(values)? {
+            Values::Float32 => batch_as::<f32>(py, &ds, &cells, out_indices, out_values, "float32"),
+            Values::Int32 => batch_as::<i32>(py, &ds, &cells, out_indices, out_values, "int32"),
+        }
+    }
+
+    /// The nonzeros `get_batch` would return for `indices` (tiles fetched, not decoded).
+    fn batch_nnz(&self, py: Python<'_>, indices: PyReadonlyArray1<'_, i64>) -> PyResult<u64> {
+        let ds = self.get()?.clone();
+        let cells = indices_u64(&indices, "cell", ds.n_cells())?;
+        py.detach(|| ds.batch_nnz(&cells)).map_err(dataset_error)
+    }
+
+    /// Starts loading `tiles` in the background; returns how many loads it started.
+    fn prefetch(&self, tiles: Vec<i64>) -> PyResult<usize> {
+        let ds = self.get()?;
+        let n = ds.n_tiles();
+        let ids = tiles
+            .iter()
+            .map(|&t| {
+                usize::try_from(t).ok().filter(|&t| t < n).ok_or_else(|| index_error(format!("tile {t} out of range")))
+            })
+            .collect::<PyResult<Vec<usize>>>()?;
+        ds.prefetch(&ids).map_err(dataset_error)
+    }
+
+    /// The parsed, still compressed tile `tile` (fetched now, checked against the manifest).
+    fn get_tile(&self, py: Python<'_>, tile: i64, verify: bool) -> PyResult<PyTile> {
+        let ds = self.get()?.clone();
+        let t = usize::try_from(tile)
+            .ok()
+            .filter(|&t| t < ds.n_tiles())
+            .ok_or_else(|| index_error(format!("tile {tile} out of range")))?;
+        let bytes = py.detach(|| ds.fetch_tile_bytes(t)).map_err(dataset_error)?;
+        PyTile::parse(bytes, verify)
+    }
+
+    /// Gene names (`None` if the dataset has none).
+    fn var_names(&self, py: Python<'_>) -> PyResult<Option<Vec<String>>> {
+        let ds = self.get()?.clone();
+        let names = py.detach(|| ds.var_names()).map_err(dataset_error)?;
+        Ok(names.map(|n| n.as_ref().clone()))
+    }
+
+    /// The gene order (int32; `None` if the dataset has none).
+    fn gene_order<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyArray1<i32>>>> {
+        let ds = self.get()?.clone();
+        let order = py.detach(|| ds.gene_order()).map_err(dataset_error)?;
+        Ok(order.map(|o| owned(py, o.as_ref().clone())))
+    }
+
+    /// The counters as a dict (the original package's keys plus ours).
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.get()?.stats();
+        let d = PyDict::new(py);
+        d.set_item("tiles_fetched", s.tiles_fetched)?;
+        d.set_item("fetch_seconds", s.fetch_time.as_secs_f64())?;
+        d.set_item("stall_seconds", s.stall_time.as_secs_f64())?;
+        d.set_item("tiles_decoded", s.tiles_decoded)?;
+        d.set_item("decode_seconds", s.decode_time.as_secs_f64())?;
+        d.set_item("tile_cache_hits", s.inflight_joins)?;
+        d.set_item("decoded_cache_hits", s.cache_hits)?;
+        d.set_item("bytes_fetched", s.bytes_fetched)?;
+        d.set_item("failed_loads", s.failed_loads)?;
+        d.set_item("cache_misses", s.cache_misses)?;
+        d.set_item("prefetched", s.prefetched)?;
+        Ok(d)
+    }
+
+    /// Sets every counter to zero.
+    fn reset_stats(&self) -> PyResult<()> {
+        self.get()?.reset_stats();
+        Ok(())
+    }
+
+    /// Opens the obs (reads `obs/schema.json`, checks the fingerprint), the GIL released.
+    #[pyo3(signature = (cache_dir = None))]
+    fn obs(&self, py: Python<'_>, cache_dir: Option<std::path::PathBuf>) -> PyResult<PyObs> {
+        let ds = self.get()?.clone();
+        let options = dct_dataset::dct_obs::ObsOptions { cache_dir, ..Default::default() };
+        let obs = py.detach(|| ds.obs(options)).map_err(dataset_error)?;
+        Ok(PyObs::new(obs, ds.store().object_store().clone(), ds.store().prefix().clone()))
+    }
+
+    /// The gene table as `(columns, schema metadata)` (see `obs.batch_to_py`), or `None`.
+    fn var_table<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let ds = self.get()?.clone();
+        let batch = py.detach(|| ds.var_table()).map_err(dataset_error)?;
+        batch.map(|b| crate::obs::batch_to_py(py, &b)).transpose()
+    }
+}
+
+fn batch_as<'py, V: dct_codec::CountValue + numpy::Element>(
+    py: Python<'py>,
+    ds: &Arc<Dataset>,
+    cells: &[u64],
+    out_indices: Option<Bound<'py, PyAny>>,
+    out_values: Option<Bound<'py, PyAny>>,
+    dtype: &str,
+) -> PyResult<Bound<'py, PyTuple>> {
+    match (out_indices, out_values) {
+        (Some(oi), Some(ov)) => {
+            let bad =
+                |name: &str, t: &str| value_error(format!("{name} must be a writable contiguous 1-D {t} numpy array"));
+            let oi = oi.cast_into::<PyArray1<i32>>().map_err(|_| bad("out_indices", "int32"))?;
+            let ov = ov.cast_into::<PyArray1<V>>().map_err(|_| bad("out_values", dtype))?;
+            let mut wi = writable(&oi, "out_indices", "int32")?;
+            let mut wv = writable(&ov, "out_values", dtype)?;
+            let (si, sv) = (wi.as_slice_mut()?, wv.as_slice_mut()?);
+            let mut indptr = Vec::new();
+            let nnz = py.detach(|| ds.get_batch_to(cells, &mut indptr, si, sv)).map_err(dataset_error)?;
+            PyTuple::new(py, [owned(py, indptr).into_any(), nnz.into_pyobject(py)?.into_any()])
+        }
+        (None, None) => {
+            let batch = py.detach(|| ds.get_batch_as::<V>(cells)).map_err(dataset_error)?;
+            PyTuple::new(
+                py,
+                [
+                    owned(py, batch.indptr).into_any(),
+                    owned(py, batch.indices).into_any(),
+                    owned(py, batch.values).into_any(),
+                ],
+            )
+        }
+        _ => Err(value_error("pass both out_indices and out_values, or neither")),
+    }
+}

@@ -1,0 +1,142 @@
+//! Rust errors as Python exceptions: each Rust error becomes the class the Python API names for it, with the
+//! Rust message (what, where, what to do) as its text, said once.
+
+use dct_dataset::{Category, DatasetError};
+use pyo3::exceptions::{
+    PyFileExistsError, PyFileNotFoundError, PyIndexError, PyKeyError, PyOSError, PyRuntimeError, PyValueError,
+};
+use pyo3::prelude::*;
+
+pyo3::create_exception!(
+    _core,
+    FormatError,
+    PyValueError,
+    "A tile, manifest, side file, obs shard or cache file breaks the deltacells format (the message names the file, \
+     the tile or column, the rule and the byte offset). A subclass of ValueError."
+);
+
+/// A `ValueError` with `message`.
+pub(crate) fn value_error(message: impl Into<String>) -> PyErr {
+    PyValueError::new_err(message.into())
+}
+
+/// An `IndexError` with `message`.
+pub(crate) fn index_error(message: impl Into<String>) -> PyErr {
+    PyIndexError::new_err(message.into())
+}
+
+/// A `FormatError` with `message`.
+pub(crate) fn format_error(message: impl Into<String>) -> PyErr {
+    FormatError::new_err(message.into())
+}
+
+/// Whether an object store error says the object does not exist.
+fn is_not_found(e: &dct_dataset::object_store::Error) -> bool {
+    matches!(e, dct_dataset::object_store::Error::NotFound { .. })
+}
+
+/// The Python exception for a dataset error: missing objects are `FileNotFoundError`, data that breaks the format
+/// is `FormatError`, cells out of range `IndexError`, bad arguments `ValueError`, an occupied destination
+/// `FileExistsError`, storage failures `OSError`.
+pub(crate) fn dataset_error(e: DatasetError) -> PyErr {
+    let message = e.to_string();
+    if let DatasetError::Store { source, .. } = &e {
+        return if is_not_found(source) { PyFileNotFoundError::new_err(message) } else { PyOSError::new_err(message) };
+    }
+    match e {
+        DatasetError::CellOutOfRange { .. } => return PyIndexError::new_err(message),
+        DatasetError::Internal(_) => return PyRuntimeError::new_err(message),
+        DatasetError::SideFile { .. } if message.contains("does not exist") => {
+            return PyFileNotFoundError::new_err(message);
+        }
+        _ => {}
+    }
+    match e.category() {
+        Category::ManifestMissing | Category::TileMissing => PyFileNotFoundError::new_err(message),
+        Category::AlreadyExists => PyFileExistsError::new_err(message),
+        Category::InvalidArgument => PyValueError::new_err(message),
+        Category::Io => PyOSError::new_err(message),
+        Category::ManifestFormat
+        | Category::ManifestVersion
+        | Category::ManifestCounts
+        | Category::ManifestLists
+        | Category::ManifestTileCells
+        | Category::ManifestInvalid
+        | Category::TileBytes
+        | Category::TileHeader
+        | Category::TileCrc
+        | Category::TileDecode
+        | Category::SideFile
+        | Category::ObsShard
+        | Category::ObsSha256
+        | Category::ObsFields => FormatError::new_err(message),
+    }
+}
+
+/// The Python exception for an obs error: unknown columns are `KeyError`, cells out of range `IndexError`, missing
+/// objects `FileNotFoundError`, damaged shards, schemas and cache files `FormatError`, bad input `ValueError`.
+pub(crate) fn obs_error(e: dct_obs::ObsError) -> PyErr {
+    use dct_obs::ObsError;
+    let message = e.to_string();
+    match &e {
+        ObsError::UnknownColumn { .. } => PyKeyError::new_err(message),
+        ObsError::CellOutOfRange { .. } => PyIndexError::new_err(message),
+        ObsError::NotFound { .. } => PyFileNotFoundError::new_err(message),
+        ObsError::Store { source, .. } if is_not_found(source) => PyFileNotFoundError::new_err(message),
+        ObsError::Store { .. } | ObsError::Cache { .. } | ObsError::NoCacheDir => PyOSError::new_err(message),
+        ObsError::Internal(_) => PyRuntimeError::new_err(message),
+        ObsError::Input { .. } | ObsError::NotLocalized(_) => PyValueError::new_err(message),
+        _ => FormatError::new_err(message),
+    }
+}
+
+/// The Python exception for a converter error: unreadable inputs and tiles are `FormatError` or `OSError` as their
+/// cause says, inconsistent inputs and options `ValueError`, an occupied output `FileExistsError`.
+pub(crate) fn convert_error(e: dct_convert::ConvertError) -> PyErr {
+    use dct_convert::ConvertError;
+    match e {
+        ConvertError::Dataset(d) => dataset_error(d),
+        ConvertError::Obs { ref source, .. } if matches!(**source, dct_obs::ObsError::Input { .. }) => {
+            PyValueError::new_err(e.to_string())
+        }
+        ConvertError::Io { ref source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            PyFileNotFoundError::new_err(e.to_string())
+        }
+        ConvertError::Io { .. } => PyOSError::new_err(e.to_string()),
+        ConvertError::Input(ref input) => input_error(input, e.to_string()),
+        ConvertError::Output(_) => PyFileExistsError::new_err(e.to_string()),
+        ConvertError::Inputs(_) | ConvertError::Encode { .. } => PyValueError::new_err(e.to_string()),
+        ConvertError::Plan { .. } | ConvertError::Incomplete { .. } | ConvertError::Obs { .. } => {
+            FormatError::new_err(e.to_string())
+        }
+    }
+}
+
+fn input_error(e: &dct_input::InputError, message: String) -> PyErr {
+    use dct_input::InputError;
+    match e {
+        InputError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            PyFileNotFoundError::new_err(message)
+        }
+        InputError::MissingFile { .. } => PyFileNotFoundError::new_err(message),
+        InputError::Io { .. } => PyOSError::new_err(message),
+        _ => PyValueError::new_err(message),
+    }
+}
+
+/// The Python exception for a tile that cannot be decoded: always `FormatError`, the message saying what is
+/// corrupt and where.
+pub(crate) fn decode_error(e: &dct_codec::DecodeError) -> PyErr {
+    match e {
+        dct_codec::DecodeError::RowOutOfRange { .. } => PyIndexError::new_err(e.to_string()),
+        dct_codec::DecodeError::TooLarge { .. } | dct_codec::DecodeError::BufferTooSmall { .. } => {
+            PyValueError::new_err(e.to_string())
+        }
+        _ => FormatError::new_err(format!("corrupt tile: {e}")),
+    }
+}
+
+/// The Python exception for a matrix the encoder refuses (not counts, out of range, not representable).
+pub(crate) fn encode_error(e: &dct_codec::EncodeError) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}

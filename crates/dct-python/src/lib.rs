@@ -1,0 +1,67 @@
+//! `deltacells._core`: the Rust reader, decoder, writer, obs cache and converter of deltacells, for the Python
+//! package `deltacells` (its pure-Python modules in `python/deltacells/` give the public API; this module is the
+//! engine behind them).
+//!
+//! Everything that reads, decodes, writes, hashes or caches runs here, with the GIL released; arrays handed to
+//! Python are numpy arrays that own the Rust buffers (or views of the caller's). Errors become the Python
+//! exceptions the API names ([`errors`]); nothing here panics on bad input.
+
+mod arrays;
+mod backend;
+mod cli;
+mod convert;
+mod dataset;
+mod errors;
+mod manifest;
+mod obs;
+mod process;
+mod store;
+mod tile;
+mod writer;
+
+use pyo3::prelude::*;
+
+/// The extension module.
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("FormatError", py.get_type::<errors::FormatError>())?;
+    m.add("FORMAT_VERSION", dct_format::Version::V2.number())?;
+    m.add("HEADER_SIZE", dct_format::HEADER_LEN)?;
+    m.add("CHUNK_ENTRY_SIZE_V1", dct_format::Version::V1.entry_size())?;
+    m.add("CHUNK_ENTRY_SIZE_V2", dct_format::Version::V2.entry_size())?;
+    m.add("MAX_GENES_V1", dct_format::Version::V1.max_genes())?;
+    m.add("MAX_GENES_V2", dct_format::Version::V2.max_genes())?;
+    m.add("MAX_VALUE", dct_format::MAX_COUNT)?;
+    m.add("MAGIC", pyo3::types::PyBytes::new(py, dct_format::MAGIC))?;
+    m.add_class::<tile::PyTile>()?;
+    m.add_class::<dataset::PyDataset>()?;
+    m.add_class::<obs::PyObs>()?;
+    m.add_class::<writer::PyDatasetWriter>()?;
+    m.add_class::<store::PyStore>()?;
+    m.add_function(wrap_pyfunction!(tile::read_tile_file, m)?)?;
+    m.add_function(wrap_pyfunction!(tile::payload_crc32, m)?)?;
+    m.add_function(wrap_pyfunction!(tile::row_offsets, m)?)?;
+    m.add_function(wrap_pyfunction!(tile::gather, m)?)?;
+    m.add_function(wrap_pyfunction!(writer::encode_tile, m)?)?;
+    m.add_function(wrap_pyfunction!(writer::check_gene_order, m)?)?;
+    m.add_function(wrap_pyfunction!(manifest::normalize_manifest, m)?)?;
+    m.add_function(wrap_pyfunction!(obs::infer_schema, m)?)?;
+    m.add_function(wrap_pyfunction!(obs::parse_schema, m)?)?;
+    m.add_function(wrap_pyfunction!(obs::schema_json, m)?)?;
+    m.add_function(wrap_pyfunction!(obs::encode_frame, m)?)?;
+    m.add_function(wrap_pyfunction!(obs::obs_fingerprint, m)?)?;
+    m.add_function(wrap_pyfunction!(obs::cache_root, m)?)?;
+    m.add_function(wrap_pyfunction!(obs::column_file_name, m)?)?;
+    m.add_function(wrap_pyfunction!(obs::encode_var_table, m)?)?;
+    m.add_function(wrap_pyfunction!(convert::convert, m)?)?;
+    m.add_function(wrap_pyfunction!(convert::make_plan, m)?)?;
+    m.add_function(wrap_pyfunction!(convert::scan_part, m)?)?;
+    m.add_function(wrap_pyfunction!(convert::run_part, m)?)?;
+    m.add_function(wrap_pyfunction!(convert::finalize, m)?)?;
+    m.add_function(wrap_pyfunction!(convert::plan_info, m)?)?;
+    m.add_function(wrap_pyfunction!(cli::run_cli, m)?)?;
+    m.add_function(wrap_pyfunction!(cli::version, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,91 @@
+"""Shared helpers of the Python package's tests: seeded count matrices, the repository's test data, the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+REPO = Path(__file__).resolve().parents[3]
+TESTDATA = REPO / "testdata"
+CONFORMANCE = TESTDATA / "conformance"
+
+
+def make_counts(n_cells, n_genes, density=0.1, seed=0, max_value=50, dtype=np.float32):
+    """A CSR matrix of integer counts in [1, max_value] (float32 by default), sorted indices."""
+    rng = np.random.default_rng(seed)
+    m = sp.random(n_cells, n_genes, density=density, format="csr", random_state=rng, dtype=np.float64)
+    m.data = rng.integers(1, max_value + 1, size=m.nnz).astype(dtype)
+    m.sort_indices()
+    return m
+
+
+def same(a, b) -> bool:
+    """Exact equality of two sparse or dense matrices."""
+    a, b = sp.csr_matrix(a), sp.csr_matrix(b)
+    return a.shape == b.shape and (a != b).nnz == 0
+
+
+def expected_csr(exp: dict) -> sp.csr_matrix:
+    """The matrix of a conformance ``expected.json``."""
+    return sp.csr_matrix(
+        (np.asarray(exp["values"], dtype=np.int64), np.asarray(exp["indices"], dtype=np.int64), exp["indptr"]),
+        shape=(exp["n_cells"], exp["n_genes"]),
+    )
+
+
+def load_json(path) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def good_tiles():
+    d = CONFORMANCE / "tiles" / "good"
+    return sorted(p for p in d.glob("*.dct"))
+
+
+def bad_tiles():
+    d = CONFORMANCE / "tiles" / "bad"
+    return load_json(d / "cases.json")
+
+
+def cli_binary() -> str | None:
+    """The release `deltacells` binary beside the package's build, if one is there."""
+    target = os.environ.get("CARGO_TARGET_DIR") or str(REPO / "target")
+    for profile in ("release", "debug"):
+        p = Path(target) / profile / "deltacells"
+        if p.exists():
+            return str(p)
+    return shutil.which("deltacells")
+
+
+def run_module(*args: str, **kw) -> subprocess.CompletedProcess:
+    """`python -m deltacells ARGS`."""
+    return subprocess.run([sys.executable, "-m", "deltacells", *args], capture_output=True, text=True, **kw)
+
+
+@pytest.fixture
+def counts():
+    return make_counts
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def require(module: str):
+    """Imports ``module``; skips without it, except in CI, where a missing test dependency is a failure."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        if in_ci():
+            raise
+        pytest.skip(f"{module} is not installed")

@@ -1,0 +1,197 @@
+"""Backends: the package's own (local, store URL, GCS with a client) and Python objects handed to the reader,
+counted so that "one read per tile" and "obs localization uses ranged reads only" are asserted."""
+
+import os
+import pickle
+import time
+
+import numpy as np
+import pytest
+from conftest import make_counts, same
+
+from deltacells import (
+    Backend,
+    CountingBackend,
+    DatasetWriter,
+    GCSBackend,
+    LocalBackend,
+    RangeFile,
+    StoreBackend,
+    ThrottledBackend,
+    open_backend,
+    open_dataset,
+)
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("b") / "ds")
+    full = make_counts(250, 40, density=0.2, seed=31)
+    with DatasetWriter(root, n_genes=40, tile_size=50, level=3, n_chunks=2) as w:
+        for lo in range(0, 250, 50):
+            w.add_tile(full[lo : lo + 50])
+    return root, full
+
+
+def test_local_backend(tmp_path):
+    (tmp_path / "x").write_bytes(bytes(range(256)) * 4)
+    b = LocalBackend(str(tmp_path))
+    assert bytes(b.read("x"))[:3] == b"\x00\x01\x02" and b.exists("x") and not b.exists("y")
+    assert b.read_range("x", 10, 5) == bytes(range(10, 15)) and b.size("x") == 1024
+    assert b.read_range("x", 1020, 100) == bytes(range(252, 256)) and b.read_range("x", 5000, 10) == b""
+    with pytest.raises(FileNotFoundError):
+        b.read("y")
+    assert pickle.loads(pickle.dumps(b)).root == b.root and b.describe() == f"local:{b.root}"
+    assert LocalBackend.__mro__[1] is Backend
+
+    class Plain(LocalBackend):  # no native ranged read: the defaults read the whole object
+        read_range = Backend.read_range
+        size = Backend.size
+
+    assert Plain(str(tmp_path)).read_range("x", 10, 5) == bytes(range(10, 15)) and Plain(str(tmp_path)).size("x") == 1024
+
+
+def test_open_backend_dispatch(tmp_path):
+    assert isinstance(open_backend(str(tmp_path)), LocalBackend)
+    assert isinstance(open_backend(f"file://{tmp_path}"), LocalBackend)
+    g = open_backend("gs://my-bucket/some/prefix/")
+    assert isinstance(g, GCSBackend) and g.describe() == "gs://my-bucket/some/prefix"
+    assert open_backend(g) is g
+    assert isinstance(open_backend("s3://bucket/x"), StoreBackend)
+    with pytest.raises(ValueError, match="scheme"):
+        open_backend("ftp://host/x")
+
+
+def test_store_backend_reads_through_the_rust_store(dataset):
+    root, _ = dataset
+    b = StoreBackend(f"file://{root}")
+    m = bytes(b.read("manifest.json"))
+    assert b"deltacells-dataset" in m and b.size("manifest.json") == len(m) and b.exists("manifest.json")
+    assert b.read_range("manifest.json", 2, 5) == m[2:7] and b.read_range("manifest.json", len(m) + 5, 3) == b""
+    assert not b.exists("nope") and pickle.loads(pickle.dumps(b)).url == b.url
+    with pytest.raises(FileNotFoundError):
+        b.read("nope")
+
+
+def test_gcs_backend_with_a_client_uses_its_api():
+    calls = []
+
+    class Blob:
+        size = 1234
+
+        def __init__(self, name):
+            self.name = name
+
+        def download_as_bytes(self, start=None, end=None):
+            calls.append((self.name, start, end))
+            return b"z" * (1234 if start is None else end - start + 1)
+
+        def exists(self):
+            return self.name.endswith("t")
+
+        def reload(self):
+            calls.append((self.name, "reload"))
+
+    class Client:
+        def bucket(self, name):
+            assert name == "bkt"
+            return self
+
+        def blob(self, name):
+            return Blob(name)
+
+    b = GCSBackend("bkt", "p", client=Client())
+    assert b.read_range("tiles/t", 100, 50) == b"z" * 50 and calls[-1] == ("p/tiles/t", 100, 149)
+    n = len(calls)
+    assert b.read_range("tiles/t", 0, 0) == b"" and len(calls) == n
+    assert b.size("tiles/t") == 1234 and calls[-1] == ("p/tiles/t", "reload")
+    assert b.exists("tiles/t") and len(b.read("tiles/t")) == 1234
+    state = b.__getstate__()
+    assert state["_client"] is None and state["_bucket"] is None
+
+
+def test_throttled_backend_delays_reads(tmp_path):
+    (tmp_path / "x").write_bytes(b"0" * 1_000_000)
+    b = ThrottledBackend(LocalBackend(str(tmp_path)), latency_s=0.1, bandwidth_bytes_per_s=5e6)
+    t0 = time.perf_counter()
+    assert len(b.read("x")) == 1_000_000
+    assert 0.28 <= time.perf_counter() - t0
+    t0 = time.perf_counter()
+    assert len(b.read_range("x", 0, 10)) == 10 and time.perf_counter() - t0 >= 0.09
+    assert b.exists("x") and b.size("x") == 1_000_000 and "throttled" in b.describe()
+
+
+def test_counting_backend_and_range_file(tmp_path):
+    (tmp_path / "x").write_bytes(bytes(range(200)))
+    counting = CountingBackend(LocalBackend(str(tmp_path)))
+    counting.read_range("x", 0, 100)
+    counting.read("x")
+    assert counting.bytes_read == 300 and counting.n_range_reads == 1 and counting.n_reads == 1
+    assert counting.log[0] == ("x", 0, 100) and counting.log[1] == ("x", None, 200)
+    counting.reset()
+    assert counting.bytes_read == 0 and counting.log == []
+    f = RangeFile(counting, "x")
+    assert f.readable() and f.seekable() and f.tell() == 0
+    assert f.read(5) == bytes(range(5)) and f.tell() == 5
+    f.seek(-10, os.SEEK_END)
+    assert f.tell() == 190 and f.read() == bytes(range(190, 200)) and f.read(5) == b""
+    f.seek(20)
+    buf = bytearray(4)
+    assert f.readinto(buf) == 4 and bytes(buf) == bytes(range(20, 24))
+    f.seek(3, os.SEEK_CUR)
+    assert f.tell() == 27 and f.seek(-100) == 0
+    assert counting.n_reads == 0 and counting.bytes_read == 5 + 10 + 4
+    assert pickle.loads(pickle.dumps(counting)).n_reads == 0
+
+
+def test_one_read_per_tile_through_a_python_backend(dataset):
+    root, full = dataset
+    counting = CountingBackend(LocalBackend(root))
+    ds = open_dataset(counting, max_cached_tiles=5)
+    assert counting.n_reads == 1 and counting.log[0][0] == "manifest.json"
+    counting.reset()
+    order = np.random.default_rng(1).permutation(250)
+    for chunk in np.array_split(order, 10):
+        assert same(ds.get_batch(chunk).to_scipy(), full[chunk])
+    tiles = sorted(name for name, _, _ in counting.log)
+    assert tiles == sorted(f"tiles/tile_{t:06d}.dct" for t in range(5)), "one whole read per tile"
+    assert counting.n_range_reads == 0
+
+
+def test_native_backends_skip_python(dataset):
+    root, full = dataset
+    for backend in (LocalBackend(root), StoreBackend(f"file://{root}")):
+        ds = open_dataset(backend)
+        assert same(ds[:].to_scipy(), full) and ds.backend is backend
+
+
+def test_errors_raised_by_a_backend_name_it(dataset):
+    root, _ = dataset
+
+    class Broken(LocalBackend):
+        def read(self, name):
+            if name.startswith("tiles/"):
+                raise OSError("the network is down")
+            return super().read(name)
+
+    ds = open_dataset(Broken(root))
+    with pytest.raises(OSError, match="network is down") as e:
+        ds.get_batch([0])
+    assert "tile_000000.dct" in str(e.value)
+
+    class Missing(LocalBackend):
+        def read(self, name):
+            if name.endswith("tile_000002.dct"):
+                raise FileNotFoundError(name)
+            return super().read(name)
+
+    with pytest.raises(FileNotFoundError, match="tile 2"):
+        open_dataset(Missing(root)).get_batch([120])
+
+
+def test_throttled_remote_reads_correctly(dataset):
+    root, full = dataset
+    remote = ThrottledBackend(LocalBackend(root), latency_s=0.02, bandwidth_bytes_per_s=50e6)
+    ds = open_dataset(remote, io_threads=4)
+    assert ds.prefetch(range(5)) == 5
+    assert same(ds[:].to_scipy(), full)

@@ -1,0 +1,74 @@
+"""The command line from Python: `python -m deltacells`, `deltacells.cli.main`, and the `deltacells` command that
+`pip install` puts on the PATH, against the same dataset."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import make_counts, run_module
+
+from deltacells import DatasetWriter
+from deltacells.cli import main
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("cli") / "ds")
+    with DatasetWriter(root, n_genes=40, tile_size=200, level=3) as w:
+        full = make_counts(530, 40, density=0.2, seed=40)
+        for lo in range(0, 530, 200):
+            w.add_tile(full[lo : lo + 200])
+    return root
+
+
+def test_python_m_deltacells_runs_the_subcommands(dataset):
+    r = run_module("info", dataset, "--json")
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert (info["n_cells"], info["n_genes"], info["n_tiles"]) == (530, 40, 3)
+    r = run_module("verify", dataset)
+    assert r.returncode == 0, r.stderr
+    r = run_module("--version")
+    assert r.returncode == 0 and r.stdout.startswith("deltacells 0.1.0 (")
+    r = run_module("no-such-command")
+    assert r.returncode == 2 and "no-such-command" in r.stderr
+
+
+def test_main_returns_the_exit_status(dataset, tmp_path):
+    assert main(["verify", dataset]) == 0
+    bad = tmp_path / "bad"
+    shutil.copytree(dataset, bad)
+    tile = bad / "tiles" / "tile_000001.dct"
+    data = bytearray(tile.read_bytes())
+    data[-10] ^= 0xFF
+    tile.write_bytes(bytes(data))
+    assert main(["verify", str(bad)]) == 1
+    assert main(["info", str(tmp_path / "missing")]) == 1
+    assert main(["export", dataset, "--cells", "0:3", "--format", "csv", "--output", str(tmp_path / "x.csv")]) == 0
+    assert (tmp_path / "x.csv").read_text().count("\n") >= 3
+
+
+def test_the_console_script_is_installed(dataset):
+    exe = Path(sys.executable).with_name("deltacells")
+    if not exe.exists():
+        pytest.skip("the package is not installed with its console script (an in-tree run)")
+    r = subprocess.run([str(exe), "info", dataset], capture_output=True, text=True)
+    assert r.returncode == 0 and "530" in r.stdout, r.stderr
+
+
+def test_original_spelling_of_convert_inputs(tmp_path):
+    ad = pytest.importorskip("anndata")
+    from conftest import TESTDATA
+
+    src = TESTDATA / "inputs" / "pbmc200" / "pbmc200.h5ad"
+    out = tmp_path / "o"
+    r = run_module("convert", "--h5ad-glob", str(src), "--output", str(out), "--tile-size", "64", "--level", "1")
+    assert r.returncode == 0, r.stderr
+    assert json.loads((out / "manifest.json").read_text())["n_cells"] == ad.read_h5ad(src).n_obs
+    assert np.load(out / "gene_order.npy").shape == (2500,)
+    assert os.path.exists(out / "obs" / "schema.json")

@@ -1,0 +1,178 @@
+"""The Rust converter from Python: rows and obs against the inputs read by anndata, byte-identical datasets from
+convert_h5ad, the CLI, DatasetWriter and the split form (also on a Dask cluster), version-1 output, errors."""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from conftest import TESTDATA, in_ci, require, run_module, same
+
+ad = require("anndata")
+pd = require("pandas")
+
+import deltacells  # noqa: E402
+from deltacells import DatasetWriter, open_dataset  # noqa: E402
+from deltacells.convert import convert_h5ad, finalize, plan, resolve_files, run_part, scan_part  # noqa: E402
+from deltacells.obs import ObsSchema  # noqa: E402
+
+PBMC = TESTDATA / "inputs" / "pbmc200" / "pbmc200.h5ad"
+NULLABLE = TESTDATA / "inputs" / "nullable_obs.h5ad"
+LAYOUTS = TESTDATA / "inputs" / "layouts.h5ad"
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    """pbmc200 split into three h5ad files of 70, 60 and 70 cells (as anndata writes them)."""
+    d = tmp_path_factory.mktemp("shards")
+    a = ad.read_h5ad(PBMC)
+    for i, (lo, hi) in enumerate([(0, 70), (70, 130), (130, 200)]):
+        a[lo:hi].copy().write_h5ad(d / f"part_{i}.h5ad")
+    return d, a
+
+
+def tile_bytes(root):
+    return [p.read_bytes() for p in sorted(Path(root, "tiles").glob("*.dct"))]
+
+
+def test_rows_obs_and_var_match_anndata(shards, tmp_path):
+    d, a = shards
+    out = str(tmp_path / "out")
+    logged = []
+    m = convert_h5ad(str(d / "*.h5ad"), out, tile_size=64, level=3, n_chunks=4, log=logged.append)
+    assert logged and "done" in logged[-1]
+    ds = open_dataset(out, cache_dir=str(tmp_path / "cache"))
+    assert (m.n_cells, m.n_genes, m.tile_cells) == (200, 2500, [64, 64, 64, 8]) and m.version == 2
+    x = sp.csr_matrix(a.X)
+    assert same(ds[:].to_scipy(), x[:, ds.gene_order])
+    totals = np.asarray(x.sum(axis=0)).ravel()[ds.gene_order]
+    assert (np.diff(totals) <= 0).all(), "genes ordered by decreasing totals"
+    assert ds.var_names == list(a.var_names[ds.gene_order])
+    assert list(ds.var.index) == list(a.var_names[ds.gene_order])
+    obs = ds.obs
+    assert obs.columns == list(a.obs.columns) + ["obs_names"], "the source columns, then obs_names last"
+    df = obs.to_pandas()
+    assert list(df["obs_names"]) == list(a.obs_names)
+    for c in a.obs.columns:
+        assert [str(v) for v in df[c]] == [str(v) for v in a.obs[c]], c
+
+
+def test_schema_and_fingerprint_follow_the_original_column_order(tmp_path):
+    out = str(tmp_path / "o")
+    convert_h5ad(str(NULLABLE), out, tile_size=16, level=3, log=None)
+    a = ad.read_h5ad(NULLABLE)
+    schema = json.loads((Path(out) / "obs" / "schema.json").read_text())
+    assert [c["name"] for c in schema["columns"]] == list(a.obs.columns) + ["obs_names"]
+    # The text is what ObsSchema (the original's format) writes for the same columns.
+    assert ObsSchema.from_json((Path(out) / "obs" / "schema.json").read_text()).to_json() == (Path(out) / "obs" / "schema.json").read_text()
+
+
+def test_cli_python_writer_and_convert_h5ad_give_the_same_tiles(shards, tmp_path):
+    d, a = shards
+    via_py = str(tmp_path / "py")
+    m = convert_h5ad(str(d / "*.h5ad"), via_py, tile_size=50, level=5, n_chunks=3, log=None)
+    via_cli = str(tmp_path / "cli")
+    r = run_module("convert", str(d / "*.h5ad"), "--output", via_cli, "--tile-size", "50", "--level", "5", "--chunks", "3")
+    assert r.returncode == 0, r.stderr
+    assert tile_bytes(via_py) == tile_bytes(via_cli)
+    for side in ("gene_order.npy", "var_names.txt", "var.parquet", "obs/schema.json", "obs/obs_0000.parquet"):
+        assert (Path(via_py) / side).read_bytes() == (Path(via_cli) / side).read_bytes(), side
+    # DatasetWriter fed the same cells, gene order and obs writes the same tiles and obs shards.
+    order = open_dataset(via_py).gene_order
+    obs = a.obs.copy()
+    obs["obs_names"] = list(a.obs_names)
+    schema = ObsSchema.from_json((Path(via_cli) / "obs" / "schema.json").read_text())
+    via_writer = str(tmp_path / "w")
+    x = sp.csr_matrix(a.X)
+    with DatasetWriter(
+        via_writer, n_genes=2500, tile_size=50, gene_order=order, level=5, n_chunks=3, obs_schema=schema,
+        obs_compression_level=5,  # the converter compresses obs at the tiles' level
+    ) as w:
+        for lo in range(0, 200, 50):
+            w.add_tile(x[lo : lo + 50], obs=obs.iloc[lo : lo + 50])
+    assert tile_bytes(via_writer) == tile_bytes(via_cli)
+    assert (Path(via_writer) / "obs/obs_0000.parquet").read_bytes() == (Path(via_cli) / "obs/obs_0000.parquet").read_bytes()
+    mw = deltacells.Manifest.from_json((Path(via_writer) / "manifest.json").read_text())
+    assert mw.obs_fingerprint == m.obs_fingerprint and mw.tile_bytes == m.tile_bytes
+
+
+def test_split_form_gives_the_same_tiles(shards, tmp_path):
+    d, _ = shards
+    one = str(tmp_path / "one")
+    convert_h5ad(str(d / "*.h5ad"), one, tile_size=40, level=3, log=None)
+    out, plan_path = str(tmp_path / "split"), str(tmp_path / "plan.json")
+    for i in range(2):
+        assert scan_part(str(d / "*.h5ad"), plan_path, i, 2, tile_size=40, level=3)[0] >= 1
+    assert plan(str(d / "*.h5ad"), out, plan_path, tile_size=40, level=3) == (200, 2500, 5)
+    for i in range(3):
+        written, skipped = run_part(plan_path, i, 3)
+        assert skipped == 0
+    assert run_part(plan_path, 0, 3) == (0, 1), "a part run again keeps its complete tiles"
+    m = finalize(plan_path)
+    assert m.n_tiles == 5 and tile_bytes(out) == tile_bytes(one)
+    assert not (Path(out) / "manifest.json").read_text() == ""
+
+
+def _part(plan_path, i, n):
+    from deltacells.convert import run_part as rp
+
+    return rp(plan_path, i, n)
+
+
+def test_parts_as_dask_tasks_on_a_local_cluster(shards, tmp_path):
+    distributed = require("distributed")
+    d, _ = shards
+    one = str(tmp_path / "one")
+    convert_h5ad(str(d / "*.h5ad"), one, tile_size=30, level=3, log=None)
+    out, plan_path = str(tmp_path / "dask"), str(tmp_path / "plan.json")
+    plan(str(d / "*.h5ad"), out, plan_path, tile_size=30, level=3)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        with distributed.Client(cluster) as client:
+            futures = [client.submit(_part, plan_path, i, 4, pure=False) for i in range(4)]
+            results = client.gather(futures)
+    assert sum(w for w, _ in results) == 7
+    finalize(plan_path)
+    assert tile_bytes(out) == tile_bytes(one)
+    ds = open_dataset(out)
+    assert same(ds[:].to_scipy(), open_dataset(one)[:].to_scipy())
+
+
+def test_version_1_output_and_its_refusal(shards, tmp_path):
+    d, _ = shards
+    out = str(tmp_path / "v1")
+    m = convert_h5ad(str(d / "*.h5ad"), out, tile_size=64, level=3, format_version=1, log=None)
+    raw = json.loads((Path(out) / "manifest.json").read_text())
+    assert m.version == 1 and raw["version"] == 1 and "obs_shard_footer_crc32" not in raw
+    assert all(t[8] == 1 for t in tile_bytes(out))
+    ds = open_dataset(out)
+    assert same(ds[:].to_scipy(), open_dataset(str(_v2(d, tmp_path)))[:].to_scipy())
+    # layouts.h5ad holds a count of 70000 in cell 0: version 1 cannot store it.
+    with pytest.raises(ValueError, match=r"cell \d+, gene \d+: count \d+ is above 65535"):
+        convert_h5ad(str(LAYOUTS), str(tmp_path / "bad"), tile_size=16, level=3, format_version=1, log=None)
+    assert not (tmp_path / "bad" / "manifest.json").exists()
+
+
+def _v2(d, tmp_path):
+    out = tmp_path / "v2"
+    convert_h5ad(str(d / "*.h5ad"), str(out), tile_size=64, level=3, log=None)
+    return out
+
+
+def test_errors(shards, tmp_path):
+    d, _ = shards
+    with pytest.raises(FileNotFoundError):
+        convert_h5ad(str(tmp_path / "nope*.h5ad"), str(tmp_path / "o"), log=None)
+    with pytest.raises(FileNotFoundError):
+        resolve_files([str(tmp_path / "missing.h5ad")])
+    out = str(tmp_path / "done")
+    convert_h5ad(str(d / "part_0.h5ad"), out, tile_size=32, level=3, log=None)
+    with pytest.raises(FileExistsError):
+        convert_h5ad(str(d / "part_0.h5ad"), out, tile_size=32, level=3, log=None)
+    m = convert_h5ad(str(d / "part_1.h5ad"), out, tile_size=25, level=3, log=None, overwrite=True)
+    assert m.tile_size == 25 and m.n_cells == 60
+    with pytest.raises(ValueError, match="sort_genes_max_files"):
+        convert_h5ad(str(d / "*.h5ad"), str(tmp_path / "z"), sort_genes_max_files=0, log=None)
+    assert resolve_files([str(d / "part_1.h5ad"), str(d / "part_0.h5ad")], sort=False)[0].endswith("part_1.h5ad")

@@ -1,0 +1,122 @@
+"""Tile structure from Python: header and chunk table, every rule a FormatError naming it, CRC, constants."""
+
+import struct
+
+import numpy as np
+import pytest
+from conftest import make_counts
+
+import deltacells
+from deltacells import FormatError, Tile, encode_tile
+from deltacells import format as fmt
+
+
+@pytest.fixture(scope="module")
+def blob():
+    return encode_tile(make_counts(200, 80, seed=1), n_chunks=4, level=3)
+
+
+def test_constants():
+    assert fmt.MAGIC == b"DELTACEL" and fmt.VERSION == 2 and fmt.HEADER_SIZE == 64
+    assert fmt.CHUNK_ENTRY_SIZE == 96 and fmt.chunk_entry_size(1) == 64 and fmt.chunk_entry_size(2) == 96
+    assert fmt.MAX_GENES == 2**31 and fmt.max_genes(1) == 65536 and fmt.MAX_VALUE == 2**31 - 1
+    assert issubclass(FormatError, ValueError) and fmt.FormatError is deltacells.FormatError
+    assert fmt.align8(0) == 0 and fmt.align8(1) == 8 and fmt.align8(64) == 64
+    with pytest.raises(ValueError):
+        fmt.chunk_entry_size(3)
+
+
+def test_header_layout(blob):
+    info = fmt.parse_tile_info(blob)
+    assert blob[:8] == fmt.MAGIC
+    assert (info.version, info.n_cells, info.n_genes, info.n_chunks) == (2, 200, 80, 4)
+    assert info.total_size == len(blob) and info.indptr_off % 8 == 0
+    assert info.indptr_off >= 64 + 4 * fmt.CHUNK_ENTRY_SIZE
+    assert info.chunks[0].cell_lo == 0 and info.chunks[-1].cell_hi == 200
+    for a, b in zip(info.chunks, info.chunks[1:]):
+        assert a.cell_hi == b.cell_lo and a.nnz_hi == b.nnz_lo
+    assert sum(c.nnz for c in info.chunks) == info.nnz
+    assert info.scratch_nbytes == 4 * max(c.nnz for c in info.chunks)
+    # The header fields agree with the bytes (independent of the parser).
+    magic, version, flags, n_cells, nnz, n_genes, n_chunks = struct.unpack_from("<8sIIQQII", blob, 0)
+    assert (version, flags, n_cells, nnz, n_genes, n_chunks) == (2, 0, 200, info.nnz, 80, 4)
+    assert fmt.payload_crc32(blob) == info.crc32 == struct.unpack_from("<I", blob, 56)[0]
+
+
+def _patched(blob, offset, fmt_, value):
+    b = bytearray(blob)
+    struct.pack_into(fmt_, b, offset, value)
+    return bytes(b)
+
+
+@pytest.mark.parametrize(
+    "offset,code,value,match",
+    [(0, "<Q", 0, "magic"), (8, "<I", 99, "version"), (12, "<I", 1, "flags"), (32, "<I", 0, "n_genes")],
+)
+def test_header_rules_name_the_field(blob, offset, code, value, match):
+    with pytest.raises(FormatError, match=match):
+        Tile(_patched(blob, offset, code, value))
+
+
+@pytest.mark.parametrize("cut", [0, 10, 63, 64, 74, -1, -100])
+def test_truncated(blob, cut):
+    with pytest.raises(FormatError):
+        Tile(blob[:cut])
+
+
+def test_trailing_garbage_rejected(blob):
+    with pytest.raises(FormatError, match="total_size"):
+        Tile(blob + b"\0" * 8)
+
+
+def test_chunk_table_rules(blob):
+    entry = 64 + 96  # chunk 1
+    with pytest.raises(FormatError, match="chunk 1.*cell_lo|cell_lo.*chunk 1"):
+        cell_lo = struct.unpack_from("<Q", blob, entry)[0]
+        Tile(_patched(blob, entry, "<Q", cell_lo + 1))
+    with pytest.raises(FormatError, match="offset"):
+        Tile(_patched(blob, 64 + 32, "<Q", len(blob) + 8))  # chunk 0's gaps frame outside the tile
+
+
+def test_inconsistent_indptr_rejected(blob):
+    info = fmt.parse_tile_info(blob)
+    with pytest.raises(FormatError, match="indptr"):
+        Tile(_patched(blob, info.indptr_off + 5 * 8, "<q", 10**9))
+
+
+def test_crc_detects_payload_corruption(blob):
+    Tile(blob, verify=True).verify()
+    info = fmt.parse_tile_info(blob)
+    b = bytearray(blob)
+    b[info.chunks[1].vals_off + 3] ^= 0xFF
+    t = Tile(bytes(b))  # the structure is intact
+    with pytest.raises(FormatError, match="CRC"):
+        t.verify()
+    with pytest.raises(FormatError, match="CRC"):
+        Tile(bytes(b), verify=True)
+
+
+def test_garbage_stream_raises_not_crashes(blob):
+    info = fmt.parse_tile_info(blob)
+    c = info.chunks[2]
+    b = bytearray(blob)
+    rng = np.random.default_rng(3)
+    b[c.gaps_off : c.gaps_off + c.gaps_len] = rng.integers(0, 256, c.gaps_len, dtype=np.uint8).tobytes()
+    t = Tile(bytes(b))
+    with pytest.raises(FormatError, match="corrupt"):
+        t.decode()
+    with pytest.raises(ValueError, match="chunk 2"):
+        t.decode(threads=3)
+
+
+def test_public_names():
+    import importlib
+
+    for name in deltacells.__all__:
+        assert hasattr(deltacells, name), name
+    for module in ("convert", "obs", "cli", "format", "reader", "manifest", "backends", "writer", "dataset"):
+        importlib.import_module(f"deltacells.{module}")
+    from deltacells.reader import DeltaCellsDataset, row_offsets
+
+    assert DeltaCellsDataset is deltacells.DeltaCellsDataset and callable(row_offsets)
+    assert deltacells.__version__ == deltacells._core.__version__

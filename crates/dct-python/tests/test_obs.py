@@ -1,0 +1,482 @@
+"""Obs and var from Python: schema inference and encoding, shards written by DatasetWriter, lookups against the
+source frame, the node cache (ranged reads only), pandas round trips."""
+
+import json
+import multiprocessing
+import os
+import pickle
+import shutil
+import warnings
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import make_counts, require
+
+pd = require("pandas")
+pa = require("pyarrow")
+pq = require("pyarrow.parquet")
+
+from deltacells import CountingBackend, DatasetWriter, LocalBackend, Manifest, RangeFile, open_dataset  # noqa: E402
+from deltacells.obs import DEFAULT_MAX_CATEGORIES, ColumnSpec, ObsSchema, resolve_cache_dir  # noqa: E402
+
+N, TILE, PER_FILE = 350, 100, 2  # 4 tiles, 2 shards
+
+
+def make_obs(n, seed=0):
+    rng = np.random.default_rng(seed)
+    cell_type = rng.choice(np.array(["alpha", "beta", "gamma", None], dtype=object), n, p=[0.4, 0.3, 0.2, 0.1])
+    return pd.DataFrame(
+        {
+            "cell_type": pd.Categorical(cell_type),
+            "donor": pd.Categorical(rng.choice([f"d{i}" for i in range(7)], n)),
+            "n_counts": rng.integers(0, 10**6, n).astype(np.int64),
+            "age": np.where(rng.random(n) < 0.1, np.nan, rng.normal(50, 10, n)),
+            "doublet": rng.random(n) < 0.2,
+            "barcode": [f"BC{rng.integers(1 << 40):x}" for _ in range(n)],
+            "sex": pd.array(rng.choice(["F", "M", None], n), dtype="string"),
+        }
+    )
+
+
+def make_var(n_genes):
+    return pd.DataFrame(
+        {
+            "gene_name": [f"name{i % 11}" for i in range(n_genes)],
+            "gene_id": pd.array([f"ENS{i:05d}" for i in range(n_genes)], dtype="string"),
+            "gene_version": np.arange(n_genes, dtype=np.float64),
+        },
+        index=pd.Index([f"g{i}" for i in range(n_genes)], name="var_id"),
+    )
+
+
+def expected_column(obs, name, idx):
+    s = obs[name].iloc[idx]
+    if isinstance(s.dtype, pd.CategoricalDtype):
+        vocab = list(obs[name].cat.categories)
+        return np.array([-1 if pd.isna(v) else vocab.index(v) for v in s])
+    return s.to_numpy()
+
+
+def assert_column_equal(got, want, name):
+    if want.dtype == object or got.dtype == object:
+        norm = lambda xs: [None if pd.isna(v) else v for v in xs]  # noqa: E731
+        assert norm(got) == norm(want), name
+    elif np.issubdtype(want.dtype, np.floating):
+        np.testing.assert_allclose(got, want, equal_nan=True, err_msg=name)
+    else:
+        assert np.array_equal(got, want), name
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("obsds") / "ds")
+    full = make_counts(N, 30, density=0.2, seed=100)
+    obs, var = make_obs(N), make_var(30)
+    order = np.random.default_rng(1).permutation(30)
+    schema = ObsSchema.infer([obs])
+    with DatasetWriter(
+        root, n_genes=30, tile_size=TILE, gene_order=order, var=var, obs_schema=schema, obs_tiles_per_file=PER_FILE,
+        level=3, n_chunks=2,
+    ) as w:
+        for lo in range(0, N, TILE):
+            w.add_tile(full[lo : lo + TILE], obs=obs.iloc[lo : lo + TILE])
+    return root, full, obs, var, order, schema
+
+
+@pytest.fixture
+def cache(tmp_path):
+    return str(tmp_path / "cache")
+
+
+def test_infer_kinds_vocabularies_and_json_roundtrip():
+    schema = ObsSchema.infer([make_obs(50)])
+    kinds = {c.name: c.kind for c in schema.columns}
+    assert kinds == {"cell_type": "category", "donor": "category", "n_counts": "numeric", "age": "numeric",
+                     "doublet": "bool", "barcode": "string", "sex": "string"}
+    assert schema["cell_type"].categories == ["alpha", "beta", "gamma"] and schema["cell_type"].arrow_type == "int8"
+    assert schema["n_counts"].arrow_type == "int64" and schema["age"].arrow_type == "double"
+    again = ObsSchema.from_json(schema.to_json())
+    assert [c.__dict__ for c in again.columns] == [c.__dict__ for c in schema.columns] and again == schema
+    assert schema.arrow_schema().names == schema.names and schema.names[0] == "cell_type"
+    doc = json.loads(schema.to_json())
+    assert doc["format"] == "deltacells-obs" and doc["version"] == 1
+
+
+def test_vocabulary_is_the_union_across_frames_in_order_of_appearance():
+    a = pd.DataFrame({"x": pd.Categorical(["b", "a", "b"], categories=["b", "a"])})
+    b = pd.DataFrame({"x": pd.Categorical(["c", "a"], categories=["c", "a", "d"])})
+    schema = ObsSchema.infer([a, b])
+    assert schema["x"].categories == ["b", "a", "c", "d"]
+    assert schema.encode(b).column("x").to_pylist() == [2, 1]
+
+
+def test_high_cardinality_and_code_widths():
+    big = pd.DataFrame({"x": pd.Categorical([f"v{i}" for i in range(30)]), "y": pd.Categorical(["a", "b"] * 15)})
+    assert ObsSchema.infer([big], max_categories=29)["x"].kind == "string"
+    assert ObsSchema.infer([big], max_categories=30)["x"].kind == "category"
+    assert ObsSchema.infer([big], max_categories=29)["y"].kind == "category"
+    assert DEFAULT_MAX_CATEGORIES == 20_000 and ObsSchema.infer([big])["x"].kind == "category"
+    frames = [pd.DataFrame({"x": pd.Categorical([f"s{k}_{i}" for i in range(10)])}) for k in range(5)]
+    assert ObsSchema.infer(frames, max_categories=40)["x"].kind == "string"
+    assert ObsSchema.infer(frames, max_categories=50)["x"].kind == "category"
+    s = ObsSchema.infer([pd.DataFrame({"x": pd.Categorical([str(i) for i in range(200)])})])
+    assert s["x"].arrow_type == "int16"
+    s = ObsSchema.infer([pd.DataFrame({"x": pd.Categorical([str(i) for i in range(40_000)])})], max_categories=50_000)
+    assert s["x"].arrow_type == "int32"
+
+
+def test_infer_selects_excludes_and_merges_numbers():
+    obs = make_obs(20)
+    assert ObsSchema.infer([obs], exclude=["barcode", "sex"]).names == ["cell_type", "donor", "n_counts", "age", "doublet"]
+    assert ObsSchema.infer([obs], columns=["age", "donor"]).names == ["age", "donor"]
+    a, b = pd.DataFrame({"x": np.array([1, 2], np.int16)}), pd.DataFrame({"x": np.array([1.5], np.float32)})
+    assert ObsSchema.infer([a, b])["x"].pa_type() == pa.float32() == ObsSchema.infer([b, a])["x"].pa_type()
+
+
+def test_infer_errors():
+    with pytest.raises(ValueError, match="no obs frames"):
+        ObsSchema.infer([])
+    with pytest.raises(ValueError, match="in some frames"):
+        ObsSchema.infer([pd.DataFrame({"x": ["a"]}), pd.DataFrame({"x": [1.0]})])
+    with pytest.raises(ValueError, match="different columns"):
+        ObsSchema.infer([pd.DataFrame({"x": [1]}), pd.DataFrame({"y": [1]})])
+    with pytest.raises(ValueError, match="unsupported dtype"):
+        ObsSchema.infer([pd.DataFrame({"t": pd.to_datetime(["2020-01-01"])})])
+    with pytest.raises(ValueError, match="lacks columns"):
+        ObsSchema.infer([pd.DataFrame({"x": [1]}), pd.DataFrame({"y": [1]})], columns=["x"])
+
+
+def test_encode_missing_values_unknown_values_and_column_mismatch():
+    obs = make_obs(60)
+    schema = ObsSchema.infer([obs])
+    t = schema.encode(obs)
+    assert t.num_rows == 60 and t.schema.equals(schema.arrow_schema())
+    codes = np.array(t.column("cell_type").to_pylist())
+    assert ((codes == -1) == obs["cell_type"].isna().to_numpy()).all()
+    assert t.column("age").null_count == int(obs["age"].isna().sum())
+    as_strings = obs.assign(cell_type=obs["cell_type"].astype(object))
+    assert schema.encode(as_strings).column("cell_type").to_pylist() == t.column("cell_type").to_pylist()
+    with pytest.raises(ValueError, match="vocabulary"):
+        schema.encode(obs.assign(donor=pd.Categorical(["unseen"] * 60)))
+    with pytest.raises(ValueError, match="vocabulary"):
+        schema.encode(obs.assign(cell_type=["zzz"] * 60))
+    with pytest.raises(ValueError, match="missing"):
+        schema.encode(obs.drop(columns=["age"]))
+    with pytest.raises(ValueError, match="unexpected"):
+        schema.encode(obs.assign(extra=1))
+
+
+def test_schema_constructor_validation():
+    with pytest.raises(ValueError, match="duplicate"):
+        ObsSchema([ColumnSpec("a", "numeric", "int64"), ColumnSpec("a", "numeric", "int64")])
+    with pytest.raises(ValueError, match="unknown column kind"):
+        ObsSchema([ColumnSpec("a", "weird", "int64")])
+    with pytest.raises(ValueError, match="categories"):
+        ObsSchema([ColumnSpec("a", "category", "int8")])
+    with pytest.raises(KeyError, match="available"):
+        ObsSchema([ColumnSpec("a", "numeric", "int64")])["b"]
+    with pytest.raises(ValueError, match="not a deltacells obs schema"):
+        ObsSchema.from_json(json.dumps({"format": "other"}))
+
+
+def test_shards_row_groups_manifest(built):
+    root, *_ = built
+    m = Manifest.from_json(Path(root, "manifest.json").read_text())
+    assert m.has_obs and m.obs_tiles_per_file == PER_FILE and m.n_obs_shards == 2 and m.has_var_table
+    assert len(m.obs_shard_bytes) == len(m.obs_shard_sha256) == 2 and len(m.obs_fingerprint) == 24
+    assert list(m.obs_shard_tiles(1)) == [2, 3]
+    for s in range(2):
+        path = os.path.join(root, m.obs_shard_name(s))
+        assert os.path.getsize(path) == m.obs_shard_bytes[s]
+        md = pq.read_metadata(path)
+        assert [md.row_group(g).num_rows for g in range(md.num_row_groups)] == [m.tile_cells[t] for t in m.obs_shard_tiles(s)]
+        assert not md.row_group(0).column(0).is_stats_set and md.row_group(0).column(0).compression == "ZSTD"
+    assert json.loads(Path(root, "obs", "schema.json").read_text())["format"] == "deltacells-obs"
+
+
+def test_obs_is_deterministic(tmp_path):
+    obs, full = make_obs(120, seed=3), make_counts(120, 20, seed=3)
+    schema = ObsSchema.infer([obs])
+    fps = []
+    for name in ("a", "b"):
+        with DatasetWriter(str(tmp_path / name), n_genes=20, tile_size=60, level=3, obs_schema=schema) as w:
+            w.add_tile(full[:60], obs=obs.iloc[:60])
+            w.add_tile(full[60:], obs=obs.iloc[60:])
+        fps.append(json.loads((tmp_path / name / "manifest.json").read_text())["obs_fingerprint"])
+    assert fps[0] == fps[1]
+
+
+def test_writer_obs_argument_rules(tmp_path):
+    obs, full = make_obs(40), make_counts(40, 10, seed=4)
+    schema = ObsSchema.infer([obs])
+    w = DatasetWriter(str(tmp_path / "a"), n_genes=10, tile_size=40, level=3, obs_schema=schema)
+    with pytest.raises(ValueError, match="obs must be given"):
+        w.add_tile(full)
+    with pytest.raises(ValueError, match="40 cells"):
+        w.add_tile(full, obs=obs.iloc[:30])
+    with pytest.raises(ValueError, match="missing"):
+        w.add_tile(full, obs=obs.drop(columns=["age"]))
+    assert not (tmp_path / "a" / "tiles" / "tile_000000.dct").exists(), "nothing is written for a refused tile"
+    w.add_tile(full, obs=obs)
+    w.close()
+    plain = DatasetWriter(str(tmp_path / "b"), n_genes=10, tile_size=40, level=3)
+    with pytest.raises(ValueError, match="obs must be given"):
+        plain.add_tile(full, obs=obs)
+    with pytest.raises(ValueError, match="var must have"):
+        DatasetWriter(str(tmp_path / "c"), n_genes=10, tile_size=40, var=make_var(9))
+
+
+def test_writer_accepts_an_already_encoded_table(tmp_path):
+    obs, full = make_obs(40), make_counts(40, 10, seed=5)
+    schema = ObsSchema.infer([obs])
+    with DatasetWriter(str(tmp_path / "d"), n_genes=10, tile_size=40, level=3, obs_schema=schema) as w:
+        w.add_tile(full, obs=schema.encode(obs))
+    ds = open_dataset(str(tmp_path / "d"), cache_dir=str(tmp_path / "c"), obs_columns=["age"])
+    got = ds.obs.take(np.arange(40), ds.obs.columns, warn=False)
+    for name in ds.obs.columns:
+        assert_column_equal(got[name], expected_column(obs, name, np.arange(40)), name)
+
+
+def test_verify_passes_and_detects_tampering(built, tmp_path):
+    root, *_ = built
+    open_dataset(root).obs.verify()
+    bad = str(tmp_path / "bad")
+    shutil.copytree(root, bad)
+    path = os.path.join(bad, "obs", "obs_0001.parquet")
+    data = bytearray(Path(path).read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    Path(path).write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="checksum"):
+        open_dataset(bad).obs.verify()
+    os.remove(path)
+    with pytest.raises(FileNotFoundError):
+        open_dataset(bad).obs.verify()
+
+
+def test_take_matches_ground_truth_for_every_kind(built, cache):
+    root, _, obs, *_ = built
+    ds = open_dataset(root, cache_dir=cache)
+    ds.obs.localize()
+    rng = np.random.default_rng(7)
+    for _ in range(10):
+        idx = rng.integers(0, N, int(rng.integers(1, 120)))
+        got = ds.obs.take(idx, ds.obs.columns)
+        assert list(got) == ds.obs.columns
+        for name in ds.obs.columns:
+            assert_column_equal(got[name], expected_column(obs, name, idx), name)
+    assert got["cell_type"].dtype == np.int8 and got["n_counts"].dtype == np.int64 and got["doublet"].dtype == bool
+
+
+def test_take_basics(built, cache):
+    root, _, obs, *_ = built
+    store = open_dataset(root, cache_dir=cache).obs
+    store.localize(["age", "cell_type"])
+    assert store.take([], ["age"])["age"].shape == (0,)
+    assert_column_equal(store.take([5], "age")["age"], obs["age"].to_numpy()[[5]], "age")
+    with pytest.raises(KeyError, match="unknown obs columns"):
+        store.take([1], ["nope"])
+    for bad in ([-1], [N], [0, 10**6]):
+        with pytest.raises(IndexError):
+            store.take(bad, ["age"])
+    assert store.kind("cell_type") == "category" and store.categories("cell_type") == ["alpha", "beta", "gamma"]
+    with pytest.raises(ValueError, match="not categorical"):
+        store.categories("age")
+    assert "age" in store.localized_columns() and "donor" not in store.localized_columns()
+
+
+def test_on_demand_fetch_warns_once(built, cache):
+    root, _, obs, *_ = built
+    store = open_dataset(root, cache_dir=cache).obs
+    with pytest.warns(UserWarning, match="not in the local cache"):
+        got = store.take([1, 2, 3], ["donor"])
+    assert np.array_equal(got["donor"], expected_column(obs, "donor", [1, 2, 3]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        store.take([1, 2, 3], ["donor"])
+        open_dataset(root, cache_dir=cache).obs.take([4], ["donor"])  # cached on disk: no warning either
+        open_dataset(root, cache_dir=cache).obs.take([4], ["cell_type"], warn=False)
+
+
+def test_to_pandas_and_take_pandas(built, cache):
+    root, _, obs, *_ = built
+    store = open_dataset(root, cache_dir=cache).obs
+    df = store.to_pandas(["cell_type", "age", "barcode", "sex", "doublet"])
+    assert len(df) == N and isinstance(df.index, pd.RangeIndex)
+    assert isinstance(df["cell_type"].dtype, pd.CategoricalDtype) and list(df["cell_type"].cat.categories) == ["alpha", "beta", "gamma"]
+    assert df["cell_type"].isna().equals(obs["cell_type"].isna())
+    assert (df["cell_type"].dropna().astype(str) == obs["cell_type"].dropna().astype(str)).all()
+    assert_column_equal(df["age"].to_numpy(), obs["age"].to_numpy(), "age")
+    assert list(df["barcode"]) == list(obs["barcode"]) and df["doublet"].tolist() == obs["doublet"].tolist()
+    assert [None if pd.isna(v) else v for v in df["sex"]] == [None if pd.isna(v) else v for v in obs["sex"]]
+    assert store.to_pandas(["cell_type"], categorical=False)["cell_type"].dtype == object
+    assert list(store.to_pandas().columns) == obs.columns.tolist()
+    tp = store.take_pandas([3, 1], ["donor", "age"])
+    assert list(tp.columns) == ["donor", "age"] and list(tp["donor"].cat.categories) == [f"d{i}" for i in range(7)]
+
+
+def test_dataset_obs_columns_argument_and_absent_obs(built, cache, tmp_path):
+    root, *_ = built
+    ds = open_dataset(root, cache_dir=cache, obs_columns=["age", "donor"])
+    assert sorted(ds.obs.localized_columns()) == ["age", "donor"]
+    with pytest.raises(KeyError):
+        open_dataset(root, cache_dir=cache, obs_columns=["nope"])
+    with DatasetWriter(str(tmp_path / "plain"), n_genes=10, tile_size=20, level=3) as w:
+        w.add_tile(make_counts(20, 10, seed=6))
+    plain = open_dataset(str(tmp_path / "plain"))
+    assert plain.obs is None and plain.var is None
+    with pytest.raises(ValueError, match="no obs"):
+        open_dataset(str(tmp_path / "plain"), obs_columns=["a"])
+
+
+def test_pickling_a_dataset_with_obs(built, cache):
+    root, _, obs, *_ = built
+    ds = open_dataset(root, cache_dir=cache, obs_columns=["age"])
+    ds.obs.take([1], ["age"])
+    assert ds.obs._readers
+    clone = pickle.loads(pickle.dumps(ds))
+    assert clone.cache_dir == cache and not clone.obs._readers
+    assert_column_equal(clone.obs.take([5, 6], ["age"])["age"], obs["age"].to_numpy()[[5, 6]], "age")
+    ds.close()
+    assert not ds.obs._readers
+
+
+def test_var_table_roundtrip(built):
+    root, _, _, var, order, _ = built
+    got = open_dataset(root).var
+    want = var.iloc[order]
+    assert got.index.name == "var_id" and list(got.index) == [f"g{j}" for j in order]
+    assert list(got.columns) == list(want.columns)
+    assert got["gene_name"].tolist() == want["gene_name"].tolist()
+    assert got["gene_id"].tolist() == want["gene_id"].tolist()
+    assert np.array_equal(got["gene_version"].to_numpy(), want["gene_version"].to_numpy())
+    ds = open_dataset(root)
+    assert ds.var is ds.var
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("wide") / "ds")
+    n, tile = 12_000, 2_000
+    rng = np.random.default_rng(11)
+    obs = pd.DataFrame({f"f{i:02d}": rng.normal(size=n) for i in range(30)})
+    obs["cell_type"] = pd.Categorical(rng.choice(list("abcde"), n))
+    obs["donor"] = pd.Categorical(rng.choice([f"d{i}" for i in range(50)], n))
+    full = make_counts(n, 10, density=0.05, seed=11)
+    schema = ObsSchema.infer([obs])
+    with DatasetWriter(root, n_genes=10, tile_size=tile, level=3, n_chunks=1, obs_schema=schema, obs_tiles_per_file=3) as w:
+        for lo in range(0, n, tile):
+            w.add_tile(full[lo : lo + tile], obs=obs.iloc[lo : lo + tile])
+    return root, obs
+
+
+def test_localizing_reads_only_the_requested_columns_with_ranged_reads(wide, cache):
+    root, obs = wide
+    backend = CountingBackend(LocalBackend(root))
+    ds = open_dataset(backend, cache_dir=cache)
+    total_obs = sum(ds.manifest.obs_shard_bytes)
+    store = ds.obs
+    sizes = store.column_nbytes()
+    assert sizes["cell_type"] < 0.01 * total_obs < sizes["f00"]
+    store.columns  # noqa: B018  (reads the schema)
+    backend.reset()
+    assert store.localize(["cell_type"]) == ["cell_type"]
+    assert backend.bytes_read < 0.15 * total_obs, f"read {backend.bytes_read} of {total_obs} obs bytes"
+    assert backend.n_reads == 0 and backend.n_range_reads > 0, "obs shards are only read with ranged reads"
+    first = backend.bytes_read
+    backend.reset()
+    assert store.localize(["f03"]) == ["f03"]
+    assert backend.bytes_read < 0.1 * total_obs + sizes["f03"] + first and backend.n_reads == 0
+    backend.reset()
+    assert store.localize(["cell_type", "f03"]) == []
+    assert backend.bytes_read == 0 and backend.n_range_reads == 0
+    got = store.take(np.arange(0, 12_000, 7), ["cell_type", "f03"])
+    assert np.array_equal(got["cell_type"], expected_column(obs, "cell_type", np.arange(0, 12_000, 7)))
+    assert np.array_equal(got["f03"], obs["f03"].to_numpy()[::7])
+    assert backend.bytes_read == 0, "lookups after localizing never touch the dataset"
+
+
+def test_localize_is_additive(wide, cache):
+    root, _ = wide
+    store = open_dataset(root, cache_dir=cache).obs
+    store.localize(["donor"])
+    path = store._path("donor")
+    stat = (path.stat().st_mtime_ns, path.stat().st_size)
+    store.localize(["f01", "f02"])
+    assert (path.stat().st_mtime_ns, path.stat().st_size) == stat
+    assert sorted(store.localized_columns()) == ["donor", "f01", "f02"]
+    assert not [p for p in store.cache_dir.iterdir() if ".tmp" in p.name]
+
+
+def test_cache_location_resolution(tmp_path, monkeypatch):
+    monkeypatch.delenv("DELTACELLS_CACHE", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert resolve_cache_dir() == tmp_path / "home" / ".cache" / "deltacells"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert resolve_cache_dir() == tmp_path / "xdg" / "deltacells"
+    monkeypatch.setenv("DELTACELLS_CACHE", str(tmp_path / "env"))
+    assert resolve_cache_dir() == tmp_path / "env"
+    assert resolve_cache_dir(str(tmp_path / "arg")) == tmp_path / "arg"
+
+
+def test_caches_are_keyed_by_dataset_content(tmp_path, cache):
+    obs, full = make_obs(40, seed=1), make_counts(40, 10, seed=1)
+    other = obs.assign(age=obs["age"] + 1)
+    roots = []
+    for name, df in (("a", obs), ("b", other)):
+        with DatasetWriter(str(tmp_path / name), n_genes=10, tile_size=40, level=3, obs_schema=ObsSchema.infer([df])) as w:
+            w.add_tile(full, obs=df)
+        roots.append(str(tmp_path / name))
+    a, b = (open_dataset(r, cache_dir=cache).obs for r in roots)
+    assert a.cache_dir != b.cache_dir
+    a.localize(["age"])
+    b.localize(["age"])
+    assert_column_equal(a.take([0, 1], "age")["age"], obs["age"].to_numpy()[:2], "age")
+    assert_column_equal(b.take([0, 1], "age")["age"], other["age"].to_numpy()[:2], "age")
+    shutil.copytree(roots[0], str(tmp_path / "a_copy"))
+    again = CountingBackend(LocalBackend(str(tmp_path / "a_copy")))
+    store = open_dataset(again, cache_dir=cache).obs
+    store.columns  # noqa: B018
+    again.reset()
+    assert store.localize(["age"]) == [] and again.bytes_read == 0
+
+
+def _localize_in_process(root, cache, columns):
+    from deltacells import open_dataset as _open
+
+    return _open(root, cache_dir=cache).obs.localize(columns)
+
+
+def test_concurrent_processes_fetch_each_column_once(wide, cache):
+    root, obs = wide
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(4, mp_context=ctx) as pool:
+        fetched = [f.result() for f in [pool.submit(_localize_in_process, root, cache, ["f07", "cell_type"]) for _ in range(4)]]
+    assert sum(bool(f) for f in fetched) == 1, f"exactly one process should do the work, got {fetched}"
+    store = open_dataset(root, cache_dir=cache).obs
+    assert sorted(store.localized_columns()) == ["cell_type", "f07"]
+    assert np.array_equal(store.take([10, 11999], ["f07"])["f07"], obs["f07"].to_numpy()[[10, 11999]])
+
+
+@pytest.mark.parametrize("damage", ["truncate", "empty", "garbage"])
+def test_a_corrupt_cache_file_is_detected_and_rebuilt(built, cache, damage):
+    root, _, obs, *_ = built
+    store = open_dataset(root, cache_dir=cache).obs
+    store.localize(["age"])
+    path = store._path("age")
+    data = path.read_bytes()
+    path.write_bytes({"truncate": data[: len(data) // 2], "empty": b"", "garbage": b"not an arrow file" * 100}[damage])
+    store.close()
+    assert_column_equal(store.take([1, 2, 3], ["age"], warn=False)["age"], obs["age"].to_numpy()[[1, 2, 3]], "age")
+
+
+def test_parquet_through_a_range_file(built):
+    root, *_ = built
+    counting = CountingBackend(LocalBackend(root))
+    name = "obs/obs_0000.parquet"
+    md = pq.read_metadata(RangeFile(counting, name))
+    assert md.num_row_groups == 2 and md.num_columns == 7
+    got = pq.ParquetFile(RangeFile(counting, name), metadata=md, pre_buffer=True).read_row_group(1, columns=["n_counts"])
+    assert got.num_rows == 100 and got.column_names == ["n_counts"] and counting.n_reads == 0
