@@ -1,6 +1,7 @@
 //! Developer tasks for the deltacells workspace: `cargo xtask <task>`.
 //!
-//! * `ci` — what CI runs: format check, clippy with warnings denied, every test.
+//! * `ci` — what CI runs: format check, clippy with warnings denied, every Rust test, then the Python package
+//!   built into a venv outside the clone and its pytest suite run against the installed wheel (see `python.rs`).
 //! * `conformance [DIR]` — the public conformance set through the release CLI (needs python3 and the shared
 //!   tools; skipped with a message when they are absent).
 //! * `fuzz --smoke | --minutes M` — cargo-fuzz targets (see `fuzz.rs`).
@@ -8,6 +9,7 @@
 
 mod deny;
 mod fuzz;
+mod python;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -19,9 +21,11 @@ fn main() -> ExitCode {
         Some("conformance") => conformance(args.get(1).map(PathBuf::from)),
         Some("fuzz") => fuzz::run(&args[1..]),
         Some("deny") => deny::run(&args[1..]),
+        Some("python") => python::run(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <ci | conformance [DIR] | fuzz (--smoke | --minutes M) | deny [--advisories]>"
+                "usage: cargo xtask <ci | conformance [DIR] | fuzz (--smoke | --minutes M) | deny [--advisories] | \
+                 python [--release] [PYTEST ARGS...]>"
             );
             return ExitCode::from(2);
         }
@@ -54,7 +58,7 @@ fn ci() -> Result<(), String> {
     run("clippy", cargo().args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
     run("tests", cargo().args(["test", "--workspace", "--all-targets"]))?;
     run("doc tests", cargo().args(["test", "--workspace", "--doc"]))?;
-    Ok(())
+    python::test()
 }
 
 fn conformance(dir: Option<PathBuf>) -> Result<(), String> {

@@ -25,6 +25,9 @@ pub struct Args {
     /// Tiles timed one by one in the fetch/decode part.
     #[arg(long, default_value_t = 8)]
     sample_tiles: usize,
+    /// Time these tiles (comma separated, repeats allowed) in the fetch/decode part instead of a random sample.
+    #[arg(long, value_delimiter = ',')]
+    tiles: Vec<usize>,
     /// Stop the shuffled read after this many cells.
     #[arg(long, default_value_t = 200_000)]
     max_cells: u64,
@@ -57,6 +60,12 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let mut tiles: Vec<usize> = (0..ds.n_tiles()).collect();
     tiles.shuffle(&mut rng);
     tiles.truncate(args.sample_tiles.max(1));
+    if !args.tiles.is_empty() {
+        if let Some(&t) = args.tiles.iter().find(|&&t| t >= ds.n_tiles()) {
+            anyhow::bail!("--tiles: tile {t} does not exist ({} has {} tiles)", args.dataset, ds.n_tiles());
+        }
+        tiles.clone_from(&args.tiles);
+    }
     let mut decoder = Decoder::new(DecodeOptions { verify_crc: true, threads });
     let mut out = DecodedTile::<f32>::default();
     let (mut fetch, mut decode, mut bytes, mut nnz, mut cells) = (Duration::ZERO, Duration::ZERO, 0u64, 0u64, 0u64);
