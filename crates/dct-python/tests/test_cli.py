@@ -72,3 +72,18 @@ def test_original_spelling_of_convert_inputs(tmp_path):
     assert json.loads((out / "manifest.json").read_text())["n_cells"] == ad.read_h5ad(src).n_obs
     assert np.load(out / "gene_order.npy").shape == (2500,)
     assert os.path.exists(out / "obs" / "schema.json")
+
+
+def test_convert_format_version_1_from_the_command_line(tmp_path):
+    from conftest import TESTDATA
+
+    src = TESTDATA / "inputs" / "pbmc200" / "pbmc200.h5ad"
+    out = tmp_path / "v1"
+    r = run_module("convert", str(src), "--output", str(out), "--tile-size", "64", "--level", "1", "--format-version", "1")
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["version"] == 1 and all(p.read_bytes()[8] == 1 for p in (out / "tiles").glob("*.dct"))
+    bad = run_module("convert", str(TESTDATA / "inputs" / "layouts.h5ad"), "--output", str(tmp_path / "b"),
+                     "--format-version", "1", "--tile-size", "16")
+    assert bad.returncode == 1 and "above 65535" in bad.stderr and "gene" in bad.stderr, bad.stderr
+    assert not (tmp_path / "b" / "manifest.json").exists()

@@ -334,3 +334,17 @@ def test_gil_is_released_while_reading(built):
     t.join(60)
     assert not t.is_alive(), "get_batch through a Python backend did not finish"
     assert same(result["b"].to_scipy(), expected) and counting.n_reads == 1 + 4
+
+
+def test_arrays_own_the_rust_buffers(built):
+    """Batches and decoded tiles are numpy arrays over the Rust vectors (no copy): numpy does not own their memory,
+    a Rust container object does, and it lives as long as the array."""
+    root, _, _, expected = built
+    ds = open_dataset(root)
+    b = ds.get_batch([5, 200, 7])
+    for arr in (b.indptr, b.indices, b.values):
+        assert not arr.flags.owndata and arr.base is not None and type(arr.base).__name__ == "PySliceContainer"
+    d = ds.get_tile(0).decode()
+    assert not d.indices.flags.owndata and type(d.values.base).__name__ == "PySliceContainer"
+    del ds
+    assert same(b.to_scipy(), expected[[5, 200, 7]]), "the batch outlives its dataset"
