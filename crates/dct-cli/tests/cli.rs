@@ -226,3 +226,42 @@ fn export_csv_uses_source_gene_order_and_names() {
     }
     assert_eq!(lines.map(str::to_string).collect::<Vec<_>>(), want);
 }
+
+#[test]
+fn bench_patterns_read_every_cell_and_a_global_order_decodes_more_tiles() {
+    let ds = conformance().join("datasets/v2_exceptions_wide");
+    let ds = ds.to_str().unwrap();
+    let bench = |pattern: &str| -> Value {
+        let o = run(&[
+            "bench",
+            ds,
+            "--pattern",
+            pattern,
+            "--batch-size",
+            "10",
+            "--threads",
+            "1",
+            "--json",
+            "--prefetch",
+            "1",
+        ]);
+        assert_eq!(code(&o), 0, "{pattern}: {}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let decoded: Vec<u64> = ["cells", "tiles", "window:2", "global"]
+        .iter()
+        .map(|p| {
+            let v = bench(p);
+            assert_eq!(v["batch_cells"], 105, "{p}: every cell once");
+            assert_eq!(v["pattern"], *p);
+            v["tiles_decoded"].as_u64().unwrap()
+        })
+        .collect();
+    // 3 tiles of 40, 40 and 25 cells: sequential patterns decode each once; random batches of 10 over a cache
+    // of 2 decoded tiles come back to evicted tiles.
+    assert_eq!(&decoded[..3], &[3, 3, 3], "{decoded:?}");
+    assert!(decoded[3] > 3, "{decoded:?}");
+    let o = run(&["bench", ds, "--pattern", "window:0"]);
+    assert_eq!(code(&o), 1);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("window:K"));
+}

@@ -12,6 +12,8 @@
 //! * [`Dataset`]: open, read any cells as CSR batches, prefetch, cache, counters.
 //! * [`verify`]: check every tile, side file and obs shard, reporting every problem.
 //! * `Dataset::obs` (feature `obs`): the per-cell metadata through `dct-obs` (localize columns, then take cells).
+//! * [`EpochPlan`]: the batches of a training epoch for one rank and loader worker (tiles shuffled, cells shuffled
+//!   within windows of consecutive tiles, equal shares per rank), the same in every process.
 //! * [`DatasetWriter`]: append CSR blocks of any size, re-chunked into tiles encoded in parallel; the manifest
 //!   is written last.
 //!
@@ -51,6 +53,7 @@
 
 #![deny(unsafe_code)] // allowed in `mapped` (memory maps of local tiles) only
 
+mod epoch;
 mod error;
 pub mod manifest;
 mod mapped;
@@ -64,6 +67,7 @@ mod writer;
 pub use dct_codec::{CountValue, CsrMatrix};
 #[cfg(feature = "obs")]
 pub use dct_obs;
+pub use epoch::{EpochOptions, EpochPlan, Remainder};
 pub use error::{Category, DatasetError, ManifestError};
 pub use manifest::Manifest;
 pub use object_store;

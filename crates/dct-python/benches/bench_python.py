@@ -7,7 +7,7 @@
 Three comparisons (medians over rounds, and the ratio of each round's pair):
 
 * reader: an epoch of shuffled 5,000-cell batches (tiles in random order, cells shuffled within each tile, the
-  current tile and the next 4 prefetched), 2 decode threads: ``DeltaCellsDataset.get_batch`` into reused buffers
+  current tile and the next 4 prefetched; the same order on both sides, from the epoch planner), 2 decode threads: ``DeltaCellsDataset.get_batch`` into reused buffers
   from Python, against the Rust reader running the same epoch (``deltacells bench``, run in this process).
 * decode: ``Tile.decode`` of tile 0 (the codec benchmark's tile: 10,000 synthetic cells, level 19, 8 chunks), one
   thread, CRC checked, into reused buffers, against the Rust decoder (``deltacells bench --tiles 0,0`` less
@@ -58,24 +58,25 @@ def epoch_order(ds: deltacells.DeltaCellsDataset, seed: int) -> tuple[np.ndarray
 
 
 def python_epoch(path: str, threads: int, batch: int, prefetch: int, seed: int) -> float:
-    """Cells per second of one epoch through the Python API, as `deltacells bench` reads it."""
+    """Cells per second of one epoch through the Python API, in the order `deltacells bench --pattern tiles` reads
+    (the same epoch planner and seed), the same tiles prefetched."""
     ds = deltacells.DeltaCellsDataset(
         path, max_cached_tiles=2, max_prefetch_tiles=max(1, prefetch), decode_threads=threads, io_threads=2, verify=True
     )
-    order, seq, tile_of = epoch_order(ds, seed)
+    plan = deltacells._core.EpochPlan(ds.manifest.tile_cells, batch, True, 1, seed, False, "drop", 0, 1, 0, 1, 0, 0)
     cap = 2 * max(ds.manifest.tile_nnz)
     oi, ov = np.empty(cap, np.int32), np.empty(cap, np.float32)
-    position = {int(t): i for i, t in enumerate(order)}
+    n = 0
     start = time.perf_counter()
-    for lo in range(0, len(seq), batch):
-        hi = min(lo + batch, len(seq))
+    for j in range(plan.n_batches()):
         if prefetch:
-            pos = position[int(tile_of[hi - 1])]
-            ds.prefetch(order[pos : pos + prefetch + 1].tolist())
-        ds.get_batch(seq[lo:hi], out_indices=oi, out_values=ov)
+            ds.prefetch(plan.tiles_ahead(j, 1 + prefetch))
+        cells = plan.batch(j)
+        ds.get_batch(cells, out_indices=oi, out_values=ov)
+        n += len(cells)
     seconds = time.perf_counter() - start
     ds.close()
-    return len(seq) / seconds
+    return n / seconds
 
 
 def python_decode(tile: deltacells.Tile, oi: np.ndarray, ov: np.ndarray) -> float:

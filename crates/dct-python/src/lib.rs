@@ -11,6 +11,7 @@ mod backend;
 mod cli;
 mod convert;
 mod dataset;
+mod epoch;
 mod errors;
 mod manifest;
 mod obs;
@@ -40,6 +41,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<obs::PyObs>()?;
     m.add_class::<writer::PyDatasetWriter>()?;
     m.add_class::<store::PyStore>()?;
+    m.add_class::<epoch::PyEpochPlan>()?;
     m.add_function(wrap_pyfunction!(tile::read_tile_file, m)?)?;
     m.add_function(wrap_pyfunction!(tile::payload_crc32, m)?)?;
     m.add_function(wrap_pyfunction!(tile::row_offsets, m)?)?;

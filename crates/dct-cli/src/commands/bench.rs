@@ -1,10 +1,10 @@
-//! `deltacells bench DATASET [--threads N] [--batch-size B] [--max-cells C] [--json]`: what the user's own data
-//! and storage deliver, to size workers and tiles.
+//! `deltacells bench DATASET [--threads N] [--batch-size B] [--pattern P] [--max-cells C] [--json]`: what the
+//! user's own data and storage deliver, to size workers and tiles, and what an access pattern costs.
 
 use std::time::{Duration, Instant};
 
 use dct_codec::{DecodeOptions, DecodedTile, Decoder};
-use dct_dataset::{Batch, Dataset, ReadOptions};
+use dct_dataset::{Batch, Dataset, EpochOptions, EpochPlan, ReadOptions};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use serde_json::json;
@@ -34,6 +34,11 @@ pub struct Args {
     /// Tiles to prefetch ahead in the shuffled read (0: no prefetch).
     #[arg(long, default_value_t = 2)]
     prefetch: usize,
+    /// The order of the shuffled read: `cells` (cell order), `tiles` (tiles shuffled, cells shuffled within each
+    /// tile), `window:K` (tiles shuffled, cells shuffled within windows of K consecutive tiles, as the training
+    /// loader reads) or `global` (every cell in random order: every batch touches most tiles).
+    #[arg(long, default_value = "tiles")]
+    pattern: String,
     /// Seed of the shuffles.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -46,11 +51,13 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<u8> {
     let threads =
         if args.threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { args.threads };
+    let pattern = Pattern::parse(&args.pattern)?;
     let options = ReadOptions {
         decode_threads: threads,
         max_prefetch_tiles: args.prefetch.max(1),
-        // Decoded tiles: the one being read and one decoded ahead (prefetched tiles waiting do not count).
-        max_cached_tiles: 2,
+        // Decoded tiles: a window's (or the one being read) and one decoded ahead; prefetched tiles waiting to be
+        // decoded do not count.
+        max_cached_tiles: pattern.window() + 1,
         ..ReadOptions::default()
     };
     let ds = Dataset::open(&args.dataset, options)?;
@@ -84,48 +91,52 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let per_tile_fetch = fetch.as_secs_f64() / n;
     let per_tile_decode = decode.as_secs_f64() / n;
 
-    // Part 2: shuffled batches: tiles in shuffled order, cells shuffled within each tile.
-    let mut order: Vec<usize> = (0..ds.n_tiles()).collect();
-    order.shuffle(&mut rng);
-    let mut sequence: Vec<u64> = Vec::new();
-    let mut tile_of_position = Vec::new();
-    for &t in &order {
-        let (lo, hi) = ds.tile_bounds(t).expect("tile in range");
-        let mut c: Vec<u64> = (lo..hi).collect();
-        c.shuffle(&mut rng);
-        for x in c {
-            if sequence.len() as u64 >= args.max_cells {
-                break;
-            }
-            sequence.push(x);
-            tile_of_position.push(t);
-        }
-    }
+    // Part 2: batches in the order of the pattern, the tiles of the batches ahead prefetched.
     ds.reset_stats();
     let mut batch = Batch::<f32>::default();
-    let start = Instant::now();
     let mut read_nnz = 0u64;
-    let mut next_prefetch = 0usize;
-    for (b, chunk) in sequence.chunks(args.batch_size.max(1)).enumerate() {
-        if args.prefetch > 0 {
-            // Keep the next `prefetch` tiles of the sequence in flight.
-            let end_pos = ((b + 1) * args.batch_size).min(sequence.len());
-            let current = tile_of_position.get(end_pos.saturating_sub(1)).copied();
-            let mut ahead = Vec::new();
-            let pos = order.iter().position(|&t| Some(t) == current).unwrap_or(0);
-            for &t in order.iter().skip(pos.max(next_prefetch)).take(args.prefetch + 1) {
-                ahead.push(t);
+    let mut n_read = 0u64;
+    let mut batch_cells: Vec<u64> = Vec::new();
+    let start = Instant::now();
+    match pattern {
+        Pattern::Global => {
+            let mut every: Vec<u64> = (0..ds.n_cells()).collect();
+            every.shuffle(&mut rng);
+            every.truncate(usize::try_from(args.max_cells).unwrap_or(usize::MAX));
+            for chunk in every.chunks(args.batch_size.max(1)) {
+                ds.get_batch_into(chunk, &mut batch)?;
+                read_nnz += batch.nnz() as u64;
+                n_read += chunk.len() as u64;
+                std::hint::black_box(&batch);
             }
-            next_prefetch = pos;
-            ds.prefetch(&ahead)?;
         }
-        ds.get_batch_into(chunk, &mut batch)?;
-        read_nnz += batch.nnz() as u64;
-        std::hint::black_box(&batch);
+        _ => {
+            let opts = EpochOptions {
+                shuffle: pattern != Pattern::Cells,
+                shuffle_tiles: pattern.window(),
+                seed: args.seed,
+                ..EpochOptions::new(args.batch_size.max(1))
+            };
+            let mut plan = EpochPlan::new(&ds.manifest().tile_cells, &opts, 0)?;
+            for j in 0..plan.n_batches() {
+                if n_read >= args.max_cells {
+                    break;
+                }
+                if args.prefetch > 0 {
+                    ds.prefetch(&plan.tiles_ahead(j, pattern.window() + args.prefetch))?;
+                }
+                plan.batch_into(j, &mut batch_cells)?;
+                batch_cells.truncate((args.max_cells - n_read) as usize);
+                ds.get_batch_into(&batch_cells, &mut batch)?;
+                read_nnz += batch.nnz() as u64;
+                n_read += batch_cells.len() as u64;
+                std::hint::black_box(&batch);
+            }
+        }
     }
     let elapsed = start.elapsed().as_secs_f64();
     let stats = ds.stats();
-    let cells_per_s = sequence.len() as f64 / elapsed;
+    let cells_per_s = n_read as f64 / elapsed;
     if args.json {
         print_json(&json!({
             "dataset": args.dataset, "threads": threads, "tiles_sampled": tiles.len(),
@@ -133,9 +144,10 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             "fetch_bytes_per_second": bytes as f64 / fetch.as_secs_f64(),
             "decode_nnz_per_second": nnz as f64 / decode.as_secs_f64(),
             "decode_cells_per_second": cells as f64 / decode.as_secs_f64(),
-            "batch_size": args.batch_size, "batch_cells": sequence.len(), "batch_seconds": elapsed,
+            "pattern": args.pattern, "batch_size": args.batch_size, "batch_cells": n_read, "batch_seconds": elapsed,
             "batch_cells_per_second": cells_per_s, "batch_nnz_per_second": read_nnz as f64 / elapsed,
             "stall_seconds": stats.stall_time.as_secs_f64(), "tiles_fetched": stats.tiles_fetched,
+            "tiles_decoded": stats.tiles_decoded,
         }));
     } else {
         println!("dataset {}  ({threads} decode threads)", args.dataset);
@@ -156,9 +168,10 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             cells as f64 / decode.as_secs_f64()
         );
         println!(
-            "shuffled batches of {} ({} cells; tiles in random order, cells shuffled within each, prefetch {}):",
+            "batches of {} in {} order ({n_read} cells; {}, prefetch {}):",
             args.batch_size,
-            sequence.len(),
+            args.pattern,
+            pattern.describe(),
             args.prefetch
         );
         println!(
@@ -174,4 +187,43 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         );
     }
     Ok(0)
+}
+
+/// The order of the batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pattern {
+    Cells,
+    Window(usize),
+    Global,
+}
+
+impl Pattern {
+    fn parse(s: &str) -> anyhow::Result<Pattern> {
+        Ok(match s {
+            "cells" => Pattern::Cells,
+            "tiles" => Pattern::Window(1),
+            "global" => Pattern::Global,
+            _ => match s.strip_prefix("window:").and_then(|k| k.parse::<usize>().ok()) {
+                Some(k) if k >= 1 => Pattern::Window(k),
+                _ => anyhow::bail!("--pattern {s}: give cells, tiles, window:K (K >= 1) or global"),
+            },
+        })
+    }
+
+    /// Tiles decoded at once.
+    fn window(self) -> usize {
+        match self {
+            Pattern::Window(k) => k,
+            Pattern::Cells | Pattern::Global => 1,
+        }
+    }
+
+    fn describe(self) -> String {
+        match self {
+            Pattern::Cells => "cells in order".into(),
+            Pattern::Window(1) => "tiles in random order, cells shuffled within each".into(),
+            Pattern::Window(k) => format!("tiles in random order, cells shuffled within windows of {k} tiles"),
+            Pattern::Global => "every cell in random order".into(),
+        }
+    }
 }
