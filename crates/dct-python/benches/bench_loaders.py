@@ -1,0 +1,283 @@
+"""Training loaders side by side: cells per second delivered as torch tensors, from the same cells.
+
+    python bench_loaders.py prepare WORKDIR [--source pbmc3k_raw.h5ad] [--copies 40]
+    python bench_loaders.py run WORKDIR [--rounds 3] [--batch-sizes 1024,5000] [--max-cells 30000]
+    python bench_loaders.py synthetic DATASET [--rounds 3]           # deltacells, local and throttled
+    python bench_loaders.py timeline DATASET --out docs/loader_timeline.png
+
+``prepare`` replicates the source cells ``copies`` times into one h5ad (the PBMC 3k raw counts by default: 108,000
+cells x 32,738 genes) and stores the same cells as a deltacells dataset (the converter's defaults) and a TileDB-SOMA
+experiment (``tiledbsoma.io.from_h5ad``). ``run`` measures, loader after loader, round after round:
+
+* deltacells: ``deltacells.torch.make_loader`` with ``num_workers=0`` (shuffled tiles, cells shuffled within
+  windows of 4 tiles = 40,000 cells), X as torch sparse CSR float32;
+* deltacells through a throttled store (50 ms per request, 150 MB/s per request, as the reader benchmark's);
+* deltacells with one window over every tile (``shuffle_tiles`` >= the tiles: a global shuffle, as AnnData's);
+* AnnData backed mode (``anndata.read_h5ad(backed="r")``) under a ``DataLoader`` with 2 workers and a batch sampler
+  over a global random permutation (sorted within each batch, as backed CSR reads need), X as torch sparse CSR;
+* TileDB-SOMA's PyTorch loader (``tiledbsoma_ml.ExperimentDataset`` with its defaults: ``shuffle_chunk_size=64``,
+  ``io_batch_size=65536``, ``return_sparse_X=True``), X converted to torch sparse CSR.
+
+Each loader reads ``max-cells`` cells (the first batches of an epoch, after opening) per round; the figures are medians
+over rounds, with the sizes on disk. annbatch needs Python >= 3.12 and is measured separately (see BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import deltacells
+from deltacells import LocalBackend, ThrottledBackend
+from deltacells.torch import make_loader
+
+
+def du(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def to_torch_csr(x) -> torch.Tensor:
+    x = x.tocsr()
+    return torch.sparse_csr_tensor(
+        torch.from_numpy(x.indptr.astype(np.int64)), torch.from_numpy(x.indices.astype(np.int64)),
+        torch.from_numpy(x.data.astype(np.float32, copy=False)), size=x.shape,
+    )
+
+
+# ---------------------------------------------------------------------------------------------- prepare
+
+
+def prepare(work: Path, source: Path, copies: int) -> None:
+    import anndata as ad
+    import scipy.sparse as sp
+
+    work.mkdir(parents=True, exist_ok=True)
+    h5ad = work / "cells.h5ad"
+    if not h5ad.exists():
+        a = ad.read_h5ad(source)
+        x = sp.csr_matrix(a.X)
+        big = ad.AnnData(X=sp.vstack([x] * copies, format="csr"), var=a.var.copy())
+        big.obs_names = [f"c{i}" for i in range(big.n_obs)]
+        big.write_h5ad(h5ad)
+        print(f"wrote {h5ad}: {big.n_obs} cells x {big.n_vars} genes, {big.X.nnz} nonzeros", flush=True)
+    dct = work / "cells.dct"
+    if not (dct / "manifest.json").exists():
+        t0 = time.perf_counter()
+        from deltacells.convert import convert_h5ad
+
+        convert_h5ad(str(h5ad), str(dct), log=None, overwrite=True)
+        print(f"deltacells dataset in {time.perf_counter() - t0:.0f} s", flush=True)
+    soma = work / "cells.soma"
+    if not soma.exists():
+        import tiledbsoma.io
+
+        t0 = time.perf_counter()
+        tiledbsoma.io.from_h5ad(str(soma), str(h5ad), measurement_name="RNA")
+        print(f"SOMA experiment in {time.perf_counter() - t0:.0f} s", flush=True)
+
+
+# ---------------------------------------------------------------------------------------------- loaders
+
+
+def deltacells_loader(path, batch_size, throttled=False, window=4):
+    uri = ThrottledBackend(LocalBackend(path), latency_s=0.05, bandwidth_bytes_per_s=150e6) if throttled else path
+    loader = make_loader(uri, batch_size, seed=1, io_threads=8 if throttled else 4, shuffle_tiles=window,
+                         memory_budget=max(2 << 30, window * (64 << 20)))
+    return (b["X"] for b in loader)
+
+
+class _BackedRows(torch.utils.data.Dataset):
+    """Rows of a backed h5ad, a batch of (sorted) indices per item, opened in each worker."""
+
+    def __init__(self, path):
+        self.path, self.adata = path, None
+
+    def __len__(self):
+        import anndata as ad
+
+        return ad.read_h5ad(self.path, backed="r").n_obs
+
+    def __getitem__(self, idx):
+        import anndata as ad
+
+        if self.adata is None:
+            self.adata = ad.read_h5ad(self.path, backed="r")
+        return to_torch_csr(self.adata.X[np.sort(np.asarray(idx))])
+
+
+def anndata_loader(path, batch_size):
+    ds = _BackedRows(str(path))
+    n = len(ds)
+    sampler = torch.utils.data.BatchSampler(torch.utils.data.RandomSampler(range(n)), batch_size, drop_last=False)
+    return iter(torch.utils.data.DataLoader(ds, sampler=sampler, batch_size=None, num_workers=2))
+
+
+def soma_loader(path, batch_size):
+    import tiledbsoma
+    import tiledbsoma_ml
+
+    exp = tiledbsoma.Experiment.open(str(path))
+    query = exp.axis_query("RNA")
+    layer = list(exp.ms["RNA"].X.keys())[0]
+    ds = tiledbsoma_ml.ExperimentDataset(query, layer_name=layer, batch_size=batch_size, shuffle=True, seed=1,
+                                         return_sparse_X=True)
+    loader = tiledbsoma_ml.experiment_dataloader(ds)
+    return (to_torch_csr(x) for x, _obs in loader)
+
+
+def measure(batches, max_cells: int) -> float:
+    """Cells per second of the first ``max_cells`` cells of a loader (the loader's start included)."""
+    start = time.perf_counter()
+    n = 0
+    for x in batches:
+        n += x.shape[0]
+        if n >= max_cells:
+            break
+    return n / (time.perf_counter() - start)
+
+
+def run(work: Path, rounds: int, batch_sizes: list[int], max_cells: int, loaders: list[str]) -> None:
+    paths = {"deltacells": work / "cells.dct", "throttled": work / "cells.dct", "global": work / "cells.dct",
+             "anndata": work / "cells.h5ad", "soma": work / "cells.soma"}
+    make = {
+        "deltacells": lambda p, b: deltacells_loader(str(p), b),
+        "global": lambda p, b: deltacells_loader(str(p), b, window=10**6),
+        "throttled": lambda p, b: deltacells_loader(str(p), b, throttled=True),
+        "anndata": lambda p, b: anndata_loader(p, b),
+        "soma": lambda p, b: soma_loader(p, b),
+    }
+    print("sizes on disk: " + ", ".join(f"{k} {du(paths[k]) / 1e6:.0f} MB" for k in ("deltacells", "anndata", "soma")))
+    results: dict[tuple[str, int], list[float]] = {}
+    for r in range(rounds):
+        for b in batch_sizes:
+            for name in loaders:
+                rate = measure(make[name](paths[name], b), max_cells)
+                results.setdefault((name, b), []).append(rate)
+                print(f"round {r} batch {b}: {name:<10} {rate:>10.0f} cells/s", flush=True)
+    print("\nmedians (cells/s into torch tensors):")
+    for b in batch_sizes:
+        med = {name: statistics.median(results[(name, b)]) for name in loaders}
+        best_peer = max((v for k, v in med.items() if k in ("anndata", "soma")), default=float("nan"))
+        line = ", ".join(f"{k} {v:.0f}" for k, v in med.items())
+        print(f"  batch {b}: {line}; deltacells / best peer {med['deltacells'] / best_peer:.2f}x", end="")
+        if "throttled" in med:
+            print(f"; throttled / local {med['throttled'] / med['deltacells']:.2f}", end="")
+        if "global" in med:
+            print(f"; global shuffle / best peer {med['global'] / best_peer:.2f}x", end="")
+        print()
+
+
+# ---------------------------------------------------------------------------------------------- synthetic, timeline
+
+
+def synthetic(path: str, rounds: int, batch_sizes: list[int]) -> None:
+    for b in batch_sizes:
+        local, slow = [], []
+        for _ in range(rounds):
+            local.append(measure(deltacells_loader(path, b), 10**12))
+            slow.append(measure(deltacells_loader(path, b, throttled=True), 10**12))
+        ratios = [s / l for s, l in zip(slow, local)]
+        print(f"synthetic batch {b}: local {statistics.median(local):.0f} cells/s, throttled "
+              f"{statistics.median(slow):.0f} cells/s; throttled / local per round "
+              f"{', '.join(f'{x:.2f}' for x in ratios)}, median {statistics.median(ratios):.2f}", flush=True)
+
+
+def _epoch_trace(path: str, batch_size: int, throttled: bool) -> tuple[np.ndarray, np.ndarray]:
+    """When each batch of one epoch arrived (seconds since the loop started) and the reader's stall by then."""
+    uri = ThrottledBackend(LocalBackend(path), latency_s=0.05, bandwidth_bytes_per_s=150e6) if throttled else path
+    loader = make_loader(uri, batch_size, seed=1, io_threads=8)
+    ds = loader.dataset
+    times, stalls = [], []
+    start = time.perf_counter()
+    for _batch in loader:
+        times.append(time.perf_counter() - start)
+        stalls.append(ds.stats()["stall_seconds"])
+    return np.array(times), np.array(stalls)
+
+
+def timeline(path: str, out: str, batch_size: int) -> None:
+    """Batches per second and the reader's stall over one epoch, local and through a throttled store, as a PNG (the
+    numbers as JSON beside it)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = {"local disk": _epoch_trace(path, batch_size, False),
+            "throttled store (50 ms + 150 MB/s per request)": _epoch_trace(path, batch_size, True)}
+    fig, ax = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    for k, (label, (times, stalls)) in enumerate(runs.items()):
+        rate = np.arange(1, len(times) + 1) / np.maximum(times, 1e-9)
+        ax[0].plot(times, 1 / np.maximum(np.diff(np.concatenate([[0.0], times])), 1e-6), ".", ms=3, alpha=0.35,
+                   color=f"C{k}")
+        ax[0].plot(times, rate, lw=1.6, color=f"C{k}", label=f"{label}: {len(times)} batches in {times[-1]:.1f} s")
+        ax[1].plot(np.concatenate([[0.0], times]), np.concatenate([[0.0], stalls]), lw=1.6, color=f"C{k}",
+                   label=f"{label}: {stalls[-1]:.2f} s in all, {stalls[-1] - stalls[0]:.2f} s after the first batch")
+    ax[0].set_ylabel(f"batches/s ({batch_size} cells)")
+    ax[0].set_title("deltacells loader, one shuffled epoch (num_workers=0): dots per batch, lines the mean so far",
+                    fontsize=10)
+    ax[0].set_ylim(bottom=0, top=1.35 * max(float(np.percentile(1 / np.maximum(np.diff(np.concatenate([[0.0], t])), 1e-6), 99)) for t, _ in runs.values()))
+    ax[0].legend(fontsize=8, loc="upper left")
+    ax[1].set_ylabel("reader stall (s, cumulative)")
+    ax[1].set_xlabel("seconds since the epoch started")
+    ax[1].set_ylim(bottom=0, top=max(0.5, 1.2 * max(s[-1] for _, s in runs.values())))
+    ax[1].legend(fontsize=8, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    Path(out).with_suffix(".json").write_text(json.dumps(
+        {label: {"times": t.tolist(), "stall_seconds": s.tolist()} for label, (t, s) in runs.items()}
+        | {"batch_size": batch_size, "dataset": os.path.basename(path.rstrip("/"))}
+    ))
+    for label, (t, st) in runs.items():
+        print(f"{label}: {len(t)} batches in {t[-1]:.2f} s, first after {t[0]:.2f} s; stalled {st[-1]:.2f} s "
+              f"({st[-1] - st[0]:.2f} s after the first batch)")
+    print(f"wrote {out}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("prepare")
+    p.add_argument("work", type=Path)
+    p.add_argument("--source", type=Path, default=Path(__file__).resolve().parents[3] / "../shared/data/pbmc3k_raw.h5ad")
+    p.add_argument("--copies", type=int, default=40)
+    r = sub.add_parser("run")
+    r.add_argument("work", type=Path)
+    r.add_argument("--rounds", type=int, default=3)
+    r.add_argument("--batch-sizes", default="1024,5000")
+    r.add_argument("--max-cells", type=int, default=30_000)
+    r.add_argument("--loaders", default="deltacells,throttled,global,anndata,soma")
+    s = sub.add_parser("synthetic")
+    s.add_argument("dataset")
+    s.add_argument("--rounds", type=int, default=3)
+    s.add_argument("--batch-sizes", default="1024,5000")
+    t = sub.add_parser("timeline")
+    t.add_argument("dataset")
+    t.add_argument("--out", default="docs/loader_timeline.png")
+    t.add_argument("--batch-size", type=int, default=1024)
+    args = ap.parse_args()
+    if args.cmd == "prepare":
+        prepare(args.work, args.source, args.copies)
+    elif args.cmd == "run":
+        sizes = [int(b) for b in args.batch_sizes.split(",")]
+        run(args.work, args.rounds, sizes, args.max_cells, args.loaders.split(","))
+    elif args.cmd == "synthetic":
+        synthetic(args.dataset, args.rounds, [int(b) for b in args.batch_sizes.split(",")])
+    else:
+        timeline(args.dataset, args.out, args.batch_size)
+
+
+if __name__ == "__main__":
+    main()
