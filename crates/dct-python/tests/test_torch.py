@@ -246,3 +246,20 @@ def test_a_pickled_dataset_in_dataloader_workers(built, workers):
     assert sorted(got) == list(range(10))
     for k, idx in enumerate(parts):
         assert np.array_equal(got[k].numpy(), full[idx].toarray())
+
+
+@pytest.mark.parametrize("case", ["v1_with_obs", "v2_with_obs"])
+def test_the_loader_reads_version_1_and_2_datasets(case, tmp_path):
+    from conftest import CONFORMANCE, expected_csr, load_json
+
+    root = str(CONFORMANCE / "datasets" / case)
+    truth = expected_csr(load_json(CONFORMANCE / "datasets" / f"{case}.expected.json"))
+    ds = DeltaCellsIterableDataset(root, 64, obs_columns=["cell_type"], cache_dir=str(tmp_path / "c"),
+                                   values_dtype=torch.int32)
+    seen = []
+    for b in ds:
+        i = b["index"].numpy()
+        assert np.array_equal(b["X"].to_dense().numpy(), truth[i].toarray())
+        assert len(b["obs"]["cell_type"]) == len(i)
+        seen.extend(i.tolist())
+    assert sorted(seen) == list(range(truth.shape[0]))
