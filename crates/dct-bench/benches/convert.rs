@@ -1,4 +1,4 @@
-//! Conversion throughput (issue 4): `pbmc3k_raw.h5ad` (2,700 real cells x 32,738 genes, 2.29M nonzeros) given as
+//! Conversion throughput: `pbmc3k_raw.h5ad` (2,700 real cells x 32,738 genes, 2.29M nonzeros) given as
 //! input N times, converted at several zstd levels; cells/s, input MB/s, output size, CPU use (cores busy) and peak
 //! memory, each configuration in a child process of its own so that its peak RSS is its own.
 //!

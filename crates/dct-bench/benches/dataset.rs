@@ -1,4 +1,4 @@
-//! get_batch throughput (issue 3): 5,000-cell batches over a 20-tile synthetic dataset (10,000-cell tiles), tiles
+//! get_batch throughput: 5,000-cell batches over a 20-tile synthetic dataset (10,000-cell tiles), tiles
 //! visited in shuffled order and cells shuffled within each tile; from local disk with 1 and 2 decode threads, and
 //! through object_store's ThrottledStore (50 ms per request, ~150 MB/s per request) with and without prefetch.
 //!

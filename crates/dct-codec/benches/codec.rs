@@ -1,4 +1,4 @@
-//! Codec benchmark (issue 2): size, encode and decode speed of one synthetic tile, against the zstd-only floor.
+//! Codec benchmark: size, encode and decode speed of one synthetic tile, against the zstd-only floor.
 //!
 //! Run with `cargo bench -p dct-codec --bench codec` (release). The tile is 10,000 cells × 30,000 genes from
 //! `dct-synth` with its default parameters (seed 42), encoded with the default 8 chunks; set `DCT_BENCH_CELLS` and

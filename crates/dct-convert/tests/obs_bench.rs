@@ -1,4 +1,4 @@
-//! Obs benchmarks (ignored by default; numbers in docs/BENCHMARKS-obs.md):
+//! Obs benchmarks (ignored by default; numbers in docs/BENCHMARKS.md, "Obs"):
 //!
 //! ```text
 //! cargo test -p dct-convert --release --test obs_bench -- --ignored --nocapture --test-threads 1
