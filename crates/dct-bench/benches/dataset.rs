@@ -1,6 +1,6 @@
 //! get_batch throughput: 5,000-cell batches over a 20-tile synthetic dataset (10,000-cell tiles), tiles
 //! visited in shuffled order and cells shuffled within each tile; from local disk with 1 and 2 decode threads, and
-//! through object_store's ThrottledStore (50 ms per request, ~150 MB/s per request) with and without prefetch.
+//! through dct-store's throttle layer (50 ms per request, ~150 MB/s per request) with and without prefetch.
 //!
 //! `cargo bench -p dct-bench --bench dataset` (env: DCT_BENCH_TILES, DCT_BENCH_TILE_SIZE, DCT_BENCH_ROUNDS;
 //! DCT_BENCH_ONLY=text runs only the scenarios whose name contains it, DCT_BENCH_TRACE=1 prints every batch).
@@ -9,15 +9,13 @@
 //! decoded again, but threads and buffers exist already); the scenarios are interleaved round by round so that
 //! machine noise hits them alike, and the medians are reported.
 
-use std::sync::Arc;
+use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use dct_bench::{path_str, shuffled_epoch, synthetic_dataset};
-use dct_dataset::object_store::memory::InMemory;
-use dct_dataset::object_store::path::Path as ObjectPath;
-use dct_dataset::object_store::throttle::{ThrottleConfig, ThrottledStore};
-use dct_dataset::object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use dct_dataset::{Batch, Dataset, ReadOptions};
+use dct_store::testing::{Throttle, throttled};
+use dct_store::{Store, StoreOptions};
 
 const BATCH: usize = 5000;
 const PREFETCH: usize = 4;
@@ -52,33 +50,7 @@ fn env(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
-/// The dataset's files copied into an in-memory store (object_store's ThrottledStore cannot wrap local files).
-fn in_memory(dir: &std::path::Path) -> Arc<dyn ObjectStore> {
-    let store = Arc::new(InMemory::new());
-    let rt = tokio_rt();
-    for sub in ["", "tiles"] {
-        for e in std::fs::read_dir(dir.join(sub)).expect("dataset dir") {
-            let p = e.expect("entry").path();
-            if p.is_file() {
-                let rel = if sub.is_empty() {
-                    p.file_name().unwrap().to_string_lossy().into_owned()
-                } else {
-                    format!("{sub}/{}", p.file_name().unwrap().to_string_lossy())
-                };
-                let bytes = std::fs::read(&p).expect("read");
-                let s = store.clone();
-                rt.block_on(async move { s.put(&ObjectPath::from(rel), PutPayload::from(bytes)).await }).expect("put");
-            }
-        }
-    }
-    store
-}
-
-fn tokio_rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().build().expect("runtime")
-}
-
-fn open(dir: &std::path::Path, memory: &Arc<dyn ObjectStore>, s: &Scenario) -> Dataset {
+fn open(dir: &std::path::Path, s: &Scenario) -> Dataset {
     let options = ReadOptions {
         decode_threads: s.threads,
         // The window `epoch` keeps prefetched: the current batch's tile and the next PREFETCH (prefetched tiles
@@ -91,14 +63,11 @@ fn open(dir: &std::path::Path, memory: &Arc<dyn ObjectStore>, s: &Scenario) -> D
         ..ReadOptions::default()
     };
     if s.throttled {
-        // 50 ms per GET plus 1 s per 150 MB of body, per request.
-        let config = ThrottleConfig {
-            wait_get_per_call: Duration::from_millis(50),
-            wait_get_per_byte: Duration::from_nanos(1_000_000_000 / 150_000_000).max(Duration::from_nanos(6)),
-            ..ThrottleConfig::default()
-        };
-        let store = Arc::new(ThrottledStore::new(memory.clone(), config));
-        Dataset::open_with_store(store, "", options).expect("open throttled")
+        // 50 ms per GET plus 1 s per 150 MB of body, per request, over the local files (read, not mapped).
+        let throttle = Throttle { latency: Duration::from_millis(50), bytes_per_second: NonZeroU32::new(150_000_000) };
+        let local = Store::from_url(path_str(dir), &StoreOptions::default()).expect("local store");
+        let store = throttled(&local, throttle);
+        Dataset::open_store(store, options).expect("open throttled")
     } else {
         Dataset::open(path_str(dir), options).expect("open local")
     }
@@ -210,7 +179,6 @@ fn main() {
             warm: true,
         },
     ];
-    let memory = in_memory(&dir);
     let mut results: Vec<Vec<Run>> = scenarios.iter().map(|_| Vec::new()).collect();
     for round in 0..rounds {
         for (s, out) in scenarios.iter().zip(&mut results) {
@@ -219,7 +187,7 @@ fn main() {
                 out.push(Run { seconds: f64::NAN, stall: Duration::ZERO, nnz: 0, faults: 0 });
                 continue;
             }
-            let ds = open(&dir, &memory, s);
+            let ds = open(&dir, s);
             if s.warm {
                 // The first epoch runs on into the second, whose first tiles it prefetches.
                 epoch(&ds, &cells, &tile_of, &order, s.prefetch, &order);

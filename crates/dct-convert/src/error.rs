@@ -1,6 +1,12 @@
 use dct_dataset::DatasetError;
 use dct_input::InputError;
 
+impl From<dct_store::StoreError> for ConvertError {
+    fn from(e: dct_store::StoreError) -> Self {
+        ConvertError::Dataset(e.into())
+    }
+}
+
 /// Why a conversion step failed. Each variant says which input, tile or file, and what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum ConvertError {

@@ -519,19 +519,9 @@ fn write_obs(out: &Output, plan: &Plan, tile_cells: &[u64]) -> Result<Option<Obs
     let (Some(obs), Some(schema)) = (&plan.obs, plan.obs_schema()?) else { return Ok(None) };
     let schema = SchemaPlan::new(schema);
     let context = || format!("writing the obs of {}", out.store.root());
-    let options = ObsWriteOptions {
-        tiles_per_file: obs.tiles_per_file,
-        zstd_level: plan.zstd_level.clamp(1, 22),
-        retry: out.store.retry().clone(),
-    };
-    let mut writer = ObsWriter::new(
-        out.store.object_store().clone(),
-        out.store.prefix().clone(),
-        schema.schema().clone(),
-        tile_cells,
-        &options,
-    )
-    .map_err(|source| ConvertError::Obs { context: context(), source: Box::new(source) })?;
+    let options = ObsWriteOptions { tiles_per_file: obs.tiles_per_file, zstd_level: plan.zstd_level.clamp(1, 22) };
+    let mut writer = ObsWriter::new(out.store.clone(), schema.schema().clone(), tile_cells, &options)
+        .map_err(|source| ConvertError::Obs { context: context(), source: Box::new(source) })?;
     let mut cutter = TileCutter::new(&schema, tile_cells);
     // Inputs are read and converted a few at a time in parallel (one per thread), then cut in order.
     let batch = rayon::current_num_threads().max(1);
@@ -541,7 +531,7 @@ fn write_obs(out: &Output, plan: &Plan, tile_cells: &[u64]) -> Result<Option<Obs
             group.par_iter().map(|&i| read_input_obs(plan, &schema, i)).collect::<Result<_, _>>()?;
         for input_obs in &converted {
             cutter.push(input_obs, |t, tile| {
-                out.block_on(writer.write_tile(&tile)).map_err(|source| ConvertError::Obs {
+                out.block_on(writer.write_tile(&tile))?.map_err(|source| ConvertError::Obs {
                     context: format!("{} (tile {t})", context()),
                     source: Box::new(source),
                 })
@@ -550,7 +540,7 @@ fn write_obs(out: &Output, plan: &Plan, tile_cells: &[u64]) -> Result<Option<Obs
     }
     cutter.finish()?;
     let summary = out
-        .block_on(writer.finish())
+        .block_on(writer.finish())?
         .map_err(|source| ConvertError::Obs { context: context(), source: Box::new(source) })?;
     Ok(Some(summary))
 }
@@ -655,18 +645,7 @@ pub fn clear_output(url: &str, store: &StoreOptions) -> Result<(), ConvertError>
     let out = Output::open(url, store)?;
     out.delete(MANIFEST_NAME)?;
     out.delete(PLAN_MARKER)?;
-    let mut t = 0;
-    // Tiles are numbered densely; stop after a run of absent ones.
-    let mut absent = 0;
-    while absent < 64 {
-        if out.get(&tile_path(t))?.is_some() {
-            out.delete(&tile_path(t))?;
-            absent = 0;
-        } else {
-            absent += 1;
-        }
-        t += 1;
-    }
+    out.delete_prefix("tiles")?;
     for rel in [GENE_ORDER_NAME, VAR_NAMES_NAME, VAR_TABLE_NAME] {
         out.delete(rel)?;
     }

@@ -8,7 +8,6 @@ use support::*;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, Int64Type};
@@ -16,9 +15,7 @@ use arrow_array::{Array, ArrayRef};
 use arrow_schema::DataType;
 use dct_convert::{ConvertOptions, RunOptions, convert};
 use dct_dataset::dct_obs::{self, ColumnKind, ObsOptions, VarTable, category_labels};
-use dct_dataset::object_store::local::LocalFileSystem;
-use dct_dataset::object_store::path::Path as StorePath;
-use dct_dataset::{Dataset, ReadOptions};
+use dct_dataset::{Dataset, ReadOptions, Store, StoreOptions};
 use dct_input::{ColumnData, CountSource, H5adMatrix, H5adSource, open_input};
 
 fn options(out: &Path, tile_size: u64) -> ConvertOptions {
@@ -103,15 +100,10 @@ fn dataset_obs(url: &str, cache: &Path) -> (dct_obs::Obs, BTreeMap<String, Vec<V
     (obs, out)
 }
 
-fn local(dir: &Path) -> (Arc<LocalFileSystem>, StorePath) {
-    (Arc::new(LocalFileSystem::new()), StorePath::from_absolute_path(dir.canonicalize().unwrap()).unwrap())
-}
-
 /// `var.parquet` of a dataset, read with dct-obs.
 fn read_var(dir: &Path) -> VarTable {
-    let (store, prefix) = local(dir);
-    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-    let batch = rt.block_on(dct_obs::read_var_table(store.as_ref(), &prefix)).unwrap();
+    let store = Store::from_url(dir.to_str().unwrap(), &StoreOptions::default()).unwrap();
+    let batch = dct_store::runtime::block_on(async move { dct_obs::read_var_table(&store).await }).unwrap().unwrap();
     VarTable::from_record_batch(&batch).unwrap()
 }
 

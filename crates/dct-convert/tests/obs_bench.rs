@@ -5,7 +5,7 @@
 //! ```
 //!
 //! * `take` of 5,000 random cells from three localized columns (categorical, float, integer) of a 1M-cell obs.
-//! * Localizing those three columns from an object store 50 ms away (`ThrottledStore` over `InMemory`): time,
+//! * Localizing those three columns from an object store 50 ms away (a throttled in-memory store): time,
 //!   requests and bytes read, against the bytes the columns occupy in the shards.
 //!
 //! Only printed, never asserted against wall-clock times.
@@ -14,12 +14,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow_array::{ArrayRef, Float32Array, Int64Array};
-use dct_dataset::InstrumentedStore;
-use dct_dataset::object_store::ObjectStore;
-use dct_dataset::object_store::memory::InMemory;
-use dct_dataset::object_store::path::Path;
-use dct_dataset::object_store::throttle::{ThrottleConfig, ThrottledStore};
 use dct_obs::{ColumnData, Obs, ObsManifest, ObsOptions, ObsSchemaBuilder, ObsWriteOptions, ObsWriter, TileObs};
+use dct_store::Store;
+use dct_store::testing::{Throttle, counted, throttled};
 
 const N_CELLS: u64 = 1_000_000;
 const TILE: u64 = 10_000;
@@ -45,7 +42,7 @@ impl Rng {
 
 /// Writes a 1M-cell obs (tiles of 10,000 cells, default 1000 tiles per shard) with a 60-label categorical
 /// (some missing), a float32 and an int64 column, plus cell names, to `store`; returns the manifest facts.
-async fn write_obs(store: Arc<dyn ObjectStore>) -> ObsManifest {
+async fn write_obs(store: Store) -> ObsManifest {
     let tile_cells: Vec<u64> = (0..N_CELLS / TILE).map(|_| TILE).collect();
     let labels: Arc<[String]> = (0..60).map(|i| format!("cell type {i}")).collect::<Vec<_>>().into();
     let mut b = ObsSchemaBuilder::new();
@@ -54,7 +51,7 @@ async fn write_obs(store: Arc<dyn ObjectStore>) -> ObsManifest {
     b.add_plain("pct_mito", dct_obs::ArrowType::Float).unwrap();
     b.add_plain("n_counts", dct_obs::ArrowType::Int64).unwrap();
     let schema = b.finish();
-    let mut w = ObsWriter::new(store, Path::default(), schema, &tile_cells, &ObsWriteOptions::default()).unwrap();
+    let mut w = ObsWriter::new(store, schema, &tile_cells, &ObsWriteOptions::default()).unwrap();
     let mut rng = Rng(7);
     for (t, &n) in tile_cells.iter().enumerate() {
         let n = n as usize;
@@ -84,7 +81,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark: run with --release -- --ignored --nocapture"]
 async fn bench_localize_over_a_50ms_store_and_take_5000_cells() {
-    let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let memory = Store::memory("obs-bench");
     let started = Instant::now();
     let manifest = write_obs(memory.clone()).await;
     println!(
@@ -96,14 +93,13 @@ async fn bench_localize_over_a_50ms_store_and_take_5000_cells() {
     );
 
     let latency = Duration::from_millis(50);
-    let throttled = ThrottledStore::new(memory, ThrottleConfig { wait_get_per_call: latency, ..Default::default() });
-    let store = Arc::new(InstrumentedStore::new(Arc::new(throttled)));
+    let (store, counter) = counted(&throttled(&memory, Throttle { latency, ..Default::default() }));
     for concurrency in [16usize, 64] {
         let cache = tempfile::tempdir().unwrap();
         let opts = ObsOptions { cache_dir: Some(cache.path().into()), concurrency, ..Default::default() };
-        store.reset_counts();
+        counter.reset();
         let t0 = Instant::now();
-        let obs = Obs::open(store.clone(), Path::default(), manifest.clone(), opts).await.unwrap();
+        let obs = Obs::open(store.clone(), manifest.clone(), opts).await.unwrap();
         let opened = t0.elapsed();
         let sizes = obs.column_sizes().await.unwrap();
         if concurrency == 16 {
@@ -117,11 +113,11 @@ async fn bench_localize_over_a_50ms_store_and_take_5000_cells() {
                 );
             }
         }
-        store.reset_counts();
+        counter.reset();
         let t1 = Instant::now();
         let report = obs.localize(&COLUMNS).await.unwrap();
         let localized = t1.elapsed();
-        let counts = store.counts();
+        let counts = counter.counts();
         assert_eq!(report.fetched.len(), 3);
         let stored: u64 = sizes.iter().filter(|s| COLUMNS.contains(&s.name.as_str())).map(|s| s.compressed_bytes).sum();
         let all: u64 = manifest.shard_bytes.iter().sum();
@@ -140,19 +136,18 @@ async fn bench_localize_over_a_50ms_store_and_take_5000_cells() {
         // Again from the cache: nothing is read from the store.
         let obs2 = Obs::open(
             store.clone(),
-            Path::default(),
             manifest.clone(),
             ObsOptions { cache_dir: Some(cache.path().into()), ..Default::default() },
         )
         .await
         .unwrap();
-        store.reset_counts();
+        counter.reset();
         let t2 = Instant::now();
         let report = obs2.localize(&COLUMNS).await.unwrap();
         println!(
             "  second process on the node: localize from the cache in {:.2} ms, {} GETs",
             t2.elapsed().as_secs_f64() * 1e3,
-            store.counts().gets
+            counter.counts().gets
         );
         assert_eq!(report.cached.len(), 3);
 

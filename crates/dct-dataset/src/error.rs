@@ -1,10 +1,10 @@
 //! Typed errors and their categories.
 
 use std::fmt;
-use std::sync::Arc;
 
 use dct_codec::{DecodeError, EncodeError};
 use dct_format::FormatError;
+use dct_store::StoreError;
 
 /// What kind of problem an error or a verification finding is.
 ///
@@ -188,16 +188,19 @@ pub enum DatasetError {
         /// What is wrong.
         message: String,
     },
-    /// The storage backend failed. Transient failures (network, throttling) may succeed on retry.
-    #[error("{operation} {url} failed: {source}")]
-    Store {
-        /// What was being done (`GET`, `PUT`, `LIST`, `DELETE`).
-        operation: &'static str,
-        /// URL of the object or prefix.
-        url: String,
-        /// The backend's error.
+    /// A storage request failed (after its retries), or an object has another size than the caller allows.
+    /// Transient failures (network, throttling) may succeed on a later attempt ([`StoreError::is_transient`]).
+    #[error(transparent)]
+    Store(StoreError),
+    /// Fetching a tile failed (after its retries) for a reason other than its absence or size: the network, the
+    /// service, permissions. The store error names the object, the attempts and what to do.
+    #[error("tile {tile}: {source}")]
+    TileFetch {
+        /// Tile index.
+        tile: usize,
+        /// The failed request.
         #[source]
-        source: Arc<object_store::Error>,
+        source: StoreError,
     },
     /// A URL or path that cannot be opened (unknown scheme, backend not compiled in, bad option).
     #[error("cannot use {url}: {message}")]
@@ -250,7 +253,7 @@ impl DatasetError {
             DatasetError::Tile { category, .. } | DatasetError::Obs { category, .. } => *category,
             DatasetError::Decode { source, .. } => decode_category(source),
             DatasetError::SideFile { .. } => Category::SideFile,
-            DatasetError::Store { .. } | DatasetError::Internal(_) => Category::Io,
+            DatasetError::Store(_) | DatasetError::TileFetch { .. } | DatasetError::Internal(_) => Category::Io,
             DatasetError::Url { .. }
             | DatasetError::CellOutOfRange { .. }
             | DatasetError::Encode { .. }
@@ -262,13 +265,20 @@ impl DatasetError {
     /// The tile concerned, if one is.
     pub fn tile(&self) -> Option<usize> {
         match self {
-            DatasetError::Tile { tile, .. } | DatasetError::Decode { tile, .. } => Some(*tile),
+            DatasetError::Tile { tile, .. }
+            | DatasetError::Decode { tile, .. }
+            | DatasetError::TileFetch { tile, .. } => Some(*tile),
             _ => None,
         }
     }
+}
 
-    pub(crate) fn store(operation: &'static str, url: impl Into<String>, source: object_store::Error) -> Self {
-        DatasetError::Store { operation, url: url.into(), source: Arc::new(source) }
+impl From<StoreError> for DatasetError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Url { url, message } => DatasetError::Url { url, message },
+            e => DatasetError::Store(e),
+        }
     }
 }
 

@@ -6,9 +6,9 @@
 //! see FORMAT-v2.md.
 //!
 //! * [`Manifest`]: typed model of `manifest.json`, validation with [`Category`]-classified errors.
-//! * [`Store`]: a local path or `file://`, `s3://`, `gs://`, `az://`/`abfs://`, `http(s)://` URL (cloud backends
-//!   behind the cargo features `aws`, `gcp`, `azure`, `http`, all off by default), or any
-//!   `Arc<dyn ObjectStore>`; [`InstrumentedStore`] counts requests and injects failures for tests.
+//! * [`Store`] (from `dct-store`): a local path or `file://`, `s3://`, `gs://`, `az://`/`abfs://`, `http(s)://`
+//!   URL (cloud backends behind the cargo features `aws`, `gcp`, `azure`, `http`, all off by default), through
+//!   which every request is made, retried and capped.
 //! * [`Dataset`]: open, read any cells as CSR batches, prefetch, cache, counters.
 //! * [`verify`]: check every tile, side file and obs shard, reporting every problem.
 //! * `Dataset::obs` (feature `obs`): the per-cell metadata through `dct-obs` (localize columns, then take cells).
@@ -51,28 +51,25 @@
 //! # Ok(()) }
 //! ```
 
-#![deny(unsafe_code)] // allowed in `mapped` (memory maps of local tiles) only
+#![deny(unsafe_code)]
 
 mod epoch;
 mod error;
 pub mod manifest;
-mod mapped;
 pub mod npy;
 mod reader;
 mod rt;
-pub mod store;
 mod verify;
 mod writer;
 
 pub use dct_codec::{CountValue, CsrMatrix};
 #[cfg(feature = "obs")]
 pub use dct_obs;
+pub use dct_store::{LocalReads, RetryPolicy, Store, StoreError, StoreOptions};
 pub use epoch::{EpochOptions, EpochPlan, Remainder};
 pub use error::{Category, DatasetError, ManifestError};
 pub use manifest::Manifest;
-pub use object_store;
 pub use reader::{Batch, Dataset, ReadOptions, ReadStats};
-pub use store::{InstrumentedStore, LocalReads, RequestCounts, RetryPolicy, Store, StoreOptions};
 #[cfg(feature = "obs")]
 pub use verify::obs_fingerprint;
 pub use verify::{Problem, VerifyOptions, VerifyReport, verify, verify_url};

@@ -10,15 +10,15 @@ use dct_codec::{CountValue, DecodeError, DecodeOptions, DecodedTile, Decoder, Ti
 use dct_format::{CellIndex, TileHeader, TileLayout};
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
-use object_store::ObjectStore;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::error::{Category, DatasetError, ManifestError};
 use crate::manifest::{
     DEFAULT_MAX_MANIFEST_BYTES, GENE_ORDER_NAME, MANIFEST_NAME, Manifest, VAR_NAMES_NAME, tile_path,
 };
-use crate::rt::{Rt, default_threads, on_pool};
-use crate::store::{GetError, Store, StoreOptions};
+use crate::rt::{default_threads, on_pool};
+use dct_store::runtime::Runtime as Rt;
+use dct_store::{Store, StoreError, StoreOptions};
 
 /// Settings of a [`Dataset`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -447,24 +447,14 @@ impl std::fmt::Debug for Dataset {
 
 impl Dataset {
     /// Opens the dataset at `url` (a local path, `file://`, `s3://`, `gs://`, `az://`, `http(s)://`; see
-    /// [`crate::store`]): reads and validates `manifest.json`. Tiles are fetched when needed.
+    /// [`dct_store`]): reads and validates `manifest.json`. Tiles are fetched when needed.
     pub fn open(url: &str, options: ReadOptions) -> Result<Dataset, DatasetError> {
         let store = Store::from_url(url, &options.store)?;
         Dataset::open_store(store, options)
     }
 
-    /// Opens the dataset under `prefix` of an existing object store (e.g. an in-memory, throttled or
-    /// instrumented store in tests).
-    pub fn open_with_store(
-        store: Arc<dyn ObjectStore>,
-        prefix: &str,
-        options: ReadOptions,
-    ) -> Result<Dataset, DatasetError> {
-        let store = Store::with_object_store(store, prefix)?.with_retry(options.store.retry.clone());
-        Dataset::open_store(store, options)
-    }
-
-    /// Opens the dataset at a [`Store`].
+    /// Opens the dataset at a [`Store`] (e.g. an in-memory store, or one with test layers); the store's own
+    /// retries and request cap apply (`options.store` is not used).
     pub fn open_store(store: Store, options: ReadOptions) -> Result<Dataset, DatasetError> {
         let rt = Rt::new(options.io_threads, "dct-io")?;
         let limit = options.max_manifest_bytes;
@@ -477,7 +467,7 @@ impl Dataset {
         };
         let bytes = match got {
             Ok(b) => b,
-            Err(GetError::NotFound) => {
+            Err(StoreError::NotFound { .. }) => {
                 return Err(manifest_err(
                     Category::ManifestMissing,
                     "there is no manifest.json: this is not a deltacells dataset, or its writer did not finish \
@@ -485,7 +475,7 @@ impl Dataset {
                         .into(),
                 ));
             }
-            Err(GetError::TooLarge(n)) => {
+            Err(StoreError::TooLarge { size: n, .. }) => {
                 return Err(manifest_err(
                     Category::ManifestInvalid,
                     format!(
@@ -494,7 +484,7 @@ impl Dataset {
                     ),
                 ));
             }
-            Err(GetError::Store(e)) => return Err(store.store_error("GET", MANIFEST_NAME, e)),
+            Err(e) => return Err(e.into()),
         };
         let manifest = Manifest::from_json(&bytes).map_err(|source| DatasetError::Manifest { url, source })?;
         let decode_threads = if options.decode_threads == 0 { default_threads() } else { options.decode_threads };
@@ -931,9 +921,7 @@ impl Dataset {
         }
         let store = self.core.store.clone();
         let manifest = obs_manifest(m);
-        let opened = self.rt.block_on(async move {
-            dct_obs::Obs::open(store.object_store().clone(), store.prefix().clone(), manifest, options).await
-        });
+        let opened = self.rt.block_on(async move { dct_obs::Obs::open(store, manifest, options).await });
         opened.map_err(|e| obs_error(self.url(), e))
     }
 }
@@ -959,8 +947,8 @@ impl Dataset {
 #[cfg(feature = "obs")]
 pub(crate) fn obs_error(dataset: &str, e: dct_obs::ObsError) -> DatasetError {
     use dct_obs::ObsError;
-    if let ObsError::Store { op, url, source } = e {
-        return DatasetError::Store { operation: op, url, source: Arc::new(source) };
+    if let ObsError::Store(e) = e {
+        return e.into();
     }
     let category = match &e {
         ObsError::Manifest(_) => Category::ObsFields,
@@ -982,20 +970,20 @@ pub(crate) fn side_file_result(
     store: &Store,
     rel: &str,
     limit: u64,
-    got: Result<Bytes, GetError>,
+    got: Result<Bytes, StoreError>,
 ) -> Result<Bytes, DatasetError> {
     let url = store.url(rel);
     match got {
         Ok(b) => Ok(b),
-        Err(GetError::NotFound) => Err(DatasetError::SideFile {
+        Err(StoreError::NotFound { .. }) => Err(DatasetError::SideFile {
             url,
             message: "the manifest says this file exists, but it does not: the dataset is incomplete".into(),
         }),
-        Err(GetError::TooLarge(n)) => Err(DatasetError::SideFile {
+        Err(StoreError::TooLarge { size, .. }) => Err(DatasetError::SideFile {
             url,
-            message: format!("the file is {n} bytes, more than the {limit} bytes accepted"),
+            message: format!("the file is {size} bytes, more than the {limit} bytes accepted"),
         }),
-        Err(GetError::Store(e)) => Err(store.store_error("GET", rel, e)),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -1350,19 +1338,20 @@ impl Core {
         let tile_err =
             |category, message: String| DatasetError::Tile { category, tile: t, url: self.store.url(&rel), message };
         match got {
-            Err(GetError::NotFound) => Err(tile_err(
+            Err(StoreError::NotFound { .. }) => Err(tile_err(
                 Category::TileMissing,
                 "the tile object does not exist: the dataset is incomplete or was partly deleted".into(),
             )),
-            Err(GetError::Store(e)) => Err(self.store.store_error("GET", &rel, e)),
-            Err(GetError::TooLarge(size)) | Ok(Err(size)) => Err(tile_err(
+            Err(StoreError::WrongSize { size, .. } | StoreError::TooLarge { size, .. }) => Err(tile_err(
                 Category::TileBytes,
                 format!(
                     "the object is {size} bytes but the manifest's tile_bytes[{t}] is {expected}: the tile was \
                      replaced or truncated, or the manifest is stale; re-create the dataset"
                 ),
             )),
-            Ok(Ok(blob)) => {
+            Err(StoreError::Url { url, message }) => Err(DatasetError::Url { url, message }),
+            Err(source) => Err(DatasetError::TileFetch { tile: t, source }),
+            Ok(blob) => {
                 add(&self.counters.bytes_fetched, blob.len() as u64);
                 Ok(blob)
             }

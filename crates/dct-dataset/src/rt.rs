@@ -1,54 +1,8 @@
-//! The internal tokio runtime behind the synchronous API, and a bridge from async code to the rayon pool.
+//! A bridge from async code to the rayon pools that decode and encode tiles.
 
-use std::future::Future;
 use std::panic::AssertUnwindSafe;
 
 use crate::error::DatasetError;
-
-/// An owned multi-threaded tokio runtime that is shut down without blocking when dropped (so a reader or writer
-/// may be dropped anywhere, even inside another runtime).
-pub(crate) struct Rt {
-    rt: Option<tokio::runtime::Runtime>,
-}
-
-impl Rt {
-    pub(crate) fn new(threads: usize, name: &str) -> Result<Self, DatasetError> {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(threads.max(1))
-            .thread_name(name)
-            .enable_all()
-            .build()
-            .map_err(|e| DatasetError::Internal(format!("cannot start the I/O threads: {e}")))?;
-        Ok(Rt { rt: Some(rt) })
-    }
-
-    pub(crate) fn handle(&self) -> &tokio::runtime::Handle {
-        self.rt.as_ref().expect("runtime lives until drop").handle()
-    }
-
-    /// Runs `f` on the runtime and blocks the calling thread until it finishes. Works from any thread, including
-    /// one inside another tokio runtime (which it then blocks). A panic in `f` is resumed here.
-    pub(crate) fn block_on<F>(&self, f: F) -> F::Output
-    where
-        F: Future + Send + 'static,
-        F::Output: Send + 'static,
-    {
-        let handle = self.handle().spawn(f);
-        match futures::executor::block_on(handle) {
-            Ok(v) => v,
-            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-            Err(e) => panic!("internal task cancelled: {e}"),
-        }
-    }
-}
-
-impl Drop for Rt {
-    fn drop(&mut self) {
-        if let Some(rt) = self.rt.take() {
-            rt.shutdown_background();
-        }
-    }
-}
 
 /// Runs `f` on the rayon pool and awaits its result; a panic in `f` becomes an error message.
 pub(crate) async fn on_pool<T, F>(pool: &rayon::ThreadPool, f: F) -> Result<T, String>

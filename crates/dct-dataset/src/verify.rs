@@ -4,7 +4,6 @@ use std::fmt;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use object_store::ObjectStoreExt;
 use sha2::{Digest, Sha256};
 
 use crate::error::{Category, DatasetError};
@@ -13,7 +12,7 @@ use crate::reader::{
     Core, Dataset, ReadOptions, gene_order_limit, parse_gene_order, parse_var_names, side_file_result,
 };
 use crate::rt::on_pool;
-use crate::store::{GetError, Store};
+use dct_store::{Store, StoreError};
 
 /// Settings of [`verify`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -226,12 +225,14 @@ async fn check_shard(core: Arc<Core>, s: usize, schema: Option<obs::Schema>) -> 
     let expected = m.obs_shard_bytes[s];
     let problem = |category, message: String| Problem { category, tile: None, message: format!("{url}: {message}") };
     match stream_shard(&core.store, &rel, expected, SHARD_TAIL_KEEP).await {
-        Err(GetError::NotFound) => out.problems.push(problem(Category::ObsShard, "the obs shard is missing".into())),
-        Err(GetError::Store(e)) => out.problems.push(Problem::from_error(&core.store.store_error("GET", &rel, e))),
-        Err(GetError::TooLarge(size)) => out.problems.push(problem(
+        Err(StoreError::NotFound { .. }) => {
+            out.problems.push(problem(Category::ObsShard, "the obs shard is missing".into()))
+        }
+        Err(StoreError::TooLarge { size, .. } | StoreError::WrongSize { size, .. }) => out.problems.push(problem(
             Category::ObsShard,
             format!("the obs shard is {size} bytes but obs_shard_bytes[{s}] is {expected}"),
         )),
+        Err(e) => out.problems.push(Problem::from_error(&e.into())),
         Ok(shard) => {
             out.bytes = expected;
             if !shard.sha256.eq_ignore_ascii_case(&m.obs_shard_sha256[s]) {
@@ -265,34 +266,19 @@ struct StreamedShard {
 }
 
 /// Streams an object that must be `expected` bytes (never held whole in memory): its SHA-256 (lowercase hex), its
-/// first 4 bytes and its last bytes (at least `keep` of them, or all). `TooLarge(size)` reports a size other than
-/// `expected`.
-async fn stream_shard(store: &Store, rel: &str, expected: u64, keep: usize) -> Result<StreamedShard, GetError> {
-    let result = match store.object_store().get(&store.path(rel)).await {
-        Ok(r) => r,
-        Err(object_store::Error::NotFound { .. }) => return Err(GetError::NotFound),
-        Err(e) => return Err(GetError::Store(e)),
-    };
-    if result.meta.size != expected {
-        return Err(GetError::TooLarge(result.meta.size));
-    }
-    let mut stream = result.into_stream();
-    let mut hasher = Sha256::new();
-    let mut seen = 0u64;
-    let (mut head, mut tail) = (Vec::with_capacity(4), Vec::new());
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(GetError::Store)?;
-        seen += chunk.len() as u64;
-        if seen > expected {
-            return Err(GetError::TooLarge(seen));
-        }
-        hasher.update(&chunk);
+/// first 4 bytes and its last bytes (at least `keep` of them, or all). An object of another size is
+/// [`StoreError::TooLarge`] or [`StoreError::WrongSize`].
+async fn stream_shard(store: &Store, rel: &str, expected: u64, keep: usize) -> Result<StreamedShard, StoreError> {
+    let init = || (Sha256::new(), Vec::with_capacity(4), Vec::new());
+    let step = |(hasher, head, tail): &mut (Sha256, Vec<u8>, Vec<u8>), chunk: &[u8]| {
+        hasher.update(chunk);
         let want = 4 - head.len();
         head.extend_from_slice(&chunk[..want.min(chunk.len())]);
-        keep_tail(&mut tail, &chunk, keep);
-    }
-    if seen != expected {
-        return Err(GetError::TooLarge(seen));
+        keep_tail(tail, chunk, keep);
+    };
+    let ((hasher, head, tail), size) = store.get_fold(rel, expected, init, step).await?;
+    if size != expected {
+        return Err(StoreError::WrongSize { url: store.url(rel), size, expected });
     }
     Ok(StreamedShard { sha256: hex(hasher.finalize().as_slice()), head, tail })
 }
@@ -349,14 +335,8 @@ async fn check_side_files(core: &Core) -> Vec<Problem> {
         }));
     }
     if m.has_var_table {
-        let r = match store.object_store().head(&store.path(VAR_TABLE_NAME)).await {
-            Ok(_) => Ok(()),
-            Err(object_store::Error::NotFound { .. }) => {
-                side_file_result(store, VAR_TABLE_NAME, 0, Err(GetError::NotFound)).map(|_| ())
-            }
-            Err(e) => Err(store.store_error("HEAD", VAR_TABLE_NAME, e)),
-        };
-        side(r);
+        let r = store.size(VAR_TABLE_NAME).await;
+        side(side_file_result(store, VAR_TABLE_NAME, 0, r.map(|_| bytes::Bytes::new())).map(|_| ()));
     }
     problems
 }
@@ -367,7 +347,6 @@ mod obs {
     use std::sync::Arc;
 
     use dct_obs::{ObsError, ObsProblem, ObsProblemKind, ObsSchema, check_shard_tail};
-    use object_store::ObjectStoreExt;
 
     use super::{Category, Problem, StreamedShard};
     use crate::manifest::{MANIFEST_NAME, OBS_SCHEMA_NAME};
@@ -398,7 +377,7 @@ mod obs {
     pub(super) async fn read_schema(core: &Core) -> (Option<Schema>, Vec<Problem>) {
         let store = &core.store;
         let url = store.url(OBS_SCHEMA_NAME);
-        match dct_obs::read_schema(store.object_store().as_ref(), store.prefix()).await {
+        match dct_obs::read_schema(store).await {
             Ok(schema) => (Some(Arc::new(schema)), Vec::new()),
             Err(ObsError::NotFound { .. }) => (
                 None,
@@ -408,9 +387,7 @@ mod obs {
                     message: format!("{url}: has_obs is true but the obs schema is missing"),
                 }],
             ),
-            Err(ObsError::Store { source, .. }) => {
-                (None, vec![Problem::from_error(&store.store_error("GET", OBS_SCHEMA_NAME, source))])
-            }
+            Err(ObsError::Store(e)) => (None, vec![Problem::from_error(&e.into())]),
             Err(e) => {
                 (None, vec![Problem { category: Category::ObsShard, tile: None, message: format!("{url}: {e}") }])
             }
@@ -433,8 +410,7 @@ mod obs {
             Ok(found) => found,
             Err(needed) => {
                 let rel = crate::manifest::obs_shard_path(s);
-                let path = core.store.path(&rel);
-                match core.store.object_store().get_range(&path, size - needed..size).await {
+                match core.store.get_range(&rel, size - needed..size).await {
                     Ok(tail) => check_shard_tail(s, &shard.head, &tail, size, url, &m, schema).unwrap_or_else(|n| {
                         vec![ObsProblem {
                             kind: ObsProblemKind::ShardLayout,
@@ -444,7 +420,7 @@ mod obs {
                             message: format!("{url}: a {needed}-byte footer read still needs {n} bytes"),
                         }]
                     }),
-                    Err(e) => return vec![Problem::from_error(&core.store.store_error("GET range", &rel, e))],
+                    Err(e) => return vec![Problem::from_error(&e.into())],
                 }
             }
         };

@@ -6,15 +6,15 @@ use std::sync::Arc;
 use bytes::Bytes;
 use dct_codec::{CanonicalCsr, CountLike, CsrMatrix, EncodeOptions, ExceptionPolicy, IndexLike, encode_canonical};
 use dct_format::Version;
-use object_store::ObjectStore;
 use serde_json::Value;
 use tokio::task::JoinHandle;
 
 use crate::error::DatasetError;
 use crate::manifest::{GENE_ORDER_NAME, MANIFEST_NAME, Manifest, VAR_NAMES_NAME, VAR_TABLE_NAME, tile_path};
 use crate::reader::check_permutation;
-use crate::rt::{Rt, default_threads, on_pool};
-use crate::store::{Store, StoreOptions};
+use crate::rt::{default_threads, on_pool};
+use dct_store::runtime::Runtime as Rt;
+use dct_store::{Store, StoreOptions};
 
 /// Settings of a [`DatasetWriter`]. Start from [`WriterOptions::new`].
 #[derive(Debug, Clone, PartialEq)]
@@ -135,7 +135,7 @@ impl std::fmt::Debug for DatasetWriter {
 }
 
 impl DatasetWriter {
-    /// Starts a dataset at `url` (a local path, created if needed, or a URL; see [`crate::store`]).
+    /// Starts a dataset at `url` (a local path, created if needed, or a URL; see [`dct_store`]).
     ///
     /// A destination that already holds any file is refused unless `overwrite` is set; with it, the old
     /// `manifest.json` is deleted first, then the old tiles, side files and obs files (other files are left).
@@ -144,17 +144,8 @@ impl DatasetWriter {
         DatasetWriter::create_in(store, options)
     }
 
-    /// Starts a dataset under `prefix` of an existing object store.
-    pub fn create_with_store(
-        store: Arc<dyn ObjectStore>,
-        prefix: &str,
-        options: WriterOptions,
-    ) -> Result<DatasetWriter, DatasetError> {
-        let store = Store::with_object_store(store, prefix)?.with_retry(options.store.retry.clone());
-        DatasetWriter::create_in(store, options)
-    }
-
-    /// Starts a dataset at a [`Store`].
+    /// Starts a dataset at a [`Store`] (e.g. an in-memory store, or one with test layers); the store's own
+    /// retries and request cap apply (`options.store` is not used).
     pub fn create_in(store: Store, options: WriterOptions) -> Result<DatasetWriter, DatasetError> {
         let bad = |m: String| Err(DatasetError::InvalidArgument(format!("writer for {}: {m}", store.root())));
         if options.n_genes == 0 || options.n_genes > options.version.max_genes() {
@@ -356,7 +347,7 @@ impl DatasetWriter {
         let store = self.store.clone();
         let rel = rel.to_string();
         let stored = self.rt.block_on(async move { store.put(&rel, bytes).await });
-        stored.map_err(|e| self.fail(e))
+        stored.map_err(|e| self.fail(e.into()))
     }
 
     fn submit_tile(&mut self) -> Result<(), DatasetError> {
@@ -478,7 +469,7 @@ impl DatasetWriter {
             // Last: the manifest makes the dataset visible.
             store.put(MANIFEST_NAME, json).await
         });
-        result.map_err(|e| self.fail(e))?;
+        result.map_err(|e| self.fail(e.into()))?;
         self.finished = true;
         Ok(manifest)
     }
@@ -561,17 +552,16 @@ async fn encode_and_store(
 async fn prepare_destination(store: &Store, overwrite: bool) -> Result<(), DatasetError> {
     let Some(first) = store.first_object().await? else { return Ok(()) };
     if !overwrite {
-        let example = store.relative(&first.location).unwrap_or_else(|| first.location.to_string());
-        return Err(DatasetError::AlreadyExists { url: store.root().to_string(), example });
+        return Err(DatasetError::AlreadyExists { url: store.root().to_string(), example: first.path });
     }
-    store.delete_path(&store.path(MANIFEST_NAME)).await?;
-    for meta in store.list_all().await? {
-        let Some(rel) = store.relative(&meta.location) else { continue };
+    store.delete(MANIFEST_NAME).await?;
+    for object in store.list("").await? {
+        let rel = object.path;
         let ours = rel.starts_with("tiles/")
             || rel.starts_with("obs/")
             || [GENE_ORDER_NAME, VAR_NAMES_NAME, VAR_TABLE_NAME].contains(&rel.as_str());
         if ours {
-            store.delete_path(&meta.location).await?;
+            store.delete(&rel).await?;
         }
     }
     Ok(())

@@ -1,7 +1,9 @@
 //! Real object storage on loopback: S3 (moto) and HTTP (nginx), started by `scripts/test-services.sh`.
 //!
 //! Compiled only with the `aws` / `http` features, and each test skips itself unless its variables are set
-//! (`DCT_S3_ENDPOINT`, `DCT_S3_BUCKET`; `DCT_HTTP_URL`, `DCT_HTTP_ROOT`), so `cargo test` passes without servers:
+//! (`DCT_S3_ENDPOINT`, `DCT_S3_BUCKET`; `DCT_HTTP_URL`, `DCT_HTTP_ROOT`), so `cargo test` passes without servers;
+//! under `CI=true` a missing variable fails the test instead. The suite every backend passes is
+//! `dct-cli/tests/backends.rs`; these are the library-level checks of the writer and reader:
 //!
 //! ```text
 //! eval "$(scripts/test-services.sh start)"
@@ -15,6 +17,12 @@ mod common;
 use common::{append_all, assert_batch, random_batches, random_truth};
 use dct_dataset::{Category, Dataset, DatasetWriter, ReadOptions, StoreOptions, VerifyOptions, WriterOptions};
 
+/// Says the test is skipped for want of `vars`, except under `CI=true`, where it fails.
+fn skip(vars: &str) {
+    assert!(std::env::var("CI").map_or(true, |v| v != "true"), "CI=true and {vars} not set (scripts/test-services.sh)");
+    eprintln!("skipped: {vars} not set (see scripts/test-services.sh)");
+}
+
 fn unique(name: &str) -> String {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
     format!("{name}-{}-{nanos}", std::process::id())
@@ -24,7 +32,7 @@ fn unique(name: &str) -> String {
 #[test]
 fn s3_round_trip() {
     let (Ok(endpoint), Ok(bucket)) = (std::env::var("DCT_S3_ENDPOINT"), std::env::var("DCT_S3_BUCKET")) else {
-        eprintln!("skipped: DCT_S3_ENDPOINT / DCT_S3_BUCKET not set (see scripts/test-services.sh)");
+        skip("DCT_S3_ENDPOINT / DCT_S3_BUCKET");
         return;
     };
     let store = StoreOptions {
@@ -76,7 +84,7 @@ fn s3_round_trip() {
 #[test]
 fn http_read() {
     let (Ok(base), Ok(root)) = (std::env::var("DCT_HTTP_URL"), std::env::var("DCT_HTTP_ROOT")) else {
-        eprintln!("skipped: DCT_HTTP_URL / DCT_HTTP_ROOT not set (see scripts/test-services.sh)");
+        skip("DCT_HTTP_URL / DCT_HTTP_ROOT");
         return;
     };
     // nginx serves static files; write the dataset into its root locally, then read it over HTTP.

@@ -8,30 +8,14 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::fmt;
-use std::ops::Range;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
-use common::{Truth, assert_batch, block, random_truth};
+use common::{Truth, assert_batch, block, create_in, open_in, random_truth};
 use dct_codec::CsrMatrix;
-use dct_dataset::object_store::memory::InMemory;
-use dct_dataset::object_store::path::Path;
-use dct_dataset::object_store::{
-    Attributes, CopyOptions, Extensions, GetOptions, GetRange, GetResult, GetResultPayload, ListResult,
-    MultipartUpload, ObjectMeta, ObjectStore, ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload, PutResult,
-    RenameOptions,
-};
-use dct_dataset::{
-    Category, Dataset, DatasetError, DatasetWriter, ReadOptions, RetryPolicy, StoreOptions, WriterOptions,
-};
-use futures::StreamExt;
-use futures::stream::BoxStream;
+use dct_dataset::{Category, DatasetError, ReadOptions, RetryPolicy, Store, StoreOptions, WriterOptions};
+use dct_store::testing::{ALL_FAULTS, Fault, faulty as fault_layer};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-
-include!("support/fault_store.rs");
 
 // ---------------------------------------------------------------------------------------------------------------
 // Helpers.
@@ -66,12 +50,12 @@ fn writer_options(retry: RetryPolicy) -> WriterOptions {
 
 /// Writes `truth` (plus gene names) under `ds/` of `store`, in blocks of random sizes, without retries; errors
 /// are returned.
-fn write(store: Arc<dyn ObjectStore>, truth: &Truth, seed: u64) -> Result<(), DatasetError> {
+fn write(store: Store, truth: &Truth, seed: u64) -> Result<(), DatasetError> {
     write_with(store, truth, seed, RetryPolicy::never())
 }
 
-fn write_with(store: Arc<dyn ObjectStore>, truth: &Truth, seed: u64, retry: RetryPolicy) -> Result<(), DatasetError> {
-    let mut w = DatasetWriter::create_with_store(store, "ds", writer_options(retry))?;
+fn write_with(store: Store, truth: &Truth, seed: u64, retry: RetryPolicy) -> Result<(), DatasetError> {
+    let mut w = create_in(store, "ds", writer_options(retry))?;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let n = truth.rows.len();
     let mut lo = 0;
@@ -91,19 +75,19 @@ fn run<F: std::future::Future>(f: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
 }
 
-fn has_manifest(mem: &Arc<InMemory>) -> bool {
-    match run(mem.head(&Path::from("ds/manifest.json"))) {
-        Ok(_) => true,
-        Err(object_store::Error::NotFound { .. }) => false,
-        Err(e) => panic!("HEAD manifest: {e}"),
-    }
+fn has_manifest(mem: &Store) -> bool {
+    run(mem.exists("ds/manifest.json")).unwrap()
 }
 
 /// The categories a fault of `kind` may surface as, when it hits a tile GET (without retries).
 fn tile_categories(kind: Fault) -> &'static [Category] {
     match kind {
         // A body shorter or longer than the store announced is a failed transfer, like a reset connection.
-        Fault::Error | Fault::Timeout | Fault::BodyError | Fault::Truncate | Fault::Extend => &[Category::Io],
+        Fault::Error | Fault::Timeout | Fault::BodyError | Fault::Truncate | Fault::Extend | Fault::Denied => {
+            &[Category::Io]
+        }
+        // Late, but right.
+        Fault::SlowStart => &[],
         // Same length, other bytes: the header check or the CRC (or, for header bytes, structure) rejects them.
         Fault::WrongRange | Fault::BitFlip => &[Category::TileHeader, Category::TileCrc, Category::TileDecode],
     }
@@ -124,16 +108,16 @@ fn random_cells(rng: &mut ChaCha8Rng, n_cells: u64) -> Vec<u64> {
 #[test]
 fn reader_under_tile_faults_returns_the_truth_or_an_error_naming_the_object() {
     let truth = random_truth(11, 700, N_GENES, 0.04, true);
-    let mem = Arc::new(InMemory::new());
+    let mem = Store::memory("test");
     write(mem.clone(), &truth, 12).unwrap();
     let mut outcomes: BTreeMap<String, u64> = BTreeMap::new();
     let mut injected_by_kind: BTreeMap<Fault, u64> = BTreeMap::new();
     let mut rng = ChaCha8Rng::seed_from_u64(13);
     let mut rounds = 0;
     for (pass, cached) in [(0u64, 16usize), (1, 0)] {
-        let faulty = FaultStore::new(mem.clone(), 100 + pass);
-        let ds = Dataset::open_with_store(
-            faulty.clone(),
+        let (faulty_store, faulty) = fault_layer(&mem, 100 + pass);
+        let ds = open_in(
+            faulty_store.clone(),
             "ds",
             ReadOptions { max_cached_tiles: cached, decode_threads: 2, ..read_options(RetryPolicy::never()) },
         )
@@ -153,16 +137,17 @@ fn reader_under_tile_faults_returns_the_truth_or_an_error_naming_the_object() {
             for (k, _) in &faults {
                 *injected_by_kind.entry(*k).or_default() += 1;
             }
+            let harmful = faults.iter().filter(|(k, _)| *k != Fault::SlowStart).count();
             match got {
                 Ok(batch) => {
                     assert_batch(&batch, &truth, &cells);
                     if !prefetch {
-                        assert!(faults.is_empty(), "round {round}: a faulted GET went unnoticed: {faults:?}");
+                        assert_eq!(harmful, 0, "round {round}: a faulted GET went unnoticed: {faults:?}");
                     }
                     *outcomes.entry("ok".into()).or_default() += 1;
                 }
                 Err(e) => {
-                    assert!(!faults.is_empty(), "round {round}: failed without a fault: {e}");
+                    assert!(harmful > 0, "round {round}: failed without a fault: {e}");
                     let msg = e.to_string();
                     // The object named must have had a fault of a kind that gives this category (a tile may be
                     // fetched twice in a round: by a prefetch that failed, then by the read).
@@ -200,12 +185,12 @@ fn reader_under_tile_faults_returns_the_truth_or_an_error_naming_the_object() {
 #[test]
 fn transient_faults_are_retried_with_backoff() {
     let truth = random_truth(21, 200, N_GENES, 0.05, false);
-    let mem = Arc::new(InMemory::new());
+    let mem = Store::memory("test");
     write(mem.clone(), &truth, 22).unwrap();
     let cells = [0, 85, 199];
     for kind in [Fault::Error, Fault::Timeout, Fault::BodyError, Fault::Truncate, Fault::Extend] {
-        let faulty = FaultStore::new(mem.clone(), 23);
-        let open = || Dataset::open_with_store(faulty.clone(), "ds", read_options(fast_retry())).unwrap();
+        let (faulty_store, faulty) = fault_layer(&mem, 23);
+        let open = || open_in(faulty_store.clone(), "ds", read_options(fast_retry())).unwrap();
         for n in 1..=3 {
             // A new handle each time: nothing cached.
             let ds = open();
@@ -231,8 +216,8 @@ fn transient_faults_are_retried_with_backoff() {
         assert_eq!(faulty.take_log().len(), 4, "{kind:?}: one GET and 3 retries");
 
         // Without retries one fault fails one call, and the next call succeeds.
-        let faulty = FaultStore::new(mem.clone(), 24);
-        let ds = Dataset::open_with_store(faulty.clone(), "ds", read_options(RetryPolicy::never())).unwrap();
+        let (faulty_store, faulty) = fault_layer(&mem, 24);
+        let ds = open_in(faulty_store.clone(), "ds", read_options(RetryPolicy::never())).unwrap();
         faulty.set_first_gets(1, &[kind], "tile_000002.dct");
         let e = ds.get_batch(&cells).unwrap_err();
         assert_eq!(e.category(), Category::Io, "{kind:?}: {e}");
@@ -249,18 +234,18 @@ fn transient_faults_are_retried_with_backoff() {
 #[test]
 fn opening_under_manifest_faults() {
     let truth = random_truth(31, 230, N_GENES, 0.05, false);
-    let mem = Arc::new(InMemory::new());
+    let mem = Store::memory("test");
     write(mem.clone(), &truth, 32).unwrap();
-    let good = Dataset::open_with_store(mem.clone(), "ds", ReadOptions::default()).unwrap().manifest().clone();
-    let faulty = FaultStore::new(mem.clone(), 33);
+    let good = open_in(mem.clone(), "ds", ReadOptions::default()).unwrap().manifest().clone();
+    let (faulty_store, faulty) = fault_layer(&mem, 33);
     let mut outcomes: BTreeMap<String, u64> = BTreeMap::new();
     let all: Vec<u64> = (0..truth.n_cells()).collect();
     for round in 0..140 {
         let kind = ALL_FAULTS[round % ALL_FAULTS.len()];
         faulty.set_gets(1.0, &[kind], "manifest.json");
-        let opened = Dataset::open_with_store(faulty.clone(), "ds", read_options(fast_retry()));
+        let opened = open_in(faulty_store.clone(), "ds", read_options(fast_retry()));
         faulty.set_gets(0.0, &[], "");
-        let transient = !matches!(kind, Fault::WrongRange | Fault::BitFlip);
+        let transient = !matches!(kind, Fault::WrongRange | Fault::BitFlip | Fault::SlowStart);
         assert_eq!(faulty.take_log().len(), if transient { 4 } else { 1 }, "{kind:?}");
         let key = match opened {
             Err(e) => {
@@ -273,9 +258,11 @@ fn opening_under_manifest_faults() {
                 format!("{kind:?} -> {}", e.category())
             }
             Ok(ds) => {
-                // A flip inside a value, or a rotation that only moves whitespace, can leave valid JSON.
-                assert!(matches!(kind, Fault::BitFlip | Fault::WrongRange), "{kind:?} opened");
+                // A flip inside a value, or a rotation that only moves whitespace, can leave valid JSON; a slow
+                // start only delays the right bytes.
+                assert!(matches!(kind, Fault::BitFlip | Fault::WrongRange | Fault::SlowStart), "{kind:?} opened");
                 let same = *ds.manifest() == good;
+                assert!(same || kind != Fault::SlowStart, "a slow start changed the manifest");
                 match ds.get_batch_as::<u32>(&all) {
                     Ok(b) => assert_batch(&b, &truth, &all),
                     Err(e) => assert!(!same, "the real manifest failed to read: {e}"),
@@ -295,18 +282,18 @@ fn opening_under_manifest_faults() {
 fn a_failing_put_leaves_no_manifest() {
     let truth = random_truth(41, 300, N_GENES, 0.05, false);
     // A clean run counts the PUTs.
-    let mem = Arc::new(InMemory::new());
-    let counting = FaultStore::new(mem.clone(), 0);
-    write(counting.clone(), &truth, 42).unwrap();
-    let total = counting.lock().puts;
+    let mem = Store::memory("test");
+    let (counting_store, counting) = fault_layer(&mem, 0);
+    write(counting_store, &truth, 42).unwrap();
+    let total = counting.puts();
     assert_eq!(total, 8 + 2, "8 tiles, var_names.txt, manifest.json");
     let (mut failed, mut whole) = (0, 0);
     for stored in [false, true] {
         for k in 0..total {
-            let mem = Arc::new(InMemory::new());
-            let faulty = FaultStore::new(mem.clone(), k);
-            faulty.lock().fail_puts = vec![(k, stored)];
-            let result = write(faulty.clone(), &truth, 42);
+            let mem = Store::memory("test");
+            let (faulty_store, faulty) = fault_layer(&mem, k);
+            faulty.fail_puts(&[(k, stored)]);
+            let result = write(faulty_store.clone(), &truth, 42);
             let e = match result {
                 Err(e) => e,
                 Ok(()) => panic!("PUT {k} failed (stored: {stored}) but the write succeeded"),
@@ -321,13 +308,13 @@ fn a_failing_put_leaves_no_manifest() {
             if last && stored {
                 // Only the manifest's response was lost: everything is there.
                 assert!(has_manifest(&mem));
-                let ds = Dataset::open_with_store(mem.clone(), "ds", ReadOptions::default()).unwrap();
+                let ds = open_in(mem.clone(), "ds", ReadOptions::default()).unwrap();
                 let all: Vec<u64> = (0..truth.n_cells()).collect();
                 assert_batch(&ds.get_batch_as::<u32>(&all).unwrap(), &truth, &all);
                 whole += 1;
             } else {
                 assert!(!has_manifest(&mem), "PUT {k} failed (stored: {stored}) and a manifest exists");
-                let e = Dataset::open_with_store(mem.clone(), "ds", ReadOptions::default()).unwrap_err();
+                let e = open_in(mem.clone(), "ds", ReadOptions::default()).unwrap_err();
                 assert_eq!(e.category(), Category::ManifestMissing);
                 failed += 1;
             }
@@ -347,46 +334,14 @@ fn a_put_that_fails_once_is_retried() {
     let all: Vec<u64> = (0..truth.n_cells()).collect();
     for stored in [false, true] {
         for k in 0..10 {
-            let mem = Arc::new(InMemory::new());
-            let faulty = FaultStore::new(mem.clone(), k);
-            faulty.lock().fail_puts = vec![(k, stored)];
-            write_with(faulty.clone(), &truth, 44, fast_retry())
+            let mem = Store::memory("test");
+            let (faulty_store, faulty) = fault_layer(&mem, k);
+            faulty.fail_puts(&[(k, stored)]);
+            write_with(faulty_store.clone(), &truth, 44, fast_retry())
                 .unwrap_or_else(|e| panic!("PUT {k} (stored: {stored}) was not retried: {e}"));
-            assert_eq!(faulty.lock().puts, 11, "10 PUTs and one repeated");
-            let ds = Dataset::open_with_store(mem.clone(), "ds", ReadOptions::default()).unwrap();
+            assert_eq!(faulty.puts(), 11, "10 PUTs and one repeated");
+            let ds = open_in(mem.clone(), "ds", ReadOptions::default()).unwrap();
             assert_batch(&ds.get_batch_as::<u32>(&all).unwrap(), &truth, &all);
         }
     }
-}
-
-/// GETs of ranges through the wrapper are faulted too (the obs reader uses them); sanity of the wrapper itself:
-/// each kind changes what a range read returns in the way it says.
-#[test]
-fn the_fault_store_does_what_it_says() {
-    let mem = Arc::new(InMemory::new());
-    let p = Path::from("x/obj");
-    let data: Vec<u8> = (0..=255u8).cycle().take(1000).collect();
-    run(mem.put(&p, PutPayload::from(data.clone()))).unwrap();
-    let faulty = FaultStore::new(mem.clone(), 1);
-    for kind in ALL_FAULTS {
-        faulty.set_gets(1.0, &[kind], "obj");
-        let got = run(async { faulty.get_range(&p, 100..300).await });
-        faulty.set_gets(0.0, &[], "");
-        match kind {
-            Fault::Error | Fault::Timeout | Fault::BodyError => assert!(got.is_err(), "{kind:?}"),
-            Fault::Truncate => assert!(got.unwrap().len() < 200),
-            Fault::Extend => assert!(got.unwrap().len() > 200),
-            Fault::WrongRange | Fault::BitFlip => {
-                let b = got.unwrap();
-                assert_eq!(b.len(), 200, "{kind:?}");
-                assert_ne!(&b[..], &data[100..300], "{kind:?}");
-            }
-        }
-    }
-    // Suffix requests keep working through the wrapper.
-    let tail = run(async {
-        faulty.get_opts(&p, GetOptions { range: Some(GetRange::Suffix(10)), ..Default::default() }).await
-    })
-    .unwrap();
-    assert_eq!(tail.range, 990..1000);
 }

@@ -2,16 +2,13 @@
 
 mod common;
 
-use std::sync::Arc;
-
-use common::{Truth, append_all, assert_batch, random_batches, random_truth};
+use common::{Truth, append_all, assert_batch, create_in, open_in, random_batches, random_truth};
 use dct_codec::{CsrMatrix, ExceptionPolicy};
-use dct_dataset::object_store::memory::InMemory;
-use dct_dataset::object_store::{ObjectStore, ObjectStoreExt, path::Path as ObjPath};
 use dct_dataset::{
-    Batch, Category, Dataset, DatasetError, DatasetWriter, InstrumentedStore, LocalReads, ReadOptions, StoreOptions,
-    VerifyOptions, WriterOptions,
+    Batch, Category, Dataset, DatasetError, DatasetWriter, LocalReads, ReadOptions, Store, StoreOptions, VerifyOptions,
+    WriterOptions,
 };
+use dct_store::testing::counted;
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 
@@ -135,8 +132,8 @@ fn walk(p: &std::path::Path) -> Vec<String> {
 fn in_memory_round_trip_with_exceptions_and_float_input() {
     // 100000 genes: gaps above 65535; some counts above 65535.
     let truth = random_truth(5, 333, 100_000, 0.0002, true);
-    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let mut w = DatasetWriter::create_with_store(
+    let store = Store::memory("test");
+    let mut w = create_in(
         store.clone(),
         "a/b",
         WriterOptions { exception_policy: ExceptionPolicy::Unlimited, ..opts(100_000, 64) },
@@ -144,7 +141,7 @@ fn in_memory_round_trip_with_exceptions_and_float_input() {
     .unwrap();
     append_all(&mut w, &truth, 6, 100);
     w.finish().unwrap();
-    let ds = Dataset::open_with_store(store.clone(), "a/b", ReadOptions::default()).unwrap();
+    let ds = open_in(store.clone(), "a/b", ReadOptions::default()).unwrap();
     assert_eq!(ds.n_tiles(), 6);
     check_all(&ds, &truth, 7);
     let cells: Vec<u64> = (0..truth.n_cells()).collect();
@@ -154,8 +151,8 @@ fn in_memory_round_trip_with_exceptions_and_float_input() {
     assert!(exact.values.iter().any(|&v| v > 65_535), "the test data has value exceptions");
 
     // f32 input (integral floats) gives the same dataset.
-    let store2: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let mut w = DatasetWriter::create_with_store(store2.clone(), "", opts(5, 2)).unwrap();
+    let store2 = Store::memory("test");
+    let mut w = create_in(store2.clone(), "", opts(5, 2)).unwrap();
     let m = CsrMatrix {
         n_rows: 3,
         n_cols: 5,
@@ -165,7 +162,7 @@ fn in_memory_round_trip_with_exceptions_and_float_input() {
     };
     w.append(&m).unwrap();
     w.finish().unwrap();
-    let ds = Dataset::open_with_store(store2, "", ReadOptions::default()).unwrap();
+    let ds = open_in(store2, "", ReadOptions::default()).unwrap();
     let b = ds.get_batch_as::<u32>(&[0, 1, 2]).unwrap();
     assert_eq!(b.row(0), (&[1, 4][..], &[1, 2][..]));
     assert_eq!(b.row(1), (&[][..], &[][..]));
@@ -175,15 +172,14 @@ fn in_memory_round_trip_with_exceptions_and_float_input() {
 #[test]
 fn manifest_is_the_last_put() {
     let truth = random_truth(8, 250, 50, 0.1, false);
-    let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let store = Arc::new(InstrumentedStore::new(inner));
-    let mut w = DatasetWriter::create_with_store(store.clone(), "ds", opts(50, 30)).unwrap();
+    let (store, counter) = counted(&Store::memory("test"));
+    let mut w = create_in(store.clone(), "ds", opts(50, 30)).unwrap();
     append_all(&mut w, &truth, 9, 80);
     w.set_var_names((0..50).map(|g| g.to_string()).collect()).unwrap();
     w.put_file("var.parquet", bytes::Bytes::from_static(b"not really parquet")).unwrap();
     let m = w.finish().unwrap();
     assert!(m.has_var_table && m.has_var_names && !m.has_gene_order);
-    let counts = store.counts();
+    let counts = counter.counts();
     assert_eq!(counts.puts, 9 + 2 + 1, "one PUT per tile, per side file, and the manifest");
     assert_eq!(counts.put_paths.last().unwrap(), "ds/manifest.json");
     assert_eq!(counts.put_paths.iter().filter(|p| p.contains("manifest")).count(), 1);
@@ -226,16 +222,16 @@ fn existing_destination_is_refused_unless_overwrite() {
 #[test]
 fn dropped_or_failed_writer_leaves_no_manifest() {
     let truth = random_truth(15, 300, 30, 0.1, false);
-    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let store = Store::memory("test");
     {
-        let mut w = DatasetWriter::create_with_store(store.clone(), "dropped", opts(30, 50)).unwrap();
+        let mut w = create_in(store.clone(), "dropped", opts(30, 50)).unwrap();
         append_all(&mut w, &truth, 16, 100);
     }
-    let e = Dataset::open_with_store(store.clone(), "dropped", ReadOptions::default()).unwrap_err();
+    let e = open_in(store.clone(), "dropped", ReadOptions::default()).unwrap_err();
     assert_eq!(e.category(), Category::ManifestMissing);
 
     // Invalid data: the append fails, and so does everything after it.
-    let mut w = DatasetWriter::create_with_store(store.clone(), "bad", opts(30, 50)).unwrap();
+    let mut w = create_in(store.clone(), "bad", opts(30, 50)).unwrap();
     append_all(&mut w, &truth, 17, 100);
     let bad = CsrMatrix { n_rows: 1, n_cols: 30, indptr: &[0u32, 1], indices: &[3u32], values: &[-1i32] };
     let e = w.append(&bad).unwrap_err();
@@ -247,7 +243,7 @@ fn dropped_or_failed_writer_leaves_no_manifest() {
     assert!(block_on_head(&store, "bad/manifest.json").is_none());
 
     // An encoding failure inside a background tile task surfaces later and stops the writer.
-    let mut w = DatasetWriter::create_with_store(
+    let mut w = create_in(
         store.clone(),
         "exceptions",
         WriterOptions { exception_policy: ExceptionPolicy::AtMost(0), max_tiles_in_flight: 1, ..opts(30, 2) },
@@ -263,15 +259,15 @@ fn dropped_or_failed_writer_leaves_no_manifest() {
     assert!(block_on_head(&store, "exceptions/manifest.json").is_none());
 }
 
-fn block_on_head(store: &Arc<dyn ObjectStore>, path: &str) -> Option<u64> {
-    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-    rt.block_on(store.head(&ObjPath::from(path))).ok().map(|m| m.size)
+fn block_on_head(store: &Store, path: &str) -> Option<u64> {
+    let (store, path) = (store.clone(), path.to_string());
+    dct_store::runtime::block_on(async move { store.size(&path).await }).unwrap().ok()
 }
 
 #[test]
 fn writer_refuses_bad_side_data_but_keeps_going() {
-    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let mut w = DatasetWriter::create_with_store(store.clone(), "", opts(3, 10)).unwrap();
+    let store = Store::memory("test");
+    let mut w = create_in(store.clone(), "", opts(3, 10)).unwrap();
     assert!(w.set_var_names(vec!["a".into(), "b\nc".into(), "d".into()]).is_err());
     assert!(w.set_var_names(vec!["a".into()]).is_err());
     assert!(w.set_gene_order(vec![0, 0, 1]).is_err());
@@ -286,18 +282,18 @@ fn writer_refuses_bad_side_data_but_keeps_going() {
     let m = CsrMatrix { n_rows: 1, n_cols: 3, indptr: &[0u32, 1], indices: &[2u32], values: &[9u32] };
     w.append(&m).unwrap();
     w.finish().unwrap();
-    let ds = Dataset::open_with_store(store, "", ReadOptions::default()).unwrap();
+    let ds = open_in(store, "", ReadOptions::default()).unwrap();
     assert_eq!(*ds.gene_order().unwrap().unwrap(), vec![2, 0, 1]);
     assert_eq!(ds.get_batch(&[0]).unwrap().row(0), (&[2][..], &[9.0][..]));
 }
 
 #[test]
 fn empty_dataset() {
-    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let w = DatasetWriter::create_with_store(store.clone(), "", opts(10, 10)).unwrap();
+    let store = Store::memory("test");
+    let w = create_in(store.clone(), "", opts(10, 10)).unwrap();
     let m = w.finish().unwrap();
     assert_eq!(m.n_tiles(), 0);
-    let ds = Dataset::open_with_store(store, "", ReadOptions::default()).unwrap();
+    let ds = open_in(store, "", ReadOptions::default()).unwrap();
     assert_eq!(ds.n_cells(), 0);
     assert_eq!(ds.get_batch(&[]).unwrap().n_rows(), 0);
     assert!(ds.get_batch(&[0]).is_err());
@@ -306,14 +302,14 @@ fn empty_dataset() {
 
 #[test]
 fn invalid_writer_options() {
-    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let store = Store::memory("test");
     for o in [
         opts(0, 10),
         opts(10, 0),
         WriterOptions { n_chunks: 0, ..opts(10, 10) },
         WriterOptions { zstd_level: 99, ..opts(10, 10) },
     ] {
-        let e = DatasetWriter::create_with_store(store.clone(), "", o).unwrap_err();
+        let e = create_in(store.clone(), "", o).unwrap_err();
         assert_eq!(e.category(), Category::InvalidArgument, "{e}");
     }
 }

@@ -6,31 +6,29 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Truth, append_all, assert_batch, random_batches, random_truth};
-use dct_dataset::object_store::memory::InMemory;
-use dct_dataset::object_store::path::Path as ObjPath;
-use dct_dataset::object_store::throttle::{ThrottleConfig, ThrottledStore};
-use dct_dataset::object_store::{ObjectStore, ObjectStoreExt, PutPayload};
-use dct_dataset::{Category, Dataset, DatasetWriter, InstrumentedStore, ReadOptions, VerifyOptions, WriterOptions};
+use bytes::Bytes;
+use common::{Truth, append_all, assert_batch, create_in, open_in, random_batches, random_truth};
+use dct_dataset::{Category, Dataset, ReadOptions, Store, VerifyOptions, WriterOptions};
+use dct_store::testing::{Counter, Throttle, counted, throttled};
 
 const N_GENES: u64 = 200;
 const TILE: u64 = 50;
 
 /// A dataset of `n_cells` cells in tiles of 50, written into a fresh in-memory store under `ds/`.
-fn dataset(seed: u64, n_cells: usize) -> (Arc<InMemory>, Truth) {
+fn dataset(seed: u64, n_cells: usize) -> (Store, Truth) {
     let truth = random_truth(seed, n_cells, N_GENES, 0.05, false);
-    let mem = Arc::new(InMemory::new());
+    let mem = Store::memory("test");
     let opts =
         WriterOptions { tile_size: TILE, n_chunks: 2, zstd_level: 3, encode_threads: 2, ..WriterOptions::new(N_GENES) };
-    let mut w = DatasetWriter::create_with_store(mem.clone(), "ds", opts).unwrap();
+    let mut w = create_in(mem.clone(), "ds", opts).unwrap();
     append_all(&mut w, &truth, seed + 1, 120);
     w.set_var_names((0..N_GENES).map(|g| format!("g{g}")).collect()).unwrap();
     w.finish().unwrap();
     (mem, truth)
 }
 
-fn instrumented(mem: &Arc<InMemory>) -> Arc<InstrumentedStore> {
-    Arc::new(InstrumentedStore::new(mem.clone()))
+fn instrumented(mem: &Store) -> (Store, Arc<Counter>) {
+    counted(mem)
 }
 
 fn tile_cells(ds: &Dataset, t: usize) -> Vec<u64> {
@@ -49,17 +47,15 @@ fn run<F: std::future::Future>(f: F) -> F::Output {
 #[test]
 fn one_get_per_tile_and_cached_tiles_are_not_fetched_again() {
     let (mem, truth) = dataset(1, 420);
-    let store = instrumented(&mem);
-    let ds =
-        Dataset::open_with_store(store.clone(), "ds", ReadOptions { max_cached_tiles: 16, ..ReadOptions::default() })
-            .unwrap();
-    assert_eq!(store.counts().gets, 1, "open reads the manifest only");
+    let (store, counter) = instrumented(&mem);
+    let ds = open_in(store.clone(), "ds", ReadOptions { max_cached_tiles: 16, ..ReadOptions::default() }).unwrap();
+    assert_eq!(counter.counts().gets, 1, "open reads the manifest only");
     let n_tiles = ds.n_tiles();
     assert_eq!(n_tiles, 9);
 
     let all: Vec<u64> = (0..truth.n_cells()).rev().collect();
     assert_batch(&ds.get_batch_as::<u32>(&all).unwrap(), &truth, &all);
-    let counts = store.counts();
+    let counts = counter.counts();
     assert_eq!(counts.gets, 1 + n_tiles as u64);
     for t in 0..n_tiles {
         assert_eq!(counts.gets_of(&tile_name(t)), 1, "tile {t}");
@@ -76,53 +72,47 @@ fn one_get_per_tile_and_cached_tiles_are_not_fetched_again() {
         assert_batch(&ds.get_batch_as::<u32>(&batch).unwrap(), &truth, &batch);
         assert_eq!(ds.batch_nnz(&batch).unwrap(), truth.nnz_of(&batch));
     }
-    assert_eq!(store.counts().gets, 1 + n_tiles as u64);
+    assert_eq!(counter.counts().gets, 1 + n_tiles as u64);
     assert!(ds.stats().cache_hits > 0);
 }
 
-fn manifest_len(mem: &Arc<InMemory>) -> u64 {
-    run(mem.head(&ObjPath::from("ds/manifest.json"))).unwrap().size
+fn manifest_len(mem: &Store) -> u64 {
+    run(mem.size("ds/manifest.json")).unwrap()
 }
 
 #[test]
 fn lru_evicts_the_least_recently_used_tile() {
     let (mem, truth) = dataset(3, 200);
-    let store = instrumented(&mem);
-    let ds =
-        Dataset::open_with_store(store.clone(), "ds", ReadOptions { max_cached_tiles: 2, ..ReadOptions::default() })
-            .unwrap();
+    let (store, counter) = instrumented(&mem);
+    let ds = open_in(store.clone(), "ds", ReadOptions { max_cached_tiles: 2, ..ReadOptions::default() }).unwrap();
     for t in [0, 1, 0, 2, 0, 1] {
         let cells = tile_cells(&ds, t);
         assert_batch(&ds.get_batch_as::<u32>(&cells).unwrap(), &truth, &cells);
     }
-    let c = store.counts();
+    let c = counter.counts();
     // 0 miss, 1 miss, 0 hit, 2 miss (evicts 1), 0 hit, 1 miss (evicts 2).
     assert_eq!((c.gets_of(&tile_name(0)), c.gets_of(&tile_name(1)), c.gets_of(&tile_name(2))), (1, 2, 1));
 
     // Without a cache every read fetches.
-    let store = instrumented(&mem);
-    let ds =
-        Dataset::open_with_store(store.clone(), "ds", ReadOptions { max_cached_tiles: 0, ..ReadOptions::default() })
-            .unwrap();
+    let (store, counter) = instrumented(&mem);
+    let ds = open_in(store.clone(), "ds", ReadOptions { max_cached_tiles: 0, ..ReadOptions::default() }).unwrap();
     let cells = tile_cells(&ds, 3);
     ds.get_batch(&cells).unwrap();
     ds.get_batch(&cells).unwrap();
-    assert_eq!(store.counts().gets_of(&tile_name(3)), 2);
+    assert_eq!(counter.counts().gets_of(&tile_name(3)), 2);
 }
 
 #[test]
 fn prefetched_tiles_are_fetched_once_and_batch_nnz_reuses_fetches() {
     let (mem, truth) = dataset(4, 400);
-    let store = instrumented(&mem);
-    let ds =
-        Dataset::open_with_store(store.clone(), "ds", ReadOptions { max_prefetch_tiles: 3, ..ReadOptions::default() })
-            .unwrap();
+    let (store, counter) = instrumented(&mem);
+    let ds = open_in(store.clone(), "ds", ReadOptions { max_prefetch_tiles: 3, ..ReadOptions::default() }).unwrap();
     let n = ds.n_tiles();
     ds.prefetch(&(0..n).collect::<Vec<_>>()).unwrap();
     ds.prefetch(&[0, 1]).unwrap(); // already under way: nothing new
     let all: Vec<u64> = (0..truth.n_cells()).collect();
     assert_batch(&ds.get_batch_as::<u32>(&all).unwrap(), &truth, &all);
-    let c = store.counts();
+    let c = counter.counts();
     for t in 0..n {
         assert_eq!(c.gets_of(&tile_name(t)), 1, "tile {t}");
     }
@@ -132,14 +122,14 @@ fn prefetched_tiles_are_fetched_once_and_batch_nnz_reuses_fetches() {
     assert_eq!(s.inflight_joins + s.cache_hits, n as u64);
 
     // batch_nnz loads tiles without decoding; a following read decodes them without fetching again.
-    let store = instrumented(&mem);
-    let ds = Dataset::open_with_store(store.clone(), "ds", ReadOptions::default()).unwrap();
+    let (store, counter) = instrumented(&mem);
+    let ds = open_in(store.clone(), "ds", ReadOptions::default()).unwrap();
     let cells = [5, 390, 5, 120];
     assert_eq!(ds.batch_nnz(&cells).unwrap(), truth.nnz_of(&cells));
     assert_eq!(ds.stats().tiles_decoded, 0);
     assert_batch(&ds.get_batch_as::<u32>(&cells).unwrap(), &truth, &cells);
     assert_eq!(ds.stats().tiles_decoded, 3);
-    assert_eq!(store.counts().gets, 1 + 3);
+    assert_eq!(counter.counts().gets, 1 + 3);
     ds.prefetch_cells(&[0, 60]).unwrap();
 }
 
@@ -147,13 +137,13 @@ fn prefetched_tiles_are_fetched_once_and_batch_nnz_reuses_fetches() {
 #[test]
 fn a_transient_failure_is_reported_and_not_cached() {
     let (mem, truth) = dataset(5, 200);
-    let store = instrumented(&mem);
+    let (store, counter) = instrumented(&mem);
     let no_retry = ReadOptions {
         store: dct_dataset::StoreOptions { retry: dct_dataset::RetryPolicy::never(), ..Default::default() },
         ..ReadOptions::default()
     };
-    let ds = Dataset::open_with_store(store.clone(), "ds", no_retry).unwrap();
-    store.fail_next_gets(&tile_name(1), 1);
+    let ds = open_in(store.clone(), "ds", no_retry).unwrap();
+    counter.fail_next_gets(&tile_name(1), 1);
     let cells = [0, 60, 199];
     let e = ds.get_batch(&cells).unwrap_err();
     assert_eq!(e.category(), Category::Io, "{e}");
@@ -161,11 +151,11 @@ fn a_transient_failure_is_reported_and_not_cached() {
     assert_eq!(ds.stats().failed_loads, 1);
     // The retry succeeds: tile 1 is fetched again, the tiles that did load are not.
     assert_batch(&ds.get_batch_as::<u32>(&cells).unwrap(), &truth, &cells);
-    let c = store.counts();
+    let c = counter.counts();
     assert_eq!((c.gets_of(&tile_name(0)), c.gets_of(&tile_name(1)), c.gets_of(&tile_name(3))), (1, 2, 1));
 
     // The same for side files.
-    store.fail_next_gets("var_names.txt", 1);
+    counter.fail_next_gets("var_names.txt", 1);
     assert_eq!(ds.var_names().unwrap_err().category(), Category::Io);
     assert_eq!(ds.var_names().unwrap().unwrap().len(), N_GENES as usize);
 }
@@ -175,12 +165,12 @@ fn a_transient_failure_is_reported_and_not_cached() {
 #[test]
 fn a_transient_failure_is_retried() {
     let (mem, truth) = dataset(5, 200);
-    let store = instrumented(&mem);
-    let ds = Dataset::open_with_store(store.clone(), "ds", ReadOptions::default()).unwrap();
-    store.fail_next_gets(&tile_name(1), 2);
+    let (store, counter) = instrumented(&mem);
+    let ds = open_in(store.clone(), "ds", ReadOptions::default()).unwrap();
+    counter.fail_next_gets(&tile_name(1), 2);
     let cells = [0, 60, 199];
     assert_batch(&ds.get_batch_as::<u32>(&cells).unwrap(), &truth, &cells);
-    let c = store.counts();
+    let c = counter.counts();
     assert_eq!((c.gets_of(&tile_name(0)), c.gets_of(&tile_name(1)), c.gets_of(&tile_name(3))), (1, 3, 1));
     assert_eq!(ds.stats().failed_loads, 0);
 }
@@ -188,11 +178,9 @@ fn a_transient_failure_is_retried() {
 #[test]
 fn concurrent_readers_share_tiles() {
     let (mem, truth) = dataset(6, 600);
-    let store = instrumented(&mem);
-    let ds = Arc::new(
-        Dataset::open_with_store(store.clone(), "ds", ReadOptions { max_cached_tiles: 64, ..ReadOptions::default() })
-            .unwrap(),
-    );
+    let (store, counter) = instrumented(&mem);
+    let ds =
+        Arc::new(open_in(store.clone(), "ds", ReadOptions { max_cached_tiles: 64, ..ReadOptions::default() }).unwrap());
     let truth = Arc::new(truth);
     let threads: Vec<_> = (0..4)
         .map(|i| {
@@ -207,7 +195,7 @@ fn concurrent_readers_share_tiles() {
     for t in threads {
         t.join().unwrap();
     }
-    let c = store.counts();
+    let c = counter.counts();
     for t in 0..ds.n_tiles() {
         assert!(c.gets_of(&tile_name(t)) <= 1, "tile {t} fetched {} times", c.gets_of(&tile_name(t)));
     }
@@ -217,16 +205,16 @@ fn concurrent_readers_share_tiles() {
 fn verify_reports_every_problem() {
     let (mem, truth) = dataset(7, 300);
     // Tile 1: one byte flipped (the CRC catches it); tile 4: missing; var_names.txt: one name short.
-    let p1 = ObjPath::from("ds/tiles/tile_000001.dct");
-    let mut bytes = run(async { mem.get(&p1).await.unwrap().bytes().await }).unwrap().to_vec();
+    let p1 = "ds/tiles/tile_000001.dct";
+    let mut bytes = run(mem.get_limited(p1, u64::MAX)).unwrap().to_vec();
     let mid = bytes.len() - 5;
     bytes[mid] ^= 0x40;
-    run(mem.put(&p1, PutPayload::from(bytes))).unwrap();
-    run(mem.delete(&ObjPath::from("ds/tiles/tile_000004.dct"))).unwrap();
+    run(mem.put(p1, Bytes::from(bytes))).unwrap();
+    run(mem.delete("ds/tiles/tile_000004.dct")).unwrap();
     let names: String = (0..N_GENES - 1).map(|g| format!("g{g}\n")).collect();
-    run(mem.put(&ObjPath::from("ds/var_names.txt"), PutPayload::from(names.into_bytes()))).unwrap();
+    run(mem.put("ds/var_names.txt", Bytes::from(names.into_bytes()))).unwrap();
 
-    let ds = Dataset::open_with_store(mem.clone(), "ds", ReadOptions::default()).unwrap();
+    let ds = open_in(mem.clone(), "ds", ReadOptions::default()).unwrap();
     let mut progress = Vec::new();
     let report = ds.verify(&VerifyOptions { parallel: 3, ..VerifyOptions::default() }, |d, t| progress.push((d, t)));
     let found: Vec<(Category, Option<usize>)> = report.problems.iter().map(|p| (p.category, p.tile)).collect();
@@ -254,10 +242,9 @@ fn verify_reports_every_problem() {
 #[test]
 fn prefetching_hides_latency() {
     let (mem, truth) = dataset(8, 400);
-    let config = ThrottleConfig { wait_get_per_call: Duration::from_millis(50), ..ThrottleConfig::default() };
-    let slow: Arc<dyn ObjectStore> = Arc::new(ThrottledStore::new(mem.clone(), config));
+    let slow = throttled(&mem, Throttle { latency: Duration::from_millis(50), ..Throttle::default() });
     let epoch = |prefetch: bool| {
-        let ds = Dataset::open_with_store(
+        let ds = open_in(
             slow.clone(),
             "ds",
             ReadOptions { max_cached_tiles: 8, max_prefetch_tiles: 4, ..ReadOptions::default() },
@@ -307,9 +294,9 @@ fn wait_decoded(ds: &Dataset, n: u64) {
 #[test]
 fn prefetched_tiles_outlive_tiles_already_read() {
     let (mem, truth) = dataset(8, 250);
-    let store = instrumented(&mem);
+    let (store, counter) = instrumented(&mem);
     let options = ReadOptions { max_cached_tiles: 3, max_prefetch_tiles: 4, ..ReadOptions::default() };
-    let ds = Dataset::open_with_store(store.clone(), "ds", options).unwrap();
+    let ds = open_in(store.clone(), "ds", options).unwrap();
     ds.prefetch(&[1]).unwrap();
     wait_decoded(&ds, 1);
     let cells0 = tile_cells(&ds, 0);
@@ -325,7 +312,7 @@ fn prefetched_tiles_outlive_tiles_already_read() {
         let cells = tile_cells(&ds, t);
         assert_batch(&ds.get_batch_as::<u32>(&cells).unwrap(), &truth, &cells);
     }
-    let c = store.counts();
+    let c = counter.counts();
     assert_eq!((c.gets_of(&tile_name(1)), c.gets_of(&tile_name(2)), c.gets_of(&tile_name(3))), (1, 1, 1));
     assert_eq!(ds.stats().tiles_decoded, 4);
 }
@@ -336,9 +323,9 @@ fn prefetched_tiles_outlive_tiles_already_read() {
 #[test]
 fn prefetched_tiles_waiting_to_be_decoded_are_bounded_by_the_prefetch_permits() {
     let (mem, truth) = dataset(12, 250);
-    let store = instrumented(&mem);
+    let (store, counter) = instrumented(&mem);
     let options = ReadOptions { max_cached_tiles: 1, max_prefetch_tiles: 2, ..ReadOptions::default() };
-    let ds = Dataset::open_with_store(store.clone(), "ds", options).unwrap();
+    let ds = open_in(store.clone(), "ds", options).unwrap();
     let read = |t: usize| {
         let cells = tile_cells(&ds, t);
         assert_batch(&ds.get_batch_as::<u32>(&cells).unwrap(), &truth, &cells);
@@ -347,7 +334,7 @@ fn prefetched_tiles_waiting_to_be_decoded_are_bounded_by_the_prefetch_permits() 
     ds.prefetch(&[1, 2, 3]).unwrap();
     // Tiles 1 and 2 are fetched and kept undecoded (a decode ahead would evict tile 0, the tile read last); they
     // hold both permits, so tile 3 is not fetched yet.
-    let gets = |t: usize| store.counts().gets_of(&tile_name(t));
+    let gets = |t: usize| counter.counts().gets_of(&tile_name(t));
     for _ in 0..400 {
         if gets(1) == 1 && gets(2) == 1 {
             break;
@@ -384,7 +371,7 @@ fn small_caches_with_concurrent_reads_and_prefetches_stay_correct() {
                 decode_threads: threads,
                 ..ReadOptions::default()
             };
-            let ds = Arc::new(Dataset::open_with_store(mem.clone(), "ds", options).unwrap());
+            let ds = Arc::new(open_in(mem.clone(), "ds", options).unwrap());
             let n = ds.n_tiles();
             let readers: Vec<_> = (0..3u64)
                 .map(|i| {
@@ -434,7 +421,7 @@ fn background_decodes_and_reads_share_the_pool_without_waiting_for_each_other() 
                 max_prefetch_tiles: 4,
                 ..ReadOptions::default()
             };
-            let ds = Dataset::open_with_store(mem.clone(), "ds", options).unwrap();
+            let ds = open_in(mem.clone(), "ds", options).unwrap();
             let n = ds.n_tiles();
             assert!(n >= 8, "enough tiles for the reads to race the queue");
             for round in 0..20 {
@@ -460,4 +447,28 @@ fn background_decodes_and_reads_share_the_pool_without_waiting_for_each_other() 
             }
         }
     }
+}
+
+#[test]
+fn readers_sharing_a_store_keep_requests_in_flight_under_its_cap() {
+    let (mem, truth) = dataset(21, 1000);
+    let slow =
+        throttled(&mem.with_max_requests(3), Throttle { latency: Duration::from_millis(10), ..Throttle::default() });
+    let (store, counter) = instrumented(&slow);
+    // Four readers, each prefetching every tile at once with room for all of them.
+    let options = ReadOptions { max_prefetch_tiles: 32, max_cached_tiles: 32, ..ReadOptions::default() };
+    let readers: Vec<Dataset> = (0..4).map(|_| open_in(store.clone(), "ds", options.clone()).unwrap()).collect();
+    std::thread::scope(|scope| {
+        for ds in &readers {
+            scope.spawn(|| {
+                let all: Vec<usize> = (0..ds.n_tiles()).collect();
+                ds.prefetch(&all).unwrap();
+                let cells: Vec<u64> = (0..truth.n_cells()).collect();
+                assert_batch(&ds.get_batch_as::<u32>(&cells).unwrap(), &truth, &cells);
+            });
+        }
+    });
+    let counts = counter.counts();
+    assert_eq!(counts.gets, 4 * (1 + readers[0].n_tiles() as u64), "each reader: its manifest and every tile once");
+    assert!((2..=3).contains(&counts.max_in_flight), "{} requests in flight under a cap of 3", counts.max_in_flight);
 }

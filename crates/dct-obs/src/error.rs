@@ -2,23 +2,18 @@
 
 use std::path::PathBuf;
 
+use dct_store::StoreError;
+
 /// Everything that can go wrong reading, writing, caching or verifying obs.
 ///
 /// Every variant names the object (URL or local path) involved and, where it applies, the tile and the column, and its
 /// message says what to do about it.
 #[derive(Debug, thiserror::Error)]
 pub enum ObsError {
-    /// An object store request failed (network, permissions, missing object, ...).
-    #[error("{op} {url} failed: {source}; check that the dataset URL is right and readable (credentials, network)")]
-    Store {
-        /// The request: GET, GET range, PUT, HEAD.
-        op: &'static str,
-        /// The object's URL.
-        url: String,
-        /// What the store said.
-        #[source]
-        source: object_store::Error,
-    },
+    /// A storage request failed after its retries (network, permissions, ...), or an object has another size
+    /// than the manifest says.
+    #[error(transparent)]
+    Store(StoreError),
     /// A required object does not exist.
     #[error(
         "{url} does not exist; the dataset is incomplete or the manifest does not belong to it (re-run the conversion)"
@@ -162,7 +157,7 @@ impl ObsError {
     /// Whether another attempt may succeed: a transient store failure, or bytes damaged on the way.
     pub fn is_transient(&self) -> bool {
         match self {
-            ObsError::Store { source, .. } => dct_retry::is_transient(source),
+            ObsError::Store(e) => e.is_transient(),
             ObsError::Damaged { .. } => true,
             _ => false,
         }
@@ -186,6 +181,18 @@ impl ObsError {
 
     pub(crate) fn arrow(context: impl Into<String>, source: arrow_schema::ArrowError) -> Self {
         ObsError::Arrow { context: context.into(), source }
+    }
+}
+
+impl From<StoreError> for ObsError {
+    /// Missing and oversized objects become [`ObsError::NotFound`] and [`ObsError::TooLarge`] (which say what
+    /// they mean for obs); every other failure stays a [`ObsError::Store`].
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound { url } => ObsError::NotFound { url },
+            StoreError::TooLarge { url, size, limit } => ObsError::TooLarge { url, size, limit },
+            e => ObsError::Store(e),
+        }
     }
 }
 

@@ -2,8 +2,8 @@
 //! (`obs/obs_NNNN.parquet`, one row group per tile), the fingerprint, the local column cache and the gene table
 //! (`var.parquet`). See the "Obs" section of the format specification.
 //!
-//! This crate sits below the dataset layer: it takes an object store, the dataset's root path in it and the
-//! manifest's obs fields ([`ObsManifest`]); it never reads the manifest itself.
+//! This crate sits below the dataset layer: it takes the dataset's [`Store`] (every request goes through it) and
+//! the manifest's obs fields ([`ObsManifest`]); it never reads the manifest itself.
 //!
 //! * Writing: infer a schema with [`ObsSchemaBuilder`] over every input (global vocabularies, code widths, the
 //!   `max_categories` threshold), then feed tiles in order to an [`ObsWriter`] (or the I/O-free
@@ -23,10 +23,8 @@ mod infer;
 mod manifest;
 pub mod pyjson;
 mod reader;
-mod rt;
 mod schema;
 mod shard;
-mod util;
 mod var;
 mod verify;
 mod write;
@@ -34,12 +32,12 @@ mod write;
 pub use cache::{CACHE_ENV, cache_root, column_file_name, quote_column_name, resolve_cache_root};
 pub use convert::encode_obs;
 pub use data::{CategoryData, ColumnData, TileObs};
-pub use dct_retry::RetryPolicy;
+pub use dct_store::{RetryPolicy, Store};
 pub use error::{ObsError, Result};
 pub use fingerprint::{FINGERPRINT_LEN, fingerprint_json, is_fingerprint, obs_fingerprint, sha256_hex, to_hex};
 pub use infer::{DEFAULT_MAX_CATEGORIES, ObsSchemaBuilder, VocabularyBuilder, arrow_type_of, promote};
 pub use manifest::{
-    DEFAULT_TILES_PER_FILE, ObsManifest, SCHEMA_NAME, VAR_TABLE_NAME, child_path, n_shards, shard_name, shard_tiles,
+    DEFAULT_TILES_PER_FILE, ObsManifest, SCHEMA_NAME, VAR_TABLE_NAME, n_shards, shard_name, shard_tiles,
 };
 pub use reader::{ColumnSize, LocalizeReport, Obs, ObsOptions, category_labels, read_schema};
 pub use schema::{
@@ -61,4 +59,3 @@ pub mod arrow {
     pub use arrow_array as array;
     pub use arrow_schema as schema;
 }
-pub use object_store;

@@ -2,8 +2,6 @@
 
 use std::ops::Range;
 
-use object_store::path::Path;
-
 use crate::error::{ObsError, Result};
 use crate::fingerprint::{is_fingerprint, is_sha256_hex};
 
@@ -126,11 +124,6 @@ pub fn shard_name(s: usize) -> String {
     format!("obs/obs_{s:04}.parquet")
 }
 
-/// `prefix/rel` as an object store path (`rel` uses `/` separators).
-pub fn child_path(prefix: &Path, rel: &str) -> Path {
-    rel.split('/').fold(prefix.clone(), |p, part| p.join(part))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,7 +137,5 @@ mod tests {
         assert_eq!(shard_tiles(5, 2, 3), 5..5);
         assert_eq!(shard_name(3), "obs/obs_0003.parquet");
         assert_eq!(shard_name(12345), "obs/obs_12345.parquet");
-        assert_eq!(child_path(&Path::from("a/b"), "obs/x.parquet").as_ref(), "a/b/obs/x.parquet");
-        assert_eq!(child_path(&Path::default(), "obs/x.parquet").as_ref(), "obs/x.parquet");
     }
 }

@@ -9,19 +9,16 @@ use arrow_array::types::{Int8Type, Int16Type, Int32Type};
 use arrow_array::{Array, ArrayRef, RecordBatch, StringArray};
 use arrow_schema::{DataType, Schema};
 use dct_format::CellIndex;
+use dct_store::Store;
+use dct_store::runtime::AbortOnDrop;
 use futures::StreamExt;
-use object_store::ObjectStore;
-use object_store::path::Path;
 
 use crate::cache::{CacheFileWriter, Cached, CachedColumn, FileLock, cache_root, column_file_name, open_cached};
 use crate::error::{ObsError, Result};
 use crate::fingerprint::obs_fingerprint;
-use crate::manifest::{ObsManifest, SCHEMA_NAME, child_path, shard_name};
-use crate::rt::{AbortOnDrop, block_on};
+use crate::manifest::{ObsManifest, SCHEMA_NAME, shard_name};
 use crate::schema::{ColumnKind, MAX_SCHEMA_BYTES, ObsColumn, ObsSchema};
 use crate::shard::{ShardMeta, check_layout, fetch_metadata, read_column_chunk};
-use crate::util::object_url;
-use dct_retry::RetryPolicy;
 
 /// How obs is read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,15 +31,17 @@ pub struct ObsOptions {
     /// Bytes of a shard's end fetched by the first footer request (default 64 KiB, but never more than 1/16 of
     /// the shard). Longer footers take a second request.
     pub footer_prefetch: u64,
-    /// Retries of failed requests (transient errors, bodies that break off or have the wrong length) with
-    /// exponential backoff.
-    pub retry: RetryPolicy,
 }
 
 impl Default for ObsOptions {
     fn default() -> Self {
-        ObsOptions { cache_dir: None, concurrency: 16, footer_prefetch: 64 << 10, retry: RetryPolicy::default() }
+        ObsOptions { cache_dir: None, concurrency: 16, footer_prefetch: 64 << 10 }
     }
+}
+
+/// Runs `f` on the storage layer's process-wide runtime ([`dct_store::runtime`]) and waits for it.
+pub(crate) fn block_on<T: Send + 'static>(f: impl Future<Output = Result<T>> + Send + 'static) -> Result<T> {
+    dct_store::runtime::block_on(f)?
 }
 
 /// The stored size of one column over every shard: the sums of its column chunks' sizes from the shard footers.
@@ -76,8 +75,7 @@ pub struct Obs {
 }
 
 struct Inner {
-    store: Arc<dyn ObjectStore>,
-    prefix: Path,
+    store: Store,
     manifest: ObsManifest,
     schema: ObsSchema,
     schema_text: String,
@@ -93,7 +91,7 @@ struct Inner {
 impl std::fmt::Debug for Obs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Obs")
-            .field("prefix", &self.inner.prefix)
+            .field("dataset", &self.inner.store.root())
             .field("fingerprint", &self.inner.manifest.fingerprint)
             .field("columns", &self.inner.schema.columns.len())
             .field("cache", &self.inner.dir)
@@ -101,34 +99,10 @@ impl std::fmt::Debug for Obs {
     }
 }
 
-/// Reads a small object whole, refusing objects above `limit` bytes before reading them. Transient failures, and
-/// bodies whose length differs from the announced one, are retried.
-pub(crate) async fn get_limited(
-    store: &dyn ObjectStore,
-    path: &Path,
-    limit: u64,
-    retry: &RetryPolicy,
-) -> Result<bytes::Bytes> {
-    let url = object_url(store, path);
-    let got = dct_retry::get_whole(store, path, retry, |n| n <= limit).await;
-    match got {
-        Ok(Ok(b)) => Ok(b),
-        Ok(Err(size)) => Err(ObsError::TooLarge { url, size, limit }),
-        Err(object_store::Error::NotFound { .. }) => Err(ObsError::NotFound { url }),
-        Err(source) => Err(ObsError::Store { op: "GET", url, source }),
-    }
-}
-
-/// Reads and parses `obs/schema.json` of the dataset at `prefix`; returns the parsed schema and its exact text.
-/// Failed requests are retried with the default [`RetryPolicy`].
-pub async fn read_schema(store: &dyn ObjectStore, prefix: &Path) -> Result<(ObsSchema, String)> {
-    read_schema_with(store, prefix, &RetryPolicy::default()).await
-}
-
-async fn read_schema_with(store: &dyn ObjectStore, prefix: &Path, retry: &RetryPolicy) -> Result<(ObsSchema, String)> {
-    let path = child_path(prefix, SCHEMA_NAME);
-    let url = object_url(store, &path);
-    let bytes = get_limited(store, &path, MAX_SCHEMA_BYTES, retry).await?;
+/// Reads and parses `obs/schema.json` of the dataset at `store`; returns the parsed schema and its exact text.
+pub async fn read_schema(store: &Store) -> Result<(ObsSchema, String)> {
+    let url = store.url(SCHEMA_NAME);
+    let bytes = store.get_limited(SCHEMA_NAME, MAX_SCHEMA_BYTES).await?;
     let schema = ObsSchema::parse(&bytes, &url)?;
     let text =
         String::from_utf8(bytes.to_vec()).map_err(|_| ObsError::Schema { url, message: "not UTF-8 text".into() })?;
@@ -136,22 +110,17 @@ async fn read_schema_with(store: &dyn ObjectStore, prefix: &Path, retry: &RetryP
 }
 
 impl Obs {
-    /// Opens the obs of the dataset at `prefix` in `store`, described by the manifest fields in `manifest`: reads
+    /// Opens the obs of the dataset at `store`, described by the manifest fields in `manifest`: reads
     /// `obs/schema.json` and checks it against the fingerprint (recomputed from the schema text, `tile_cells` and
     /// the manifest's shard hashes). Nothing else is read until columns are localized.
-    pub async fn open(
-        store: Arc<dyn ObjectStore>,
-        prefix: Path,
-        mut manifest: ObsManifest,
-        options: ObsOptions,
-    ) -> Result<Obs> {
+    pub async fn open(store: Store, mut manifest: ObsManifest, options: ObsOptions) -> Result<Obs> {
         manifest.validate()?;
         let cells = CellIndex::from_tile_cells(&manifest.tile_cells).map_err(|e| ObsError::Manifest(e.to_string()))?;
-        let (schema, schema_text) = read_schema_with(store.as_ref(), &prefix, &options.retry).await?;
+        let (schema, schema_text) = read_schema(&store).await?;
         let fp = obs_fingerprint(&schema_text, &manifest.tile_cells, &manifest.shard_sha256);
         if fp != manifest.fingerprint {
             return Err(ObsError::Schema {
-                url: object_url(store.as_ref(), &child_path(&prefix, SCHEMA_NAME)),
+                url: store.url(SCHEMA_NAME),
                 message: format!(
                     "with the manifest's tile_cells and obs_shard_sha256 it gives fingerprint {fp}, but the manifest \
                      says {}: the schema or the manifest changed after the dataset was written",
@@ -164,7 +133,6 @@ impl Obs {
         Ok(Obs {
             inner: Arc::new(Inner {
                 store,
-                prefix,
                 manifest,
                 schema,
                 schema_text,
@@ -178,13 +146,8 @@ impl Obs {
     }
 
     /// [`open`](Self::open) from synchronous code (runs on an internal runtime; fine to call from any thread).
-    pub fn open_blocking(
-        store: Arc<dyn ObjectStore>,
-        prefix: Path,
-        manifest: ObsManifest,
-        options: ObsOptions,
-    ) -> Result<Obs> {
-        block_on(Obs::open(store, prefix, manifest, options))
+    pub fn open_blocking(store: Store, manifest: ObsManifest, options: ObsOptions) -> Result<Obs> {
+        block_on(Obs::open(store, manifest, options))
     }
 
     /// The schema.
@@ -433,10 +396,10 @@ enum How {
 }
 
 impl Inner {
-    fn shard_url(&self, s: usize) -> (Path, String) {
-        let path = child_path(&self.prefix, &shard_name(s));
-        let url = object_url(self.store.as_ref(), &path);
-        (path, url)
+    fn shard_url(&self, s: usize) -> (String, String) {
+        let rel = shard_name(s);
+        let url = self.store.url(&rel);
+        (rel, url)
     }
 
     async fn load_shard_meta(&self, s: usize) -> Result<Arc<ShardMeta>> {
@@ -444,11 +407,10 @@ impl Inner {
         let size = self.manifest.shard_bytes[s];
         let footer_crc = self.manifest.shard_footer_crc32.as_ref().and_then(|c| c.get(s).copied());
         let md = self
-            .options
-            .retry
+            .store
+            .retry()
             .run_when(is_damaged, || {
-                let (store, prefetch, retry) = (self.store.as_ref(), self.options.footer_prefetch, &self.options.retry);
-                fetch_metadata(store, &path, &url, size, prefetch, footer_crc, retry)
+                fetch_metadata(&self.store, &path, &url, size, self.options.footer_prefetch, footer_crc)
             })
             .await?;
         let tiles = self.manifest.shard_tiles(s);
@@ -481,9 +443,8 @@ impl Inner {
         let rows = self.manifest.tile_cells[t] as usize;
         let (this, path, url, meta) = (&self, &path, &url, &meta);
         let reads = columns.iter().map(|(pos, column)| {
-            let retry = &this.options.retry;
-            retry.run_when(is_damaged, move || {
-                read_column_chunk(this.store.clone(), path.clone(), url, meta, rg, t, *pos, column, rows, retry)
+            this.store.retry().run_when(is_damaged, move || {
+                read_column_chunk(&this.store, path, url, meta, rg, t, *pos, column, rows)
             })
         });
         futures::future::try_join_all(reads).await

@@ -9,8 +9,6 @@ use arrow_array::{Array, ArrayRef};
 use bytes::{Bytes, BytesMut};
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
-use object_store::path::Path;
-use object_store::{GetOptions, GetRange, ObjectStore};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
@@ -19,7 +17,7 @@ use parquet::file::metadata::{FooterTail, ParquetMetaData, ParquetMetaDataReader
 
 use crate::error::{ObsError, Result};
 use crate::schema::{ObsColumn, ObsSchema};
-use dct_retry::RetryPolicy;
+use dct_store::{Store, StoreError};
 
 /// Largest parquet footer (metadata) accepted: 256 MiB.
 pub const MAX_FOOTER_BYTES: u64 = 256 << 20;
@@ -126,17 +124,16 @@ pub(crate) fn decode_metadata(buf: &[u8]) -> std::result::Result<ParquetMetaData
         .unwrap_or_else(|_| Err(ParquetError::General("the metadata decoder failed on malformed input".into())))
 }
 
-/// Fetches and decodes a shard's footer with a suffix request of `prefetch` bytes but at most 1/16 of the file (so a
-/// small shard is never read whole), then one more ranged request if the metadata is longer. The object must be
-/// `expected_size` bytes.
+/// Fetches and decodes a shard's footer with a request for its last `prefetch` bytes but at most 1/16 of the file
+/// (so a small shard is never read whole), then one more ranged request if the metadata is longer. The object
+/// must be `expected_size` bytes.
 pub(crate) async fn fetch_metadata(
-    store: &dyn ObjectStore,
-    path: &Path,
+    store: &Store,
+    rel: &str,
     url: &str,
     expected_size: u64,
     prefetch: u64,
     expected_footer_crc32: Option<u32>,
-    retry: &RetryPolicy,
 ) -> Result<Arc<ParquetMetaData>> {
     let shard_err = |m: String| ObsError::shard(url, None, None, m);
     let damaged = |m: String| ObsError::damaged(url, None, None, m);
@@ -144,28 +141,17 @@ pub(crate) async fn fetch_metadata(
         return Err(shard_err(format!("the manifest gives it {expected_size} bytes, too small for a parquet file")));
     }
     let suffix = prefetch.min(expected_size / 16).max(8);
-    let got = retry
-        .run(|| async {
-            let opts = GetOptions { range: Some(GetRange::Suffix(suffix)), ..Default::default() };
-            let got = store.get_opts(path, opts).await?;
-            let size = got.meta.size;
-            if size != expected_size {
-                return Ok(Err(size));
-            }
-            let tail = got.bytes().await?;
-            if tail.len() as u64 != suffix {
-                return Err(dct_retry::short_or_long_body(suffix, tail.len() as u64));
-            }
-            Ok(Ok(tail))
-        })
-        .await
-        .map_err(|e| store_err("GET suffix", url, e))?;
+    let tail = match store.get_tail(rel, suffix, expected_size).await {
+        Ok(tail) => tail,
+        Err(StoreError::WrongSize { size, .. }) => {
+            return Err(shard_err(format!(
+                "it is {size} bytes but the manifest says {expected_size}: the shard changed after the manifest was \
+                 written"
+            )));
+        }
+        Err(e) => return Err(e.into()),
+    };
     let size = expected_size;
-    let tail = got.map_err(|size| {
-        shard_err(format!(
-            "it is {size} bytes but the manifest says {expected_size}: the shard changed after the manifest was written"
-        ))
-    })?;
     // With a footer checksum on record the file was written with a valid footer, so a bad one here is damage.
     let bad_footer = |m: String| if expected_footer_crc32.is_some() { damaged(m) } else { shard_err(m) };
     let len = metadata_length(&tail, size).map_err(bad_footer)?;
@@ -177,7 +163,7 @@ pub(crate) async fn fetch_metadata(
         tail.slice((have - len) as usize..have as usize)
     } else {
         let range = size - 8 - len..size - tail.len() as u64;
-        let rest = dct_retry::get_range(store, path, range, retry).await.map_err(|e| store_err("GET range", url, e))?;
+        let rest = store.get_range(rel, range).await?;
         let mut b = BytesMut::with_capacity(len as usize);
         b.extend_from_slice(&rest);
         b.extend_from_slice(&tail[..have as usize]);
@@ -201,13 +187,6 @@ pub(crate) async fn fetch_metadata(
         source,
     })?;
     Ok(Arc::new(md))
-}
-
-fn store_err(op: &'static str, url: &str, e: object_store::Error) -> ObsError {
-    match e {
-        object_store::Error::NotFound { .. } => ObsError::NotFound { url: url.to_string() },
-        source => ObsError::Store { op, url: url.to_string(), source },
-    }
 }
 
 /// Checks a shard's metadata against the manifest (`tiles` are its tiles, `tile_cells` all tiles' cell counts)
@@ -360,8 +339,8 @@ impl AsyncFileReader for ChunkReader {
 /// it. The array is checked for type and length, and category codes for lying in the vocabulary.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn read_column_chunk(
-    store: Arc<dyn ObjectStore>,
-    path: Path,
+    store: &Store,
+    rel: &str,
     url: &str,
     meta: &ShardMeta,
     rg: usize,
@@ -369,7 +348,6 @@ pub(crate) async fn read_column_chunk(
     col: usize,
     column: &ObsColumn,
     rows: usize,
-    retry: &RetryPolicy,
 ) -> Result<ArrayRef> {
     let perr = |source| ObsError::Parquet {
         url: url.to_string(),
@@ -378,9 +356,7 @@ pub(crate) async fn read_column_chunk(
         source,
     };
     let range = chunk_range(&meta.metadata, rg, col);
-    let chunk = dct_retry::get_range(store.as_ref(), &path, range.clone(), retry)
-        .await
-        .map_err(|e| store_err("GET range", url, e))?;
+    let chunk = store.get_range(rel, range.clone()).await?;
     let chunk_err = |m: String| ObsError::shard(url, Some(tile), Some(&column.name), m);
     let damaged = |m: String| ObsError::damaged(url, Some(tile), Some(&column.name), m);
     if let Some(crcs) = &meta.chunk_crc32 {

@@ -6,19 +6,15 @@ use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
 use bytes::Bytes;
-use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use dct_store::Store;
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 
 use crate::error::{ObsError, Result};
-use crate::manifest::{VAR_TABLE_NAME, child_path};
+use crate::manifest::VAR_TABLE_NAME;
 use crate::pyjson;
-use crate::reader::get_limited;
-use crate::util::object_url;
-use dct_retry::RetryPolicy;
 
 /// Largest `var.parquet` accepted (512 MiB).
 pub const MAX_VAR_BYTES: u64 = 512 << 20;
@@ -196,23 +192,16 @@ fn decode_var_inner(bytes: Bytes, url: &str) -> Result<RecordBatch> {
         .map_err(|e| ObsError::arrow(format!("{url}: joining the var table"), e))
 }
 
-/// Reads `var.parquet` of the dataset at `prefix`.
-pub async fn read_var_table(store: &dyn ObjectStore, prefix: &Path) -> Result<RecordBatch> {
-    let path = child_path(prefix, VAR_TABLE_NAME);
-    let bytes = get_limited(store, &path, MAX_VAR_BYTES, &RetryPolicy::default()).await?;
-    decode_var_parquet(bytes, &object_url(store, &path))
+/// Reads `var.parquet` of the dataset at `store`.
+pub async fn read_var_table(store: &Store) -> Result<RecordBatch> {
+    let bytes = store.get_limited(VAR_TABLE_NAME, MAX_VAR_BYTES).await?;
+    decode_var_parquet(bytes, &store.url(VAR_TABLE_NAME))
 }
 
-/// Writes `var.parquet` of the dataset at `prefix`; returns its size.
-pub async fn write_var_table(store: &dyn ObjectStore, prefix: &Path, table: &VarTable) -> Result<u64> {
+/// Writes `var.parquet` of the dataset at `store`; returns its size.
+pub async fn write_var_table(store: &Store, table: &VarTable) -> Result<u64> {
     let bytes = encode_var_parquet(table)?;
     let n = bytes.len() as u64;
-    let path = child_path(prefix, VAR_TABLE_NAME);
-    let put = || store.put(&path, PutPayload::from_bytes(bytes.clone()));
-    RetryPolicy::default().run(put).await.map_err(|source| ObsError::Store {
-        op: "PUT",
-        url: object_url(store, &path),
-        source,
-    })?;
+    store.put(VAR_TABLE_NAME, bytes).await?;
     Ok(n)
 }

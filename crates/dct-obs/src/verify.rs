@@ -3,18 +3,15 @@
 use std::fmt;
 use std::sync::Arc;
 
+use dct_store::{Store, StoreError};
 use futures::StreamExt;
-use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt};
 
 use crate::error::ObsError;
 use crate::fingerprint::{obs_fingerprint, sha256_hex};
-use crate::manifest::{ObsManifest, child_path, shard_name};
+use crate::manifest::{ObsManifest, shard_name};
 use crate::reader::read_schema;
-use crate::rt::block_on;
 use crate::schema::ObsSchema;
 use crate::shard::{MAX_FOOTER_BYTES, check_layout, decode_metadata, has_leading_magic, metadata_length};
-use crate::util::object_url;
 
 /// What kind of problem was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -201,14 +198,9 @@ pub fn check_fingerprint(schema_text: &str, manifest: &ObsManifest, shard_sha256
     ))
 }
 
-/// Verifies the obs of the dataset at `prefix`: the manifest fields, `obs/schema.json`, every shard (size, SHA-256,
+/// Verifies the obs of the dataset at `store`: the manifest fields, `obs/schema.json`, every shard (size, SHA-256,
 /// layout; `concurrency` shards at a time) and the fingerprint. Every problem is reported.
-pub async fn verify_obs(
-    store: Arc<dyn ObjectStore>,
-    prefix: &Path,
-    manifest: &ObsManifest,
-    concurrency: usize,
-) -> ObsVerifyReport {
+pub async fn verify_obs(store: &Store, manifest: &ObsManifest, concurrency: usize) -> ObsVerifyReport {
     let mut report = ObsVerifyReport::default();
     let mut m = manifest.clone();
     if let Err(e) = m.validate() {
@@ -218,7 +210,7 @@ pub async fn verify_obs(
             return report;
         }
     }
-    let schema = match read_schema(store.as_ref(), prefix).await {
+    let schema = match read_schema(store).await {
         Ok(s) => Some(s),
         Err(e) => {
             let kind = if matches!(e, ObsError::Store { .. }) { ObsProblemKind::Io } else { ObsProblemKind::Schema };
@@ -234,45 +226,22 @@ pub async fn verify_obs(
     let schema_ref = schema.as_ref().map(|(s, _)| s);
     let mut results = futures::stream::iter(0..n)
         .map(|s| {
-            let store = store.clone();
             let m = &m;
             async move {
-                let path = child_path(prefix, &shard_name(s));
-                let url = object_url(store.as_ref(), &path);
-                let got = match store.get(&path).await {
-                    Ok(g) => g,
-                    Err(object_store::Error::NotFound { .. }) => {
-                        return (
-                            s,
-                            vec![problem(ObsProblemKind::ShardMissing, Some(s), format!("{url} is missing"))],
-                            None,
-                            0,
-                        );
-                    }
-                    Err(e) => {
-                        return (
-                            s,
-                            vec![problem(ObsProblemKind::Io, Some(s), format!("GET {url} failed: {e}"))],
-                            None,
-                            0,
-                        );
-                    }
-                };
+                let rel = shard_name(s);
+                let url = store.url(&rel);
                 let expected = m.shard_bytes.get(s).copied().unwrap_or(0);
-                if got.meta.size != expected {
-                    let msg = format!("{url} is {} bytes but obs_shard_bytes[{s}] is {expected}", got.meta.size);
-                    return (s, vec![problem(ObsProblemKind::ShardSize, Some(s), msg)], None, 0);
-                }
-                let bytes = match got.bytes().await {
+                let bytes = match store.get_exact(&rel, expected).await {
                     Ok(b) => b,
-                    Err(e) => {
-                        return (
-                            s,
-                            vec![problem(ObsProblemKind::Io, Some(s), format!("GET {url} failed: {e}"))],
-                            None,
-                            0,
-                        );
+                    Err(StoreError::NotFound { .. }) => {
+                        let p = problem(ObsProblemKind::ShardMissing, Some(s), format!("{url} is missing"));
+                        return (s, vec![p], None, 0);
                     }
+                    Err(StoreError::WrongSize { size, .. }) => {
+                        let msg = format!("{url} is {size} bytes but obs_shard_bytes[{s}] is {expected}");
+                        return (s, vec![problem(ObsProblemKind::ShardSize, Some(s), msg)], None, 0);
+                    }
+                    Err(e) => return (s, vec![problem(ObsProblemKind::Io, Some(s), e.to_string())], None, 0),
                 };
                 let (problems, sha) = check_shard_bytes(s, &bytes, &url, m, schema_ref);
                 (s, problems, Some(sha), bytes.len() as u64)
@@ -295,15 +264,9 @@ pub async fn verify_obs(
 }
 
 /// [`verify_obs`] from synchronous code.
-pub fn verify_obs_blocking(
-    store: Arc<dyn ObjectStore>,
-    prefix: &Path,
-    manifest: &ObsManifest,
-    concurrency: usize,
-) -> ObsVerifyReport {
-    let prefix = prefix.clone();
-    let manifest = manifest.clone();
-    block_on(async move { Ok(verify_obs(store, &prefix, &manifest, concurrency).await) }).unwrap_or_else(|e| {
+pub fn verify_obs_blocking(store: &Store, manifest: &ObsManifest, concurrency: usize) -> ObsVerifyReport {
+    let (store, manifest) = (store.clone(), manifest.clone());
+    dct_store::runtime::block_on(async move { verify_obs(&store, &manifest, concurrency).await }).unwrap_or_else(|e| {
         ObsVerifyReport { problems: vec![problem(ObsProblemKind::Io, None, e.to_string())], ..Default::default() }
     })
 }

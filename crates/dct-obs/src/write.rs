@@ -1,12 +1,9 @@
 //! Writing obs shards: a synchronous shard encoder and an async writer that uploads to an object store.
 
 use std::fmt::Write as _;
-use std::sync::Arc;
 
 use arrow_schema::SchemaRef;
 use bytes::Bytes;
-use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::errors::ParquetError;
@@ -17,12 +14,10 @@ use crate::convert::TileConverter;
 use crate::data::TileObs;
 use crate::error::{ObsError, Result};
 use crate::fingerprint::{obs_fingerprint, sha256_hex};
-use crate::manifest::{
-    DEFAULT_TILES_PER_FILE, ObsManifest, SCHEMA_NAME, child_path, n_shards, shard_name, shard_tiles,
-};
+use crate::manifest::{DEFAULT_TILES_PER_FILE, ObsManifest, SCHEMA_NAME, n_shards, shard_name, shard_tiles};
 use crate::schema::ObsSchema;
 use crate::shard::{CHUNK_CRC32_KEY, footer_crc32};
-use dct_retry::RetryPolicy;
+use dct_store::Store;
 
 /// How shards are written.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,13 +26,11 @@ pub struct ObsWriteOptions {
     pub tiles_per_file: u64,
     /// zstd level of the shards (default 3).
     pub zstd_level: i32,
-    /// Retries of failed PUTs (a PUT replaces the whole object, so repeating one is harmless).
-    pub retry: RetryPolicy,
 }
 
 impl Default for ObsWriteOptions {
     fn default() -> Self {
-        ObsWriteOptions { tiles_per_file: DEFAULT_TILES_PER_FILE, zstd_level: 3, retry: RetryPolicy::default() }
+        ObsWriteOptions { tiles_per_file: DEFAULT_TILES_PER_FILE, zstd_level: 3 }
     }
 }
 
@@ -302,39 +295,29 @@ impl ObsShardEncoder {
 /// Feed tiles in order with [`write_tile`](Self::write_tile) (streaming: one shard in memory at a time), then call
 /// [`finish`](Self::finish) for the manifest fields. The dataset writer writes the manifest last.
 pub struct ObsWriter {
-    store: Arc<dyn ObjectStore>,
-    prefix: Path,
+    store: Store,
     encoder: ObsShardEncoder,
     shard_bytes: Vec<u64>,
     shard_sha256: Vec<String>,
     shard_footer_crc32: Vec<u32>,
-    retry: RetryPolicy,
 }
 
 impl std::fmt::Debug for ObsWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ObsWriter").field("prefix", &self.prefix).field("encoder", &self.encoder).finish()
+        f.debug_struct("ObsWriter").field("dataset", &self.store.root()).field("encoder", &self.encoder).finish()
     }
 }
 
 impl ObsWriter {
-    /// A writer for the dataset at `prefix` in `store`.
-    pub fn new(
-        store: Arc<dyn ObjectStore>,
-        prefix: Path,
-        schema: ObsSchema,
-        tile_cells: &[u64],
-        options: &ObsWriteOptions,
-    ) -> Result<Self> {
+    /// A writer for the dataset at `store`.
+    pub fn new(store: Store, schema: ObsSchema, tile_cells: &[u64], options: &ObsWriteOptions) -> Result<Self> {
         let encoder = ObsShardEncoder::new(schema, tile_cells, options)?;
         Ok(ObsWriter {
             store,
-            prefix,
             encoder,
             shard_bytes: Vec::new(),
             shard_sha256: Vec::new(),
             shard_footer_crc32: Vec::new(),
-            retry: options.retry.clone(),
         })
     }
 
@@ -355,14 +338,7 @@ impl ObsWriter {
     }
 
     async fn put(&self, rel: &str, bytes: Bytes) -> Result<()> {
-        let path = child_path(&self.prefix, rel);
-        let put = || self.store.put(&path, PutPayload::from_bytes(bytes.clone()));
-        self.retry.run(put).await.map_err(|source| ObsError::Store {
-            op: "PUT",
-            url: crate::util::object_url(self.store.as_ref(), &path),
-            source,
-        })?;
-        Ok(())
+        Ok(self.store.put(rel, bytes).await?)
     }
 
     /// Writes `obs/schema.json` and returns the manifest fields. Every tile must have been written.

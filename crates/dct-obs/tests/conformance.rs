@@ -2,10 +2,7 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use common::*;
-use dct_obs::object_store::path::Path;
 use dct_obs::{
     ColumnKind, Obs, ObsOptions, ObsProblemKind, ObsSchema, VarTable, obs_fingerprint, read_var_table, sha256_hex,
     verify_obs,
@@ -49,16 +46,16 @@ async fn every_obs_value_reads_back_as_expected() {
         let dir = conformance_dir(case);
         let exp = expected(case);
         let cache = tempfile::tempdir().unwrap();
-        let store = CountingStore::new(local_store(&dir));
+        let (store, counter) = counted(&local_store(&dir));
         let opts = ObsOptions { cache_dir: Some(cache.path().into()), ..Default::default() };
-        let obs = Obs::open(store.clone(), Path::default(), load_manifest(&dir), opts).await.unwrap();
+        let obs = Obs::open(store.clone(), load_manifest(&dir), opts).await.unwrap();
         let exp_cols = exp["obs"].as_array().unwrap();
         assert_eq!(obs.columns().len(), exp_cols.len());
         let names: Vec<&str> = exp_cols.iter().map(|c| c["name"].as_str().unwrap()).collect();
         let report = obs.localize(&names).await.unwrap();
         assert_eq!(report.fetched.len(), names.len());
         // Only ranged reads, never a whole object.
-        assert!(store.requests().iter().all(|r| r.range.is_some() || r.path.ends_with("schema.json")));
+        assert!(counter.requests().iter().all(|r| r.range.is_some() || r.path.ends_with("schema.json")));
         for c in exp_cols {
             let name = c["name"].as_str().unwrap();
             let col = obs.schema().column(name).unwrap();
@@ -78,12 +75,12 @@ async fn every_obs_value_reads_back_as_expected() {
             assert_eq!(got, want_rev, "{case}: take of {name}");
         }
         // A second handle on the same cache reads nothing from the store.
-        store.clear();
+        counter.reset();
         let opts = ObsOptions { cache_dir: Some(cache.path().into()), ..Default::default() };
-        let again = Obs::open(store.clone(), Path::default(), load_manifest(&dir), opts).await.unwrap();
+        let again = Obs::open(store.clone(), load_manifest(&dir), opts).await.unwrap();
         let report = again.localize(&names).await.unwrap();
         assert_eq!(report.cached.len(), names.len());
-        assert!(store.requests().iter().all(|r| r.path.ends_with("schema.json")));
+        assert!(counter.requests().iter().all(|r| r.path.ends_with("schema.json")));
         assert!(
             again.cache_dir().starts_with(cache.path().join(load_manifest(&dir).fingerprint)),
             "cache keyed by fingerprint"
@@ -98,7 +95,7 @@ async fn var_table_reads_back_as_expected() {
     for case in CASES {
         let dir = conformance_dir(case);
         let exp = &expected(case)["var"];
-        let batch = read_var_table(local_store(&dir).as_ref(), &Path::default()).await.unwrap();
+        let batch = read_var_table(&local_store(&dir)).await.unwrap();
         let table = VarTable::from_record_batch(&batch).unwrap();
         assert_eq!(table.index_name.as_deref(), exp["index_name"].as_str());
         let index: Vec<String> = serde_json::from_value(exp["index"].clone()).unwrap();
@@ -128,16 +125,16 @@ async fn var_table_reads_back_as_expected() {
 async fn conformance_obs_verifies_clean_and_broken_hash_is_reported() {
     for case in CASES {
         let dir = conformance_dir(case);
-        let r = verify_obs(local_store(&dir), &Path::default(), &load_manifest(&dir), 4).await;
+        let r = verify_obs(&local_store(&dir), &load_manifest(&dir), 4).await;
         assert!(r.is_ok(), "{case}: {:?}", r.problems);
         assert_eq!(r.bytes_checked, load_manifest(&dir).shard_bytes.iter().sum::<u64>());
     }
     let dir = conformance_dir("broken_obs_shard_sha256");
-    let r = verify_obs(local_store(&dir), &Path::default(), &load_manifest(&dir), 4).await;
+    let r = verify_obs(&local_store(&dir), &load_manifest(&dir), 4).await;
     let kinds: Vec<_> = r.problems.iter().map(|p| (p.kind, p.shard)).collect();
     assert_eq!(kinds, vec![(ObsProblemKind::ShardSha256, Some(0))], "{:?}", r.problems);
     // Opening checks the schema against the fingerprint with the manifest's hashes, which were altered.
     let opts = ObsOptions { cache_dir: Some(tempfile::tempdir().unwrap().path().into()), ..Default::default() };
-    let store: Arc<dyn dct_obs::object_store::ObjectStore> = local_store(&dir);
-    assert!(Obs::open(store, Path::default(), load_manifest(&dir), opts).await.is_err());
+    let store = local_store(&dir);
+    assert!(Obs::open(store, load_manifest(&dir), opts).await.is_err());
 }

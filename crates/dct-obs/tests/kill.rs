@@ -11,16 +11,11 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::{Path as FsPath, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{Synth, decode_manifest, encode_manifest, local_store, tiles, values, write_synth};
-use dct_obs::object_store::memory::InMemory;
-use dct_obs::object_store::path::Path;
-use dct_obs::object_store::throttle::{ThrottleConfig, ThrottledStore};
-use dct_obs::object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use dct_obs::{Obs, ObsOptions};
-use futures::StreamExt;
+use dct_store::testing::{Throttle, throttled};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -47,21 +42,8 @@ fn kill_child() {
     let data = PathBuf::from(std::env::var(CHILD_DATA).unwrap());
     let cache = PathBuf::from(std::env::var(CHILD_CACHE).unwrap());
     let manifest = decode_manifest(&std::env::var(CHILD_MANIFEST).unwrap());
-    let config = ThrottleConfig { wait_get_per_call: Duration::from_millis(10), ..ThrottleConfig::default() };
-    // ThrottledStore cannot wrap LocalFileSystem (it does not handle file payloads): copy the obs files into memory.
-    let mem = InMemory::new();
-    let local = local_store(&data);
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let files: Vec<_> = local.list(Some(&Path::from("obs"))).collect().await;
-        for meta in files {
-            let meta = meta.unwrap();
-            let bytes = local.get(&meta.location).await.unwrap().bytes().await.unwrap();
-            mem.put(&meta.location, PutPayload::from(bytes)).await.unwrap();
-        }
-    });
-    let slow: Arc<dyn ObjectStore> = Arc::new(ThrottledStore::new(mem, config));
-    let obs = Obs::open_blocking(slow, Path::default(), manifest, opts(&cache)).unwrap();
+    let slow = throttled(&local_store(&data), Throttle { latency: Duration::from_millis(10), ..Throttle::default() });
+    let obs = Obs::open_blocking(slow, manifest, opts(&cache)).unwrap();
     let names: Vec<String> = obs.columns().iter().map(|(n, _)| n.to_string()).collect();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     for group in [&names[..1], &names[1..4], &names[4..]] {
@@ -157,7 +139,7 @@ fn sigkill_during_localize_never_leaves_a_cache_file_used_with_wrong_data() {
 
         // A new handle (no throttle): nothing to rebuild, the present files are used, the rest fetched; every
         // column equals the truth.
-        let obs = Obs::open_blocking(s.store(), Path::default(), s.manifest.clone(), opts(cache.path())).unwrap();
+        let obs = Obs::open_blocking(s.store(), s.manifest.clone(), opts(cache.path())).unwrap();
         let report = obs.localize_blocking(&names).unwrap();
         assert!(report.rebuilt.is_empty(), "trial {trial}: invalid cache files after a kill: {report:?}");
         assert_eq!(report.cached.len(), present.len(), "trial {trial}: {report:?} vs {present:?}");

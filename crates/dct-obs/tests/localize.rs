@@ -8,8 +8,6 @@ use std::ops::Range;
 use std::sync::{Arc, Barrier};
 
 use common::*;
-use dct_obs::object_store::ObjectStore;
-use dct_obs::object_store::path::Path;
 use dct_obs::{ColumnKind, Obs, ObsError, ObsOptions};
 use parquet::file::reader::{FileReader, SerializedFileReader};
 use rand::seq::SliceRandom;
@@ -35,6 +33,16 @@ fn chunk_ranges(s: &Synth, column: &str) -> Vec<(String, Range<u64>)> {
     out
 }
 
+/// How many requests read up to the end of their object (the footer reads: one per shard).
+fn tail_requests(s: &Synth, reqs: &[dct_store::testing::Request]) -> usize {
+    reqs.iter()
+        .filter(|r| {
+            let size = std::fs::metadata(s.dir.path().join(&r.path)).unwrap().len();
+            r.suffix || r.range.as_ref().is_some_and(|range| range.end == size)
+        })
+        .count()
+}
+
 fn opts(cache: &std::path::Path) -> ObsOptions {
     ObsOptions { cache_dir: Some(cache.into()), ..Default::default() }
 }
@@ -43,14 +51,14 @@ fn opts(cache: &std::path::Path) -> ObsOptions {
 async fn localizing_a_small_column_reads_only_its_chunks_and_footers() {
     let s = synth().await;
     let cache = tempfile::tempdir().unwrap();
-    let store = CountingStore::new(s.store());
-    let obs = Obs::open(store.clone(), Path::default(), s.manifest.clone(), opts(cache.path())).await.unwrap();
-    store.clear();
+    let (store, counter) = counted(&s.store());
+    let obs = Obs::open(store.clone(), s.manifest.clone(), opts(cache.path())).await.unwrap();
+    counter.reset();
     let report = obs.localize(&["flag"]).await.unwrap();
     assert_eq!(report.fetched, ["flag"]);
-    let reqs = store.requests();
+    let reqs = counter.requests();
     let shard_total: u64 = s.summary.shard_bytes.iter().sum();
-    let read = store.total_bytes();
+    let read = counter.total_bytes();
     eprintln!("localizing flag read {read} of {shard_total} shard bytes in {} requests", reqs.len());
     assert!(read * 100 < shard_total * 15, "read {read} of {shard_total} shard bytes");
     let expected = chunk_ranges(&s, "flag");
@@ -63,7 +71,7 @@ async fn localizing_a_small_column_reads_only_its_chunks_and_footers() {
         if expected.iter().any(|(p, e)| *p == r.path && *e == range) {
             chunk_reqs.push((r.path.clone(), range));
         } else {
-            // Footer: a suffix request, possibly followed by one request for the rest of the metadata.
+            // Footer: a request for the object's tail, possibly followed by one for the rest of the metadata.
             *footer_reqs.entry(r.path.clone()).or_default() += 1;
         }
     }
@@ -73,18 +81,18 @@ async fn localizing_a_small_column_reads_only_its_chunks_and_footers() {
     assert_eq!(chunk_reqs, want, "each chunk of the column read exactly once");
     assert_eq!(footer_reqs.len(), s.manifest.n_shards());
     assert!(footer_reqs.values().all(|&n| (1..=2).contains(&n)), "{footer_reqs:?}");
-    assert_eq!(reqs.iter().filter(|r| r.suffix).count(), s.manifest.n_shards());
+    assert_eq!(tail_requests(&s, &reqs), s.manifest.n_shards());
     // Values are right.
     let c = s.schema.column("flag").unwrap();
     assert_eq!(values(obs.column("flag").unwrap().as_ref(), c.kind, None), s.truth("flag"));
 
     // Additive: a later call fetches only the new columns, reading each footer once for all of them.
-    store.clear();
+    counter.reset();
     let report = obs.localize(&["flag", "score", "batch", "score"]).await.unwrap();
     assert_eq!(report.cached, ["flag"]);
     assert_eq!(report.fetched, ["batch", "score"]);
-    let reqs = store.requests();
-    assert_eq!(reqs.iter().filter(|r| r.suffix).count(), s.manifest.n_shards());
+    let reqs = counter.requests();
+    assert_eq!(tail_requests(&s, &reqs), s.manifest.n_shards());
     let mut chunks: Vec<(String, Range<u64>)> = chunk_ranges(&s, "score");
     chunks.extend(chunk_ranges(&s, "batch"));
     for chunk in &chunks {
@@ -102,18 +110,18 @@ fn concurrent_threads_fetch_each_column_once() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let s = rt.block_on(synth());
     let cache = tempfile::tempdir().unwrap();
-    let store = CountingStore::new(s.store());
+    let (store, counter) = counted(&s.store());
     let cols = ["flag", "donor", "barcode"];
     let n_threads = 4;
     let barrier = Arc::new(Barrier::new(n_threads));
     let handles: Vec<_> = (0..n_threads)
         .map(|i| {
-            let store: Arc<dyn ObjectStore> = store.clone();
+            let store = store.clone();
             let manifest = s.manifest.clone();
             let o = opts(cache.path());
             let barrier = barrier.clone();
             std::thread::spawn(move || {
-                let obs = Obs::open_blocking(store, Path::default(), manifest, o).unwrap();
+                let obs = Obs::open_blocking(store, manifest, o).unwrap();
                 barrier.wait();
                 // Different orders, so threads contend on different columns first.
                 let mut mine = cols.to_vec();
@@ -126,7 +134,7 @@ fn concurrent_threads_fetch_each_column_once() {
     let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     let fetched: usize = results.iter().map(|(_, r)| r.fetched.len()).sum();
     assert_eq!(fetched, cols.len(), "each column fetched by exactly one thread");
-    let reqs = store.requests();
+    let reqs = counter.requests();
     for col in cols {
         for (path, range) in chunk_ranges(&s, col) {
             let n = reqs.iter().filter(|r| r.path == path && r.range.as_ref() == Some(&range)).count();
@@ -157,10 +165,10 @@ fn child_localizer() {
         return;
     };
     let manifest = decode_manifest(&manifest);
-    let store = CountingStore::new(local_store(std::path::Path::new(&data)));
-    let obs = Obs::open_blocking(store.clone(), Path::default(), manifest, opts(std::path::Path::new(&cache))).unwrap();
+    let (store, counter) = counted(&local_store(std::path::Path::new(&data)));
+    let obs = Obs::open_blocking(store.clone(), manifest, opts(std::path::Path::new(&cache))).unwrap();
     let report = obs.localize_blocking(&["flag", "donor", "barcode"]).unwrap();
-    for r in store.requests() {
+    for r in counter.requests() {
         if let Some(range) = r.range {
             println!("REQ {} {} {}", r.path, range.start, range.end);
         }
@@ -216,7 +224,7 @@ async fn invalid_cache_files_are_rebuilt() {
     let cache = tempfile::tempdir().unwrap();
     let col = "batch";
     let c = s.schema.column(col).unwrap().clone();
-    let open = || Obs::open(s.store(), Path::default(), s.manifest.clone(), opts(cache.path()));
+    let open = || Obs::open(s.store(), s.manifest.clone(), opts(cache.path()));
     let obs = open().await.unwrap();
     obs.localize(&[col]).await.unwrap();
     let file = obs.cache_dir().join(dct_obs::column_file_name(col));
@@ -226,12 +234,12 @@ async fn invalid_cache_files_are_rebuilt() {
     // A valid Arrow file of the right column but the wrong number of batches, and one with wrong row counts.
     let other = write_synth(&tiles(5, 200, 250), 3, 4, 11).await;
     let ocache = tempfile::tempdir().unwrap();
-    let oobs = Obs::open(other.store(), Path::default(), other.manifest.clone(), opts(ocache.path())).await.unwrap();
+    let oobs = Obs::open(other.store(), other.manifest.clone(), opts(ocache.path())).await.unwrap();
     oobs.localize(&[col]).await.unwrap();
     let wrong_batches = std::fs::read(oobs.cache_dir().join(dct_obs::column_file_name(col))).unwrap();
     let other2 = write_synth(&tiles(6, 200, 51), 3, 4, 11).await;
     let o2cache = tempfile::tempdir().unwrap();
-    let o2 = Obs::open(other2.store(), Path::default(), other2.manifest.clone(), opts(o2cache.path())).await.unwrap();
+    let o2 = Obs::open(other2.store(), other2.manifest.clone(), opts(o2cache.path())).await.unwrap();
     o2.localize(&[col]).await.unwrap();
     let wrong_rows = std::fs::read(o2.cache_dir().join(dct_obs::column_file_name(col))).unwrap();
 
@@ -287,7 +295,7 @@ async fn invalid_cache_files_are_rebuilt() {
 async fn take_matches_truth_for_every_kind_and_index_pattern() {
     let s = synth().await;
     let cache = tempfile::tempdir().unwrap();
-    let obs = Obs::open(s.store(), Path::default(), s.manifest.clone(), opts(cache.path())).await.unwrap();
+    let obs = Obs::open(s.store(), s.manifest.clone(), opts(cache.path())).await.unwrap();
     let names: Vec<&str> = s.schema.columns.iter().map(|c| c.name.as_str()).collect();
     // Not localized yet.
     assert!(matches!(obs.take(&[0], &["flag"]), Err(ObsError::NotLocalized(_))));

@@ -10,7 +10,6 @@ use arrow_array::{
     UInt8Array, UInt16Array, UInt32Array, UInt64Array,
 };
 use common::*;
-use dct_obs::object_store::path::Path;
 use dct_obs::{
     ArrowType, ColumnData, ColumnKind, Obs, ObsError, ObsOptions, ObsSchema, ObsSchemaBuilder, ObsWriteOptions,
     ObsWriter, TileObs, VocabularyBuilder,
@@ -39,14 +38,14 @@ async fn round_trip(
     let tile_cells: Vec<u64> = tiles.iter().map(|t| t.columns.first().map_or(1, |(_, d)| d.len()) as u64).collect();
     let store = local_store(dir.path());
     let opts = ObsWriteOptions { tiles_per_file: k, ..Default::default() };
-    let mut w = ObsWriter::new(store.clone(), Path::default(), schema.clone(), &tile_cells, &opts).unwrap();
+    let mut w = ObsWriter::new(store.clone(), schema.clone(), &tile_cells, &opts).unwrap();
     for t in tiles {
         w.write_tile(t).await.unwrap();
     }
     let summary = w.finish().await.unwrap();
     assert_eq!(std::fs::read_to_string(dir.path().join("obs/schema.json")).unwrap(), schema.to_json());
     let opts = ObsOptions { cache_dir: Some(cache.path().into()), ..Default::default() };
-    let obs = Obs::open(store, Path::default(), summary.manifest(&tile_cells), opts).await.unwrap();
+    let obs = Obs::open(store, summary.manifest(&tile_cells), opts).await.unwrap();
     let names: Vec<&str> = schema.columns.iter().map(|c| c.name.as_str()).collect();
     obs.localize(&names).await.unwrap();
     let vals = schema
@@ -220,8 +219,7 @@ async fn writer_rejects_bad_tiles() {
     let s = infer(&[TileObs::new().with("k", ColumnData::category(vec![0], cats.clone()))], 100);
     let dir = tempfile::tempdir().unwrap();
     let store = local_store(dir.path());
-    let mk =
-        || ObsWriter::new(store.clone(), Path::default(), s.clone(), &[2, 1], &ObsWriteOptions::default()).unwrap();
+    let mk = || ObsWriter::new(store.clone(), s.clone(), &[2, 1], &ObsWriteOptions::default()).unwrap();
     let bad_tiles = [
         TileObs::new().with("k", ColumnData::category(vec![0], cats.clone())),
         TileObs::new().with("k", ColumnData::category(vec![0, 2], cats.clone())),
@@ -242,5 +240,5 @@ async fn writer_rejects_bad_tiles() {
         .await
         .unwrap();
     assert!(w.finish().await.is_err());
-    assert!(ObsWriter::new(store.clone(), Path::default(), s.clone(), &[2, 0], &ObsWriteOptions::default()).is_err());
+    assert!(ObsWriter::new(store.clone(), s.clone(), &[2, 0], &ObsWriteOptions::default()).is_err());
 }

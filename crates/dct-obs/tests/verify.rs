@@ -3,7 +3,6 @@
 mod common;
 
 use common::*;
-use dct_obs::object_store::path::Path;
 use dct_obs::{Obs, ObsError, ObsOptions, ObsProblemKind, ObsSchema, verify_obs};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -20,7 +19,7 @@ async fn small() -> Synth {
 #[tokio::test]
 async fn clean_dataset_verifies_and_fingerprint_is_the_writers() {
     let s = small().await;
-    let r = verify_obs(s.store(), &Path::default(), &s.manifest, 2).await;
+    let r = verify_obs(&s.store(), &s.manifest, 2).await;
     assert!(r.is_ok(), "{:?}", r.problems);
     assert_eq!(r.shard_sha256.iter().flatten().cloned().collect::<Vec<_>>(), s.summary.shard_sha256);
     assert_eq!(
@@ -58,7 +57,7 @@ async fn every_problem_is_reported() {
     let p2 = s.shard_path(2);
     let b = std::fs::read(&p2).unwrap();
     std::fs::write(&p2, &b[..b.len() - 3]).unwrap();
-    let r = verify_obs(s.store(), &Path::default(), &s.manifest, 3).await;
+    let r = verify_obs(&s.store(), &s.manifest, 3).await;
     let mut k = kinds(&r);
     k.sort_by_key(|(_, s)| *s);
     assert_eq!(
@@ -80,7 +79,7 @@ async fn layout_and_schema_mismatches_are_reported() {
     // The manifest claims other tile sizes and another K: row counts and row group counts disagree.
     let mut m = s.manifest.clone();
     m.tile_cells[1] += 1;
-    let r = verify_obs(s.store(), &Path::default(), &m, 2).await;
+    let r = verify_obs(&s.store(), &m, 2).await;
     let k = kinds(&r);
     assert!(k.contains(&(ObsProblemKind::ShardLayout, Some(0))), "{:?}", r.problems);
     assert!(k.contains(&(ObsProblemKind::Fingerprint, None)), "{:?}", r.problems);
@@ -94,7 +93,7 @@ async fn layout_and_schema_mismatches_are_reported() {
     flag.kind = dct_obs::ColumnKind::Numeric;
     flag.arrow_type = dct_obs::ArrowType::Int8;
     std::fs::write(s.dir.path().join("obs/schema.json"), schema.to_json()).unwrap();
-    let r = verify_obs(s.store(), &Path::default(), &s.manifest, 2).await;
+    let r = verify_obs(&s.store(), &s.manifest, 2).await;
     let layout: Vec<_> = r.problems.iter().filter(|p| p.kind == ObsProblemKind::ShardLayout).collect();
     assert_eq!(layout.len(), 3, "one per shard: {:?}", r.problems);
     assert!(layout.iter().all(|p| p.column.as_deref() == Some("flag")));
@@ -102,17 +101,11 @@ async fn layout_and_schema_mismatches_are_reported() {
     // Opening refuses a schema that does not match the fingerprint.
     let cache = tempfile::tempdir().unwrap();
     let o = ObsOptions { cache_dir: Some(cache.path().into()), ..Default::default() };
-    assert!(matches!(
-        Obs::open(s.store(), Path::default(), s.manifest.clone(), o.clone()).await,
-        Err(ObsError::Schema { .. })
-    ));
+    assert!(matches!(Obs::open(s.store(), s.manifest.clone(), o.clone()).await, Err(ObsError::Schema { .. })));
     std::fs::remove_file(s.dir.path().join("obs/schema.json")).unwrap();
-    let r = verify_obs(s.store(), &Path::default(), &s.manifest, 2).await;
+    let r = verify_obs(&s.store(), &s.manifest, 2).await;
     assert_eq!(kinds(&r), vec![(ObsProblemKind::Schema, None)], "{:?}", r.problems);
-    assert!(matches!(
-        Obs::open(s.store(), Path::default(), s.manifest.clone(), o).await,
-        Err(ObsError::NotFound { .. })
-    ));
+    assert!(matches!(Obs::open(s.store(), s.manifest.clone(), o).await, Err(ObsError::NotFound { .. })));
 }
 
 #[tokio::test]
@@ -137,9 +130,9 @@ async fn invalid_manifest_fields_are_refused() {
     m.tile_cells.push(u64::MAX);
     bad.push(m);
     for m in bad {
-        let e = Obs::open(s.store(), Path::default(), m.clone(), o.clone()).await.unwrap_err();
+        let e = Obs::open(s.store(), m.clone(), o.clone()).await.unwrap_err();
         assert!(matches!(e, ObsError::Manifest(_)), "{e}");
-        let r = verify_obs(s.store(), &Path::default(), &m, 2).await;
+        let r = verify_obs(&s.store(), &m, 2).await;
         assert!(kinds(&r).contains(&(ObsProblemKind::Manifest, None)));
     }
     assert!(std::fs::read_dir(cache.path()).unwrap().next().is_none(), "nothing written to the cache");
@@ -162,7 +155,7 @@ async fn damaged_shards_give_errors_not_panics() {
         std::fs::write(s.shard_path(0), &b).unwrap();
         let cache = tempfile::tempdir().unwrap();
         let o = ObsOptions { cache_dir: Some(cache.path().into()), ..Default::default() };
-        let obs = Obs::open(s.store(), Path::default(), s.manifest.clone(), o).await.unwrap();
+        let obs = Obs::open(s.store(), s.manifest.clone(), o).await.unwrap();
         match obs.localize(&names).await {
             Ok(_) => ok += 1,
             Err(e) => {
@@ -171,7 +164,7 @@ async fn damaged_shards_give_errors_not_panics() {
                 assert!(msg.contains("obs_0000.parquet"), "error names the shard: {msg}");
             }
         }
-        let r = verify_obs(s.store(), &Path::default(), &s.manifest, 2).await;
+        let r = verify_obs(&s.store(), &s.manifest, 2).await;
         assert!(kinds(&r).contains(&(ObsProblemKind::ShardSha256, Some(0))), "byte {p}: {:?}", r.problems);
     }
     assert!(failed > 0, "some damage must be detected while reading ({ok} ok)");
@@ -179,7 +172,7 @@ async fn damaged_shards_give_errors_not_panics() {
     std::fs::write(s.shard_path(0), &good[..good.len() - 1]).unwrap();
     let cache = tempfile::tempdir().unwrap();
     let o = ObsOptions { cache_dir: Some(cache.path().into()), ..Default::default() };
-    let obs = Obs::open(s.store(), Path::default(), s.manifest.clone(), o).await.unwrap();
+    let obs = Obs::open(s.store(), s.manifest.clone(), o).await.unwrap();
     let e = obs.localize(&["flag"]).await.unwrap_err();
     assert!(matches!(e, ObsError::Shard { .. }) && e.to_string().contains("manifest says"), "{e}");
 }
@@ -217,7 +210,7 @@ async fn column_sizes_are_the_sums_of_the_column_chunks() {
     let s = small().await;
     let cache = tempfile::tempdir().unwrap();
     let opts = ObsOptions { cache_dir: Some(cache.path().into()), concurrency: 2, ..Default::default() };
-    let obs = Obs::open(s.store(), Path::default(), s.manifest.clone(), opts).await.unwrap();
+    let obs = Obs::open(s.store(), s.manifest.clone(), opts).await.unwrap();
     let sizes = obs.column_sizes().await.unwrap();
     assert_eq!(
         sizes.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),

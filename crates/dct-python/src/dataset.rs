@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
 use crate::arrays::{Values, indices_u64, owned, writable};
-use crate::backend::PyBackendStore;
+use crate::backend::PyBackend;
 use crate::errors::{dataset_error, index_error, value_error};
 use crate::obs::PyObs;
 use crate::process::ProcessBound;
@@ -73,8 +73,8 @@ impl PyDataset {
         let opened = match (url, backend) {
             (Some(url), None) => py.detach(|| Dataset::open(&url, options)),
             (None, Some(b)) => {
-                let store = Arc::new(PyBackendStore::new(&b)?);
-                py.detach(|| Dataset::open_with_store(store, "", options))
+                let store = dct_store::Store::from_source(Arc::new(PyBackend::new(&b)?), &options.store);
+                py.detach(|| Dataset::open_store(store, options))
             }
             _ => return Err(value_error("give a URL or a backend")),
         };
@@ -193,7 +193,7 @@ impl PyDataset {
         let ds = self.get()?.clone();
         let options = dct_dataset::dct_obs::ObsOptions { cache_dir, ..Default::default() };
         let obs = py.detach(|| ds.obs(options)).map_err(dataset_error)?;
-        Ok(PyObs::new(obs, ds.store().object_store().clone(), ds.store().prefix().clone()))
+        Ok(PyObs::new(obs, ds.store().clone()))
     }
 
     /// The gene table as `(columns, schema metadata)` (see `obs.batch_to_py`), or `None`.

@@ -30,9 +30,9 @@ pub(crate) fn format_error(message: impl Into<String>) -> PyErr {
     FormatError::new_err(message.into())
 }
 
-/// Whether an object store error says the object does not exist.
-fn is_not_found(e: &dct_dataset::object_store::Error) -> bool {
-    matches!(e, dct_dataset::object_store::Error::NotFound { .. })
+/// The Python exception for a storage error: a missing object is `FileNotFoundError`, anything else `OSError`.
+pub(crate) fn store_error(e: &dct_store::StoreError) -> PyErr {
+    if e.is_not_found() { PyFileNotFoundError::new_err(e.to_string()) } else { PyOSError::new_err(e.to_string()) }
 }
 
 /// The Python exception for a dataset error: missing objects are `FileNotFoundError`, data that breaks the format
@@ -40,8 +40,11 @@ fn is_not_found(e: &dct_dataset::object_store::Error) -> bool {
 /// `FileExistsError`, storage failures `OSError`.
 pub(crate) fn dataset_error(e: DatasetError) -> PyErr {
     let message = e.to_string();
-    if let DatasetError::Store { source, .. } = &e {
-        return if is_not_found(source) { PyFileNotFoundError::new_err(message) } else { PyOSError::new_err(message) };
+    if let DatasetError::Store(e) = &e {
+        return store_error(e);
+    }
+    if let DatasetError::TileFetch { source, .. } = &e {
+        return if source.is_not_found() { PyFileNotFoundError::new_err(message) } else { PyOSError::new_err(message) };
     }
     match e {
         DatasetError::CellOutOfRange { .. } => return PyIndexError::new_err(message),
@@ -82,8 +85,8 @@ pub(crate) fn obs_error(e: dct_obs::ObsError) -> PyErr {
         ObsError::UnknownColumn { .. } => PyKeyError::new_err(message),
         ObsError::CellOutOfRange { .. } => PyIndexError::new_err(message),
         ObsError::NotFound { .. } => PyFileNotFoundError::new_err(message),
-        ObsError::Store { source, .. } if is_not_found(source) => PyFileNotFoundError::new_err(message),
-        ObsError::Store { .. } | ObsError::Cache { .. } | ObsError::NoCacheDir => PyOSError::new_err(message),
+        ObsError::Store(e) => store_error(e),
+        ObsError::Cache { .. } | ObsError::NoCacheDir => PyOSError::new_err(message),
         ObsError::Internal(_) => PyRuntimeError::new_err(message),
         ObsError::Input { .. } | ObsError::NotLocalized(_) => PyValueError::new_err(message),
         _ => FormatError::new_err(message),

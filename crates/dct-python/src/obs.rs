@@ -14,9 +14,8 @@ use arrow_array::types::{
 use arrow_array::{Array, ArrayRef, ArrowPrimitiveType, BooleanArray, PrimitiveArray, RecordBatch, StringArray};
 use arrow_buffer::NullBuffer;
 use arrow_schema::DataType;
-use dct_dataset::object_store::ObjectStore;
-use dct_dataset::object_store::path::Path;
 use dct_obs::{ColumnData, ColumnKind, Obs, ObsSchema, ObsSchemaBuilder, TileObs};
+use dct_store::Store;
 use numpy::PyReadonlyArray1;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
@@ -28,13 +27,12 @@ use crate::errors::{format_error, obs_error, value_error};
 #[pyclass(module = "deltacells._core", name = "Obs", frozen)]
 pub(crate) struct PyObs {
     obs: Obs,
-    store: Arc<dyn ObjectStore>,
-    prefix: Path,
+    store: Store,
 }
 
 impl PyObs {
-    pub(crate) fn new(obs: Obs, store: Arc<dyn ObjectStore>, prefix: Path) -> Self {
-        PyObs { obs, store, prefix }
+    pub(crate) fn new(obs: Obs, store: Store) -> Self {
+        PyObs { obs, store }
     }
 
     fn kind_of(&self, name: &str) -> PyResult<ColumnKind> {
@@ -126,8 +124,8 @@ impl PyObs {
     /// Reads every shard whole and checks sizes, SHA-256s, layouts and the fingerprint. `FileNotFoundError` for a
     /// missing shard, `FormatError` naming every other problem.
     fn verify(&self, py: Python<'_>) -> PyResult<u64> {
-        let (store, prefix, manifest) = (self.store.clone(), &self.prefix, self.obs.manifest());
-        let report = py.detach(|| dct_obs::verify_obs_blocking(store, prefix, manifest, 8));
+        let (store, manifest) = (&self.store, self.obs.manifest());
+        let report = py.detach(|| dct_obs::verify_obs_blocking(store, manifest, 8));
         if report.is_ok() {
             return Ok(report.bytes_checked);
         }

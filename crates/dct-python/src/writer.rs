@@ -198,11 +198,7 @@ impl PyDatasetWriter {
             None => None,
             Some(text) => {
                 let schema = ObsSchema::parse(text.as_bytes(), "obs_schema").map_err(obs_error)?;
-                let options = ObsWriteOptions {
-                    tiles_per_file: obs_tiles_per_file,
-                    zstd_level: obs_compression_level,
-                    ..Default::default()
-                };
+                let options = ObsWriteOptions { tiles_per_file: obs_tiles_per_file, zstd_level: obs_compression_level };
                 let encoder = ObsShardEncoder::streaming(schema, &options).map_err(obs_error)?;
                 Some(ObsShards {
                     encoder,

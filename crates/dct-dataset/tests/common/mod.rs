@@ -134,3 +134,23 @@ pub fn random_batches(seed: u64, n_cells: u64, count: usize, max_len: usize) -> 
         })
         .collect()
 }
+
+/// Opens the dataset under `prefix` of `store`, with the retries of `options` (as a URL's store would have).
+pub fn open_in(
+    store: dct_dataset::Store,
+    prefix: &str,
+    options: dct_dataset::ReadOptions,
+) -> Result<dct_dataset::Dataset, dct_dataset::DatasetError> {
+    let store = store.child(prefix).with_retry(options.store.retry.clone());
+    dct_dataset::Dataset::open_store(store, options)
+}
+
+/// Starts a dataset under `prefix` of `store`, with the retries of `options`.
+pub fn create_in(
+    store: dct_dataset::Store,
+    prefix: &str,
+    options: dct_dataset::WriterOptions,
+) -> Result<DatasetWriter, dct_dataset::DatasetError> {
+    let store = store.child(prefix).with_retry(options.store.retry.clone());
+    DatasetWriter::create_in(store, options)
+}

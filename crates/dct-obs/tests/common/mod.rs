@@ -1,10 +1,8 @@
-//! Shared test helpers: a request-counting object store, manifest loading, a synthetic obs dataset with its truth.
+//! Shared test helpers: local stores, manifest loading, a synthetic obs dataset with its truth.
 #![allow(dead_code)]
 
-use std::fmt;
-use std::ops::Range;
 use std::path::{Path as FsPath, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::*;
@@ -13,138 +11,19 @@ use arrow_array::{
     UInt8Array,
 };
 use arrow_schema::DataType;
-use bytes::Bytes;
-use dct_obs::object_store::local::LocalFileSystem;
-use dct_obs::object_store::path::Path;
-use dct_obs::object_store::{
-    CopyOptions, GetOptions, GetRange, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions,
-};
 use dct_obs::{
     ColumnData, ColumnKind, ObsManifest, ObsSchema, ObsSchemaBuilder, ObsWriteOptions, ObsWriteSummary, ObsWriter,
     TileObs, category_labels,
 };
-use futures::stream::BoxStream;
+#[allow(unused_imports)]
+pub use dct_store::testing::counted;
+use dct_store::{Store, StoreOptions};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-/// One recorded read request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Request {
-    /// The object.
-    pub path: String,
-    /// What was asked: `None` for a whole-object GET, else the byte range actually returned.
-    pub range: Option<Range<u64>>,
-    /// Whether it was a suffix request.
-    pub suffix: bool,
-    /// Bytes returned.
-    pub bytes: u64,
-}
-
-/// An object store wrapper that records every read (get_opts and get_ranges) with its byte count.
-#[derive(Debug)]
-pub struct CountingStore {
-    pub inner: Arc<dyn ObjectStore>,
-    pub log: Mutex<Vec<Request>>,
-}
-
-impl CountingStore {
-    pub fn new(inner: Arc<dyn ObjectStore>) -> Arc<Self> {
-        Arc::new(CountingStore { inner, log: Mutex::new(Vec::new()) })
-    }
-
-    pub fn requests(&self) -> Vec<Request> {
-        self.log.lock().unwrap().clone()
-    }
-
-    pub fn total_bytes(&self) -> u64 {
-        self.log.lock().unwrap().iter().map(|r| r.bytes).sum()
-    }
-
-    pub fn clear(&self) {
-        self.log.lock().unwrap().clear();
-    }
-}
-
-impl fmt::Display for CountingStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Counting({})", self.inner)
-    }
-}
-
-#[async_trait::async_trait]
-impl ObjectStore for CountingStore {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> dct_obs::object_store::Result<PutResult> {
-        self.inner.put_opts(location, payload, opts).await
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> dct_obs::object_store::Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(&self, location: &Path, options: GetOptions) -> dct_obs::object_store::Result<GetResult> {
-        let suffix = matches!(options.range, Some(GetRange::Suffix(_)));
-        let ranged = options.range.is_some();
-        let r = self.inner.get_opts(location, options).await?;
-        self.log.lock().unwrap().push(Request {
-            path: location.to_string(),
-            range: ranged.then(|| r.range.clone()),
-            suffix,
-            bytes: r.range.end - r.range.start,
-        });
-        Ok(r)
-    }
-
-    async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> dct_obs::object_store::Result<Vec<Bytes>> {
-        let out = self.inner.get_ranges(location, ranges).await?;
-        let mut log = self.log.lock().unwrap();
-        for (r, b) in ranges.iter().zip(&out) {
-            log.push(Request {
-                path: location.to_string(),
-                range: Some(r.clone()),
-                suffix: false,
-                bytes: b.len() as u64,
-            });
-        }
-        Ok(out)
-    }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, dct_obs::object_store::Result<Path>>,
-    ) -> BoxStream<'static, dct_obs::object_store::Result<Path>> {
-        self.inner.delete_stream(locations)
-    }
-
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, dct_obs::object_store::Result<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> dct_obs::object_store::Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> dct_obs::object_store::Result<()> {
-        self.inner.copy_opts(from, to, options).await
-    }
-
-    async fn rename_opts(&self, from: &Path, to: &Path, options: RenameOptions) -> dct_obs::object_store::Result<()> {
-        self.inner.rename_opts(from, to, options).await
-    }
-}
-
 /// A local store rooted at `dir`.
-pub fn local_store(dir: &FsPath) -> Arc<dyn ObjectStore> {
-    Arc::new(LocalFileSystem::new_with_prefix(dir).unwrap())
+pub fn local_store(dir: &FsPath) -> Store {
+    Store::from_url(dir.to_str().unwrap(), &StoreOptions::default()).unwrap()
 }
 
 /// The conformance dataset directory `name`.
@@ -262,7 +141,7 @@ impl Synth {
         &self.truth.iter().find(|(n, _)| n == column).unwrap().1
     }
 
-    pub fn store(&self) -> Arc<dyn ObjectStore> {
+    pub fn store(&self) -> Store {
         local_store(self.dir.path())
     }
 
@@ -397,7 +276,7 @@ pub async fn write_synth(tile_cells: &[u64], split: usize, k: u64, seed: u64) ->
     let dir = tempfile::tempdir().unwrap();
     let store = local_store(dir.path());
     let opts = ObsWriteOptions { tiles_per_file: k, ..Default::default() };
-    let mut w = ObsWriter::new(store, Path::default(), schema.clone(), tile_cells, &opts).unwrap();
+    let mut w = ObsWriter::new(store, schema.clone(), tile_cells, &opts).unwrap();
     let mut offset = 0usize;
     for (t, &n) in tile_cells.iter().enumerate() {
         let (inp, base) = if t < split { (&inputs[0], 0) } else { (&inputs[1], n1 as usize) };

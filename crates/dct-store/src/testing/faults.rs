@@ -1,18 +1,35 @@
-// A seeded fault-injecting object store, shared by the storage-fault tests of dct-dataset (tests/faults.rs) and
-// dct-obs (tests/faults.rs), which `include!` this file. It relies on the includer's imports: std's BTreeMap, fmt,
-// Range, Arc, Mutex, Duration; bytes::Bytes; object_store's Path and the store traits and types; futures'
-// StreamExt and BoxStream; rand's Rng and SeedableRng; rand_chacha's ChaCha8Rng.
+//! A layer that injects faults on a seeded schedule: errors, timeouts, slow first bytes, bodies that break off,
+//! run short or long, come from the wrong range or have a flipped bit, failed PUTs and permanent refusals.
+//!
+//! Whether a request is faulted, and how, depends only on the seed, the request (object and range) and how many
+//! times the same request was made before, not on the order of concurrent requests: runs are reproducible.
 
-// ---------------------------------------------------------------------------------------------------------------
-// The fault-injecting store.
+use std::fmt;
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use object_store::path::Path;
+use object_store::{
+    Attributes, CopyOptions, Extensions, GetOptions, GetRange, GetResult, GetResultPayload, ListResult,
+    MultipartUpload, ObjectMeta, ObjectStore, ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload, PutResult,
+    RenameOptions,
+};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 
 /// What can go wrong with one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-enum Fault {
+pub enum Fault {
     /// The request fails at once with a generic (transient) error.
     Error,
     /// The request hangs for a while, then fails with a timeout.
     Timeout,
+    /// The first bytes come late ([`SLOW_START`]); the response is right.
+    SlowStart,
     /// The body stream breaks off with an error after part of the bytes (a reset connection).
     BodyError,
     /// The body ends early; the result still claims the full range.
@@ -23,13 +40,33 @@ enum Fault {
     WrongRange,
     /// One bit of the body is flipped.
     BitFlip,
+    /// The request is refused as not permitted: a permanent failure, not retried.
+    Denied,
 }
 
-const ALL_FAULTS: [Fault; 7] =
-    [Fault::Error, Fault::Timeout, Fault::BodyError, Fault::Truncate, Fault::Extend, Fault::WrongRange, Fault::BitFlip];
+/// The transient faults (all but [`Fault::Denied`]): what a flaky network or service does.
+pub const ALL_FAULTS: [Fault; 8] = [
+    Fault::Error,
+    Fault::Timeout,
+    Fault::SlowStart,
+    Fault::BodyError,
+    Fault::Truncate,
+    Fault::Extend,
+    Fault::WrongRange,
+    Fault::BitFlip,
+];
+
+/// The transient faults that the store itself sees and outlasts by retrying: failed or slow requests and bodies of
+/// the wrong length. The other two, [`Fault::WrongRange`] and [`Fault::BitFlip`], deliver well-formed bytes of the
+/// right length that only the reader's checks (tile CRC-32, obs chunk CRC-32) can tell from the real ones.
+pub const TRANSPORT_FAULTS: [Fault; 6] =
+    [Fault::Error, Fault::Timeout, Fault::SlowStart, Fault::BodyError, Fault::Truncate, Fault::Extend];
 
 /// How long a [`Fault::Timeout`] hangs before failing.
-const TIMEOUT_SLEEP: Duration = Duration::from_millis(15);
+pub const TIMEOUT_SLEEP: Duration = Duration::from_millis(15);
+
+/// How late the first bytes of a [`Fault::SlowStart`] response come.
+pub const SLOW_START: Duration = Duration::from_millis(25);
 
 #[derive(Debug)]
 struct FaultState {
@@ -51,17 +88,23 @@ struct FaultState {
     log: Vec<(Fault, String)>,
 }
 
-/// An object store wrapper that injects seeded faults into GETs and PUTs.
+/// The handle of a fault-injecting layer ([`faulty`](super::faulty)): what to inject, and a log of what was.
+/// Nothing is injected until a schedule is set.
 #[derive(Debug)]
-struct FaultStore {
-    inner: Arc<dyn ObjectStore>,
+pub struct Faults {
     state: Mutex<FaultState>,
 }
 
-impl FaultStore {
-    fn new(inner: Arc<dyn ObjectStore>, seed: u64) -> Arc<Self> {
-        Arc::new(FaultStore {
-            inner,
+/// The object store layer behind [`Faults`].
+#[derive(Debug)]
+pub(crate) struct FaultStore {
+    pub(crate) inner: Arc<dyn ObjectStore>,
+    pub(crate) faults: Arc<Faults>,
+}
+
+impl Faults {
+    pub(crate) fn new(seed: u64) -> Arc<Self> {
+        Arc::new(Faults {
             state: Mutex::new(FaultState {
                 seed,
                 attempts: std::collections::HashMap::new(),
@@ -81,7 +124,7 @@ impl FaultStore {
     }
 
     /// Faults GETs of objects whose path contains `only` with probability `rate`, drawing from `kinds`.
-    fn set_gets(&self, rate: f64, kinds: &[Fault], only: &str) {
+    pub fn set_gets(&self, rate: f64, kinds: &[Fault], only: &str) {
         let mut s = self.lock();
         s.get_rate = rate;
         s.kinds = kinds.to_vec();
@@ -91,14 +134,31 @@ impl FaultStore {
 
     /// Faults the next `n` attempts of every GET of objects whose path contains `only` (then lets them through),
     /// drawing from `kinds`: a fault that a retry outlasts. Attempts are counted afresh from here.
-    fn set_first_gets(&self, n: u64, kinds: &[Fault], only: &str) {
+    pub fn set_first_gets(&self, n: u64, kinds: &[Fault], only: &str) {
         self.set_gets(1.0, kinds, only);
         let mut s = self.lock();
         s.first_attempts = Some(n);
         s.attempts.clear();
     }
 
-    fn take_log(&self) -> Vec<(Fault, String)> {
+    /// Stops injecting GET faults.
+    pub fn clear_gets(&self) {
+        self.set_gets(0.0, &[], "");
+    }
+
+    /// Makes the PUTs numbered `index` (counting every PUT through the layer from 0) fail: `(index, stored)`,
+    /// where `stored` says whether the object is stored anyway (the response was lost) or not at all.
+    pub fn fail_puts(&self, puts: &[(u64, bool)]) {
+        self.lock().fail_puts = puts.to_vec();
+    }
+
+    /// PUTs seen so far.
+    pub fn puts(&self) -> u64 {
+        self.lock().puts
+    }
+
+    /// The faults injected since the last call: kind and object path.
+    pub fn take_log(&self) -> Vec<(Fault, String)> {
         std::mem::take(&mut self.lock().log)
     }
 
@@ -108,7 +168,7 @@ impl FaultStore {
     fn draw(&self, location: &Path, range: &Option<GetRange>) -> Option<(Fault, u64)> {
         let mut s = self.lock();
         let path = location.to_string();
-        if s.get_rate <= 0.0 || !path.contains(s.only.as_str()) {
+        if s.get_rate <= 0.0 || s.kinds.is_empty() || !path.contains(s.only.as_str()) {
             return None;
         }
         let key = format!("{path} {range:?}");
@@ -138,7 +198,7 @@ fn fnv1a(seed: u64, text: &str) -> u64 {
 
 impl fmt::Display for FaultStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Faulty({})", self.inner)
+        fmt::Display::fmt(&self.inner, f)
     }
 }
 
@@ -197,7 +257,7 @@ fn alter(fault: Fault, bytes: Bytes, salt: u64, other: Option<Bytes>) -> (Bytes,
             v[i] ^= 1 << rng.random_range(0..8);
             (Bytes::from(v), None)
         }
-        Fault::Error | Fault::Timeout => unreachable!("request faults have no body"),
+        Fault::Error | Fault::Timeout | Fault::SlowStart | Fault::Denied => (bytes, None),
     }
 }
 
@@ -210,7 +270,7 @@ impl ObjectStore for FaultStore {
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
         let fail = {
-            let mut s = self.lock();
+            let mut s = self.faults.lock();
             let i = s.puts;
             s.puts += 1;
             s.fail_puts.iter().find(|(k, _)| *k == i).copied()
@@ -238,7 +298,7 @@ impl ObjectStore for FaultStore {
         if options.head {
             return self.inner.get_opts(location, options).await;
         }
-        let Some((fault, salt)) = self.draw(location, &options.range) else {
+        let Some((fault, salt)) = self.faults.draw(location, &options.range) else {
             return self.inner.get_opts(location, options).await;
         };
         match fault {
@@ -246,6 +306,16 @@ impl ObjectStore for FaultStore {
             Fault::Timeout => {
                 tokio::time::sleep(TIMEOUT_SLEEP).await;
                 return Err(injected(format!("injected: GET {location} timed out")));
+            }
+            Fault::Denied => {
+                return Err(object_store::Error::PermissionDenied {
+                    path: location.to_string(),
+                    source: "injected: 403 Forbidden".into(),
+                });
+            }
+            Fault::SlowStart => {
+                tokio::time::sleep(SLOW_START).await;
+                return self.inner.get_opts(location, options).await;
             }
             _ => {}
         }

@@ -1,0 +1,85 @@
+//! Cloud backends, each behind its cargo feature, configured from the environment, the URL and the caller's
+//! options (in that order).
+
+use std::sync::Arc;
+
+use object_store::ObjectStore;
+use object_store::path::Path;
+
+#[allow(unused_imports)]
+use object_store::ObjectStoreScheme;
+
+// With no cloud feature every arm returns early, hence the allows.
+#[allow(unreachable_code, unused_variables)]
+pub(crate) fn open(url: &url::Url, config: &[(String, String)]) -> Result<(Arc<dyn ObjectStore>, Path), String> {
+    let (scheme, path) = ObjectStoreScheme::parse(url).map_err(|e| {
+        format!(
+            "{e}: use a local path, file://, s3://, gs://, az:// (or abfs://), http:// or https:// \
+             (memory:// is not a dataset location)"
+        )
+    })?;
+    let store: Arc<dyn ObjectStore> = match scheme {
+        #[cfg(feature = "aws")]
+        ObjectStoreScheme::AmazonS3 => {
+            use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+            let mut b = AmazonS3Builder::from_env().with_url(url.as_str());
+            for (k, v) in config {
+                let key: AmazonS3ConfigKey = k.parse().map_err(|_| format!("unknown S3 option {k:?}"))?;
+                b = b.with_config(key, v.clone());
+            }
+            Arc::new(b.build().map_err(|e| format!("S3 configuration: {e}"))?)
+        }
+        #[cfg(feature = "gcp")]
+        ObjectStoreScheme::GoogleCloudStorage => {
+            use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
+            let mut b = GoogleCloudStorageBuilder::from_env().with_url(url.as_str());
+            for (k, v) in config {
+                let key: GoogleConfigKey = k.parse().map_err(|_| format!("unknown GCS option {k:?}"))?;
+                b = b.with_config(key, v.clone());
+            }
+            Arc::new(b.build().map_err(|e| format!("GCS configuration: {e}"))?)
+        }
+        #[cfg(feature = "azure")]
+        ObjectStoreScheme::MicrosoftAzure => {
+            use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
+            let mut b = MicrosoftAzureBuilder::from_env().with_url(url.as_str());
+            for (k, v) in config {
+                let key: AzureConfigKey = k.parse().map_err(|_| format!("unknown Azure option {k:?}"))?;
+                b = b.with_config(key, v.clone());
+            }
+            Arc::new(b.build().map_err(|e| format!("Azure configuration: {e}"))?)
+        }
+        #[cfg(feature = "http")]
+        ObjectStoreScheme::Http => {
+            use object_store::ClientConfigKey;
+            use object_store::http::HttpBuilder;
+            let base = &url[..url::Position::BeforePath];
+            let mut b = HttpBuilder::new().with_url(base);
+            if url.scheme() == "http" {
+                b = b.with_config(ClientConfigKey::AllowHttp, "true");
+            }
+            for (k, v) in config {
+                let key: ClientConfigKey = k.parse().map_err(|_| format!("unknown HTTP client option {k:?}"))?;
+                b = b.with_config(key, v.clone());
+            }
+            Arc::new(b.build().map_err(|e| format!("HTTP configuration: {e}"))?)
+        }
+        ObjectStoreScheme::Local | ObjectStoreScheme::Memory => {
+            return Err("not a dataset location (use a local path or file:// URL)".into());
+        }
+        #[allow(unreachable_patterns)]
+        other => {
+            let feature = match other {
+                ObjectStoreScheme::AmazonS3 => "aws",
+                ObjectStoreScheme::GoogleCloudStorage => "gcp",
+                ObjectStoreScheme::MicrosoftAzure => "azure",
+                _ => "http",
+            };
+            return Err(format!(
+                "this build has no {other:?} backend: enable the `{feature}` feature of dct-store \
+                 (the deltacells CLI enables every backend)"
+            ));
+        }
+    };
+    Ok((store, path))
+}

@@ -1,0 +1,169 @@
+//! The error of every store request.
+
+/// Why a request of a [`Store`](crate::Store) failed. Every variant names the object (its URL); the message says
+/// its cause once (the backend's own message is part of [`StoreError::Request`], not a separate source).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The object does not exist.
+    #[error("{url} does not exist")]
+    NotFound {
+        /// The object's URL.
+        url: String,
+    },
+    /// The object is larger than the caller accepts for its kind; nothing of it was read.
+    #[error("{url} is {size} bytes, more than the {limit} accepted for it")]
+    TooLarge {
+        /// The object's URL.
+        url: String,
+        /// Its size, as the store reports it.
+        size: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// The object's size differs from the size the caller expects (from a manifest); nothing of it was read.
+    #[error("{url} is {size} bytes where {expected} were expected")]
+    WrongSize {
+        /// The object's URL.
+        url: String,
+        /// Its size, as the store reports it.
+        size: u64,
+        /// The size expected.
+        expected: u64,
+    },
+    /// The request failed: the network, the service, permissions, or a body of the wrong length.
+    #[error("{op} {url} failed{}: {message}{}", attempts_note(*attempts), advice(*transient))]
+    Request {
+        /// The request: `GET`, `GET range`, `HEAD`, `PUT`, `LIST`, `DELETE`.
+        op: &'static str,
+        /// The object's (or prefix's) URL.
+        url: String,
+        /// What the backend said.
+        message: String,
+        /// Whether the failure was of a kind that may pass (network, throttling, server errors): it was retried
+        /// and a later attempt may still succeed. Permission, authentication and configuration errors are not.
+        transient: bool,
+        /// Attempts made, including the first.
+        attempts: u32,
+    },
+    /// A URL or path that cannot be opened (unknown scheme, backend not compiled in, bad option).
+    #[error("cannot use {url}: {message}")]
+    Url {
+        /// The URL as given.
+        url: String,
+        /// Why not, and what to do.
+        message: String,
+    },
+    /// The I/O threads could not be started.
+    #[error("cannot start the storage I/O threads: {0}")]
+    Runtime(String),
+}
+
+fn attempts_note(attempts: u32) -> String {
+    if attempts > 1 { format!(" after {attempts} attempts") } else { String::new() }
+}
+
+fn advice(transient: bool) -> &'static str {
+    if transient {
+        "; check the network and the service, or allow more retries"
+    } else {
+        "; check the URL, the credentials and the permissions"
+    }
+}
+
+impl StoreError {
+    /// The URL the error is about.
+    pub fn url(&self) -> &str {
+        match self {
+            StoreError::NotFound { url }
+            | StoreError::TooLarge { url, .. }
+            | StoreError::WrongSize { url, .. }
+            | StoreError::Request { url, .. }
+            | StoreError::Url { url, .. } => url,
+            StoreError::Runtime(_) => "",
+        }
+    }
+
+    /// Whether a later attempt may succeed (a transient request failure, or the I/O threads).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Request { transient: true, .. } | StoreError::Runtime(_))
+    }
+
+    /// Whether the object does not exist.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, StoreError::NotFound { .. })
+    }
+}
+
+/// Whether another attempt of the request that failed with `e` may succeed: generic errors, the variant every
+/// backend uses for network failures, timeouts, throttling and server errors, and the one a body stream that
+/// breaks off gives. Missing objects, failed preconditions, permission, authentication and configuration errors
+/// are final.
+pub(crate) fn is_transient(e: &object_store::Error) -> bool {
+    matches!(e, object_store::Error::Generic { .. })
+}
+
+/// The (transient) error for a body of `got` bytes where `expected` were announced: the transfer went wrong, and
+/// another attempt may get the right bytes.
+pub(crate) fn short_or_long_body(expected: u64, got: u64) -> object_store::Error {
+    object_store::Error::Generic {
+        store: "deltacells",
+        source: format!("the response body held {got} bytes where {expected} were announced").into(),
+    }
+}
+
+/// The [`StoreError`] for `e`, the last error of `attempts` attempts of `op` on `url`.
+pub(crate) fn request_error(op: &'static str, url: String, e: object_store::Error, attempts: u32) -> StoreError {
+    match e {
+        object_store::Error::NotFound { .. } => StoreError::NotFound { url },
+        e => StoreError::Request { op, url, transient: is_transient(&e), message: backend_message(&e), attempts },
+    }
+}
+
+/// The backend's message without `object_store`'s wrapping ("Generic X error: ..."), which names the store type
+/// rather than the object.
+fn backend_message(e: &object_store::Error) -> String {
+    match e {
+        object_store::Error::Generic { source, .. } => source.to_string(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_the_object_and_say_the_cause_once() {
+        let e = request_error(
+            "GET",
+            "s3://b/ds/tiles/tile_000001.dct".into(),
+            object_store::Error::Generic { store: "S3", source: "connection reset by peer".into() },
+            4,
+        );
+        assert!(e.is_transient());
+        let text = e.to_string();
+        assert_eq!(
+            text,
+            "GET s3://b/ds/tiles/tile_000001.dct failed after 4 attempts: connection reset by peer; check the \
+             network and the service, or allow more retries"
+        );
+        assert_eq!(text.matches("connection reset").count(), 1);
+        let missing = request_error(
+            "GET",
+            "gs://b/x".into(),
+            object_store::Error::NotFound { path: "x".into(), source: "404".into() },
+            1,
+        );
+        assert_eq!(missing, StoreError::NotFound { url: "gs://b/x".into() });
+        assert!(missing.is_not_found() && !missing.is_transient());
+        let denied = request_error(
+            "PUT",
+            "az://c/x".into(),
+            object_store::Error::PermissionDenied { path: "x".into(), source: "403 Forbidden".into() },
+            1,
+        );
+        assert!(!denied.is_transient());
+        assert!(denied.to_string().contains("check the URL, the credentials"), "{denied}");
+        assert_eq!(denied.url(), "az://c/x");
+    }
+}

@@ -1,0 +1,56 @@
+//! Where deltacells bytes meet storage: local directories and cloud object stores behind one request layer.
+//!
+//! Every request of the dataset reader and writer, the verifier, the obs cache and the converter goes through a
+//! [`Store`]: retried with backoff ([`RetryPolicy`]), checked for bodies of the wrong length, capped in flight
+//! ([`Store::max_requests`]), and failed with a [`StoreError`] that names the object. This is the only crate that
+//! speaks to [`object_store`](https://docs.rs/object_store) directly.
+//!
+//! | location | backend | feature |
+//! |---|---|---|
+//! | a plain path, `file:///abs/path` | the local file system (always available) | — |
+//! | `s3://bucket/prefix`, `s3a://`, `https://s3.<region>.amazonaws.com/bucket/...` | Amazon S3 and compatible | `aws` |
+//! | `gs://bucket/prefix` | Google Cloud Storage | `gcp` |
+//! | `az://container/prefix`, `abfs://`, `abfss://`, `adl://`, `azure://`, `https://<acct>.blob.core.windows.net/...` | Azure Blob Storage | `azure` |
+//! | other `http://` and `https://` URLs | plain HTTP(S) with range GETs (WebDAV PUT for writing) | `http` |
+//!
+//! Cloud backends are configured from each cloud's standard environment variables (`AWS_*`, `GOOGLE_*`,
+//! `AZURE_*`), then from the URL, then from [`StoreOptions::config`] (keys as `object_store` names them, e.g.
+//! `aws_endpoint`, `aws_allow_http`, `google_service_account`, `azure_storage_account_name`; client keys such as
+//! `allow_http` and `timeout` work for every backend; `max_requests` sets the request cap everywhere).
+//!
+//! Local tiles are read through memory maps (by default; [`LocalReads`]): the decoder reads the page cache in
+//! place. Writes are atomic on every backend ([`Store::put`]).
+//!
+//! Synchronous callers run requests on [`runtime`]'s runtimes; [`ReadSource`] puts any read-only source (a Python
+//! object) behind a `Store`; the `testing` feature adds request-counting, fault-injecting and throttling layers.
+//!
+//! ```
+//! use dct_store::{Store, StoreOptions};
+//! let dir = tempfile::tempdir().unwrap();
+//! let store = Store::from_url(dir.path().to_str().unwrap(), &StoreOptions::default()).unwrap();
+//! let got = dct_store::runtime::block_on(async move {
+//!     store.put("tiles/tile_000000.dct", bytes::Bytes::from_static(b"bytes")).await?;
+//!     store.get_limited("tiles/tile_000000.dct", 1 << 20).await
+//! });
+//! assert_eq!(&got.unwrap().unwrap()[..], b"bytes");
+//! ```
+
+mod cloud;
+mod error;
+mod get;
+mod mapped;
+mod open;
+mod retry;
+pub mod runtime;
+mod source;
+mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
+mod write;
+
+pub use error::StoreError;
+pub use open::{DEFAULT_MAX_REQUESTS, LocalReads, MAX_REQUESTS_KEY, StoreOptions};
+pub use retry::RetryPolicy;
+pub use source::{ReadSource, SourceError};
+pub use store::Store;
+pub use write::ObjectInfo;

@@ -1,0 +1,107 @@
+//! Writes, listings and deletes.
+
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+use object_store::{ObjectStoreExt, PutPayload};
+
+use crate::error::{is_transient, request_error};
+use crate::{Store, StoreError};
+
+/// An object found by a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectInfo {
+    /// Its path relative to the store's prefix (`tiles/tile_000000.dct`).
+    pub path: String,
+    /// Its size in bytes.
+    pub size: u64,
+}
+
+impl Store {
+    /// Puts `bytes` at `rel`, atomically: the object appears whole or not at all, on every backend (local
+    /// files: a temporary file renamed into place; object stores: one single-part PUT, which they commit
+    /// whole). Transient failures are retried (a PUT replaces the whole object, so repeating one is harmless).
+    pub async fn put(&self, rel: &str, bytes: Bytes) -> Result<(), StoreError> {
+        let path = self.path(rel);
+        let (got, attempts) = self
+            .retry()
+            .run_counted(is_transient, || self.inner.put(&path, PutPayload::from_bytes(bytes.clone())))
+            .await;
+        got.map(|_| ()).map_err(|e| request_error("PUT", self.url(rel), e, attempts))
+    }
+
+    /// Every object under `rel` (a folder relative to the prefix; empty for the whole location). A location that
+    /// does not exist has none.
+    pub async fn list(&self, rel: &str) -> Result<Vec<ObjectInfo>, StoreError> {
+        let prefix = self.path(rel);
+        let prefix = (!prefix.as_ref().is_empty()).then_some(&prefix);
+        let (got, attempts) =
+            self.retry().run_counted(is_transient, || self.inner.list(prefix).try_collect::<Vec<_>>()).await;
+        match got {
+            Ok(found) => Ok(found.into_iter().filter_map(|meta| self.info(meta)).collect()),
+            Err(object_store::Error::NotFound { .. }) => Ok(Vec::new()),
+            Err(e) => Err(request_error("LIST", self.url(rel), e, attempts)),
+        }
+    }
+
+    /// The first object a listing of the whole location returns, if any (one request, for "is it empty?").
+    pub async fn first_object(&self) -> Result<Option<ObjectInfo>, StoreError> {
+        let prefix = (!self.prefix.as_ref().is_empty()).then_some(&self.prefix);
+        let (got, attempts) =
+            self.retry().run_counted(is_transient, || async { self.inner.list(prefix).next().await.transpose() }).await;
+        match got {
+            Ok(meta) => Ok(meta.and_then(|m| self.info(m))),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(request_error("LIST", self.root().to_string(), e, attempts)),
+        }
+    }
+
+    fn info(&self, meta: object_store::ObjectMeta) -> Option<ObjectInfo> {
+        Some(ObjectInfo { path: self.relative(&meta.location)?, size: meta.size })
+    }
+
+    /// Deletes `rel`; a missing object is fine.
+    pub async fn delete(&self, rel: &str) -> Result<(), StoreError> {
+        let path = self.path(rel);
+        let (got, attempts) = self.retry().run_counted(is_transient, || self.inner.delete(&path)).await;
+        match got {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(request_error("DELETE", self.url(rel), e, attempts)),
+        }
+    }
+
+    /// Deletes every object under the folder `rel`; returns how many there were.
+    pub async fn delete_all(&self, rel: &str) -> Result<usize, StoreError> {
+        let found = self.list(rel).await?;
+        for object in &found {
+            self.delete(&object.path).await?;
+        }
+        Ok(found.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_and_deletes_relative_to_the_prefix() {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+            let root = Store::memory("w");
+            let s = root.child("a/ds");
+            assert_eq!(s.first_object().await.unwrap(), None);
+            for rel in ["manifest.json", "tiles/t0.dct", "tiles/t1.dct", "obs/schema.json"] {
+                s.put(rel, Bytes::from_static(b"abc")).await.unwrap();
+            }
+            root.put("a/other/x", Bytes::from_static(b"zz")).await.unwrap();
+            let mut tiles: Vec<_> = s.list("tiles").await.unwrap().into_iter().map(|o| o.path).collect();
+            tiles.sort();
+            assert_eq!(tiles, ["tiles/t0.dct", "tiles/t1.dct"]);
+            assert_eq!(s.list("").await.unwrap().len(), 4);
+            assert!(s.first_object().await.unwrap().is_some());
+            assert_eq!(s.delete_all("tiles").await.unwrap(), 2);
+            s.delete("tiles/t0.dct").await.unwrap();
+            assert_eq!(s.list("").await.unwrap().len(), 2);
+            assert_eq!(root.list("a/other").await.unwrap(), [ObjectInfo { path: "a/other/x".into(), size: 2 }]);
+        });
+    }
+}
