@@ -13,6 +13,7 @@ mod output;
 use std::ffi::OsString;
 
 use clap::{Parser, Subcommand};
+use dct_dataset::StoreOptions;
 
 /// The version `--version` prints: the package version and the commit it was built from.
 pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("DCT_BUILD_COMMIT"), ")");
@@ -23,6 +24,20 @@ pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("DCT_BUI
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// A setting of the object store that datasets are read from or written to, `KEY=VALUE` (repeatable), e.g.
+    /// `aws_endpoint=http://127.0.0.1:5000`, `allow_http=true`, `google_service_account=/path/key.json`,
+    /// `azure_storage_use_emulator=true`; keys as the `object_store` builders name them, applied after the
+    /// environment (AWS_*, GOOGLE_*, AZURE_*). `max_requests=N` caps the requests in flight (default 64).
+    #[arg(long = "store-option", value_name = "KEY=VALUE", global = true, value_parser = parse_store_option)]
+    store_options: Vec<(String, String)>,
+}
+
+/// `KEY=VALUE` of `--store-option`.
+fn parse_store_option(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
+        _ => Err(format!("expected KEY=VALUE, e.g. allow_http=true, not {text:?}")),
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -60,15 +75,16 @@ where
             return u8::try_from(e.exit_code()).unwrap_or(2);
         }
     };
+    let store = StoreOptions { config: cli.store_options, ..StoreOptions::default() };
     let result = match cli.command {
         Command::Demo(args) => commands::demo::run(args),
-        Command::Convert(args) => commands::convert::run(*args),
-        Command::Info(args) => commands::info::run(args),
-        Command::Verify(args) => commands::verify::run(args),
-        Command::Obs(args) => commands::obs::run(args),
-        Command::Export(args) => commands::export::run(args),
+        Command::Convert(args) => commands::convert::run(*args, &store),
+        Command::Info(args) => commands::info::run(args, &store),
+        Command::Verify(args) => commands::verify::run(args, &store),
+        Command::Obs(args) => commands::obs::run(args, &store),
+        Command::Export(args) => commands::export::run(args, &store),
         Command::InspectTile(args) => commands::inspect::run(args),
-        Command::Bench(args) => commands::bench::run(args),
+        Command::Bench(args) => commands::bench::run(args, &store),
     };
     match result {
         Ok(code) => code,

@@ -191,6 +191,28 @@ fn usage_errors_exit_2_and_json_output_parses() {
 }
 
 #[test]
+fn store_options_are_checked_before_anything_is_read() {
+    let ds = conformance().join("datasets/v2_with_obs");
+    let ds = ds.to_str().unwrap();
+    // Not KEY=VALUE: a usage error.
+    let o = run(&["info", ds, "--store-option", "allow_http"]);
+    assert_eq!(code(&o), 2);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("expected KEY=VALUE"));
+    // A request cap that is not a positive number: refused, naming the location and the option.
+    let o = run(&["info", ds, "--store-option", "max_requests=0"]);
+    assert_eq!(code(&o), 1);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("max_requests must be a positive whole number") && err.contains("v2_with_obs"), "{err}");
+    // A valid cap, after the subcommand or before it: the dataset opens.
+    assert_eq!(code(&run(&["info", ds, "--store-option", "max_requests=2"])), 0);
+    assert_eq!(code(&run(&["--store-option", "max_requests=2", "verify", ds])), 0);
+    // An unknown key of a cloud backend is refused (no server is asked).
+    let o = run(&["info", "s3://bucket/atlas", "--store-option", "no_such_key=1"]);
+    assert_eq!(code(&o), 1);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown S3 option \"no_such_key\""), "{o:?}");
+}
+
+#[test]
 fn export_csv_uses_source_gene_order_and_names() {
     let ds = conformance().join("datasets/v1_with_obs");
     let exp: Value =

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use dct_codec::{DecodeOptions, DecodedTile, Decoder};
-use dct_dataset::{Batch, Dataset, EpochOptions, EpochPlan, ReadOptions};
+use dct_dataset::{Batch, Dataset, EpochOptions, EpochPlan, ReadOptions, StoreOptions};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use serde_json::json;
@@ -48,7 +48,7 @@ pub struct Args {
 }
 
 /// Runs `bench`.
-pub fn run(args: Args) -> anyhow::Result<u8> {
+pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
     let threads =
         if args.threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { args.threads };
     let pattern = Pattern::parse(&args.pattern)?;
@@ -58,6 +58,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         // Decoded tiles: a window's (or the one being read) and one decoded ahead; prefetched tiles waiting to be
         // decoded do not count.
         max_cached_tiles: pattern.window() + 1,
+        store: store.clone(),
         ..ReadOptions::default()
     };
     let ds = Dataset::open(&args.dataset, options)?;

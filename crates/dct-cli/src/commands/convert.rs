@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use dct_convert::{ConvertOptions, GeneSort, Plan, Progress, RunOptions, Spill, natural_cmp};
+use dct_dataset::StoreOptions;
 use dct_input::H5adMatrix;
 
 use crate::output::{human_bytes, progress};
@@ -164,9 +165,9 @@ fn reporter(total_tiles: usize, what: &str) -> impl FnMut(&Progress) {
 }
 
 /// Runs `convert`.
-pub fn run(mut args: Args) -> anyhow::Result<u8> {
+pub fn run(mut args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
     args.inputs.append(&mut args.h5ad_glob);
-    let mut run = RunOptions { threads: args.threads, ..RunOptions::default() };
+    let mut run = RunOptions { threads: args.threads, store: store.clone(), ..RunOptions::default() };
     run.spill.dir = args.spill_dir.clone();
     if let Some(mb) = args.spill_max_mb {
         run.spill.max_bytes = mb.saturating_mul(1_000_000);

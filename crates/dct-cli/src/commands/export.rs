@@ -4,7 +4,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use dct_dataset::{Batch, Dataset, ReadOptions};
+use dct_dataset::{Batch, Dataset, ReadOptions, StoreOptions};
 
 use crate::output::{parse_cells, progress};
 
@@ -41,8 +41,8 @@ pub struct Args {
 const BATCH: usize = 4096;
 
 /// Runs `export`.
-pub fn run(args: Args) -> anyhow::Result<u8> {
-    let ds = Dataset::open(&args.dataset, ReadOptions::default())?;
+pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
+    let ds = Dataset::open(&args.dataset, ReadOptions { store: store.clone(), ..ReadOptions::default() })?;
     let cells = parse_cells(&args.cells, ds.n_cells())?;
     let order = if args.source_gene_order {
         let order = ds.gene_order()?.context("--source-gene-order: the dataset has no gene_order.npy")?;

@@ -1,6 +1,6 @@
 //! `deltacells info DATASET [--json]`.
 
-use dct_dataset::{Dataset, ReadOptions};
+use dct_dataset::{Dataset, ReadOptions, StoreOptions};
 use serde_json::json;
 
 use crate::output::{human_bytes, print_json};
@@ -16,8 +16,8 @@ pub struct Args {
 }
 
 /// Runs `info`.
-pub fn run(args: Args) -> anyhow::Result<u8> {
-    let ds = Dataset::open(&args.dataset, ReadOptions::default())?;
+pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
+    let ds = Dataset::open(&args.dataset, ReadOptions { store: store.clone(), ..ReadOptions::default() })?;
     let m = ds.manifest();
     let bytes: u64 = m.tile_bytes.iter().sum();
     let nnz = m.nnz();

@@ -11,7 +11,7 @@ use dct_dataset::dct_obs::arrow::array::types::{
 use dct_dataset::dct_obs::arrow::array::{Array, RecordBatch};
 use dct_dataset::dct_obs::arrow::schema::DataType;
 use dct_dataset::dct_obs::{Obs, ObsOptions, category_labels, column_file_name};
-use dct_dataset::{Dataset, ReadOptions};
+use dct_dataset::{Dataset, ReadOptions, StoreOptions};
 use serde_json::{Value, json};
 
 use crate::output::{human_bytes, parse_cells, print_json};
@@ -44,8 +44,8 @@ struct Source {
 }
 
 impl Source {
-    fn open(&self) -> anyhow::Result<(Dataset, Obs)> {
-        let ds = Dataset::open(&self.dataset, ReadOptions::default())?;
+    fn open(&self, store: &StoreOptions) -> anyhow::Result<(Dataset, Obs)> {
+        let ds = Dataset::open(&self.dataset, ReadOptions { store: store.clone(), ..ReadOptions::default() })?;
         let obs = ds.obs(ObsOptions { cache_dir: self.cache_dir.clone(), ..ObsOptions::default() })?;
         Ok((ds, obs))
     }
@@ -92,16 +92,16 @@ struct ShowArgs {
 }
 
 /// Runs `obs`.
-pub fn run(args: Args) -> anyhow::Result<u8> {
+pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
     match args.command {
-        Command::Info(a) => info(a),
-        Command::Localize(a) => localize(a),
-        Command::Show(a) => show(a),
+        Command::Info(a) => info(a, store),
+        Command::Localize(a) => localize(a, store),
+        Command::Show(a) => show(a, store),
     }
 }
 
-fn info(args: InfoArgs) -> anyhow::Result<u8> {
-    let (ds, obs) = args.source.open()?;
+fn info(args: InfoArgs, store: &StoreOptions) -> anyhow::Result<u8> {
+    let (ds, obs) = args.source.open(store)?;
     let sizes = obs.column_sizes_blocking()?;
     let n_cells = ds.n_cells();
     let per_100m = |bytes: u64| (bytes as f64 * 1e8 / n_cells.max(1) as f64).round() as u64;
@@ -163,8 +163,8 @@ fn info(args: InfoArgs) -> anyhow::Result<u8> {
     Ok(0)
 }
 
-fn localize(args: LocalizeArgs) -> anyhow::Result<u8> {
-    let (_, obs) = args.source.open()?;
+fn localize(args: LocalizeArgs, store: &StoreOptions) -> anyhow::Result<u8> {
+    let (_, obs) = args.source.open(store)?;
     let columns: Vec<String> = if args.all {
         obs.columns().iter().map(|(n, _)| n.to_string()).collect()
     } else {
@@ -194,8 +194,8 @@ fn localize(args: LocalizeArgs) -> anyhow::Result<u8> {
     Ok(0)
 }
 
-fn show(args: ShowArgs) -> anyhow::Result<u8> {
-    let (ds, obs) = args.source.open()?;
+fn show(args: ShowArgs, store: &StoreOptions) -> anyhow::Result<u8> {
+    let (ds, obs) = args.source.open(store)?;
     let n = ds.n_cells();
     let spec = args.cells.clone().unwrap_or_else(|| format!("0:{}", n.min(20)));
     let cells = parse_cells(&spec, n)?;

@@ -1,6 +1,6 @@
 //! `deltacells verify DATASET [--threads N] [--json]`.
 
-use dct_dataset::{Dataset, ReadOptions, VerifyOptions, verify};
+use dct_dataset::{Dataset, ReadOptions, StoreOptions, VerifyOptions, verify};
 use serde_json::json;
 
 use crate::output::{print_json, progress};
@@ -19,8 +19,8 @@ pub struct Args {
 }
 
 /// Runs `verify`: exit 0 when the dataset is sound, 1 with every problem found otherwise.
-pub fn run(args: Args) -> anyhow::Result<u8> {
-    let options = ReadOptions { decode_threads: args.threads, ..ReadOptions::default() };
+pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
+    let options = ReadOptions { decode_threads: args.threads, store: store.clone(), ..ReadOptions::default() };
     let ds = match Dataset::open(&args.dataset, options) {
         Ok(ds) => ds,
         Err(e) => {
