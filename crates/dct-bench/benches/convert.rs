@@ -42,6 +42,10 @@ fn child(spec: &Value) {
     let out = data_dir().join(format!("convert_out_{}", std::process::id()));
     let mut opts = ConvertOptions::new(out.to_str().unwrap());
     opts.level = spec["level"].as_i64().unwrap() as i32;
+    // `"preset"`: plain, tuned (the default) or fast.
+    if let Some(p) = spec["preset"].as_str() {
+        opts.preset = p.parse().expect("preset");
+    }
     opts.tile_size = spec["tile_size"].as_u64().unwrap();
     opts.gene_sort = match spec["sort"].as_str().unwrap() {
         "all" => GeneSort::AllInputs,
@@ -95,20 +99,22 @@ fn main() {
     };
     let quick = std::env::var("DCT_BENCH_QUICK").is_ok();
     let r = if quick { 4 } else { 40 };
-    // (what, level, repeat, tile size, gene sort, keep the decoded inputs for the tiles)
+    // (what, level, repeat, tile size, gene sort, keep the decoded inputs for the tiles, zstd preset)
     let mut configs = vec![
-        ("level 3, genes sorted over all inputs", 3, r, 10_000, "all", true),
-        ("level 3, all inputs, decoded twice", 3, r, 10_000, "all", false),
-        ("level 3, genes sorted over 1 input", 3, r, 10_000, "sample", true),
-        ("level 9", 9, r, 10_000, "sample", true),
-        ("level 12", 12, r, 10_000, "sample", true),
-        ("level 16", 16, r, 10_000, "sample", true),
-        ("level 19", 19, r, 10_000, "sample", true),
+        ("level 3, genes sorted over all inputs", 3, r, 10_000, "all", true, "tuned"),
+        ("level 3, all inputs, decoded twice", 3, r, 10_000, "all", false, "tuned"),
+        ("level 3, genes sorted over 1 input", 3, r, 10_000, "sample", true, "tuned"),
+        ("level 9", 9, r, 10_000, "sample", true, "tuned"),
+        ("level 12", 12, r, 10_000, "sample", true, "tuned"),
+        ("level 16", 16, r, 10_000, "sample", true, "tuned"),
+        ("level 19 (default preset: tuned)", 19, r, 10_000, "sample", true, "tuned"),
+        ("level 19, preset plain", 19, r, 10_000, "sample", true, "plain"),
+        ("preset fast", 19, r, 10_000, "sample", true, "fast"),
     ];
     if !quick {
         // ~1M cells; tiles of 38,000 of these ~850-nonzero cells hold as many nonzeros (32M) as 10,000-cell tiles
         // of ~3.2k-nonzero cells, so the memory of a tile in flight is the same as in that configuration.
-        configs.push(("1M cells, 32M-nonzero tiles, level 3", 3, 370, 38_000, "sample", true));
+        configs.push(("1M cells, 32M-nonzero tiles, level 3", 3, 370, 38_000, "sample", true, "tuned"));
     }
     println!("input: {} x N\n", input.display());
     println!(
@@ -125,9 +131,11 @@ fn main() {
         "finalize s",
         "kept MB"
     );
-    for (what, level, repeat, tile, sort, spill) in configs {
-        let spec =
-            json!({"input": input, "level": level, "repeat": repeat, "tile_size": tile, "sort": sort, "spill": spill});
+    for (what, level, repeat, tile, sort, spill, preset) in configs {
+        let spec = json!({
+            "input": input, "level": level, "repeat": repeat, "tile_size": tile, "sort": sort, "spill": spill,
+            "preset": preset,
+        });
         let out = Command::new(std::env::current_exe().unwrap())
             .env("DCT_BENCH_CHILD", spec.to_string())
             .output()

@@ -6,6 +6,7 @@ use zstd_safe::{CCtx, CParameter};
 
 use crate::error::EncodeError;
 use crate::input::{CanonicalCsr, CountLike, CsrMatrix, IndexLike};
+use crate::params::{Plane, Preset};
 
 /// How many exceptions (counts or gaps above 65535) a tile may hold before the encoder refuses it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -35,17 +36,33 @@ impl ExceptionPolicy {
 pub struct EncodeOptions {
     /// Chunks requested (default 8); a tile gets `min(n_chunks, n_cells)` or fewer (see the format docs).
     pub n_chunks: usize,
-    /// zstd level (default 19).
+    /// zstd level (default 19; [`Preset::Fast`] ignores it).
     pub level: i32,
+    /// How the zstd parameters follow from the level (default [`Preset::Tuned`]).
+    pub preset: Preset,
     /// Exception limit (default [`ExceptionPolicy::RawCounts`]).
     pub exception_policy: ExceptionPolicy,
     /// Format version to write (default 2; version 1 only for matrices it can hold, e.g. compatibility tests).
     pub version: Version,
 }
 
+impl EncodeOptions {
+    /// The zstd level the frames are made at: [`level`](Self::level), or the level a preset that ignores it uses
+    /// (what a manifest records as `zstd_level`).
+    pub fn base_level(&self) -> i32 {
+        self.preset.base_level().unwrap_or(self.level)
+    }
+}
+
 impl Default for EncodeOptions {
     fn default() -> Self {
-        EncodeOptions { n_chunks: 8, level: 19, exception_policy: ExceptionPolicy::default(), version: Version::V2 }
+        EncodeOptions {
+            n_chunks: 8,
+            level: 19,
+            preset: Preset::default(),
+            exception_policy: ExceptionPolicy::default(),
+            version: Version::V2,
+        }
     }
 }
 
@@ -239,12 +256,18 @@ fn encode_chunk(
     let exc_bytes =
         |pos: &[u32], pay: &[u32]| -> Vec<u8> { pos.iter().chain(pay).flat_map(|x| x.to_le_bytes()).collect() };
     let exceptions = [vexc_pos.len() as u64, gexc_pos.len() as u64];
-    let mut frames = [compress(cctx, gaps, opts.level)?, compress(cctx, vals, opts.level)?, Vec::new(), Vec::new()];
+    let params = |plane| opts.preset.parameters(opts.level, plane);
+    let mut frames = [
+        compress(cctx, gaps, &params(Plane::Gaps))?,
+        compress(cctx, vals, &params(Plane::Counts))?,
+        Vec::new(),
+        Vec::new(),
+    ];
     if !vexc_pos.is_empty() {
-        frames[2] = compress(cctx, &exc_bytes(&vexc_pos, &vexc_pay), opts.level)?;
+        frames[2] = compress(cctx, &exc_bytes(&vexc_pos, &vexc_pay), &params(Plane::Exceptions))?;
     }
     if !gexc_pos.is_empty() {
-        frames[3] = compress(cctx, &exc_bytes(&gexc_pos, &gexc_pay), opts.level)?;
+        frames[3] = compress(cctx, &exc_bytes(&gexc_pos, &gexc_pay), &params(Plane::Exceptions))?;
     }
     let entry = ChunkEntry { cell_lo: lo, cell_hi: hi, nnz_lo, nnz_hi, ..Default::default() };
     Ok(EncodedChunk { entry, frames, exceptions })
@@ -282,10 +305,14 @@ fn split_planes_with_exceptions(
     }
 }
 
-fn compress(cctx: &mut CCtx<'static>, src: &[u8], level: i32) -> Result<Vec<u8>, EncodeError> {
+/// One standard zstd frame of `src` with its content size, no checksum; `params` (the level first) are set after a
+/// full reset, so nothing carries over from the previous frame.
+fn compress(cctx: &mut CCtx<'static>, src: &[u8], params: &[CParameter]) -> Result<Vec<u8>, EncodeError> {
     let err = |code| EncodeError::Zstd(zstd_safe::get_error_name(code).to_string());
     cctx.reset(zstd_safe::ResetDirective::SessionAndParameters).map_err(err)?;
-    cctx.set_parameter(CParameter::CompressionLevel(level)).map_err(err)?;
+    for &p in params {
+        cctx.set_parameter(p).map_err(err)?;
+    }
     cctx.set_parameter(CParameter::ContentSizeFlag(true)).map_err(err)?;
     cctx.set_parameter(CParameter::ChecksumFlag(false)).map_err(err)?;
     let mut out = Vec::with_capacity(zstd_safe::compress_bound(src.len()));

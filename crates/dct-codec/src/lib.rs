@@ -19,6 +19,7 @@ mod handoff;
 mod input;
 mod inspect;
 mod kernels;
+mod params;
 mod planes;
 mod values;
 
@@ -29,6 +30,7 @@ pub use error::{DecodeError, EncodeError};
 pub use input::{CanonicalCsr, CountLike, CsrMatrix, IndexLike};
 pub use inspect::{ChunkSummary, TileSummary, inspect};
 pub use kernels::WriteMode;
+pub use params::Preset;
 pub use planes::TilePlanes;
 pub use values::CountValue;
 

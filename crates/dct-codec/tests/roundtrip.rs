@@ -4,7 +4,7 @@
 //! any number of encode threads.
 
 use dct_codec::{
-    CanonicalCsr, CsrMatrix, DecodeOptions, DecodedTile, Decoder, EncodeError, EncodeOptions, ExceptionPolicy,
+    CanonicalCsr, CsrMatrix, DecodeOptions, DecodedTile, Decoder, EncodeError, EncodeOptions, ExceptionPolicy, Preset,
     encode_canonical, encode_tile,
 };
 use dct_format::{TileLayout, Version};
@@ -102,7 +102,13 @@ proptest! {
         let m = x.canonical();
         let fits = m.n_genes <= 65536
             && m.values.iter().all(|&v| v <= 65535);
-        let opts = EncodeOptions { n_chunks, level: 1, version: Version::V1, exception_policy: ExceptionPolicy::Unlimited };
+        let opts = EncodeOptions {
+            n_chunks,
+            level: 1,
+            version: Version::V1,
+            exception_policy: ExceptionPolicy::Unlimited,
+            ..Default::default()
+        };
         match encode_canonical(&m, &opts) {
             Ok(blob) => {
                 prop_assert!(fits);
@@ -257,7 +263,9 @@ fn encoder_reproduces_independent_v2_tiles() {
             indices: d.indices.iter().map(|&x| x as u32).collect(),
             values: d.values.clone(),
         };
-        let ours = encode_canonical(&m, &EncodeOptions { n_chunks: chunks, level, ..Default::default() }).unwrap();
+        // The independent writer calls plain zstd levels.
+        let opts = EncodeOptions { n_chunks: chunks, level, preset: Preset::Plain, ..Default::default() };
+        let ours = encode_canonical(&m, &opts).unwrap();
         let layout_g = TileLayout::parse(&golden).unwrap();
         let layout_o = TileLayout::parse(&ours).unwrap();
         let bounds = |l: &TileLayout| l.chunks().iter().map(|c| (c.cell_lo, c.cell_hi)).collect::<Vec<_>>();
@@ -266,4 +274,33 @@ fn encoder_reproduces_independent_v2_tiles() {
             assert!(ours == golden, "{name}: bytes differ from the independent writer");
         }
     }
+}
+
+/// Every preset writes tiles that decode exactly, with bytes independent of the thread count; on a realistic tile
+/// (2,000 synthetic cells with the benchmark's parameters) the tuned level 19 is smaller than the plain one, and the
+/// fast preset no larger.
+#[test]
+fn presets_decode_exactly_and_tuned_beats_plain() {
+    let synth = dct_synth::Synth::new(&dct_synth::SynthParams::default()).unwrap();
+    let g = synth.generate(0..2000);
+    let m = CanonicalCsr { n_genes: g.n_genes, indptr: g.indptr, indices: g.indices, values: g.values };
+    let mut sizes = Vec::new();
+    for preset in Preset::ALL {
+        let opts = EncodeOptions { n_chunks: 8, level: 19, preset, ..Default::default() };
+        let on = |threads| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap()
+                .install(|| encode_canonical(&m, &opts))
+        };
+        let tile = on(1).unwrap();
+        assert!(on(3).unwrap() == tile, "{preset}: bytes depend on the thread count");
+        assert_same(&m, &decode_all(&tile, 2));
+        sizes.push((preset, tile.len()));
+    }
+    eprintln!("level 19 on {} nonzeros: {sizes:?}", m.values.len());
+    let size = |p| sizes.iter().find(|(q, _)| *q == p).unwrap().1;
+    assert!(size(Preset::Tuned) < size(Preset::Plain), "{sizes:?}");
+    assert!(size(Preset::Fast) <= size(Preset::Plain), "{sizes:?}");
 }

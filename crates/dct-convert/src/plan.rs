@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use dct_codec::Preset;
 use dct_format::Version;
 use dct_input::{H5adMatrix, InputOptions};
 use dct_obs::{DEFAULT_MAX_CATEGORIES, DEFAULT_TILES_PER_FILE, ObsSchema};
@@ -43,6 +44,8 @@ pub struct ConvertOptions {
     pub tile_size: u64,
     /// zstd level (default 19).
     pub level: i32,
+    /// How the zstd parameters follow from the level (default [`Preset::Tuned`]).
+    pub preset: Preset,
     /// Chunks per tile (default 8).
     pub n_chunks: usize,
     /// Which matrix of `.h5ad` inputs (X, a layer, raw/X).
@@ -76,6 +79,7 @@ impl ConvertOptions {
             output: output.into(),
             tile_size: 10_000,
             level: 19,
+            preset: Preset::default(),
             n_chunks: 8,
             matrix: H5adMatrix::X,
             feature_type: Some("Gene Expression".into()),
@@ -160,6 +164,10 @@ pub struct Plan {
     /// datasets are what they always were).
     #[serde(default = "version_2", skip_serializing_if = "is_version_2")]
     pub format_version: u32,
+    /// The zstd preset ([`Preset`] name). Plans written before presets existed have none and mean `plain`, what
+    /// their tiles were made with; `plain` is left out of the file, so those plans keep their fingerprints.
+    #[serde(default = "preset_plain", skip_serializing_if = "is_preset_plain")]
+    pub zstd_preset: String,
     /// 24 hex digits of the SHA-256 of everything above: ties tiles and parts to this plan.
     pub fingerprint: String,
 }
@@ -168,11 +176,24 @@ fn version_2() -> u32 {
     2
 }
 
+fn preset_plain() -> String {
+    Preset::Plain.as_str().into()
+}
+
+fn is_preset_plain(p: &str) -> bool {
+    p == Preset::Plain.as_str()
+}
+
 fn is_version_2(v: &u32) -> bool {
     *v == 2
 }
 
 impl Plan {
+    /// The zstd preset of the tiles.
+    pub fn encode_preset(&self) -> Result<Preset, ConvertError> {
+        self.zstd_preset.parse().map_err(|e: String| self.err(format!("zstd_preset: {e}")))
+    }
+
     /// The format version of the tiles and manifest.
     pub fn tile_version(&self) -> Result<Version, ConvertError> {
         Version::from_number(self.format_version)
@@ -488,7 +509,8 @@ fn plan_from(
         version: 1,
         output: opts.output.clone(),
         tile_size: opts.tile_size,
-        zstd_level: opts.level,
+        zstd_level: opts.preset.base_level().unwrap_or(opts.level),
+        zstd_preset: opts.preset.as_str().into(),
         n_chunks: opts.n_chunks,
         matrix: match &opts.matrix {
             H5adMatrix::X => "X".into(),

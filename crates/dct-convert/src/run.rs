@@ -383,6 +383,7 @@ pub fn run_part_with_spill(
     let encode = EncodeOptions {
         n_chunks: plan.n_chunks,
         level: plan.zstd_level,
+        preset: plan.encode_preset()?,
         version: plan.tile_version()?,
         ..EncodeOptions::default()
     };

@@ -4,7 +4,9 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use dct_codec::{CanonicalCsr, CountLike, CsrMatrix, EncodeOptions, ExceptionPolicy, IndexLike, encode_canonical};
+use dct_codec::{
+    CanonicalCsr, CountLike, CsrMatrix, EncodeOptions, ExceptionPolicy, IndexLike, Preset, encode_canonical,
+};
 use dct_format::Version;
 use serde_json::Value;
 use tokio::task::JoinHandle;
@@ -27,6 +29,9 @@ pub struct WriterOptions {
     pub n_chunks: usize,
     /// zstd level (default 19; higher is smaller and decodes as fast, it only costs encoding time).
     pub zstd_level: i32,
+    /// How the zstd parameters follow from the level (default [`Preset::Tuned`]; [`Preset::Fast`] ignores the
+    /// level).
+    pub zstd_preset: Preset,
     /// Format version of the tiles and the manifest (default 2). Version 1 is for readers that know only it:
     /// at most 65,536 genes and counts of at most 65,535 (a tile holding a larger count is refused before it is
     /// stored, naming the cell and gene).
@@ -57,6 +62,7 @@ impl WriterOptions {
             tile_size: 4096,
             n_chunks: 8,
             zstd_level: 19,
+            zstd_preset: Preset::default(),
             version: Version::V2,
             exception_policy: ExceptionPolicy::default(),
             overwrite: false,
@@ -175,6 +181,7 @@ impl DatasetWriter {
         let encode = EncodeOptions {
             n_chunks: options.n_chunks,
             level: options.zstd_level,
+            preset: options.zstd_preset,
             exception_policy: options.exception_policy,
             version: options.version,
         };
@@ -482,7 +489,7 @@ impl DatasetWriter {
         m.tile_nnz = self.done.iter().map(|t| t.nnz).collect();
         m.tile_bytes = self.done.iter().map(|t| t.bytes).collect();
         m.n_chunks = Some(self.opts.n_chunks as u64);
-        m.zstd_level = Some(i64::from(self.opts.zstd_level));
+        m.zstd_level = Some(i64::from(self.encode.base_level()));
         m.has_gene_order = self.gene_order.is_some();
         m.has_var_names = self.var_names.is_some();
         m.has_var_table = self.has_var_table;

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use dct_codec::Preset;
 use dct_convert::{ConvertOptions, GeneSort, Plan, Progress, RunOptions};
 use dct_input::H5adMatrix;
 use pyo3::prelude::*;
@@ -29,10 +30,15 @@ fn options(output: &str, kw: &Bound<'_, PyDict>) -> PyResult<ConvertOptions> {
     let layer: Option<String> = get("layer")?.extract()?;
     let raw: bool = get("raw")?.extract()?;
     let obs_columns: Option<Vec<String>> = get("obs_columns")?.extract()?;
+    let preset = match kw.get_item("preset")? {
+        Some(p) if !p.is_none() => p.extract::<String>()?.parse::<Preset>().map_err(value_error)?,
+        _ => Preset::default(),
+    };
     Ok(ConvertOptions {
         output: output.to_string(),
         tile_size,
         level,
+        preset,
         n_chunks,
         matrix: match (layer, raw) {
             (Some(l), _) => H5adMatrix::Layer(l),

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
+use dct_codec::Preset;
 use dct_convert::{ConvertOptions, GeneSort, Plan, Progress, RunOptions, Spill, natural_cmp};
 use dct_dataset::StoreOptions;
 use dct_input::H5adMatrix;
@@ -38,9 +39,15 @@ pub struct Args {
     /// Cells per tile.
     #[arg(long, default_value_t = 10_000)]
     tile_size: u64,
-    /// zstd level (3 is fast; 19, the default, is smallest and decodes fastest).
-    #[arg(long, default_value_t = 19)]
-    level: i32,
+    /// zstd level (default 19: smallest, and decodes fastest; 3 is fast to write).
+    #[arg(long)]
+    level: Option<i32>,
+    /// How zstd's parameters follow from --level. `tuned` (the default): the level's parameters with the shortest
+    /// match chosen for tile planes at levels 16-22, smaller and faster to write than `plain`; `plain`: the
+    /// level's own parameters (`zstd -N`); `fast`: level-19 size or smaller in about half of level 19's time
+    /// (ignores --level). Decoding costs the same for all three. See the README's table.
+    #[arg(long, default_value = "tuned", value_parser = parse_preset)]
+    preset: Preset,
     /// Chunks per tile (units of parallel decoding).
     #[arg(long, default_value_t = 8)]
     chunks: usize,
@@ -200,11 +207,15 @@ pub fn run(mut args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
         (None, Some(_)) => String::new(),
         (None, None) => bail!("--output is required with inputs"),
     };
+    if let (Preset::Fast, Some(level)) = (args.preset, args.level) {
+        bail!("--preset fast sets its own parameters and ignores --level {level}: give one of them");
+    }
     let inputs = expand_inputs(&args.inputs)?;
     let options = ConvertOptions {
         output,
         tile_size: args.tile_size,
-        level: args.level,
+        level: args.level.unwrap_or(19),
+        preset: args.preset,
         n_chunks: args.chunks,
         matrix: match (&args.layer, args.raw) {
             (Some(l), _) => H5adMatrix::Layer(l.clone()),
@@ -316,4 +327,9 @@ pub fn run(mut args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
         human_bytes((input_bytes as f64 / secs) as u64)
     );
     Ok(0)
+}
+
+/// `--preset NAME`.
+fn parse_preset(text: &str) -> Result<Preset, String> {
+    text.parse()
 }
