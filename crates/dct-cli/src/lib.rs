@@ -89,8 +89,25 @@ where
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", describe(&e));
             1
         }
     }
+}
+
+/// `e` and its causes, joined by ": ", each said once: errors that already include their source in their own
+/// message (most of this project's do, so that a library caller sees the whole story) are not repeated.
+fn describe(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let cause = cause.to_string();
+        if text.contains(&cause) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&cause);
+    }
+    text
 }

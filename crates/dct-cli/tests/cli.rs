@@ -191,6 +191,21 @@ fn usage_errors_exit_2_and_json_output_parses() {
 }
 
 #[test]
+fn errors_say_their_cause_once() {
+    let empty = tempfile::tempdir().unwrap();
+    let o = run(&["info", empty.path().to_str().unwrap()]);
+    assert_eq!(code(&o), 1);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(err.matches("there is no manifest.json").count(), 1, "{err}");
+    assert!(err.starts_with("error: ") && err.contains("manifest.json"), "{err}");
+    let o = run(&["convert", "/nonexistent/input.h5ad", "--output", empty.path().join("x").to_str().unwrap()]);
+    assert_eq!(code(&o), 1);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
+    assert!(err.contains("/nonexistent/input.h5ad"), "{err}");
+}
+
+#[test]
 fn store_options_are_checked_before_anything_is_read() {
     let ds = conformance().join("datasets/v2_with_obs");
     let ds = ds.to_str().unwrap();
