@@ -376,3 +376,28 @@ impl ObjectStore for FaultStore {
         self.inner.rename_opts(from, to, options).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The schedule faults at the rate asked, and a request's attempts are drawn independently: a retried fetch
+    /// fails twice in a row at about rate², which is what retry budgets in tests are sized by.
+    #[test]
+    fn attempts_are_faulted_independently_at_the_rate() {
+        let faults = Faults::new(11);
+        faults.set_gets(0.05, &TRANSPORT_FAULTS, "tiles/");
+        let (keys, attempts) = (20_000, 4);
+        let (mut faulted, mut twice) = (0u32, 0u32);
+        for k in 0..keys {
+            let path = Path::from(format!("run-{k}/ds/tiles/tile_{:06}.dct", k % 37));
+            let hits: Vec<bool> = (0..attempts).map(|_| faults.draw(&path, &None).is_some()).collect();
+            faulted += hits.iter().filter(|&&h| h).count() as u32;
+            twice += hits.windows(2).filter(|w| w[0] && w[1]).count() as u32;
+        }
+        let rate = f64::from(faulted) / f64::from(keys * attempts);
+        let pair_rate = f64::from(twice) / f64::from(keys * (attempts - 1));
+        assert!((0.045..0.055).contains(&rate), "fault rate {rate}");
+        assert!((0.0015..0.0035).contains(&pair_rate), "two faults in a row at {pair_rate}, not ~0.0025");
+    }
+}
