@@ -59,6 +59,7 @@ pub mod manifest;
 pub mod npy;
 mod reader;
 mod rt;
+mod side_files;
 mod verify;
 mod writer;
 

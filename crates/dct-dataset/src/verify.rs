@@ -8,10 +8,9 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{Category, DatasetError};
 use crate::manifest::{GENE_ORDER_NAME, VAR_NAMES_NAME, VAR_TABLE_NAME, obs_shard_path};
-use crate::reader::{
-    Core, Dataset, ReadOptions, gene_order_limit, parse_gene_order, parse_var_names, side_file_result,
-};
+use crate::reader::{Core, Dataset, ReadOptions};
 use crate::rt::on_pool;
+use crate::side_files::{gene_order_limit, parse_gene_order, parse_var_names, side_file_result};
 use dct_store::{Store, StoreError};
 
 /// Settings of [`verify`].

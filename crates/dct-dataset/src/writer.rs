@@ -13,8 +13,8 @@ use tokio::task::JoinHandle;
 
 use crate::error::DatasetError;
 use crate::manifest::{GENE_ORDER_NAME, MANIFEST_NAME, Manifest, VAR_NAMES_NAME, VAR_TABLE_NAME, tile_path};
-use crate::reader::check_permutation;
 use crate::rt::{default_threads, on_pool};
+use crate::side_files::check_permutation;
 use dct_store::runtime::Runtime as Rt;
 use dct_store::{Store, StoreOptions};
 

@@ -30,6 +30,21 @@ pub enum ObsError {
         /// What is wrong.
         message: String,
     },
+    /// The schema, the manifest's `tile_cells` and its shard hashes give another fingerprint than the manifest's
+    /// `obs_fingerprint`: the schema or the manifest changed after the dataset was written.
+    #[error(
+        "{url}: with the manifest's tile_cells and obs_shard_sha256 this schema gives fingerprint {computed}, but \
+         the manifest says {expected}: the schema or the manifest changed after the dataset was written; \
+         regenerate the dataset's obs with a deltacells writer"
+    )]
+    Fingerprint {
+        /// The schema's URL.
+        url: String,
+        /// The fingerprint recomputed from the schema and the manifest.
+        computed: String,
+        /// The manifest's `obs_fingerprint`.
+        expected: String,
+    },
     /// An object is larger than this reader accepts for its kind.
     #[error("{url} is {size} bytes, more than the {limit} accepted for it; the file is not what the manifest says")]
     TooLarge {

@@ -119,13 +119,10 @@ impl Obs {
         let (schema, schema_text) = read_schema(&store).await?;
         let fp = obs_fingerprint(&schema_text, &manifest.tile_cells, &manifest.shard_sha256);
         if fp != manifest.fingerprint {
-            return Err(ObsError::Schema {
+            return Err(ObsError::Fingerprint {
                 url: store.url(SCHEMA_NAME),
-                message: format!(
-                    "with the manifest's tile_cells and obs_shard_sha256 it gives fingerprint {fp}, but the manifest \
-                     says {}: the schema or the manifest changed after the dataset was written",
-                    manifest.fingerprint
-                ),
+                computed: fp,
+                expected: manifest.fingerprint.clone(),
             });
         }
         let dir = cache_root(options.cache_dir.as_deref())?.join(&manifest.fingerprint).join("obs");

@@ -77,6 +77,7 @@ fn variant(e: &ObsError) -> &'static str {
         ObsError::Store { .. } => "store",
         ObsError::NotFound { .. } => "not_found",
         ObsError::Schema { .. } => "schema",
+        ObsError::Fingerprint { .. } => "fingerprint",
         ObsError::TooLarge { .. } => "too_large",
         ObsError::Shard { .. } => "shard",
         ObsError::Parquet { .. } => "parquet",
@@ -142,7 +143,7 @@ async fn transient_faults_are_retried_with_backoff() {
             let obs = Obs::open(at(&faulty_store, policy.clone()), s.manifest.clone(), opts(cache.path())).await;
             // A bit flip in schema.json is not retried (it reads as another schema); start from shard faults.
             let obs = match (kind, obs) {
-                (Fault::BitFlip, Err(ObsError::Schema { .. })) => {
+                (Fault::BitFlip, Err(ObsError::Schema { .. } | ObsError::Fingerprint { .. })) => {
                     faulty.set_gets(0.0, &[], "");
                     let obs = Obs::open(at(&faulty_store, policy.clone()), s.manifest.clone(), opts(cache.path()));
                     let obs = obs.await.unwrap();

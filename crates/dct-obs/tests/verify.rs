@@ -101,7 +101,7 @@ async fn layout_and_schema_mismatches_are_reported() {
     // Opening refuses a schema that does not match the fingerprint.
     let cache = tempfile::tempdir().unwrap();
     let o = ObsOptions { cache_dir: Some(cache.path().into()), ..Default::default() };
-    assert!(matches!(Obs::open(s.store(), s.manifest.clone(), o.clone()).await, Err(ObsError::Schema { .. })));
+    assert!(matches!(Obs::open(s.store(), s.manifest.clone(), o.clone()).await, Err(ObsError::Fingerprint { .. })));
     std::fs::remove_file(s.dir.path().join("obs/schema.json")).unwrap();
     let r = verify_obs(&s.store(), &s.manifest, 2).await;
     assert_eq!(kinds(&r), vec![(ObsProblemKind::Schema, None)], "{:?}", r.problems);

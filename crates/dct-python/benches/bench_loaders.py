@@ -6,8 +6,10 @@
     python bench_loaders.py timeline DATASET --out docs/loader_timeline.png
 
 ``prepare`` replicates the source cells ``copies`` times into one h5ad (the PBMC 3k raw counts by default: 108,000
-cells x 32,738 genes) and stores the same cells as a deltacells dataset (the converter's defaults) and a TileDB-SOMA
-experiment (``tiledbsoma.io.from_h5ad``). ``run`` measures, loader after loader, round after round:
+cells x 32,738 genes) and stores the same cells as a deltacells dataset (the converter's defaults), a TileDB-SOMA
+experiment (``tiledbsoma.io.from_h5ad``) and, where annbatch is installed (it needs Python >= 3.12), an annbatch
+collection (``DatasetCollection.add_adatas``, its defaults: shuffled at write time, sharded zarr, blosc lz4).
+``run`` measures, loader after loader, round after round:
 
 * deltacells: ``deltacells.torch.make_loader`` with ``num_workers=0`` (shuffled tiles, cells shuffled within
   windows of 4 tiles = 40,000 cells), X as torch sparse CSR float32;
@@ -16,10 +18,14 @@ experiment (``tiledbsoma.io.from_h5ad``). ``run`` measures, loader after loader,
 * AnnData backed mode (``anndata.read_h5ad(backed="r")``) under a ``DataLoader`` with 2 workers and a batch sampler
   over a global random permutation (sorted within each batch, as backed CSR reads need), X as torch sparse CSR;
 * TileDB-SOMA's PyTorch loader (``tiledbsoma_ml.ExperimentDataset`` with its defaults: ``shuffle_chunk_size=64``,
-  ``io_batch_size=65536``, ``return_sparse_X=True``), X converted to torch sparse CSR.
+  ``io_batch_size=65536``, ``return_sparse_X=True``), X converted to torch sparse CSR;
+* annbatch's ``Loader`` at the settings its README recommends (``chunk_size=32``, ``preload_nchunks=256``,
+  ``to="torch"``, the zarrs codec pipeline for local files) over the collection, whose cells were shuffled once when
+  it was written; X comes as torch sparse CSR.
 
 Each loader reads ``max-cells`` cells (the first batches of an epoch, after opening) per round; the figures are medians
-over rounds, with the sizes on disk. annbatch needs Python >= 3.12 and is measured separately (see BENCHMARKS.md).
+over rounds, with the sizes on disk. Throttled against local is also measured over whole epochs (``--epoch-rounds``),
+where the first window's fetch, which nothing can hide, is a smaller part of the time.
 """
 
 from __future__ import annotations
@@ -86,6 +92,27 @@ def prepare(work: Path, source: Path, copies: int) -> None:
         t0 = time.perf_counter()
         tiledbsoma.io.from_h5ad(str(soma), str(h5ad), measurement_name="RNA")
         print(f"SOMA experiment in {time.perf_counter() - t0:.0f} s", flush=True)
+    collection = work / "cells.annbatch.zarr"
+    if _has_annbatch() and not collection.exists():
+        from annbatch import DatasetCollection
+
+        _use_zarrs()
+        t0 = time.perf_counter()
+        DatasetCollection(collection).add_adatas([str(h5ad)], shuffle=True, rng=np.random.default_rng(1))
+        print(f"annbatch collection in {time.perf_counter() - t0:.0f} s", flush=True)
+
+
+def _has_annbatch() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("annbatch") is not None
+
+
+def _use_zarrs() -> None:
+    """annbatch's README: the zarrs codec pipeline is what makes its sharded stores fast on local files."""
+    import zarr
+
+    zarr.config.set({"codec_pipeline.path": "zarrs.ZarrsCodecPipeline"})
 
 
 # ---------------------------------------------------------------------------------------------- loaders
@@ -137,6 +164,21 @@ def soma_loader(path, batch_size):
     return (to_torch_csr(x) for x, _obs in loader)
 
 
+def annbatch_loader(path, batch_size):
+    import anndata as ad
+    from annbatch import DatasetCollection, Loader
+
+    _use_zarrs()
+
+    def x_only(group):  # the README's advice: load only what training needs (here X, no obs columns)
+        return ad.AnnData(X=ad.io.sparse_dataset(group["X"]))
+
+    loader = Loader(batch_size=batch_size, chunk_size=32, preload_nchunks=256, shuffle=True, to="torch",
+                    preload_to_gpu=False, rng=np.random.default_rng(1))
+    loader.use_collection(DatasetCollection(path, mode="r"), load_adata=x_only)
+    return (b["X"] for b in loader)
+
+
 def measure(batches, max_cells: int) -> float:
     """Cells per second of the first ``max_cells`` cells of a loader (the loader's start included)."""
     start = time.perf_counter()
@@ -148,17 +190,24 @@ def measure(batches, max_cells: int) -> float:
     return n / (time.perf_counter() - start)
 
 
-def run(work: Path, rounds: int, batch_sizes: list[int], max_cells: int, loaders: list[str]) -> None:
+def run(work: Path, rounds: int, batch_sizes: list[int], max_cells: int, loaders: list[str],
+        epoch_rounds: int) -> None:
     paths = {"deltacells": work / "cells.dct", "throttled": work / "cells.dct", "global": work / "cells.dct",
-             "anndata": work / "cells.h5ad", "soma": work / "cells.soma"}
+             "anndata": work / "cells.h5ad", "soma": work / "cells.soma", "annbatch": work / "cells.annbatch.zarr"}
+    peers = ("anndata", "soma", "annbatch")
+    if "annbatch" in loaders and not _has_annbatch():
+        print("annbatch is not installed (it needs Python >= 3.12): measuring without it", flush=True)
+        loaders = [k for k in loaders if k != "annbatch"]
     make = {
         "deltacells": lambda p, b: deltacells_loader(str(p), b),
         "global": lambda p, b: deltacells_loader(str(p), b, window=10**6),
         "throttled": lambda p, b: deltacells_loader(str(p), b, throttled=True),
         "anndata": lambda p, b: anndata_loader(p, b),
         "soma": lambda p, b: soma_loader(p, b),
+        "annbatch": lambda p, b: annbatch_loader(p, b),
     }
-    print("sizes on disk: " + ", ".join(f"{k} {du(paths[k]) / 1e6:.0f} MB" for k in ("deltacells", "anndata", "soma")))
+    stored = [k for k in ("deltacells", *peers) if paths[k].exists()]
+    print("sizes on disk: " + ", ".join(f"{k} {du(paths[k]) / 1e6:.0f} MB" for k in stored))
     results: dict[tuple[str, int], list[float]] = {}
     for r in range(rounds):
         for b in batch_sizes:
@@ -169,7 +218,7 @@ def run(work: Path, rounds: int, batch_sizes: list[int], max_cells: int, loaders
     print("\nmedians (cells/s into torch tensors):")
     for b in batch_sizes:
         med = {name: statistics.median(results[(name, b)]) for name in loaders}
-        best_peer = max((v for k, v in med.items() if k in ("anndata", "soma")), default=float("nan"))
+        best_peer = max((v for k, v in med.items() if k in peers), default=float("nan"))
         line = ", ".join(f"{k} {v:.0f}" for k, v in med.items())
         print(f"  batch {b}: {line}; deltacells / best peer {med['deltacells'] / best_peer:.2f}x", end="")
         if "throttled" in med:
@@ -177,6 +226,17 @@ def run(work: Path, rounds: int, batch_sizes: list[int], max_cells: int, loaders
         if "global" in med:
             print(f"; global shuffle / best peer {med['global'] / best_peer:.2f}x", end="")
         print()
+    if epoch_rounds:
+        dataset = str(paths["deltacells"])
+        for b in batch_sizes:
+            ratios = []
+            for _ in range(epoch_rounds):
+                local = measure(deltacells_loader(dataset, b), 10**12)
+                slow = measure(deltacells_loader(dataset, b, throttled=True), 10**12)
+                ratios.append(slow / local)
+                print(f"whole epoch, batch {b}: local {local:.0f}, throttled {slow:.0f} cells/s", flush=True)
+            print(f"  batch {b}: throttled / local over whole epochs {', '.join(f'{x:.2f}' for x in ratios)}, "
+                  f"median {statistics.median(ratios):.2f}")
 
 
 # ---------------------------------------------------------------------------------------------- synthetic, timeline
@@ -258,7 +318,8 @@ def main() -> None:
     r.add_argument("--rounds", type=int, default=3)
     r.add_argument("--batch-sizes", default="1024,5000")
     r.add_argument("--max-cells", type=int, default=30_000)
-    r.add_argument("--loaders", default="deltacells,throttled,global,anndata,soma")
+    r.add_argument("--loaders", default="deltacells,throttled,global,anndata,soma,annbatch")
+    r.add_argument("--epoch-rounds", type=int, default=3)
     s = sub.add_parser("synthetic")
     s.add_argument("dataset")
     s.add_argument("--rounds", type=int, default=3)
@@ -272,7 +333,7 @@ def main() -> None:
         prepare(args.work, args.source, args.copies)
     elif args.cmd == "run":
         sizes = [int(b) for b in args.batch_sizes.split(",")]
-        run(args.work, args.rounds, sizes, args.max_cells, args.loaders.split(","))
+        run(args.work, args.rounds, sizes, args.max_cells, args.loaders.split(","), args.epoch_rounds)
     elif args.cmd == "synthetic":
         synthetic(args.dataset, args.rounds, [int(b) for b in args.batch_sizes.split(",")])
     else:

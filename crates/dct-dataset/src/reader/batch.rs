@@ -1,0 +1,44 @@
+//! The rows a read hands out.
+
+/// Rows of a dataset in CSR form, in the order they were requested.
+///
+/// `V` is the count type: `f32` (the default, what training pipelines want), `u32`, `i32`, `u64`, `i64` or
+/// `f64` ([`CountValue`]). Counts above 2^24 are not exact in `f32`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch<V = f32> {
+    /// Genes (columns).
+    pub n_genes: u64,
+    /// Row offsets, `n_rows + 1` entries starting at 0.
+    pub indptr: Vec<i64>,
+    /// Gene indices (stored column order), strictly increasing within each row.
+    pub indices: Vec<i32>,
+    /// Counts.
+    pub values: Vec<V>,
+}
+
+impl<V> Default for Batch<V> {
+    fn default() -> Self {
+        Batch { n_genes: 0, indptr: vec![0], indices: Vec::new(), values: Vec::new() }
+    }
+}
+
+impl<V> Batch<V> {
+    /// Rows.
+    pub fn n_rows(&self) -> usize {
+        self.indptr.len().saturating_sub(1)
+    }
+
+    /// Stored nonzeros.
+    pub fn nnz(&self) -> usize {
+        self.indices.len()
+    }
+
+    /// The gene indices and counts of row `r`.
+    ///
+    /// # Panics
+    /// If `r >= self.n_rows()`.
+    pub fn row(&self, r: usize) -> (&[i32], &[V]) {
+        let (lo, hi) = (self.indptr[r] as usize, self.indptr[r + 1] as usize);
+        (&self.indices[lo..hi], &self.values[lo..hi])
+    }
+}

@@ -1,0 +1,568 @@
+//! Random access to the cells of a dataset: [`Dataset`] (see its docs for threading, caching and checks).
+//!
+//! The reader's parts, one per file: [`options`] (settings and counters), [`batch`] (the rows handed out),
+//! [`cache`] (the decoded-tile LRU), [`load`] (the state shared with background tasks, and fetching and checking
+//! tiles), [`decode`] (decoding tiles, on the caller's threads or in the background, and reusing their buffers),
+//! and `obs` (the bridge to `dct-obs`). Side files (`var_names.txt`, `gene_order.npy`) are parsed by
+//! [`crate::side_files`].
+
+mod batch;
+mod cache;
+mod decode;
+mod load;
+#[cfg(feature = "obs")]
+mod obs;
+mod options;
+
+pub use batch::Batch;
+pub(crate) use load::Core;
+#[cfg(feature = "obs")]
+pub(crate) use obs::obs_manifest;
+pub use options::{ReadOptions, ReadStats};
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use dct_codec::{CountValue, DecodeError, TilePlanes, WriteMode};
+use dct_format::CellIndex;
+
+use crate::error::{Category, DatasetError, ManifestError};
+use crate::manifest::{GENE_ORDER_NAME, MANIFEST_NAME, Manifest, VAR_NAMES_NAME};
+use crate::rt::default_threads;
+use crate::side_files::{gene_order_limit, parse_gene_order, parse_var_names, side_file_result};
+use cache::{Cache, TileData};
+use dct_store::runtime::Runtime as Rt;
+use dct_store::{Store, StoreError};
+use load::{Acquired, Keep, Requester};
+use options::Counters;
+use tokio::sync::Semaphore;
+
+/// Distinct tiles of a request, and `(index in that list, local row)` per requested cell.
+type Plan = (Vec<usize>, Vec<(u32, u64)>);
+
+/// A dataset opened for reading.
+///
+/// # Threading model
+///
+/// * A [`Dataset`] owns a small tokio runtime (`io_threads` workers, named `dct-io`) on which every object-store
+///   request runs, a rayon pool (`decode_threads` workers, named `dct-decode`) on which reads decode tiles (the
+///   chunks of one tile in parallel) and fill batches (with `decode_threads = 1`, reads do both on their calling
+///   thread, and loads check tiles on the runtime's blocking threads), and, once something is prefetched, a
+///   background decoder (one blocking task of the runtime plus `decode_threads - 1` helpers named
+///   `dct-decode-bg-N`).
+/// * Every public method is synchronous: it blocks the calling thread until its result is ready. It may be
+///   called from any thread, from many threads at once (`Dataset: Send + Sync`; share it with an `Arc`), and
+///   from inside another async runtime (it then blocks that runtime's thread, so prefer `spawn_blocking` there).
+///   Concurrent [`Dataset::get_batch`] calls run in parallel: they share the tile cache and never fetch the same
+///   tile twice at the same time.
+/// * [`Dataset::prefetch`] returns at once; the tiles are fetched (at most `max_prefetch_tiles` at a time) and
+///   decoded in the background, one at a time in the order they were asked for, then kept in the cache for the
+///   next batch. Background decodes run while no read is decoding or filling a batch (between batches, and while
+///   reads wait for fetches): a read that needs a prefetched tile not yet decoded decodes it itself, so it waits
+///   for at most the one background decode in progress.
+///
+/// # Caching
+///
+/// Tiles are kept decompressed, as their byte planes ([`TilePlanes`], about 4 bytes per nonzero), in an LRU cache
+/// of at most `max_cached_tiles` tiles (0 disables it: every batch then fetches its tiles); each requested row is
+/// decoded from them straight into the batch, so the per-nonzero work is done once per served row and zstd once
+/// per tile. A tile whose decode starts in a full cache first evicts the tile batches read least recently (then,
+/// if none is left, the least recently prefetched), and the decode reuses its buffers. Prefetched tiles wait,
+/// fetched and checked, outside that count; the background decoder decodes them ahead only into free places or
+/// the places of tiles read before the one read last. A tile being fetched is shared by every caller that needs
+/// it. A failed fetch or decode is never cached: the next request tries again.
+///
+/// # Checks
+///
+/// Every fetched tile is checked against the manifest before use: object size equal to `tile_bytes`, header
+/// version, `n_cells`, `nnz` and `n_genes` equal to the manifest's; then it is decoded with every rule of the
+/// format checked (and the CRC, unless `verify_crc` is off): the structure, frames and exceptions when it is
+/// decompressed, each row's gaps and counts when the row is decoded (a tile with a bad row then leaves the cache).
+/// Errors name the tile index and the object's URL.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> Result<(), dct_dataset::DatasetError> {
+/// use dct_dataset::{Dataset, ReadOptions};
+/// let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/conformance/datasets/v2_with_obs");
+/// let ds = Dataset::open(dir, ReadOptions::default())?;
+/// let batch = ds.get_batch(&[349, 0, 150, 0])?; // any cells, any order, repeats allowed
+/// assert_eq!(batch.n_rows(), 4);
+/// assert_eq!(batch.row(1), batch.row(3));
+/// # Ok(()) }
+/// ```
+pub struct Dataset {
+    core: Arc<Core>,
+    rt: Rt,
+}
+
+impl Drop for Dataset {
+    fn drop(&mut self) {
+        // The background decoder holds the core: without this it would decode every queued prefetch for a reader
+        // that is gone (and dropping the runtime waits for it). It stops after the tile in progress.
+        self.core.lock_to_decode().clear();
+    }
+}
+
+impl std::fmt::Debug for Dataset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dataset")
+            .field("url", &self.core.store.root())
+            .field("n_cells", &self.core.manifest.n_cells)
+            .field("n_genes", &self.core.manifest.n_genes)
+            .field("n_tiles", &self.core.manifest.n_tiles())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Dataset {
+    /// Opens the dataset at `url` (a local path, `file://`, `s3://`, `gs://`, `az://`, `http(s)://`; see
+    /// [`dct_store`]): reads and validates `manifest.json`. Tiles are fetched when needed.
+    pub fn open(url: &str, options: ReadOptions) -> Result<Dataset, DatasetError> {
+        let store = Store::from_url(url, &options.store)?;
+        Dataset::open_store(store, options)
+    }
+
+    /// Opens the dataset at a [`Store`] (e.g. an in-memory store, or one with test layers); the store's own
+    /// retries and request cap apply (`options.store` is not used).
+    pub fn open_store(store: Store, options: ReadOptions) -> Result<Dataset, DatasetError> {
+        let rt = Rt::new(options.io_threads, "dct-io")?;
+        let limit = options.max_manifest_bytes;
+        let s = store.clone();
+        let got = rt.block_on(async move { s.get_limited(MANIFEST_NAME, limit).await });
+        let url = store.url(MANIFEST_NAME);
+        let manifest_err = |category, message: String| DatasetError::Manifest {
+            url: url.clone(),
+            source: ManifestError::new(category, None, message),
+        };
+        let bytes = match got {
+            Ok(b) => b,
+            Err(StoreError::NotFound { .. }) => {
+                return Err(manifest_err(
+                    Category::ManifestMissing,
+                    "there is no manifest.json: this is not a deltacells dataset, or its writer did not finish \
+                     (the manifest is written last)"
+                        .into(),
+                ));
+            }
+            Err(StoreError::TooLarge { size: n, .. }) => {
+                return Err(manifest_err(
+                    Category::ManifestInvalid,
+                    format!(
+                        "manifest.json is {n} bytes, more than the limit of {limit} (ReadOptions::max_manifest_bytes): \
+                         not a manifest, or raise the limit"
+                    ),
+                ));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let manifest = Manifest::from_json(&bytes).map_err(|source| DatasetError::Manifest { url, source })?;
+        let decode_threads = if options.decode_threads == 0 { default_threads() } else { options.decode_threads };
+        let pool = Arc::new(crate::rt::pool(decode_threads, "dct-decode")?);
+        let core = Core {
+            index: manifest.cell_index(),
+            manifest,
+            store,
+            pool,
+            decode_threads,
+            verify_crc: options.verify_crc,
+            max_cached: options.max_cached_tiles,
+            max_side_file_bytes: options.max_side_file_bytes,
+            cache: Mutex::new(Cache::default()),
+            decoders: Mutex::new(Vec::new()),
+            spare: Mutex::new(Vec::new()),
+            max_spare: options.max_prefetch_tiles.max(1),
+            prefetch_sem: Arc::new(Semaphore::new(options.max_prefetch_tiles.max(1))),
+            to_decode: Mutex::new(BTreeMap::new()),
+            decoding_in_background: AtomicBool::new(false),
+            busy_readers: Mutex::new(0),
+            readers_done: Condvar::new(),
+            background_decoder: Mutex::new(None),
+            counters: Counters::default(),
+            handle: rt.handle().clone(),
+            var_names: Mutex::new(None),
+            gene_order: Mutex::new(None),
+        };
+        Ok(Dataset { core: Arc::new(core), rt })
+    }
+
+    pub(crate) fn core(&self) -> &Arc<Core> {
+        &self.core
+    }
+
+    pub(crate) fn rt(&self) -> &Rt {
+        &self.rt
+    }
+
+    /// The manifest.
+    pub fn manifest(&self) -> &Manifest {
+        &self.core.manifest
+    }
+
+    /// Where the dataset is (the URL or absolute path it was opened with).
+    pub fn url(&self) -> &str {
+        self.core.store.root()
+    }
+
+    /// The store the dataset is read from.
+    pub fn store(&self) -> &Store {
+        &self.core.store
+    }
+
+    /// Cells (rows).
+    pub fn n_cells(&self) -> u64 {
+        self.core.manifest.n_cells
+    }
+
+    /// Genes (columns).
+    pub fn n_genes(&self) -> u64 {
+        self.core.manifest.n_genes
+    }
+
+    /// Tiles.
+    pub fn n_tiles(&self) -> usize {
+        self.core.manifest.n_tiles()
+    }
+
+    /// The cell index (cumulative cell counts per tile).
+    pub fn cell_index(&self) -> &CellIndex {
+        &self.core.index
+    }
+
+    /// Cumulative cell counts, one per tile (`limits[i]` = cells in tiles `0..=i`).
+    pub fn limits(&self) -> &[u64] {
+        self.core.index.limits()
+    }
+
+    /// Global cell range `[lo, hi)` of tile `tile`, or `None` past the last tile.
+    pub fn tile_bounds(&self, tile: usize) -> Option<(u64, u64)> {
+        self.core.index.tile_bounds(tile)
+    }
+
+    /// `(tile, local row)` of global cell `cell`, or `None` if it does not exist.
+    pub fn locate(&self, cell: u64) -> Option<(usize, u64)> {
+        self.core.index.locate(cell)
+    }
+
+    /// The tile holding global cell `cell`, or `None` if it does not exist.
+    pub fn tile_of(&self, cell: u64) -> Option<usize> {
+        self.core.index.locate(cell).map(|(t, _)| t)
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> ReadStats {
+        let c = &self.core.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        ReadStats {
+            tiles_fetched: get(&c.tiles_fetched),
+            bytes_fetched: get(&c.bytes_fetched),
+            failed_loads: get(&c.failed_loads),
+            cache_hits: get(&c.cache_hits),
+            inflight_joins: get(&c.inflight_joins),
+            cache_misses: get(&c.cache_misses),
+            prefetched: get(&c.prefetched),
+            fetch_time: Duration::from_nanos(get(&c.fetch_nanos)),
+            tiles_decoded: get(&c.tiles_decoded),
+            decode_time: Duration::from_nanos(get(&c.decode_nanos)),
+            stall_time: Duration::from_nanos(get(&c.stall_nanos)),
+        }
+    }
+
+    /// Sets every counter to zero.
+    pub fn reset_stats(&self) {
+        let c = &self.core.counters;
+        for a in [
+            &c.tiles_fetched,
+            &c.bytes_fetched,
+            &c.failed_loads,
+            &c.cache_hits,
+            &c.inflight_joins,
+            &c.cache_misses,
+            &c.prefetched,
+            &c.tiles_decoded,
+            &c.fetch_nanos,
+            &c.decode_nanos,
+            &c.stall_nanos,
+        ] {
+            a.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// The rows of `cells` (global indices, any order, repeats allowed) with `f32` counts.
+    pub fn get_batch(&self, cells: &[u64]) -> Result<Batch<f32>, DatasetError> {
+        self.get_batch_as(cells)
+    }
+
+    /// The rows of `cells` with counts of type `V` (e.g. `ds.get_batch_as::<u32>(&cells)`).
+    pub fn get_batch_as<V: CountValue>(&self, cells: &[u64]) -> Result<Batch<V>, DatasetError> {
+        let mut out = Batch::default();
+        self.get_batch_into(cells, &mut out)?;
+        Ok(out)
+    }
+
+    /// The rows of `cells` into `out`, reusing its allocations. On error `out` is left empty or partly
+    /// filled.
+    pub fn get_batch_into<V: CountValue>(&self, cells: &[u64], out: &mut Batch<V>) -> Result<(), DatasetError> {
+        out.n_genes = self.core.manifest.n_genes;
+        let (indices, values) = (&mut out.indices, &mut out.values);
+        let filled = self.read_rows(cells, &mut out.indptr, |total| {
+            // Sized without clearing first: only a batch larger than any before writes the fill values.
+            dct_codec::resize_for_overwrite(indices, total, 0);
+            dct_codec::resize_for_overwrite(values, total, V::default());
+            Ok((indices.as_mut_slice(), values.as_mut_slice()))
+        });
+        if filled.is_err() {
+            out.indptr.truncate(1);
+            out.indices.clear();
+            out.values.clear();
+        }
+        filled.map(|_| ())
+    }
+
+    /// The rows of `cells` into the caller's buffers (shared or pinned memory, say): row offsets into `indptr`
+    /// (`cells.len() + 1` entries from 0), gene indices and counts into the first `nnz` elements of `indices` and
+    /// `values`, which must hold at least that many (else [`DatasetError::InvalidArgument`], before anything is
+    /// decoded; [`Dataset::batch_nnz`] gives the size beforehand). Elements past `nnz` are left as they were.
+    /// Returns `nnz`.
+    pub fn get_batch_to<V: CountValue>(
+        &self,
+        cells: &[u64],
+        indptr: &mut Vec<i64>,
+        indices: &mut [i32],
+        values: &mut [V],
+    ) -> Result<usize, DatasetError> {
+        self.read_rows(cells, indptr, |total| {
+            let short = [(indices.len(), "indices"), (values.len(), "values")];
+            if let Some((len, name)) = short.into_iter().find(|&(len, _)| len < total) {
+                return Err(DatasetError::InvalidArgument(format!(
+                    "the {name} buffer holds {len} elements but the batch has {total} nonzeros ({}); pass one at \
+                     least that long (batch_nnz gives the size)",
+                    self.url()
+                )));
+            }
+            Ok((&mut indices[..total], &mut values[..total]))
+        })
+    }
+
+    /// Reads the rows of `cells`: fills `indptr`, asks `output` for the `nnz`-long index and value slices to fill,
+    /// fills them; returns `nnz`.
+    fn read_rows<'o, V: CountValue>(
+        &self,
+        cells: &[u64],
+        indptr: &mut Vec<i64>,
+        output: impl FnOnce(usize) -> Result<(&'o mut [i32], &'o mut [V]), DatasetError>,
+    ) -> Result<usize, DatasetError> {
+        let (tiles, rows) = self.plan(cells)?;
+        let loaded = self.core.wait_tiles(&tiles, Keep::Decoded)?;
+        // From here until the batch is filled this read has the decode threads to itself: background decodes of
+        // tiles needed later wait (a read that needs a queued tile decodes it itself).
+        let busy = self.core.busy_reader();
+        let decoded: Vec<Arc<TilePlanes>> =
+            loaded.iter().zip(&tiles).map(|(tile, &t)| self.core.ensure_decoded(t, tile)).collect::<Result<_, _>>()?;
+        indptr.clear();
+        indptr.reserve(rows.len() + 1);
+        indptr.push(0);
+        let mut total = 0usize;
+        for &(s, r) in &rows {
+            total += decoded[s as usize].row_nnz(r as usize);
+            indptr.push(total as i64);
+        }
+        let (indices, values) = output(total)?;
+        // Each row is decoded from its tile's planes straight into its place in the batch (and checked as it is),
+        // rows split between the decode threads.
+        // A batch larger than the caches is written with streaming stores (see `WriteMode`).
+        let mode = WriteMode::for_output_bytes((total * (4 + size_of::<V>())) as u64);
+        let filled =
+            self.core.on_decode_threads(|parallel| fill_rows(&decoded, &rows, indptr, indices, values, mode, parallel));
+        if let Err((s, e)) = filled {
+            // A tile with a bad row leaves the cache: the next read fetches it again.
+            self.core.lock_cache().remove_ready(tiles[s], &loaded[s]);
+            return Err(self.core.decode_error(tiles[s], e));
+        }
+        // Tiles that left the cache while this batch used them end here: keep their buffers.
+        drop(loaded);
+        decoded.into_iter().for_each(|d| self.core.recycle_decoded(d));
+        drop(busy);
+        // This batch may have made room to decode ahead (see `Core::decode_in_background`).
+        if !self.core.lock_to_decode().is_empty() {
+            self.core.decode_in_background();
+        }
+        Ok(total)
+    }
+
+    /// Total stored nonzeros of the rows of `cells` (with repeats), from the tiles' indptrs: tiles not yet
+    /// loaded are fetched (and kept in the cache) but not decoded.
+    pub fn batch_nnz(&self, cells: &[u64]) -> Result<u64, DatasetError> {
+        let (tiles, rows) = self.plan(cells)?;
+        let loaded = self.core.wait_tiles(&tiles, Keep::Raw)?;
+        // One tile locked at a time (never two: concurrent calls could otherwise lock them in opposite orders).
+        let mut rows_of: Vec<Vec<u64>> = vec![Vec::new(); tiles.len()];
+        for &(s, r) in &rows {
+            rows_of[s as usize].push(r);
+        }
+        let mut total = 0u64;
+        for (tile, tile_rows) in loaded.iter().zip(&rows_of) {
+            let data = tile.lock();
+            let ip = match &*data {
+                TileData::Raw { indptr, .. } => indptr.as_slice(),
+                TileData::Decoded(d) => d.indptr(),
+            };
+            total += tile_rows.iter().map(|&r| (ip[r as usize + 1] - ip[r as usize]) as u64).sum::<u64>();
+        }
+        Ok(total)
+    }
+
+    /// Starts fetching and decoding `tiles` in the background and returns at once, with the number of tiles whose
+    /// loading it started. Tiles already cached or being fetched are skipped; at most `max_prefetch_tiles` are
+    /// fetched at a time (the rest wait their turn, unless a read needs them first). Prefetched tiles enter the
+    /// cache, so prefetch at most `max_cached_tiles` ahead.
+    pub fn prefetch(&self, tiles: &[usize]) -> Result<usize, DatasetError> {
+        let n = self.n_tiles();
+        if let Some(&t) = tiles.iter().find(|&&t| t >= n) {
+            return Err(DatasetError::InvalidArgument(format!(
+                "prefetch of tile {t}: the dataset has {n} tiles ({})",
+                self.url()
+            )));
+        }
+        let started = tiles
+            .iter()
+            .filter(|&&t| matches!(self.core.acquire(t, Keep::Decoded, Requester::Prefetch), Acquired::Started(_)));
+        Ok(started.count())
+    }
+
+    /// Starts fetching the tiles holding `cells` (see [`Dataset::prefetch`]); returns the number of tiles whose
+    /// loading it started.
+    pub fn prefetch_cells(&self, cells: &[u64]) -> Result<usize, DatasetError> {
+        let (tiles, _) = self.plan(cells)?;
+        self.prefetch(&tiles)
+    }
+
+    /// The raw bytes of tile `tile`, fetched now (not cached), after the size and header checks against the
+    /// manifest (but not decoded).
+    pub fn fetch_tile_bytes(&self, tile: usize) -> Result<Bytes, DatasetError> {
+        self.check_tile(tile)?;
+        let core = self.core.clone();
+        self.rt.block_on(async move { core.fetch_checked(tile).await })
+    }
+
+    /// The gene names (`var_names.txt`, one per gene in stored column order), or `None` if the dataset has
+    /// none. Read once, then kept.
+    pub fn var_names(&self) -> Result<Option<Arc<Vec<String>>>, DatasetError> {
+        if !self.core.manifest.has_var_names {
+            return Ok(None);
+        }
+        let mut slot = self.core.var_names.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(v) = &*slot {
+            return Ok(Some(v.clone()));
+        }
+        let bytes = self.side_file(VAR_NAMES_NAME, self.core.max_side_file_bytes)?;
+        let names = parse_var_names(&bytes, self.n_genes())
+            .map_err(|message| DatasetError::SideFile { url: self.core.store.url(VAR_NAMES_NAME), message })?;
+        let names = Arc::new(names);
+        *slot = Some(names.clone());
+        Ok(Some(names))
+    }
+
+    /// The gene order (`gene_order.npy`: stored column `j` was column `gene_order[j]` of the source), or `None`
+    /// if the dataset has none. Checked to be a permutation of `0..n_genes`. Read once, then kept.
+    pub fn gene_order(&self) -> Result<Option<Arc<Vec<i32>>>, DatasetError> {
+        if !self.core.manifest.has_gene_order {
+            return Ok(None);
+        }
+        let mut slot = self.core.gene_order.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(v) = &*slot {
+            return Ok(Some(v.clone()));
+        }
+        let bytes = self.side_file(GENE_ORDER_NAME, gene_order_limit(self.n_genes()))?;
+        let order = parse_gene_order(&bytes, self.n_genes())
+            .map_err(|message| DatasetError::SideFile { url: self.core.store.url(GENE_ORDER_NAME), message })?;
+        let order = Arc::new(order);
+        *slot = Some(order.clone());
+        Ok(Some(order))
+    }
+
+    fn side_file(&self, rel: &'static str, limit: u64) -> Result<Bytes, DatasetError> {
+        let store = self.core.store.clone();
+        let got = self.rt.block_on(async move { store.get_limited(rel, limit).await });
+        side_file_result(&self.core.store, rel, limit, got)
+    }
+
+    fn check_tile(&self, tile: usize) -> Result<(), DatasetError> {
+        if tile >= self.n_tiles() {
+            return Err(DatasetError::InvalidArgument(format!(
+                "tile {tile} does not exist: {} has {} tiles",
+                self.url(),
+                self.n_tiles()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Distinct tiles in order of first use, and `(slot in that list, local row)` per requested cell.
+    fn plan(&self, cells: &[u64]) -> Result<Plan, DatasetError> {
+        let index = &self.core.index;
+        let mut tiles = Vec::new();
+        let mut slot_of: HashMap<usize, u32> = HashMap::new();
+        let mut rows = Vec::with_capacity(cells.len());
+        for (position, &cell) in cells.iter().enumerate() {
+            let (t, r) =
+                index.locate(cell).ok_or(DatasetError::CellOutOfRange { cell, position, n_cells: index.n_cells() })?;
+            let s = *slot_of.entry(t).or_insert_with(|| {
+                tiles.push(t);
+                (tiles.len() - 1) as u32
+            });
+            rows.push((s, r));
+        }
+        Ok((tiles, rows))
+    }
+}
+
+/// Decodes the requested rows (`(index in decoded, local row)`) into `indices`/`values` at the offsets of `indptr`
+/// (one more entry than rows, starting at the first row's offset); `parallel`: splitting the rows in halves with
+/// `rayon::join` down to a few hundred rows each. The error names the tile (index in `decoded`) of a bad row.
+fn fill_rows<V: CountValue>(
+    decoded: &[Arc<TilePlanes>],
+    rows: &[(u32, u64)],
+    indptr: &[i64],
+    indices: &mut [i32],
+    values: &mut [V],
+    mode: WriteMode,
+    parallel: bool,
+) -> Result<(), (usize, DecodeError)> {
+    const MIN_ROWS: usize = 256;
+    if !parallel || rows.len() <= MIN_ROWS {
+        let base = indptr[0];
+        for (j, &(s, r)) in rows.iter().enumerate() {
+            let (a, b) = ((indptr[j] - base) as usize, (indptr[j + 1] - base) as usize);
+            decoded[s as usize]
+                .row_to_with(r as usize, &mut indices[a..b], &mut values[a..b], mode)
+                .map_err(|e| (s as usize, e))?;
+        }
+        return Ok(());
+    }
+    let mid = rows.len() / 2;
+    let cut = (indptr[mid] - indptr[0]) as usize;
+    let (li, ri) = indices.split_at_mut(cut);
+    let (lv, rv) = values.split_at_mut(cut);
+    let (a, b) = rayon::join(
+        || fill_rows(decoded, &rows[..mid], &indptr[..=mid], li, lv, mode, true),
+        || fill_rows(decoded, &rows[mid..], &indptr[mid..], ri, rv, mode, true),
+    );
+    a.and(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dataset_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<Dataset>();
+        check::<Batch<f32>>();
+    }
+}

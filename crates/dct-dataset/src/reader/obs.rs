@@ -1,0 +1,84 @@
+//! The bridge to `dct-obs`: a dataset's obs and var table.
+
+use super::Dataset;
+use crate::error::{Category, DatasetError};
+use crate::manifest::Manifest;
+
+/// The obs facts of a manifest, as `dct-obs` takes them.
+pub(crate) fn obs_manifest(m: &Manifest) -> dct_obs::ObsManifest {
+    dct_obs::ObsManifest {
+        tile_cells: m.tile_cells.clone(),
+        tiles_per_file: m.obs_tiles_per_file,
+        shard_bytes: m.obs_shard_bytes.clone(),
+        shard_sha256: m.obs_shard_sha256.clone(),
+        fingerprint: m.obs_fingerprint.clone(),
+        shard_footer_crc32: m.obs_shard_footer_crc32.clone(),
+    }
+}
+
+impl Dataset {
+    /// Opens this dataset's obs (per-cell metadata) for a training job: reads `obs/schema.json` and checks it
+    /// against the manifest's obs fingerprint. Then [`localize`](dct_obs::Obs::localize) the columns needed (ranged
+    /// reads of their column chunks into the node-local cache, once per node) and look cells up with
+    /// [`take`](dct_obs::Obs::take). Needs the `obs` feature (on by default).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use dct_dataset::{Dataset, ReadOptions};
+    /// let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/conformance/datasets/v2_with_obs");
+    /// let ds = Dataset::open(dir, ReadOptions::default())?;
+    /// let cache = tempfile::tempdir()?;
+    /// let obs = ds.obs(dct_dataset::dct_obs::ObsOptions { cache_dir: Some(cache.path().into()), ..Default::default() })?;
+    /// obs.localize_blocking(&["cell_type"])?;
+    /// let batch = obs.take(&[349, 0], &["cell_type"])?; // category codes; labels via obs.categories("cell_type")
+    /// assert_eq!(batch.num_rows(), 2);
+    /// # Ok(()) }
+    /// ```
+    pub fn obs(&self, options: dct_obs::ObsOptions) -> Result<dct_obs::Obs, DatasetError> {
+        let m = &self.core.manifest;
+        if !m.has_obs {
+            return Err(DatasetError::InvalidArgument(format!(
+                "{} has no obs (has_obs is false in its manifest); convert it again with obs to get per-cell metadata",
+                self.url()
+            )));
+        }
+        let store = self.core.store.clone();
+        let manifest = obs_manifest(m);
+        let opened = self.rt.block_on(async move { dct_obs::Obs::open(store, manifest, options).await });
+        opened.map_err(|e| obs_error(self.url(), e))
+    }
+}
+
+impl Dataset {
+    /// The gene table (`var.parquet`: one row per gene in stored column order, the pandas index and columns), or
+    /// `None` if the dataset has none. Read whole (at most [`dct_obs::MAX_VAR_BYTES`]) and decoded each call.
+    pub fn var_table(&self) -> Result<Option<dct_obs::arrow::array::RecordBatch>, DatasetError> {
+        if !self.core.manifest.has_var_table {
+            return Ok(None);
+        }
+        let rel = crate::manifest::VAR_TABLE_NAME;
+        let bytes = self.side_file(rel, dct_obs::MAX_VAR_BYTES)?;
+        let url = self.core.store.url(rel);
+        dct_obs::decode_var_parquet(bytes, &url)
+            .map(Some)
+            .map_err(|e| DatasetError::SideFile { url, message: e.to_string() })
+    }
+}
+
+/// A `dct-obs` error as a dataset error (storage failures keep their kind; the rest name the dataset).
+pub(crate) fn obs_error(dataset: &str, e: dct_obs::ObsError) -> DatasetError {
+    use dct_obs::ObsError;
+    if let ObsError::Store(e) = e {
+        return e.into();
+    }
+    let category = match &e {
+        ObsError::Manifest(_) => Category::ObsFields,
+        ObsError::Fingerprint { .. } => Category::ObsSha256,
+        ObsError::Cache { .. } | ObsError::NoCacheDir | ObsError::Internal(_) => Category::Io,
+        ObsError::UnknownColumn { .. } | ObsError::NotLocalized(_) | ObsError::CellOutOfRange { .. } => {
+            Category::InvalidArgument
+        }
+        _ => Category::ObsShard,
+    };
+    DatasetError::Obs { category, url: dataset.to_string(), message: e.to_string() }
+}
