@@ -104,8 +104,18 @@ fn check_tile(out: &Output, plan: &Plan, t: usize) -> Result<TileState, ConvertE
     Ok(TileState::Valid { nnz: h.nnz, bytes: blob.len() as u64 })
 }
 
-/// Ties the output to `plan`: writes the plan marker, or checks that the one there is this plan's.
-fn claim_output(out: &Output, plan: &Plan) -> Result<(), ConvertError> {
+/// Where an output stands for a plan (see [`claim_output`]).
+enum Claim {
+    /// The plan's conversion is under way there (its marker is there): tiles may be written.
+    Open,
+    /// The plan's dataset is finished there: its manifest names the plan and the marker is gone.
+    Finished,
+}
+
+/// Ties the output to `plan`: writes the plan marker, checks that the one there is this plan's, or finds the
+/// dataset this plan finished (the marker is removed once the manifest is written; the manifest's
+/// `metadata.convert_plan` names the plan).
+fn claim_output(out: &Output, plan: &Plan) -> Result<Claim, ConvertError> {
     match out.get(PLAN_MARKER)? {
         Some(bytes) => {
             let theirs = Plan::from_json(&bytes, &out.store.url(PLAN_MARKER))?;
@@ -118,17 +128,30 @@ fn claim_output(out: &Output, plan: &Plan) -> Result<(), ConvertError> {
                     plan.fingerprint
                 )));
             }
-            Ok(())
+            Ok(Claim::Open)
         }
         None => {
-            if out.get(MANIFEST_NAME)?.is_some() {
-                return Err(ConvertError::Output(format!(
-                    "{} already holds a dataset: use another output, or convert with --overwrite to replace it",
-                    out.store.root()
-                )));
+            if finished_dataset(out, plan)?.is_some() {
+                return Ok(Claim::Finished);
             }
-            out.put(PLAN_MARKER, Bytes::from(plan.to_json()))
+            out.put(PLAN_MARKER, Bytes::from(plan.to_json()))?;
+            Ok(Claim::Open)
         }
+    }
+}
+
+/// The manifest of the dataset `plan` finished at the output, `None` if there is no manifest; an error if the
+/// manifest there is another dataset's.
+fn finished_dataset(out: &Output, plan: &Plan) -> Result<Option<Manifest>, ConvertError> {
+    let Some(bytes) = out.get(MANIFEST_NAME)? else { return Ok(None) };
+    match Manifest::from_json(&bytes) {
+        Ok(m) if m.metadata.get("convert_plan").and_then(|v| v.as_str()) == Some(plan.fingerprint.as_str()) => {
+            Ok(Some(m))
+        }
+        _ => Err(ConvertError::Output(format!(
+            "{} already holds a dataset: use another output, or convert with --overwrite to replace it",
+            out.store.root()
+        ))),
     }
 }
 
@@ -360,9 +383,14 @@ pub fn run_part_with_spill(
         return Err(ConvertError::Inputs(format!("part {part}/{parts}: parts are numbered 0..N-1 of N >= 1")));
     }
     let out = Output::open(&plan.output, &opts.store)?;
-    claim_output(&out, plan)?;
+    let claim = claim_output(&out, plan)?;
     let tiles = plan.part_tiles(part, parts);
     let mut report = PartReport { tiles: tiles.clone(), ..Default::default() };
+    if let Claim::Finished = claim {
+        // The dataset is finished: every tile of the part is there and was checked by finalize.
+        report.skipped = tiles.len();
+        return Ok(report);
+    }
     let mut todo = Vec::new();
     for t in tiles.clone() {
         match check_tile(&out, plan, t)? {
@@ -570,6 +598,9 @@ pub fn finalize(plan: &Plan, opts: &RunOptions) -> Result<Manifest, ConvertError
             return Err(ConvertError::Output(format!("{} belongs to another conversion", out.store.root())));
         }
         None => {
+            if let Some(manifest) = finished_dataset(&out, plan)? {
+                return Ok(manifest);
+            }
             return Err(ConvertError::Output(format!(
                 "{} holds no tiles of this plan: run its parts first",
                 out.store.root()
@@ -635,8 +666,10 @@ pub fn finalize(plan: &Plan, opts: &RunOptions) -> Result<Manifest, ConvertError
     }
     manifest.metadata = metadata;
     manifest.validate().map_err(|e| ConvertError::Output(format!("internal error: manifest invalid: {e}")))?;
-    // Last: the manifest makes the dataset visible.
+    // Last: the manifest makes the dataset visible. Then the marker goes: a finished dataset holds only the spec's
+    // files, and its manifest's `metadata.convert_plan` still ties it to the plan (a re-run finds it finished).
     out.put(MANIFEST_NAME, Bytes::from(manifest.to_json_pretty()))?;
+    out.delete(PLAN_MARKER)?;
     Ok(manifest)
 }
 

@@ -238,6 +238,27 @@ fn bad_inputs_fail_clearly_and_leave_no_manifest() {
     check(&[broken], options(&tmp.path().join("o5"), 16), "barcodes");
 }
 
+/// A finished dataset holds only the spec's files (the plan marker is removed after the manifest); converting,
+/// running a part or finalizing the same plan again finds it finished and writes nothing.
+#[test]
+fn a_finished_conversion_leaves_no_plan_marker_and_is_found_finished() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("o");
+    let input = testdata("inputs/pbmc200/mtx");
+    let opts = options(&out, 64);
+    let first = convert(std::slice::from_ref(&input), &opts, &RunOptions::default(), false, |_| {}).unwrap();
+    assert!(!out.join("convert-plan.json").exists(), "the plan marker outlived finalize");
+    let before = files(&out);
+    let again = convert(std::slice::from_ref(&input), &opts, &RunOptions::default(), false, |_| {}).unwrap();
+    assert_eq!(again.to_json_pretty(), first.to_json_pretty());
+    let plan = make_plan(std::slice::from_ref(&input), &opts).unwrap();
+    let report = run_part(&plan, 0, 1, &RunOptions::default(), |_| {}).unwrap();
+    assert_eq!((report.written, report.skipped), (0, plan.n_tiles));
+    assert_eq!(finalize(&plan, &RunOptions::default()).unwrap().to_json_pretty(), first.to_json_pretty());
+    assert_eq!(files(&out), before, "a finished dataset was rewritten");
+    assert!(!out.join("convert-plan.json").exists());
+}
+
 #[test]
 fn an_output_holding_another_dataset_is_refused_unless_overwrite() {
     let tmp = tempfile::tempdir().unwrap();
@@ -247,7 +268,7 @@ fn an_output_holding_another_dataset_is_refused_unless_overwrite() {
     // Different options: a different plan for the same output.
     let other = ConvertOptions { gene_sort: GeneSort::Keep, ..options(&out, 64) };
     let err = convert(std::slice::from_ref(&input), &other, &RunOptions::default(), false, |_| {}).unwrap_err();
-    assert!(err.to_string().contains("another conversion"), "{err}");
+    assert!(err.to_string().contains("already holds a dataset"), "{err}");
     assert!(out.join("obs/obs_0000.parquet").exists() && out.join("var.parquet").exists());
     let other = ConvertOptions { write_obs: false, ..other };
     convert(std::slice::from_ref(&input), &other, &RunOptions::default(), true, |_| {}).unwrap();
