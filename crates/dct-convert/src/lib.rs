@@ -37,6 +37,7 @@
 mod error;
 mod io;
 mod obs;
+mod options;
 mod plan;
 mod remap;
 mod run;

@@ -21,7 +21,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::ConvertError;
 use crate::obs::{InputSummary, summarize};
-use crate::plan::ConvertOptions;
+use crate::options::ConvertOptions;
 use crate::spill::Spill;
 
 /// Identifies scan files.
@@ -368,10 +368,10 @@ pub fn scan_inputs_part(
     if parts == 0 || part >= parts {
         return Err(ConvertError::Inputs(format!("scan part {part}/{parts}: parts are numbered 0..N-1 of N >= 1")));
     }
-    crate::plan::check_options(inputs, opts)?;
+    crate::options::check_options(inputs, opts)?;
     let n = inputs.len();
     let range = (part * n / parts)..((part + 1) * n / parts);
-    let sample = crate::plan::sample_flags(opts.gene_sort, n);
+    let sample = crate::options::sample_flags(opts.gene_sort, n);
     std::fs::create_dir_all(dir).map_err(io_err(dir))?;
     let results: Vec<(bool, Option<String>)> = range
         .clone()

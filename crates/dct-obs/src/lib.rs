@@ -20,6 +20,7 @@ mod data;
 mod error;
 mod fingerprint;
 mod infer;
+mod labels;
 mod manifest;
 pub mod pyjson;
 mod reader;
@@ -36,10 +37,11 @@ pub use dct_store::{RetryPolicy, Store};
 pub use error::{ObsError, Result};
 pub use fingerprint::{FINGERPRINT_LEN, fingerprint_json, is_fingerprint, obs_fingerprint, sha256_hex, to_hex};
 pub use infer::{DEFAULT_MAX_CATEGORIES, ObsSchemaBuilder, VocabularyBuilder, arrow_type_of, promote};
+pub use labels::category_labels;
 pub use manifest::{
     DEFAULT_TILES_PER_FILE, ObsManifest, SCHEMA_NAME, VAR_TABLE_NAME, n_shards, shard_name, shard_tiles,
 };
-pub use reader::{ColumnSize, LocalizeReport, Obs, ObsOptions, category_labels, read_schema};
+pub use reader::{ColumnSize, LocalizeReport, Obs, ObsOptions, read_schema};
 pub use schema::{
     ArrowType, ColumnKind, MAX_SCHEMA_BYTES, ObsColumn, ObsSchema, SCHEMA_FORMAT, SCHEMA_VERSION, code_type_for,
 };

@@ -4,10 +4,8 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 
-use arrow_array::cast::AsArray;
-use arrow_array::types::{Int8Type, Int16Type, Int32Type};
-use arrow_array::{Array, ArrayRef, RecordBatch, StringArray};
-use arrow_schema::{DataType, Schema};
+use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_schema::Schema;
 use dct_format::CellIndex;
 use dct_store::Store;
 use dct_store::runtime::AbortOnDrop;
@@ -282,7 +280,7 @@ impl Obs {
 
     /// The values of `columns` (localized) at global `cells`, in the order given (any order, repeats allowed):
     /// one array per column, category columns as their integer codes (see [`categories`](Self::categories) and
-    /// [`category_labels`]).
+    /// [`category_labels`](crate::category_labels)).
     pub fn take(&self, cells: &[u64], columns: &[&str]) -> Result<RecordBatch> {
         let mut cols = Vec::with_capacity(columns.len());
         for &name in columns {
@@ -357,27 +355,6 @@ fn take_located(arrays: &[ArrayRef], idx: &[(usize, usize)], c: &ObsColumn) -> R
     let refs: Vec<&dyn Array> = arrays.iter().map(|a| a.as_ref()).collect();
     arrow_select::interleave::interleave(&refs, idx)
         .map_err(|e| ObsError::arrow(format!("taking cells of column {:?}", c.name), e))
-}
-
-/// Category codes (int8 / int16 / int32; -1 or null = missing) as their labels (missing = null).
-pub fn category_labels(codes: &dyn Array, categories: &[String]) -> Result<StringArray> {
-    fn map<I: Iterator<Item = Option<i64>>>(it: I, cats: &[String]) -> Result<StringArray> {
-        it.map(|c| match c {
-            None | Some(-1) => Ok(None),
-            Some(c) => usize::try_from(c)
-                .ok()
-                .and_then(|i| cats.get(i))
-                .map(|s| Some(s.as_str()))
-                .ok_or_else(|| ObsError::input(None, format!("code {c} is outside the {} categories", cats.len()))),
-        })
-        .collect()
-    }
-    match codes.data_type() {
-        DataType::Int8 => map(codes.as_primitive::<Int8Type>().iter().map(|v| v.map(i64::from)), categories),
-        DataType::Int16 => map(codes.as_primitive::<Int16Type>().iter().map(|v| v.map(i64::from)), categories),
-        DataType::Int32 => map(codes.as_primitive::<Int32Type>().iter().map(|v| v.map(i64::from)), categories),
-        t => Err(ObsError::input(None, format!("category codes must be int8, int16 or int32, not {t}"))),
-    }
 }
 
 /// Requests retry their own transient failures; what is left worth another attempt is damaged bytes (a checksum

@@ -431,7 +431,7 @@ pub(crate) async fn read_column_chunk(
         ));
     }
     if let Some(categories) = &column.categories {
-        crate::reader::category_labels(array.as_ref(), categories)
+        crate::labels::category_labels(array.as_ref(), categories)
             .map_err(|e| chunk_err(format!("its category codes do not fit the vocabulary: {e}")))?;
     }
     Ok(array)
