@@ -217,6 +217,31 @@ def test_prefetching_ahead_keeps_a_throttled_store_from_stalling(built):
     assert stalled_later < 0.1 * s["fetch_seconds"], (stalled_later, s)
 
 
+def test_the_last_windows_prefetch_the_next_epoch(built):
+    import time
+
+    root, _, _ = built
+    nnz = open_dataset(root).manifest.tile_nnz
+    # Room for 3 decoded tiles (about 4 bytes per nonzero): windows of 1 tile, 2 fetched ahead.
+    budget = int(3 * 4 * max(nnz))
+    slow = ThrottledBackend(LocalBackend(root), latency_s=0.05, bandwidth_bytes_per_s=20e6)
+    # Seed 2: the first tile of epoch 1 is none of the last 3 of epoch 0 (those stay cached anyway).
+    ds = DeltaCellsIterableDataset(slow, 20, shuffle_tiles=1, seed=2, memory_budget=budget, io_threads=4)
+    for _ in ds:
+        time.sleep(0.02)  # the training step
+    before = ds.stats()
+    ds.set_epoch(1)
+    n = 0
+    for _ in ds:
+        n += 1
+        time.sleep(0.02)
+    s = ds.stats()
+    assert n == len(ds)
+    # Without the prefetch across the boundary, the new epoch's first batch waits a whole fetch (>= 50 ms).
+    stalled = s["stall_seconds"] - before["stall_seconds"]
+    assert stalled < 0.025, (stalled, before, s)
+
+
 def _rows(batch):
     return batch.to_scipy()
 

@@ -142,10 +142,11 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         """Ranks."""
         return self._world_size if self._world_size is not None else _distributed()[1]
 
-    def _plan(self, worker: int, num_workers: int, first_batch: int) -> _core.EpochPlan:
+    def _plan(self, worker: int, num_workers: int, first_batch: int, epoch: int | None = None) -> _core.EpochPlan:
         return _core.EpochPlan(
             self.tile_cells, self.batch_size, self.shuffle, self.shuffle_tiles, self.seed, self.drop_last,
-            self.remainder, self.rank, self.world_size, worker, num_workers, first_batch, self.epoch,
+            self.remainder, self.rank, self.world_size, worker, num_workers, first_batch,
+            self.epoch if epoch is None else epoch,
         )
 
     def __len__(self) -> int:
@@ -241,10 +242,20 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         plan = self._plan(worker, workers, self._first_batch)
         values = np.float32 if self.values_dtype == torch.float32 else np.int32
         self._yielded = 0
+        budget = self._ahead + self.shuffle_tiles
+        next_epoch = None
         for j in range(plan.n_batches()):
             # The tiles of this batch's window and of the windows ahead, within the budget, in flight (tiles cached
             # or on their way are skipped, so asking again each batch costs little).
-            ds.prefetch(plan.tiles_ahead(j, self._ahead + self.shuffle_tiles))
+            ahead = plan.tiles_ahead(j, budget)
+            ds.prefetch(ahead)
+            if len(ahead) < budget and self.shuffle:
+                # The epoch's last windows leave room: it goes to the first tiles of the next epoch (the order
+                # set_epoch(epoch + 1) gives, as training loops call it), so that epoch starts without waiting on
+                # the store. Not reading them costs only their fetches.
+                if next_epoch is None:
+                    next_epoch = self._plan(worker, workers, 0, self.epoch + 1)
+                ds.prefetch(next_epoch.tiles_ahead(0, budget - len(ahead)))
             cells = plan.batch(j)
             batch = ds.get_batch(cells, values_dtype=values)
             yield {"X": self._tensor(batch), "obs": self._obs(cells), "index": torch.from_numpy(cells)}
