@@ -13,7 +13,7 @@ use rayon::prelude::*;
 use bytes::Bytes;
 use dct_codec::{CanonicalCsr, EncodeOptions, encode_canonical};
 use dct_dataset::manifest::{GENE_ORDER_NAME, MANIFEST_NAME, VAR_NAMES_NAME, VAR_TABLE_NAME, tile_path};
-use dct_dataset::{Manifest, StoreOptions};
+use dct_dataset::{Manifest, SideFiles, StoreOptions, finish_dataset};
 use dct_format::{TileLayout, verify_crc};
 use dct_input::{CountSource, H5adSource, InputKind, RowBlock, open_input_with};
 use dct_obs::{ObsWriteOptions, ObsWriteSummary, ObsWriter, encode_var_parquet};
@@ -507,15 +507,15 @@ fn unchanged(plan: &Plan, i: usize, source: Box<dyn CountSource>) -> Result<Box<
 
 /// Writes `var.parquet`: the gene table of the first input in output column order. Returns the var columns left
 /// out, with the reason.
-fn write_var_table(out: &Output, plan: &Plan) -> Result<Vec<(String, String)>, ConvertError> {
+/// `var.parquet` (the first input's gene table in stored column order), and the columns left out of it.
+fn var_table_file(out: &Output, plan: &Plan) -> Result<(Bytes, Vec<(String, String)>), ConvertError> {
     let source = reopen_input(plan, 0)?;
     let (table, skipped) = var_table(source.genes(), &plan.gene_order, source.path())?;
     let bytes = encode_var_parquet(&table).map_err(|source| ConvertError::Obs {
         context: format!("encoding {}", out.store.url(VAR_TABLE_NAME)),
         source: Box::new(source),
     })?;
-    out.put(VAR_TABLE_NAME, bytes)?;
-    Ok(skipped)
+    Ok((bytes, skipped))
 }
 
 /// The obs of input `i`, read and converted to the plan's schema.
@@ -628,21 +628,11 @@ pub fn finalize(plan: &Plan, opts: &RunOptions) -> Result<Manifest, ConvertError
     manifest.n_cells = plan.n_cells;
     manifest.n_chunks = Some(plan.n_chunks as u64);
     manifest.zstd_level = Some(i64::from(plan.zstd_level));
-    manifest.has_gene_order = true;
-    manifest.has_var_names = true;
-    let mut names = String::new();
-    for n in &plan.var_names {
-        if n.contains('\n') {
-            return Err(ConvertError::Inputs(format!("gene name {n:?} contains a newline")));
-        }
-        names.push_str(n);
-        names.push('\n');
-    }
-    let order: Vec<i32> = plan.gene_order.iter().map(|&g| g as i32).collect();
-    out.put(GENE_ORDER_NAME, Bytes::from(dct_dataset::npy::write_i32(&order)))?;
-    out.put(VAR_NAMES_NAME, Bytes::from(names))?;
-    let var_skipped = write_var_table(&out, plan)?;
-    manifest.has_var_table = true;
+    let mut side = SideFiles::new(plan.n_genes);
+    side.set_gene_order(plan.gene_order.iter().map(|&g| g as i32).collect())?;
+    side.set_var_names(plan.var_names.clone())?;
+    let (var_bytes, var_skipped) = var_table_file(&out, plan)?;
+    side.add_file(VAR_TABLE_NAME, var_bytes)?;
     if let Some(obs) = write_obs(&out, plan, &manifest.tile_cells)? {
         manifest.has_obs = true;
         manifest.obs_tiles_per_file = obs.tiles_per_file;
@@ -665,10 +655,10 @@ pub fn finalize(plan: &Plan, opts: &RunOptions) -> Result<Manifest, ConvertError
         metadata["var_columns_left_out"] = json!(var_skipped);
     }
     manifest.metadata = metadata;
-    manifest.validate().map_err(|e| ConvertError::Output(format!("internal error: manifest invalid: {e}")))?;
-    // Last: the manifest makes the dataset visible. Then the marker goes: a finished dataset holds only the spec's
-    // files, and its manifest's `metadata.convert_plan` still ties it to the plan (a re-run finds it finished).
-    out.put(MANIFEST_NAME, Bytes::from(manifest.to_json_pretty()))?;
+    // The side files, then the manifest, last: it makes the dataset visible. Then the marker goes: a finished
+    // dataset holds only the spec's files, and its manifest's `metadata.convert_plan` still ties it to the plan (a
+    // re-run finds it finished).
+    let manifest = out.block_on(finish_dataset(&out.store, manifest, side))??;
     out.delete(PLAN_MARKER)?;
     Ok(manifest)
 }

@@ -55,6 +55,7 @@
 
 mod epoch;
 mod error;
+mod finish;
 pub mod manifest;
 pub mod npy;
 mod reader;
@@ -69,6 +70,7 @@ pub use dct_obs;
 pub use dct_store::{LocalReads, RetryPolicy, Store, StoreError, StoreOptions};
 pub use epoch::{EpochOptions, EpochPlan, Remainder};
 pub use error::{Category, DatasetError, ManifestError};
+pub use finish::{SideFiles, finish_dataset};
 pub use manifest::Manifest;
 pub use reader::{Batch, Dataset, ReadOptions, ReadStats};
 #[cfg(feature = "obs")]

@@ -12,9 +12,9 @@ use serde_json::Value;
 use tokio::task::JoinHandle;
 
 use crate::error::DatasetError;
+use crate::finish::{SideFiles, finish_dataset};
 use crate::manifest::{GENE_ORDER_NAME, MANIFEST_NAME, Manifest, VAR_NAMES_NAME, VAR_TABLE_NAME, tile_path};
 use crate::rt::{default_threads, on_pool};
-use crate::side_files::check_permutation;
 use dct_store::runtime::Runtime as Rt;
 use dct_store::{Store, StoreOptions};
 
@@ -119,10 +119,7 @@ pub struct DatasetWriter {
     n_cells: u64,
     pending: VecDeque<JoinHandle<Result<TileInfo, DatasetError>>>,
     done: Vec<TileInfo>,
-    gene_order: Option<Vec<i32>>,
-    var_names: Option<Vec<String>>,
-    files: Vec<(String, Bytes)>,
-    has_var_table: bool,
+    side: SideFiles,
     obs: Option<ObsFields>,
     failed: Option<DatasetError>,
     finished: bool,
@@ -195,10 +192,7 @@ impl DatasetWriter {
             n_cells: 0,
             pending: VecDeque::new(),
             done: Vec::new(),
-            gene_order: None,
-            var_names: None,
-            files: Vec::new(),
-            has_var_table: false,
+            side: SideFiles::new(options.n_genes),
             obs: None,
             failed: None,
             finished: false,
@@ -347,10 +341,7 @@ impl DatasetWriter {
     /// paths are allowed; the manifest is still written last.
     pub fn store_file(&mut self, rel: &str, bytes: Bytes) -> Result<(), DatasetError> {
         self.usable()?;
-        check_side_file_path(rel)?;
-        if rel == VAR_TABLE_NAME {
-            self.has_var_table = true;
-        }
+        self.side.add_stored(rel)?;
         let store = self.store.clone();
         let rel = rel.to_string();
         let stored = self.rt.block_on(async move { store.put(&rel, bytes).await });
@@ -388,36 +379,14 @@ impl DatasetWriter {
     /// a permutation of `0..n_genes`.
     pub fn set_gene_order(&mut self, order: Vec<i32>) -> Result<(), DatasetError> {
         self.usable()?;
-        if order.len() as u64 != self.opts.n_genes {
-            return Err(DatasetError::InvalidArgument(format!(
-                "gene order has {} entries but the dataset has {} genes",
-                order.len(),
-                self.opts.n_genes
-            )));
-        }
-        check_permutation(&order).map_err(|m| DatasetError::InvalidArgument(format!("gene order: {m}")))?;
-        self.gene_order = Some(order);
-        Ok(())
+        self.side.set_gene_order(order)
     }
 
     /// Records the gene names (`var_names.txt`, one per line in stored column order). Names may not contain a
     /// line break.
     pub fn set_var_names(&mut self, names: Vec<String>) -> Result<(), DatasetError> {
         self.usable()?;
-        if names.len() as u64 != self.opts.n_genes {
-            return Err(DatasetError::InvalidArgument(format!(
-                "{} gene names given but the dataset has {} genes",
-                names.len(),
-                self.opts.n_genes
-            )));
-        }
-        if let Some((j, name)) = names.iter().enumerate().find(|(_, n)| n.contains(['\n', '\r'])) {
-            return Err(DatasetError::InvalidArgument(format!(
-                "gene name {j} ({name:?}) contains a line break, which var_names.txt cannot hold"
-            )));
-        }
-        self.var_names = Some(names);
-        Ok(())
+        self.side.set_var_names(names)
     }
 
     /// Sets the manifest's free-form `metadata`.
@@ -430,12 +399,7 @@ impl DatasetWriter {
     /// The manifest, tiles and the files with setters of their own are refused.
     pub fn put_file(&mut self, rel: &str, bytes: Bytes) -> Result<(), DatasetError> {
         self.usable()?;
-        check_side_file_path(rel)?;
-        if rel == VAR_TABLE_NAME {
-            self.has_var_table = true;
-        }
-        self.files.push((rel.to_string(), bytes));
-        Ok(())
+        self.side.add_file(rel, bytes)
     }
 
     /// Sets the manifest's obs fields (and `has_obs`); the shards and schema are stored with
@@ -455,28 +419,9 @@ impl DatasetWriter {
             self.wait_oldest()?;
         }
         let manifest = self.build_manifest().map_err(|e| self.fail(e))?;
-        let mut files = std::mem::take(&mut self.files);
-        if let Some(order) = &self.gene_order {
-            files.push((GENE_ORDER_NAME.into(), Bytes::from(crate::npy::write_i32(order))));
-        }
-        if let Some(names) = &self.var_names {
-            let mut text = String::with_capacity(names.iter().map(|n| n.len() + 1).sum());
-            for n in names {
-                text.push_str(n);
-                text.push('\n');
-            }
-            files.push((VAR_NAMES_NAME.into(), Bytes::from(text)));
-        }
-        let store = self.store.clone();
-        let json = Bytes::from(manifest.to_json_pretty());
-        let result = self.rt.block_on(async move {
-            for (rel, bytes) in files {
-                store.put(&rel, bytes).await?;
-            }
-            // Last: the manifest makes the dataset visible.
-            store.put(MANIFEST_NAME, json).await
-        });
-        result.map_err(|e| self.fail(e.into()))?;
+        let (store, side) = (self.store.clone(), std::mem::take(&mut self.side));
+        let finished = self.rt.block_on(async move { finish_dataset(&store, manifest, side).await });
+        let manifest = finished.map_err(|e| self.fail(e))?;
         self.finished = true;
         Ok(manifest)
     }
@@ -490,9 +435,6 @@ impl DatasetWriter {
         m.tile_bytes = self.done.iter().map(|t| t.bytes).collect();
         m.n_chunks = Some(self.opts.n_chunks as u64);
         m.zstd_level = Some(i64::from(self.encode.base_level()));
-        m.has_gene_order = self.gene_order.is_some();
-        m.has_var_names = self.var_names.is_some();
-        m.has_var_table = self.has_var_table;
         m.metadata = self.opts.metadata.clone();
         if let Some(obs) = &self.obs {
             m.has_obs = true;
@@ -505,7 +447,6 @@ impl DatasetWriter {
                 m.obs_shard_footer_crc32 = obs.shard_footer_crc32.clone();
             }
         }
-        m.validate().map_err(|source| DatasetError::Manifest { url: self.store.url(MANIFEST_NAME), source })?;
         Ok(m)
     }
 }
@@ -518,20 +459,6 @@ impl Drop for DatasetWriter {
             }
         }
     }
-}
-
-/// Refuses paths a caller may not store side files at (the writer stores the manifest, tiles, `gene_order.npy`
-/// and `var_names.txt` itself).
-fn check_side_file_path(rel: &str) -> Result<(), DatasetError> {
-    let reserved = rel == MANIFEST_NAME || rel == GENE_ORDER_NAME || rel == VAR_NAMES_NAME;
-    let valid = !rel.is_empty() && rel.split('/').all(|p| !p.is_empty() && p != "." && p != "..");
-    if reserved || rel.starts_with("tiles/") || !valid {
-        return Err(DatasetError::InvalidArgument(format!(
-            "put_file({rel:?}): not an allowed side-file path (the writer stores the manifest, tiles, \
-             gene_order.npy and var_names.txt itself)"
-        )));
-    }
-    Ok(())
 }
 
 async fn encode_and_store(
