@@ -3,11 +3,12 @@
 use std::sync::Arc;
 
 use dct_format::{
-    ChunkEntry, FrameKind, FrameRef, IndptrView, MAX_COUNT, STREAM_MAX, TileHeader, TileLayout, Version, verify_crc,
+    ChunkEntry, FrameKind, IndptrView, MAX_COUNT, STREAM_MAX, TileHeader, TileLayout, Version, verify_crc,
 };
 use zstd_safe::DCtx;
 
 use crate::buffers::resize_for_overwrite;
+use crate::chunk::{Ctx, MAX_U32_SUM_LEN, check_position, data_err, frame_err, prefix_sum_u64, read_exceptions};
 use crate::error::DecodeError;
 use crate::frame::{MAX_RATIO, SINK_LEN, decompress_exact, frame_content_size, verify_content_size};
 use crate::handoff::Helpers;
@@ -133,15 +134,6 @@ impl std::fmt::Debug for Decoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Decoder").field("opts", &self.opts).finish_non_exhaustive()
     }
-}
-
-pub(crate) struct Ctx<'a> {
-    pub(crate) blob: &'a [u8],
-    pub(crate) header: TileHeader,
-    pub(crate) indptr: IndptrView<'a>,
-    /// How chunks are written to their output: streaming for a whole tile larger than the caches; cached for row
-    /// selections, whose chunk scratch is read again at once.
-    pub(crate) mode: WriteMode,
 }
 
 impl Decoder {
@@ -506,10 +498,6 @@ impl Decoder {
     }
 }
 
-pub(crate) fn frame_err(chunk: usize, kind: FrameKind, frame: FrameRef, problem: String) -> DecodeError {
-    DecodeError::Frame { chunk: chunk as u32, kind, offset: frame.offset, problem }
-}
-
 /// How a decoder runs the chunks of a tile.
 enum Threads {
     /// On the calling thread only.
@@ -607,42 +595,6 @@ fn split_chunks(chunks: &[ChunkEntry], left: usize, right: usize) -> usize {
         }
     }
     split
-}
-
-/// The local cell holding the chunk's nonzero `pos` (relative to `e.nnz_lo`).
-fn cell_of(indptr: &IndptrView<'_>, e: &ChunkEntry, pos: u64) -> u64 {
-    let target = e.nnz_lo + pos;
-    let (mut lo, mut hi) = (e.cell_lo, e.cell_hi);
-    while lo + 1 < hi {
-        let mid = lo + (hi - lo) / 2;
-        if indptr.get(mid as usize) <= target { lo = mid } else { hi = mid }
-    }
-    // Skip empty cells that share the start offset.
-    while lo + 1 < e.cell_hi && indptr.get(lo as usize + 1) <= target {
-        lo += 1;
-    }
-    lo
-}
-
-pub(crate) fn data_err(indptr: &IndptrView<'_>, chunk: u32, e: &ChunkEntry, pos: u64, problem: String) -> DecodeError {
-    DecodeError::Data { chunk, cell: cell_of(indptr, e, pos), nonzero: e.nnz_lo + pos, problem }
-}
-
-/// Longest cell whose gaps (each at most 65,535) are summed in 32 bits: 65,537 x 65,535 = 2^32 - 1.
-pub(crate) const MAX_U32_SUM_LEN: usize = 65_537;
-
-/// [`prefix_sum_u32`] for cells too long for 32-bit sums (the indices still fit in `i32` once checked against
-/// `n_genes`; a wrapped store is caught by that check).
-pub(crate) fn prefix_sum_u64(gl: &[u8], gh: &[u8], row: &mut [i32]) -> (u32, u64) {
-    let mut acc = 0u64;
-    let mut zeros = 0u32;
-    for ((o, &l), &h) in row.iter_mut().zip(gl).zip(gh) {
-        let g = u32::from(l) | u32::from(h) << 8;
-        zeros += u32::from(g == 0);
-        acc += u64::from(g);
-        *o = acc as i32;
-    }
-    (zeros, acc)
 }
 
 #[inline]
@@ -759,35 +711,6 @@ fn decode_chunk<V: CountValue>(
                 *x += payload as i32;
             }
         }
-    }
-    Ok(())
-}
-
-/// Decompresses an exception frame (already checked: `8k` bytes, `k <= n`) into the worker's buffer.
-pub(crate) fn read_exceptions(
-    dctx: &mut DCtx<'static>,
-    exc: &mut Vec<u8>,
-    blob: &[u8],
-    c: usize,
-    kind: FrameKind,
-    frame: FrameRef,
-    n: usize,
-) -> Result<usize, DecodeError> {
-    let src = &blob[frame.range()];
-    let size = frame_content_size(src).map_err(|p| frame_err(c, kind, frame, p))?;
-    if size % 8 != 0 || size / 8 > n as u64 {
-        return Err(frame_err(c, kind, frame, format!("declares {size} bytes; needs 8k bytes with k <= n = {n}")));
-    }
-    decompress_exact(dctx, src, size as usize, exc).map_err(|p| frame_err(c, kind, frame, p))?;
-    Ok(size as usize / 8)
-}
-
-pub(crate) fn check_position(p: u32, prev: Option<u32>, n: usize) -> Result<(), String> {
-    if p as usize >= n {
-        return Err(format!("exception position {p} is not below n = {n}"));
-    }
-    if prev.is_some_and(|q| p <= q) {
-        return Err(format!("exception positions are not strictly increasing ({} then {p})", prev.unwrap_or(0)));
     }
     Ok(())
 }

@@ -661,7 +661,7 @@ mod tests {
 
     #[test]
     fn the_longest_32_bit_cell_counts_every_zero_and_does_not_wrap() {
-        let n = crate::decode::MAX_U32_SUM_LEN;
+        let n = crate::chunk::MAX_U32_SUM_LEN;
         let (lo, hi) = (vec![0xffu8; n], vec![0xffu8; n]);
         let (zero_lo, zero_hi) = (vec![0u8; n], vec![0u8; n]);
         let mut row = vec![0i32; n];

@@ -11,6 +11,7 @@
 #![deny(unsafe_code)] // allowed in `kernels`, `handoff` and `buffers` only
 
 mod buffers;
+mod chunk;
 mod decode;
 mod encode;
 mod error;

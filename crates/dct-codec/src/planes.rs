@@ -16,7 +16,7 @@ use dct_format::{ChunkEntry, FrameKind, MAX_COUNT, STREAM_MAX, Version};
 use zstd_safe::DCtx;
 
 use crate::buffers::resize_large;
-use crate::decode::{Ctx, MAX_U32_SUM_LEN, check_position, data_err, frame_err, prefix_sum_u64, read_exceptions};
+use crate::chunk::{Ctx, MAX_U32_SUM_LEN, check_position, data_err, frame_err, prefix_sum_u64, read_exceptions};
 use crate::error::DecodeError;
 use crate::kernels::{WriteMode, counts_into, prefix_sum_u32};
 use crate::values::CountValue;
