@@ -72,8 +72,13 @@ fn base() -> &'static Base {
             }
             m.indptr.push(m.indices.len() as u64);
         }
-        let opts =
-            EncodeOptions { n_chunks: 3, level: 3, exception_policy: ExceptionPolicy::Unlimited, version: Version::V2 };
+        let opts = EncodeOptions {
+            n_chunks: 3,
+            level: 3,
+            exception_policy: ExceptionPolicy::Unlimited,
+            version: Version::V2,
+            ..EncodeOptions::default()
+        };
         let blob = encode_canonical(&m, &opts).expect("the base matrix encodes");
         let layout = TileLayout::parse(&blob).expect("the base tile parses");
         let with_both = layout.chunks().iter().filter(|e| e.vexc.is_present() && e.gexc.is_present()).count();

@@ -162,6 +162,7 @@ fuzz_target!(|input: Input| {
         level: i32::from(input.level % 8) - 2,
         exception_policy: policy,
         version,
+        ..EncodeOptions::default()
     };
     let blob = match encode_tile(&m, &opts) {
         Ok(blob) => blob,
