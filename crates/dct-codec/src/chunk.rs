@@ -90,3 +90,47 @@ pub(crate) fn check_position(p: u32, prev: Option<u32>, n: usize) -> Result<(), 
     }
     Ok(())
 }
+
+#[inline]
+pub(crate) fn plane(lo: &[u8], hi: &[u8], i: usize) -> u32 {
+    u32::from(lo[i]) | u32::from(hi[i]) << 8
+}
+
+#[allow(clippy::too_many_arguments)]
+/// The data error of a cell whose gaps failed the fast check: the first zero gap or index past `n_genes`.
+#[cold]
+pub(crate) fn gap_error(
+    ctx: &Ctx<'_>,
+    chunk: u32,
+    e: &ChunkEntry,
+    glo: &[u8],
+    ghi: &[u8],
+    start: usize,
+    end: usize,
+    n_genes: u64,
+) -> DecodeError {
+    let mut acc = 0u64;
+    for i in start..end {
+        let g = u64::from(plane(glo, ghi, i));
+        if i > start && g == 0 {
+            return data_err(
+                &ctx.indptr,
+                chunk,
+                e,
+                i as u64,
+                "gap of 0 repeats the previous gene (indices must strictly increase)".into(),
+            );
+        }
+        acc += g;
+        if acc >= n_genes {
+            return data_err(
+                &ctx.indptr,
+                chunk,
+                e,
+                i as u64,
+                format!("gene index {acc} is not below n_genes = {n_genes}"),
+            );
+        }
+    }
+    data_err(&ctx.indptr, chunk, e, start as u64, "invalid gaps".into())
+}

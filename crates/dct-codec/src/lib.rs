@@ -22,6 +22,7 @@ mod inspect;
 mod kernels;
 mod params;
 mod planes;
+mod split;
 mod values;
 
 pub use buffers::{HUGE_PAGE_MIN_BYTES, resize_for_overwrite, resize_large};

@@ -12,9 +12,8 @@ use rayon::prelude::*;
 
 use bytes::Bytes;
 use dct_codec::{CanonicalCsr, EncodeOptions, encode_canonical};
-use dct_dataset::manifest::{GENE_ORDER_NAME, MANIFEST_NAME, VAR_NAMES_NAME, VAR_TABLE_NAME, tile_path};
+use dct_dataset::manifest::{VAR_TABLE_NAME, tile_path};
 use dct_dataset::{Manifest, SideFiles, StoreOptions, finish_dataset};
-use dct_format::{TileLayout, verify_crc};
 use dct_input::{CountSource, H5adSource, InputKind, RowBlock, open_input_with};
 use dct_obs::{ObsWriteOptions, ObsWriteSummary, ObsWriter, encode_var_parquet};
 use serde_json::json;
@@ -22,6 +21,7 @@ use serde_json::json;
 use crate::error::ConvertError;
 use crate::io::Output;
 use crate::obs::{InputObs, SchemaPlan, TileCutter, var_table};
+use crate::output::{Claim, TileState, check_tile, claim_output, clear_output, finished_dataset};
 use crate::plan::{ConvertOptions, PLAN_MARKER, Plan, make_plan_with_spill};
 use crate::remap::GeneRemap;
 use crate::spill::{Spill, SpillOptions, SpillReader};
@@ -70,89 +70,6 @@ pub struct PartReport {
     pub cells: u64,
     /// Nonzeros written now.
     pub nnz: u64,
-}
-
-/// A tile already in the output, checked.
-enum TileState {
-    Valid { nnz: u64, bytes: u64 },
-    Missing,
-    Invalid(String),
-}
-
-fn check_tile(out: &Output, plan: &Plan, t: usize) -> Result<TileState, ConvertError> {
-    let Some(blob) = out.get(&tile_path(t))? else { return Ok(TileState::Missing) };
-    let layout = match TileLayout::parse(&blob) {
-        Ok(l) => l,
-        Err(e) => return Ok(TileState::Invalid(e.to_string())),
-    };
-    let h = *layout.header();
-    if let Err(e) = verify_crc(&blob, &h) {
-        return Ok(TileState::Invalid(e.to_string()));
-    }
-    let (first, end) = plan.tile_cells(t);
-    if h.version.number() != plan.format_version || h.n_cells != end - first || u64::from(h.n_genes) != plan.n_genes {
-        return Ok(TileState::Invalid(format!(
-            "holds {} cells x {} genes (version {}); the plan needs {} x {} (version {})",
-            h.n_cells,
-            h.n_genes,
-            h.version.number(),
-            end - first,
-            plan.n_genes,
-            plan.format_version
-        )));
-    }
-    Ok(TileState::Valid { nnz: h.nnz, bytes: blob.len() as u64 })
-}
-
-/// Where an output stands for a plan (see [`claim_output`]).
-enum Claim {
-    /// The plan's conversion is under way there (its marker is there): tiles may be written.
-    Open,
-    /// The plan's dataset is finished there: its manifest names the plan and the marker is gone.
-    Finished,
-}
-
-/// Ties the output to `plan`: writes the plan marker, checks that the one there is this plan's, or finds the
-/// dataset this plan finished (the marker is removed once the manifest is written; the manifest's
-/// `metadata.convert_plan` names the plan).
-fn claim_output(out: &Output, plan: &Plan) -> Result<Claim, ConvertError> {
-    match out.get(PLAN_MARKER)? {
-        Some(bytes) => {
-            let theirs = Plan::from_json(&bytes, &out.store.url(PLAN_MARKER))?;
-            if theirs.fingerprint != plan.fingerprint {
-                return Err(ConvertError::Output(format!(
-                    "{} belongs to another conversion (plan {} there, {} here): use another output, or convert with \
-                     --overwrite to replace it",
-                    out.store.root(),
-                    theirs.fingerprint,
-                    plan.fingerprint
-                )));
-            }
-            Ok(Claim::Open)
-        }
-        None => {
-            if finished_dataset(out, plan)?.is_some() {
-                return Ok(Claim::Finished);
-            }
-            out.put(PLAN_MARKER, Bytes::from(plan.to_json()))?;
-            Ok(Claim::Open)
-        }
-    }
-}
-
-/// The manifest of the dataset `plan` finished at the output, `None` if there is no manifest; an error if the
-/// manifest there is another dataset's.
-fn finished_dataset(out: &Output, plan: &Plan) -> Result<Option<Manifest>, ConvertError> {
-    let Some(bytes) = out.get(MANIFEST_NAME)? else { return Ok(None) };
-    match Manifest::from_json(&bytes) {
-        Ok(m) if m.metadata.get("convert_plan").and_then(|v| v.as_str()) == Some(plan.fingerprint.as_str()) => {
-            Ok(Some(m))
-        }
-        _ => Err(ConvertError::Output(format!(
-            "{} already holds a dataset: use another output, or convert with --overwrite to replace it",
-            out.store.root()
-        ))),
-    }
 }
 
 /// Opens input `i` of the plan to read its counts: `.h5ad` inputs without reading their gene and cell names
@@ -505,9 +422,8 @@ fn unchanged(plan: &Plan, i: usize, source: Box<dyn CountSource>) -> Result<Box<
     Ok(source)
 }
 
-/// Writes `var.parquet`: the gene table of the first input in output column order. Returns the var columns left
-/// out, with the reason.
-/// `var.parquet` (the first input's gene table in stored column order), and the columns left out of it.
+/// `var.parquet` (the first input's gene table in stored column order), and the var columns left out of it, with
+/// the reason.
 fn var_table_file(out: &Output, plan: &Plan) -> Result<(Bytes, Vec<(String, String)>), ConvertError> {
     let source = reopen_input(plan, 0)?;
     let (table, skipped) = var_table(source.genes(), &plan.gene_order, source.path())?;
@@ -661,20 +577,6 @@ pub fn finalize(plan: &Plan, opts: &RunOptions) -> Result<Manifest, ConvertError
     let manifest = out.block_on(finish_dataset(&out.store, manifest, side))??;
     out.delete(PLAN_MARKER)?;
     Ok(manifest)
-}
-
-/// Removes a previous dataset or conversion from the output: the manifest first (so it never looks complete),
-/// then the plan marker, tiles, side files and obs (`obs/`).
-pub fn clear_output(url: &str, store: &StoreOptions) -> Result<(), ConvertError> {
-    let out = Output::open(url, store)?;
-    out.delete(MANIFEST_NAME)?;
-    out.delete(PLAN_MARKER)?;
-    out.delete_prefix("tiles")?;
-    for rel in [GENE_ORDER_NAME, VAR_NAMES_NAME, VAR_TABLE_NAME] {
-        out.delete(rel)?;
-    }
-    out.delete_prefix("obs")?;
-    Ok(())
 }
 
 /// Plan, write every tile, finalize: a whole conversion on one machine. Re-running an interrupted conversion
