@@ -19,6 +19,14 @@ pub(crate) struct Ctx<'a> {
     pub(crate) mode: WriteMode,
 }
 
+impl<'a> Ctx<'a> {
+    /// The context of a whole-tile decode into `V` counts: streaming writes when the output outgrows the caches.
+    pub(crate) fn whole<V>(blob: &'a [u8], header: TileHeader, indptr: IndptrView<'a>) -> Self {
+        let mode = WriteMode::for_output_bytes(header.nnz.saturating_mul(4 + size_of::<V>() as u64));
+        Ctx { blob, header, indptr, mode }
+    }
+}
+
 /// A frame error of chunk `chunk`.
 pub(crate) fn frame_err(chunk: usize, kind: FrameKind, frame: FrameRef, problem: String) -> DecodeError {
     DecodeError::Frame { chunk: chunk as u32, kind, offset: frame.offset, problem }

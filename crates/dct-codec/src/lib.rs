@@ -12,6 +12,8 @@
 
 mod buffers;
 mod chunk;
+mod claims;
+mod csr_chunk;
 mod decode;
 mod encode;
 mod error;

@@ -5,6 +5,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::path::PathBuf;
 
+use dct_codec::dct_format::ParsedTile;
 use dct_codec::{DecodeOptions, DecodedTile, Decoder, TilePlanes};
 use serde_json::Value;
 
@@ -223,6 +224,45 @@ fn bad_tiles_are_rejected_row_by_row_from_planes() {
             }
         }
     }
+}
+
+/// A tile handed over parsed (`ParsedTile`) decodes exactly as its bytes do, on every path and thread count; a bad
+/// tile that still parses is rejected the same way (the CRC is checked by a decoder that checks CRCs, frames and
+/// data whatever the layout came from).
+#[test]
+fn parsed_tiles_decode_as_their_bytes_do() {
+    let mut planes = TilePlanes::default();
+    for threads in [1, 2] {
+        let mut decoder = Decoder::new(DecodeOptions { verify_crc: true, threads });
+        for t in good_tiles() {
+            let parsed = ParsedTile::parse(t.blob.as_slice()).unwrap();
+            let full: DecodedTile<u32> = decoder.decode(&t.blob).unwrap();
+            assert_eq!(decoder.decode::<u32>(&parsed).unwrap(), full, "{}", t.name);
+            decoder.decode_planes_into(&parsed, &mut planes).unwrap();
+            assert_eq!(rows_from_planes(&planes, 0..full.n_rows()).unwrap(), full, "{}", t.name);
+            let rows: Vec<u64> = (0..full.n_rows() as u64).rev().collect();
+            let (mut from_bytes, mut from_parsed) = (DecodedTile::<u32>::default(), DecodedTile::<u32>::default());
+            decoder.decode_rows_into(&t.blob, &rows, &mut from_bytes).unwrap();
+            decoder.decode_rows_into(&parsed, &rows, &mut from_parsed).unwrap();
+            assert_eq!(from_parsed, from_bytes, "{}", t.name);
+        }
+    }
+    let dir = tiles_dir("bad");
+    let cases: Vec<Value> = serde_json::from_slice(&std::fs::read(dir.join("cases.json")).unwrap()).unwrap();
+    let mut parsed_bad = 0;
+    for case in &cases {
+        let file = case["file"].as_str().unwrap();
+        let blob = std::fs::read(dir.join(file)).unwrap();
+        let Ok(parsed) = ParsedTile::parse(blob.as_slice()) else { continue };
+        parsed_bad += 1;
+        for verify_crc in [true, false] {
+            let mut decoder = Decoder::new(DecodeOptions { verify_crc, threads: 1 });
+            let want = decoder.decode::<u32>(&blob).map_err(|e| e.to_string());
+            let got = decoder.decode::<u32>(&parsed).map_err(|e| e.to_string());
+            assert_eq!(got, want, "{file} (crc {verify_crc})");
+        }
+    }
+    assert!(parsed_bad > 10, "only {parsed_bad} bad tiles get past the parser: the test checks too little");
 }
 
 /// The structural guarantees an accepted tile must give, whatever its bytes.

@@ -52,6 +52,27 @@ impl std::fmt::Display for FrameKind {
     }
 }
 
+/// Byte offsets of a chunk entry's fields from the start of the entry (FORMAT-v2.md, "Chunk table"); each field
+/// is a u64, and version 1 entries end after `vals_len`.
+pub mod entry_offset {
+    /// `cell_lo`.
+    pub const CELL_LO: u64 = 0;
+    /// `cell_hi`.
+    pub const CELL_HI: u64 = 8;
+    /// `nnz_lo`.
+    pub const NNZ_LO: u64 = 16;
+    /// `nnz_hi`.
+    pub const NNZ_HI: u64 = 24;
+    /// `gaps_off` (then `gaps_len`).
+    pub const GAPS: u64 = 32;
+    /// `vals_off` (then `vals_len`).
+    pub const VALS: u64 = 48;
+    /// `vexc_off` (then `vexc_len`), version 2.
+    pub const VEXC: u64 = 64;
+    /// `gexc_off` (then `gexc_len`), version 2.
+    pub const GEXC: u64 = 80;
+}
+
 /// One entry of the chunk table: a run of cells and their nonzeros, and where their frames are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ChunkEntry {
@@ -82,6 +103,16 @@ impl ChunkEntry {
     /// Cells in the chunk. Only meaningful once validated.
     pub fn n_cells(&self) -> u64 {
         self.cell_hi - self.cell_lo
+    }
+
+    /// Offset of the frame of the given kind's `*_off` field from the start of the entry.
+    pub fn frame_field_offset(kind: FrameKind) -> u64 {
+        match kind {
+            FrameKind::Gaps => entry_offset::GAPS,
+            FrameKind::Vals => entry_offset::VALS,
+            FrameKind::ValueExceptions => entry_offset::VEXC,
+            FrameKind::GapExceptions => entry_offset::GEXC,
+        }
     }
 
     /// The frame of the given kind.

@@ -5,6 +5,33 @@ pub const MAGIC: &[u8; 8] = b"DELTACEL";
 /// Size of the tile header in bytes.
 pub const HEADER_LEN: usize = 64;
 
+/// Byte offsets of the header's fields (FORMAT-v2.md, "Tile header"), for parsing, writing and error locations.
+pub mod header_offset {
+    /// `magic`, 8 bytes.
+    pub const MAGIC: usize = 0;
+    /// `version`, u32.
+    pub const VERSION: usize = 8;
+    /// `flags`, u32 (must be 0).
+    pub const FLAGS: usize = 12;
+    /// `n_cells`, u64.
+    pub const N_CELLS: usize = 16;
+    /// `nnz`, u64.
+    pub const NNZ: usize = 24;
+    /// `n_genes`, u32.
+    pub const N_GENES: usize = 32;
+    /// `n_chunks`, u32.
+    pub const N_CHUNKS: usize = 36;
+    /// `indptr_off`, u64.
+    pub const INDPTR_OFF: usize = 40;
+    /// `total_size`, u64.
+    pub const TOTAL_SIZE: usize = 48;
+    /// `crc32`, u32.
+    pub const CRC32: usize = 56;
+    /// `reserved`, u32 (must be 0).
+    pub const RESERVED: usize = 60;
+}
+use header_offset as off;
+
 /// Tile format version. Version 1 has 64-byte chunk entries and no exceptions; version 2 adds exception frames.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Version {
@@ -91,47 +118,49 @@ impl TileHeader {
         if blob.len() < HEADER_LEN {
             return Err(FormatError::TooShort { len: blob.len() as u64 });
         }
-        if &blob[0..8] != MAGIC {
-            return Err(FormatError::BadMagic { found: blob[0..8].escape_ascii().to_string() });
+        let magic = &blob[off::MAGIC..off::MAGIC + MAGIC.len()];
+        if magic != MAGIC {
+            return Err(FormatError::BadMagic { found: magic.escape_ascii().to_string() });
         }
-        let number = u32_at(blob, 8);
+        let number = u32_at(blob, off::VERSION);
         let version = Version::from_number(number).ok_or(FormatError::UnsupportedVersion { version: number })?;
-        let flags = u32_at(blob, 12);
+        let flags = u32_at(blob, off::FLAGS);
         if flags != 0 {
-            return Err(FormatError::NonZeroField { field: "flags", offset: 12, value: flags });
+            return Err(FormatError::NonZeroField { field: "flags", offset: off::FLAGS as u64, value: flags });
         }
-        let reserved = u32_at(blob, 60);
+        let reserved = u32_at(blob, off::RESERVED);
         if reserved != 0 {
-            return Err(FormatError::NonZeroField { field: "reserved", offset: 60, value: reserved });
+            return Err(FormatError::NonZeroField { field: "reserved", offset: off::RESERVED as u64, value: reserved });
         }
-        let n_genes = u32_at(blob, 32);
+        let n_genes = u32_at(blob, off::N_GENES);
         if n_genes == 0 || u64::from(n_genes) > version.max_genes() {
             return Err(FormatError::GenesOutOfRange { n_genes, version: number, max: version.max_genes() });
         }
         Ok(TileHeader {
             version,
-            n_cells: u64_at(blob, 16),
-            nnz: u64_at(blob, 24),
+            n_cells: u64_at(blob, off::N_CELLS),
+            nnz: u64_at(blob, off::NNZ),
             n_genes,
-            n_chunks: u32_at(blob, 36),
-            indptr_off: u64_at(blob, 40),
-            total_size: u64_at(blob, 48),
-            crc32: u32_at(blob, 56),
+            n_chunks: u32_at(blob, off::N_CHUNKS),
+            indptr_off: u64_at(blob, off::INDPTR_OFF),
+            total_size: u64_at(blob, off::TOTAL_SIZE),
+            crc32: u32_at(blob, off::CRC32),
         })
     }
 
     /// Serializes the header (flags and reserved are written as 0).
     pub fn to_bytes(&self) -> [u8; HEADER_LEN] {
         let mut b = [0u8; HEADER_LEN];
-        b[0..8].copy_from_slice(MAGIC);
-        b[8..12].copy_from_slice(&self.version.number().to_le_bytes());
-        b[16..24].copy_from_slice(&self.n_cells.to_le_bytes());
-        b[24..32].copy_from_slice(&self.nnz.to_le_bytes());
-        b[32..36].copy_from_slice(&self.n_genes.to_le_bytes());
-        b[36..40].copy_from_slice(&self.n_chunks.to_le_bytes());
-        b[40..48].copy_from_slice(&self.indptr_off.to_le_bytes());
-        b[48..56].copy_from_slice(&self.total_size.to_le_bytes());
-        b[56..60].copy_from_slice(&self.crc32.to_le_bytes());
+        let mut put = |at: usize, bytes: &[u8]| b[at..at + bytes.len()].copy_from_slice(bytes);
+        put(off::MAGIC, MAGIC);
+        put(off::VERSION, &self.version.number().to_le_bytes());
+        put(off::N_CELLS, &self.n_cells.to_le_bytes());
+        put(off::NNZ, &self.nnz.to_le_bytes());
+        put(off::N_GENES, &self.n_genes.to_le_bytes());
+        put(off::N_CHUNKS, &self.n_chunks.to_le_bytes());
+        put(off::INDPTR_OFF, &self.indptr_off.to_le_bytes());
+        put(off::TOTAL_SIZE, &self.total_size.to_le_bytes());
+        put(off::CRC32, &self.crc32.to_le_bytes());
         b
     }
 

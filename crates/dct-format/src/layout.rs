@@ -1,6 +1,7 @@
+use crate::chunk::entry_offset::{CELL_HI, CELL_LO, NNZ_HI, NNZ_LO};
 use crate::chunk::{ChunkEntry, FrameKind, FrameRef};
 use crate::error::{Field, FormatError};
-use crate::header::{HEADER_LEN, TileHeader, Version};
+use crate::header::{HEADER_LEN, TileHeader, Version, header_offset as off};
 
 /// Rounds `x` up to the next multiple of 8.
 pub fn align8(x: u64) -> u64 {
@@ -89,146 +90,28 @@ impl TileLayout {
         self.header = None;
         self.chunks.clear();
         let header = TileHeader::parse(blob)?;
-        let len = blob.len() as u64;
-        if header.total_size != len {
-            return Err(FormatError::SizeMismatch { claimed: header.total_size, actual: len });
-        }
-        let table_end = header.chunk_table_end().filter(|&end| end <= len).ok_or_else(|| {
-            FormatError::layout(
-                Field::Header("n_chunks"),
-                36,
-                format!(
-                    "a table of {} entries of {} bytes does not fit in the {len}-byte tile",
-                    header.n_chunks,
-                    header.version.entry_size()
-                ),
-            )
-        })?;
-        if header.n_cells == 0 && header.n_chunks != 0 {
-            return Err(FormatError::layout(
-                Field::Header("n_chunks"),
-                36,
-                format!("a tile with 0 cells has 0 chunks, not {}", header.n_chunks),
-            ));
-        }
-        if header.n_cells > 0 && header.n_chunks == 0 {
-            return Err(FormatError::layout(
-                Field::Header("n_chunks"),
-                36,
-                format!("0 chunks cannot cover {} cells", header.n_cells),
-            ));
-        }
-        let indptr_off = header.indptr_off;
-        if indptr_off % 8 != 0 {
-            return Err(FormatError::layout(
-                Field::Header("indptr_off"),
-                40,
-                format!("{indptr_off} is not a multiple of 8"),
-            ));
-        }
-        if indptr_off < table_end {
-            return Err(FormatError::layout(
-                Field::Header("indptr_off"),
-                40,
-                format!("{indptr_off} lies before the end of the chunk table at {table_end}"),
-            ));
-        }
-        let indptr_end = header
-            .n_cells
-            .checked_add(1)
-            .and_then(|n| n.checked_mul(8))
-            .and_then(|b| b.checked_add(indptr_off))
-            .filter(|&end| end <= len)
-            .ok_or_else(|| {
-                FormatError::layout(
-                    Field::Header("n_cells"),
-                    16,
-                    format!(
-                        "an indptr of {} + 1 entries at offset {indptr_off} does not fit in the {len}-byte tile",
-                        header.n_cells
-                    ),
-                )
-            })?;
-        let indptr = IndptrView { bytes: &blob[indptr_off as usize..indptr_end as usize] };
+        let indptr_end = check_regions(&header, blob.len() as u64)?;
+        let indptr = IndptrView { bytes: &blob[header.indptr_off as usize..indptr_end as usize] };
         validate_indptr(&indptr, &header)?;
 
         let entry_size = header.version.entry_size();
         self.chunks.reserve(header.n_chunks as usize);
-        let mut expect_cell = 0u64;
-        let mut expect_nnz = 0u64;
+        let (mut cell, mut nnz) = (0u64, 0u64);
         for c in 0..header.n_chunks {
             let at = HEADER_LEN + c as usize * entry_size;
             let e = ChunkEntry::parse(&blob[at..at + entry_size], header.version);
-            let field = |name| Field::Chunk { chunk: c, name };
-            let at = at as u64;
-            if e.cell_lo != expect_cell {
-                return Err(FormatError::layout(
-                    field("cell_lo"),
-                    at,
-                    format!("{} but the previous chunk ends at cell {expect_cell}", e.cell_lo),
-                ));
-            }
-            if e.nnz_lo != expect_nnz {
-                return Err(FormatError::layout(
-                    field("nnz_lo"),
-                    at + 16,
-                    format!("{} but the previous chunk ends at nonzero {expect_nnz}", e.nnz_lo),
-                ));
-            }
-            if e.cell_hi < e.cell_lo || e.cell_hi > header.n_cells {
-                return Err(FormatError::layout(
-                    field("cell_hi"),
-                    at + 8,
-                    format!("{} is outside {}..={}", e.cell_hi, e.cell_lo, header.n_cells),
-                ));
-            }
-            if e.nnz_hi < e.nnz_lo || e.nnz_hi > header.nnz {
-                return Err(FormatError::layout(
-                    field("nnz_hi"),
-                    at + 24,
-                    format!("{} is outside {}..={}", e.nnz_hi, e.nnz_lo, header.nnz),
-                ));
-            }
-            if e.nnz() > u64::from(u32::MAX) {
-                return Err(FormatError::layout(
-                    field("nnz_hi"),
-                    at + 24,
-                    format!("the chunk holds {} nonzeros; a chunk holds fewer than 2^32", e.nnz()),
-                ));
-            }
-            for (cell, nnz, name, off) in [(e.cell_lo, e.nnz_lo, "nnz_lo", 16), (e.cell_hi, e.nnz_hi, "nnz_hi", 24)] {
-                let stored = indptr.get(cell as usize);
-                if stored != nnz {
-                    return Err(FormatError::layout(
-                        field(name),
-                        at + off,
-                        format!("{nnz} but indptr[{cell}] is {stored}"),
-                    ));
-                }
-            }
-            let frames = [
-                (FrameKind::Gaps, e.gaps, 32),
-                (FrameKind::Vals, e.vals, 48),
-                (FrameKind::ValueExceptions, e.vexc, 64),
-                (FrameKind::GapExceptions, e.gexc, 80),
-            ];
-            for (kind, frame, off) in frames {
-                let required = matches!(kind, FrameKind::Gaps | FrameKind::Vals);
-                if required || frame.is_present() {
-                    check_frame(frame, kind, c, at + off, indptr_end, len)?;
-                }
-            }
-            expect_cell = e.cell_hi;
-            expect_nnz = e.nnz_hi;
+            let place = EntryPlace { chunk: c, at: at as u64, data_start: indptr_end, len: blob.len() as u64 };
+            check_entry(&e, place, (cell, nnz), &header, &indptr)?;
+            (cell, nnz) = (e.cell_hi, e.nnz_hi);
             self.chunks.push(e);
         }
-        if expect_cell != header.n_cells || expect_nnz != header.nnz {
+        if cell != header.n_cells || nnz != header.nnz {
             let last = header.n_chunks.saturating_sub(1);
             return Err(FormatError::layout(
                 Field::Chunk { chunk: last, name: "cell_hi" },
                 (HEADER_LEN + last as usize * entry_size) as u64,
                 format!(
-                    "the chunks end at cell {expect_cell} and nonzero {expect_nnz}, not at n_cells = {} and nnz = {}",
+                    "the chunks end at cell {cell} and nonzero {nnz}, not at n_cells = {} and nnz = {}",
                     header.n_cells, header.nnz
                 ),
             ));
@@ -269,6 +152,108 @@ impl TileLayout {
         let i = self.chunks.partition_point(|c| c.cell_hi <= row);
         (i < self.chunks.len()).then_some(i)
     }
+}
+
+/// Checks that the blob is `total_size` long and that the chunk table and the indptr fit, in that order, before
+/// the end; returns where the indptr ends (where frames may start).
+fn check_regions(header: &TileHeader, len: u64) -> Result<u64, FormatError> {
+    if header.total_size != len {
+        return Err(FormatError::SizeMismatch { claimed: header.total_size, actual: len });
+    }
+    let n_chunks_err = |rule: String| FormatError::layout(Field::Header("n_chunks"), off::N_CHUNKS as u64, rule);
+    let table_end = header.chunk_table_end().filter(|&end| end <= len).ok_or_else(|| {
+        n_chunks_err(format!(
+            "a table of {} entries of {} bytes does not fit in the {len}-byte tile",
+            header.n_chunks,
+            header.version.entry_size()
+        ))
+    })?;
+    if header.n_cells == 0 && header.n_chunks != 0 {
+        return Err(n_chunks_err(format!("a tile with 0 cells has 0 chunks, not {}", header.n_chunks)));
+    }
+    if header.n_cells > 0 && header.n_chunks == 0 {
+        return Err(n_chunks_err(format!("0 chunks cannot cover {} cells", header.n_cells)));
+    }
+    let indptr_off = header.indptr_off;
+    let indptr_err = |rule: String| FormatError::layout(Field::Header("indptr_off"), off::INDPTR_OFF as u64, rule);
+    if !indptr_off.is_multiple_of(8) {
+        return Err(indptr_err(format!("{indptr_off} is not a multiple of 8")));
+    }
+    if indptr_off < table_end {
+        return Err(indptr_err(format!("{indptr_off} lies before the end of the chunk table at {table_end}")));
+    }
+    header
+        .n_cells
+        .checked_add(1)
+        .and_then(|n| n.checked_mul(8))
+        .and_then(|b| b.checked_add(indptr_off))
+        .filter(|&end| end <= len)
+        .ok_or_else(|| {
+            FormatError::layout(
+                Field::Header("n_cells"),
+                off::N_CELLS as u64,
+                format!(
+                    "an indptr of {} + 1 entries at offset {indptr_off} does not fit in the {len}-byte tile",
+                    header.n_cells
+                ),
+            )
+        })
+}
+
+/// Where a chunk entry is: its index, its offset in the blob, where frames may start and the blob's size.
+#[derive(Clone, Copy)]
+struct EntryPlace {
+    chunk: u32,
+    at: u64,
+    data_start: u64,
+    len: u64,
+}
+
+/// Checks one chunk entry: it starts where the previous chunk ended (`(cell, nnz)`), stays inside the tile's
+/// cells and nonzeros, agrees with the indptr at both ends, and its frames lie inside the data region.
+fn check_entry(
+    e: &ChunkEntry,
+    place: EntryPlace,
+    (cell, nnz): (u64, u64),
+    header: &TileHeader,
+    indptr: &IndptrView<'_>,
+) -> Result<(), FormatError> {
+    let err = |name, field_at: u64, rule: String| {
+        FormatError::layout(Field::Chunk { chunk: place.chunk, name }, place.at + field_at, rule)
+    };
+    if e.cell_lo != cell {
+        return Err(err("cell_lo", CELL_LO, format!("{} but the previous chunk ends at cell {cell}", e.cell_lo)));
+    }
+    if e.nnz_lo != nnz {
+        return Err(err("nnz_lo", NNZ_LO, format!("{} but the previous chunk ends at nonzero {nnz}", e.nnz_lo)));
+    }
+    if e.cell_hi < e.cell_lo || e.cell_hi > header.n_cells {
+        return Err(err("cell_hi", CELL_HI, format!("{} is outside {}..={}", e.cell_hi, e.cell_lo, header.n_cells)));
+    }
+    if e.nnz_hi < e.nnz_lo || e.nnz_hi > header.nnz {
+        return Err(err("nnz_hi", NNZ_HI, format!("{} is outside {}..={}", e.nnz_hi, e.nnz_lo, header.nnz)));
+    }
+    if e.nnz() > u64::from(u32::MAX) {
+        let rule = format!("the chunk holds {} nonzeros; a chunk holds fewer than 2^32", e.nnz());
+        return Err(err("nnz_hi", NNZ_HI, rule));
+    }
+    for (cell, nnz, name, field_at) in
+        [(e.cell_lo, e.nnz_lo, "nnz_lo", NNZ_LO), (e.cell_hi, e.nnz_hi, "nnz_hi", NNZ_HI)]
+    {
+        let stored = indptr.get(cell as usize);
+        if stored != nnz {
+            return Err(err(name, field_at, format!("{nnz} but indptr[{cell}] is {stored}")));
+        }
+    }
+    for kind in [FrameKind::Gaps, FrameKind::Vals, FrameKind::ValueExceptions, FrameKind::GapExceptions] {
+        let frame = e.frame(kind);
+        let required = matches!(kind, FrameKind::Gaps | FrameKind::Vals);
+        if required || frame.is_present() {
+            let at = place.at + ChunkEntry::frame_field_offset(kind);
+            check_frame(frame, kind, place.chunk, at, place.data_start, place.len)?;
+        }
+    }
+    Ok(())
 }
 
 fn validate_indptr(indptr: &IndptrView<'_>, header: &TileHeader) -> Result<(), FormatError> {

@@ -27,12 +27,14 @@ mod chunk;
 mod error;
 mod header;
 mod layout;
+mod parsed;
 
 pub use cells::{CellIndex, CellIndexError};
-pub use chunk::{ChunkEntry, FrameKind, FrameRef};
+pub use chunk::{ChunkEntry, FrameKind, FrameRef, entry_offset};
 pub use error::{Field, FormatError};
-pub use header::{HEADER_LEN, MAGIC, TileHeader, Version};
+pub use header::{HEADER_LEN, MAGIC, TileHeader, Version, header_offset};
 pub use layout::{IndptrView, TileLayout, align8, compute_crc, verify_crc};
+pub use parsed::{ParsedTile, TileBytes};
 
 /// Largest count a tile can hold (`2^31 - 1`); counts are stored as positive int32.
 pub const MAX_COUNT: u32 = i32::MAX as u32;

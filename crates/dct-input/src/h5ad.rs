@@ -5,7 +5,7 @@ use std::path::Path;
 
 use hdf5_pure::Dataset;
 
-use crate::block::{REPEAT_OVERFLOW, RowBlock};
+use crate::block::{REPEAT_OVERFLOW, RowBlock, canonicalize_row};
 use crate::csr::CsrH5;
 use crate::error::{BadValue, InputError};
 use crate::frame::{Frame, read_dataframe};
@@ -320,34 +320,21 @@ impl H5adSource {
         let mut w = 0usize;
         let mut indptr = Vec::with_capacity(n_cells as usize + 1);
         indptr.push(0u64);
+        let mut scratch = Vec::new();
         for c in 0..n_cells as usize {
-            let row_start = w;
-            for r in counts[c] as usize..counts[c + 1] as usize {
-                let (g, v) = (indices_out[r], values_out[r]);
-                if v == 0 {
-                    continue;
-                }
-                if w > row_start && indices_out[w - 1] == g {
-                    let sum = u64::from(values_out[w - 1]) + u64::from(v);
-                    if sum > u64::from(dct_format::MAX_COUNT) {
-                        return Err(InputError::NotACount(Box::new(BadValue {
-                            path: h5.path.clone(),
-                            object: data_obj.clone(),
-                            cell: c as u64,
-                            cell_name: cells[c].clone(),
-                            gene: u64::from(g),
-                            gene_name: genes.names[g as usize].clone(),
-                            value: sum.to_string(),
-                            reason: REPEAT_OVERFLOW,
-                        })));
-                    }
-                    values_out[w - 1] = sum as u32;
-                } else {
-                    indices_out[w] = g;
-                    values_out[w] = v;
-                    w += 1;
-                }
-            }
+            let row = counts[c] as usize..counts[c + 1] as usize;
+            w = canonicalize_row(&mut indices_out, &mut values_out, row, w, &mut scratch).map_err(|(g, sum)| {
+                InputError::NotACount(Box::new(BadValue {
+                    path: h5.path.clone(),
+                    object: data_obj.clone(),
+                    cell: c as u64,
+                    cell_name: cells[c].clone(),
+                    gene: u64::from(g),
+                    gene_name: genes.names[g as usize].clone(),
+                    value: sum.to_string(),
+                    reason: REPEAT_OVERFLOW,
+                }))
+            })?;
             indptr.push(w as u64);
         }
         indices_out.truncate(w);

@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use dct_codec::CountValue;
-use dct_format::{TileLayout, compute_crc, verify_crc};
+use dct_format::{ParsedTile, compute_crc};
 use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
@@ -17,18 +17,17 @@ use crate::process::with_decoder;
 /// layout.
 #[pyclass(module = "deltacells._core", name = "Tile", frozen)]
 pub(crate) struct PyTile {
-    blob: Bytes,
-    layout: TileLayout,
+    tile: ParsedTile<Bytes>,
 }
 
 impl PyTile {
     /// Parses `blob` (structure only; the CRC too with `verify`).
     pub(crate) fn parse(blob: Bytes, verify: bool) -> PyResult<Self> {
-        let layout = TileLayout::parse(&blob).map_err(|e| format_error(e.to_string()))?;
+        let tile = ParsedTile::parse(blob).map_err(|e| format_error(e.to_string()))?;
         if verify {
-            verify_crc(&blob, layout.header()).map_err(|e| format_error(e.to_string()))?;
+            tile.verify_crc().map_err(|e| format_error(e.to_string()))?;
         }
-        Ok(PyTile { blob, layout })
+        Ok(PyTile { tile })
     }
 }
 
@@ -67,7 +66,7 @@ impl PyTile {
     /// Header fields and chunk entries as a dict (`chunks`: one 12-tuple per chunk: cell_lo, cell_hi, nnz_lo,
     /// nnz_hi, then offset and length of the gaps, vals, vexc and gexc frames).
     fn info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let h = self.layout.header();
+        let h = self.tile.layout().header();
         let d = PyDict::new(py);
         d.set_item("version", h.version.number())?;
         d.set_item("flags", 0u32)?;
@@ -78,7 +77,8 @@ impl PyTile {
         d.set_item("total_size", h.total_size)?;
         d.set_item("crc32", h.crc32)?;
         let chunks: Vec<Bound<'py, PyTuple>> = self
-            .layout
+            .tile
+            .layout()
             .chunks()
             .iter()
             .map(|e| {
@@ -98,52 +98,52 @@ impl PyTile {
 
     /// The tile's row offsets, an int64 array of `n_cells + 1` (a copy, aligned).
     fn indptr<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<i64>> {
-        let n = self.layout.header().n_cells as usize;
+        let n = self.tile.layout().header().n_cells as usize;
         let mut out = Vec::with_capacity(n + 1);
-        self.layout.indptr(&self.blob).copy_range_into(0, n, &mut out);
+        self.tile.indptr().copy_range_into(0, n, &mut out);
         owned(py, out)
     }
 
     /// Cells.
     #[getter]
     fn n_cells(&self) -> u64 {
-        self.layout.header().n_cells
+        self.tile.layout().header().n_cells
     }
 
     /// Genes.
     #[getter]
     fn n_genes(&self) -> u32 {
-        self.layout.header().n_genes
+        self.tile.layout().header().n_genes
     }
 
     /// Stored nonzeros.
     #[getter]
     fn nnz(&self) -> u64 {
-        self.layout.header().nnz
+        self.tile.layout().header().nnz
     }
 
     /// Chunks.
     #[getter]
     fn n_chunks(&self) -> usize {
-        self.layout.chunks().len()
+        self.tile.layout().chunks().len()
     }
 
     /// Size in bytes.
     #[getter]
     fn nbytes(&self) -> usize {
-        self.blob.len()
+        self.tile.blob().len()
     }
 
     /// Header version (1 or 2).
     #[getter]
     fn version(&self) -> u32 {
-        self.layout.header().version.number()
+        self.tile.layout().header().version.number()
     }
 
     /// Checks the CRC-32 of the payload; `FormatError` if it does not match.
     fn verify(&self, py: Python<'_>) -> PyResult<()> {
-        let (blob, header) = (&self.blob, *self.layout.header());
-        py.detach(|| verify_crc(blob, &header)).map_err(|e| format_error(e.to_string()))
+        let tile = &self.tile;
+        py.detach(|| tile.verify_crc()).map_err(|e| format_error(e.to_string()))
     }
 
     /// Decodes the whole tile with `threads` threads (the GIL released). Without output buffers: returns
@@ -161,7 +161,7 @@ impl PyTile {
         if threads == 0 {
             return Err(value_error("threads must be at least 1"));
         }
-        let threads = threads.min(self.layout.chunks().len().max(1));
+        let threads = threads.min(self.tile.layout().chunks().len().max(1));
         match Values::parse(values)? {
             Values::Int32 => self.decode_as::<i32>(py, threads, out_indices, out_values, "int32"),
             Values::Float32 => self.decode_as::<f32>(py, threads, out_indices, out_values, "float32"),
@@ -178,7 +178,7 @@ impl PyTile {
         out_values: Option<Bound<'py, PyAny>>,
         dtype: &str,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let blob = &self.blob;
+        let tile = &self.tile;
         match (out_indices, out_values) {
             (Some(oi), Some(ov)) => {
                 let oi = oi.cast_into::<PyArray1<i32>>().map_err(|_| bad_out("out_indices", "int32"))?;
@@ -187,12 +187,12 @@ impl PyTile {
                 let mut wv = writable(&ov, "out_values", dtype)?;
                 let (si, sv) = (wi.as_slice_mut()?, wv.as_slice_mut()?);
                 let mut indptr = Vec::new();
-                let got = py.detach(|| with_decoder(threads, false, |d| d.decode_to(blob, &mut indptr, si, sv)));
+                let got = py.detach(|| with_decoder(threads, false, |d| d.decode_to(tile, &mut indptr, si, sv)));
                 let header = got.map_err(|e| decode_error(&e))?;
                 Ok(header.nnz.into_pyobject(py)?.into_any())
             }
             (None, None) => {
-                let got = py.detach(|| with_decoder(threads, false, |d| d.decode::<V>(blob)));
+                let got = py.detach(|| with_decoder(threads, false, |d| d.decode::<V>(tile)));
                 let tile = got.map_err(|e| decode_error(&e))?;
                 Ok(PyTuple::new(py, [owned(py, tile.indices).into_any(), owned(py, tile.values).into_any()])?
                     .into_any())

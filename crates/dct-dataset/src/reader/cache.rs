@@ -5,12 +5,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
 use dct_codec::TilePlanes;
+use dct_format::ParsedTile;
 use futures::future::{BoxFuture, Shared};
 use tokio::sync::{Notify, OwnedSemaphorePermit};
 
 use crate::error::DatasetError;
 
-/// A fetched tile: its bytes until it is decoded, then its decoded contents.
+/// A fetched tile: its bytes and their parsed layout until it is decoded, then its decoded contents.
 pub(crate) struct Tile {
     pub(super) data: Mutex<TileData>,
 }
@@ -19,7 +20,7 @@ pub(super) enum TileData {
     /// Fetched and checked, not decoded. A prefetched tile holds its prefetch permit until it is decoded or
     /// dropped: prefetched tiles waiting to be decoded do not count toward the cache's capacity, and this is what
     /// bounds them (`max_prefetch_tiles`).
-    Raw { blob: Bytes, indptr: Vec<i64>, permit: Option<OwnedSemaphorePermit> },
+    Raw { tile: ParsedTile<Bytes>, indptr: Vec<i64>, permit: Option<OwnedSemaphorePermit> },
     /// Decompressed byte planes: rows are decoded from them as batches ask for them.
     Decoded(Arc<TilePlanes>),
 }

@@ -6,7 +6,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard, Weak};
 use std::time::Instant;
 
+use bytes::Bytes;
 use dct_codec::{DecodeError, DecodeOptions, DecodedTile, Decoder, TilePlanes};
+use dct_format::ParsedTile;
 
 use super::cache::{Tile, TileData};
 use super::load::Core;
@@ -133,15 +135,19 @@ impl Core {
 
     /// Decompresses a tile into its planes for the cache (chunks in parallel on the pool), into spare buffers when
     /// there are some. Its CRC was checked when it was parsed ([`Core::parse_blob`]).
-    pub(super) fn decode_planes(&self, t: usize, blob: &[u8]) -> Result<TilePlanes, DatasetError> {
+    pub(super) fn decode_planes(&self, t: usize, tile: &ParsedTile<Bytes>) -> Result<TilePlanes, DatasetError> {
         let mut decoder = self.take_decoder(false);
-        let result = self.decode_planes_with(&mut decoder, t, blob);
+        let result = self.decode_planes_with(&mut decoder, t, tile);
         self.put_decoder(decoder);
         result
     }
 
     /// [`Core::decode_planes`] with the background decoder's own decoder.
-    pub(super) fn decode_planes_in_background(&self, t: usize, blob: &[u8]) -> Result<TilePlanes, DatasetError> {
+    pub(super) fn decode_planes_in_background(
+        &self,
+        t: usize,
+        tile: &ParsedTile<Bytes>,
+    ) -> Result<TilePlanes, DatasetError> {
         let mut slot = self.background_decoder.lock().unwrap_or_else(|e| e.into_inner());
         let decoder = slot.get_or_insert_with(|| {
             // The CRC was checked when the tile was parsed. Without threads of its own (the system refused them),
@@ -150,18 +156,18 @@ impl Core {
             Decoder::try_with_threads(opts, "dct-decode-bg")
                 .unwrap_or_else(|_| Decoder::with_pool(opts, self.pool.clone()))
         });
-        self.decode_planes_with(decoder, t, blob)
+        self.decode_planes_with(decoder, t, tile)
     }
 
     pub(super) fn decode_planes_with(
         &self,
         decoder: &mut Decoder,
         t: usize,
-        blob: &[u8],
+        tile: &ParsedTile<Bytes>,
     ) -> Result<TilePlanes, DatasetError> {
         let start = Instant::now();
         let mut out = self.spare.lock().unwrap_or_else(|e| e.into_inner()).pop().unwrap_or_default();
-        let result = decoder.decode_planes_into(blob, &mut out);
+        let result = decoder.decode_planes_into(tile, &mut out);
         add(&self.counters.decode_nanos, nanos(start.elapsed()));
         add(&self.counters.tiles_decoded, 1);
         if let Err(e) = result {
@@ -220,17 +226,17 @@ impl Core {
         mut data: MutexGuard<'_, TileData>,
         on: DecodeOn,
     ) -> Result<Arc<TilePlanes>, DatasetError> {
-        let blob = match &*data {
+        let parsed = match &*data {
             TileData::Decoded(d) => return Ok(d.clone()),
-            TileData::Raw { blob, .. } => blob.clone(),
+            TileData::Raw { tile, .. } => tile,
         };
         // The tile now counts toward the cache's capacity: the tiles that leave for it leave first, so that this
         // decode can reuse their buffers.
         let evicted = self.lock_cache().count_for_decode(t, self.max_cached);
         evicted.into_iter().for_each(|old| self.recycle_tile(old));
         let decoded = match on {
-            DecodeOn::Caller => self.decode_planes(t, &blob),
-            DecodeOn::Background => self.decode_planes_in_background(t, &blob),
+            DecodeOn::Caller => self.decode_planes(t, parsed),
+            DecodeOn::Background => self.decode_planes_in_background(t, parsed),
         };
         match decoded {
             Ok(d) => {

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use dct_codec::{DecodeError, Decoder, TilePlanes};
-use dct_format::{CellIndex, TileHeader, TileLayout};
+use dct_format::{CellIndex, ParsedTile, TileHeader};
 use futures::FutureExt;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
@@ -206,20 +206,20 @@ impl Core {
         if self.decode_threads == 1 { f(false) } else { self.pool.install(|| f(true)) }
     }
 
-    /// Checks a fetched tile's structure and CRC (if on), then decodes it or keeps it raw. Every tile passes here
-    /// once, so the decodes of its planes later skip the CRC.
+    /// Checks a fetched tile's structure and CRC (if on), then decodes it or keeps it raw. Every tile is parsed
+    /// here, once: its decode later reuses the layout and skips the CRC.
     pub(super) fn parse_blob(&self, t: usize, blob: Bytes, keep: Keep) -> Result<TileData, DatasetError> {
         let err = |e: dct_format::FormatError| self.decode_error(t, DecodeError::Format(e));
-        let layout = TileLayout::parse(&blob).map_err(err)?;
+        let tile = ParsedTile::parse(blob).map_err(err)?;
         if self.verify_crc {
-            dct_format::verify_crc(&blob, layout.header()).map_err(err)?;
+            tile.verify_crc().map_err(err)?;
         }
         if keep == Keep::Decoded {
-            return Ok(TileData::Decoded(Arc::new(self.decode_planes(t, &blob)?)));
+            return Ok(TileData::Decoded(Arc::new(self.decode_planes(t, &tile)?)));
         }
         let mut indptr = Vec::new();
-        layout.indptr(&blob).copy_range_into(0, layout.header().n_cells as usize, &mut indptr);
-        Ok(TileData::Raw { blob, indptr, permit: None })
+        tile.indptr().copy_range_into(0, tile.header().n_cells as usize, &mut indptr);
+        Ok(TileData::Raw { tile, indptr, permit: None })
     }
 
     /// GETs tile `t` and checks its size and header against the manifest.

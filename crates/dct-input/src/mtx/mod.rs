@@ -16,7 +16,7 @@ pub use text::{MtxEntry, MtxField, MtxHeader, MtxText, parse_mtx_text};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-use crate::block::{REPEAT_OVERFLOW, RowBlock};
+use crate::block::{REPEAT_OVERFLOW, RowBlock, canonicalize_row};
 use crate::error::{BadValue, InputError};
 use crate::tenx::build_genes;
 use crate::{CountSource, GeneTable, InputKind};
@@ -245,36 +245,20 @@ impl MtxSource {
         let mut w = 0usize;
         let mut scratch: Vec<(u32, u32)> = Vec::new();
         for c in 0..self.cells.len() {
-            let (lo, hi) = (self.cell_ptr[c] as usize, self.cell_ptr[c + 1] as usize);
-            scratch.clear();
-            scratch.extend(indices[lo..hi].iter().copied().zip(values[lo..hi].iter().copied()));
-            if !scratch.windows(2).all(|p| p[0].0 < p[1].0) {
-                scratch.sort_by_key(|&(g, _)| g);
-            }
-            let row_start = w;
-            for &(g, v) in &scratch {
-                if w > row_start && indices[w - 1] == g {
-                    let sum = u64::from(values[w - 1]) + u64::from(v);
-                    if sum > u64::from(dct_format::MAX_COUNT) {
-                        let src = self.src_gene(g);
-                        return Err(InputError::NotACount(Box::new(BadValue {
-                            path: self.matrix.clone(),
-                            object: "repeated entries".into(),
-                            cell: c as u64,
-                            cell_name: self.cells[c].clone(),
-                            gene: src,
-                            gene_name: self.src_names[src as usize].clone(),
-                            value: sum.to_string(),
-                            reason: REPEAT_OVERFLOW,
-                        })));
-                    }
-                    values[w - 1] = sum as u32;
-                } else {
-                    indices[w] = g;
-                    values[w] = v;
-                    w += 1;
-                }
-            }
+            let row = self.cell_ptr[c] as usize..self.cell_ptr[c + 1] as usize;
+            w = canonicalize_row(&mut indices, &mut values, row, w, &mut scratch).map_err(|(g, sum)| {
+                let src = self.src_gene(g);
+                InputError::NotACount(Box::new(BadValue {
+                    path: self.matrix.clone(),
+                    object: "repeated entries".into(),
+                    cell: c as u64,
+                    cell_name: self.cells[c].clone(),
+                    gene: src,
+                    gene_name: self.src_names[src as usize].clone(),
+                    value: sum.to_string(),
+                    reason: REPEAT_OVERFLOW,
+                }))
+            })?;
             indptr.push(w as u64);
         }
         indices.truncate(w);
