@@ -6,11 +6,11 @@ use dct_format::{ChunkEntry, FrameKind, MAX_COUNT, STREAM_MAX};
 use crate::chunk::{
     Ctx, MAX_U32_SUM_LEN, check_position, data_err, frame_err, gap_error, plane, prefix_sum_u64, read_exceptions,
 };
-use crate::decode::Worker;
 use crate::error::DecodeError;
 use crate::frame::decompress_exact;
 use crate::kernels::{counts_into, prefix_sum_u32};
 use crate::values::CountValue;
+use crate::worker::Worker;
 
 /// Decodes one chunk into `indices`/`values` (exactly the chunk's `n` nonzeros).
 pub(crate) fn decode_chunk<V: CountValue>(

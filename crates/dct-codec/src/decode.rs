@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use dct_format::{ChunkEntry, IndptrView, TileBytes, TileHeader, TileLayout, Version, verify_crc};
-use zstd_safe::DCtx;
 
 use crate::buffers::resize_for_overwrite;
 use crate::chunk::Ctx;
@@ -12,9 +11,10 @@ use crate::csr_chunk::decode_chunk;
 use crate::error::DecodeError;
 use crate::handoff::Helpers;
 use crate::kernels::WriteMode;
-use crate::planes::{Exception, TilePlanes, decompress_chunk};
+use crate::planes::{TilePlanes, decompress_chunk};
 use crate::split::{Split, Threads};
 use crate::values::CountValue;
+use crate::worker::Worker;
 
 /// A decoded tile (or a selection of its rows) in CSR form.
 #[derive(Debug, Clone, PartialEq)]
@@ -67,34 +67,6 @@ pub struct DecodeOptions {
 impl Default for DecodeOptions {
     fn default() -> Self {
         DecodeOptions { verify_crc: true, threads: 1 }
-    }
-}
-
-/// Per-thread decoding state: a zstd context and scratch buffers, reused across chunks and tiles.
-pub(crate) struct Worker {
-    pub(crate) dctx: DCtx<'static>,
-    pub(crate) gaps: Vec<u8>,
-    pub(crate) vals: Vec<u8>,
-    pub(crate) exc: Vec<u8>,
-    chunk_indices: Vec<i32>,
-    chunk_values: Vec<u32>,
-    /// Exceptions read by [`Decoder::decode_planes_into`] from this worker's chunks, in chunk order.
-    vexc_out: Vec<Exception>,
-    gexc_out: Vec<Exception>,
-}
-
-impl Worker {
-    fn new() -> Self {
-        Worker {
-            dctx: DCtx::create(),
-            gaps: Vec::new(),
-            vals: Vec::new(),
-            exc: Vec::new(),
-            chunk_indices: Vec::new(),
-            chunk_values: Vec::new(),
-            vexc_out: Vec::new(),
-            gexc_out: Vec::new(),
-        }
     }
 }
 

@@ -26,6 +26,7 @@ mod params;
 mod planes;
 mod split;
 mod values;
+mod worker;
 
 pub use buffers::{HUGE_PAGE_MIN_BYTES, resize_for_overwrite, resize_large};
 pub use decode::{DecodeOptions, DecodedTile, Decoder};

@@ -35,8 +35,10 @@
 //! crossing input boundaries (memory and reasons: see [`finalize`]).
 
 mod error;
+mod finalize;
 mod io;
 mod obs;
+mod oneshot;
 mod options;
 mod output;
 mod plan;
@@ -46,13 +48,15 @@ mod scan;
 mod spill;
 
 pub use error::ConvertError;
+pub use finalize::finalize;
 pub use obs::OBS_NAMES;
+pub use oneshot::convert;
 pub use output::clear_output;
 pub use plan::{
     ConvertOptions, GeneSort, PLAN_FORMAT, PLAN_MARKER, Plan, PlanInput, PlanObs, make_plan, make_plan_with_scans,
     make_plan_with_spill, natural_cmp,
 };
 pub use remap::GeneRemap;
-pub use run::{PartReport, Progress, RunOptions, convert, finalize, run_part, run_part_with_spill};
+pub use run::{PartReport, Progress, RunOptions, run_part, run_part_with_spill};
 pub use scan::{ScanReport, scan_dir, scan_inputs_part};
 pub use spill::{DEFAULT_MAX_BYTES as DEFAULT_SPILL_MAX_BYTES, Spill, SpillOptions, SpillStats};

@@ -1,6 +1,12 @@
 //! Schemas over several inputs, conversion to the schema, and the tile cutter.
 
-use super::*;
+use arrow_array::{Array, Float64Array, StringArray};
+use dct_input::{Column, ColumnData as InputData, Frame};
+use dct_obs::{ArrowType, ColumnData, ColumnKind, TileObs};
+
+use super::convert::*;
+use super::cutter::*;
+use super::schema::*;
 
 fn col(name: &str, stored: &str, data: InputData) -> Column {
     Column { name: name.into(), stored_type: stored.into(), data }

@@ -10,14 +10,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from deltacells import _core
+from deltacells._obs_schema import _var_frame
+from deltacells._obs_store import ObsStore
+from deltacells._tiles import SparseBatch, Tile, _check_out, as_values_dtype
 from deltacells.backends import Backend, GCSBackend, LocalBackend, StoreBackend, open_backend
 from deltacells.manifest import Manifest
-from deltacells.reader import SparseBatch, Tile, _check_out, as_values_dtype
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-    from deltacells.obs import ObsStore
 
 __all__ = ["DeltaCellsDataset", "open_dataset"]
 
@@ -246,8 +247,6 @@ class DeltaCellsDataset:
         """The gene table as a pandas DataFrame in stored column order, with its stored index (``None`` if the
         dataset has none; needs pandas). Read once."""
         if self._var is None and self.manifest.has_var_table:
-            from deltacells.obs import _var_frame
-
             self._var = _var_frame(self._core.var_table())
         return self._var
 
@@ -261,8 +260,6 @@ class DeltaCellsDataset:
         if not self.manifest.has_obs:
             return None
         if self._obs is None:
-            from deltacells.obs import ObsStore
-
             self._obs = ObsStore._of_dataset(self)
         return self._obs
 

@@ -9,20 +9,20 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from deltacells import _core
+from deltacells._files import write_atomic
 from deltacells.manifest import Manifest
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
     import scipy.sparse
 
-    from deltacells.obs import ObsSchema
+    from deltacells._obs_schema import ObsSchema
 
 __all__ = ["DEFAULT_CHUNKS", "DEFAULT_LEVEL", "DatasetWriter", "encode_tile", "permute_columns", "write_tile"]
 
@@ -73,27 +73,10 @@ def encode_tile(
     )
 
 
-def _write_atomic(path: str, data: bytes) -> None:
-    """Writes ``data`` at ``path`` through a temporary file in the same directory, renamed into place."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def write_tile(path: str | os.PathLike[str], matrix: Any, **kwargs: Any) -> int:
     """Encodes ``matrix`` (see :func:`encode_tile`) and writes it at ``path`` atomically; returns its size."""
     blob = encode_tile(matrix, **kwargs)
-    _write_atomic(os.fspath(path), blob)
+    write_atomic(os.fspath(path), blob)
     return len(blob)
 
 
@@ -216,7 +199,7 @@ class DatasetWriter:
             )
         if obs is None:
             return None
-        from deltacells.obs import _frame, _table_frame
+        from deltacells._obs_schema import _frame, _table_frame
 
         schema = self.obs_schema
         assert schema is not None
@@ -264,7 +247,7 @@ class DatasetWriter:
             names = self.var_names if order is None else [self.var_names[j] for j in order]
             self._core.set_var_names(names)
         if self.var is not None:
-            from deltacells.obs import _var_bytes
+            from deltacells._obs_schema import _var_bytes
 
             var = self.var if order is None else self.var.iloc[order]
             self._core.put_var_table(_var_bytes(var))

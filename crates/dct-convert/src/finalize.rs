@@ -1,0 +1,174 @@
+//! Finalizing a conversion: every tile checked, the side files (gene order, names, `var.parquet`), the obs shards
+//! cut from every input's obs, and the manifest, last.
+
+use bytes::Bytes;
+use dct_dataset::manifest::VAR_TABLE_NAME;
+use dct_dataset::{Manifest, SideFiles, finish_dataset};
+use dct_input::H5adSource;
+use dct_obs::{ObsWriteOptions, ObsWriteSummary, ObsWriter, encode_var_parquet};
+use rayon::prelude::*;
+use serde_json::json;
+
+use crate::error::ConvertError;
+use crate::io::Output;
+use crate::obs::{InputObs, SchemaPlan, TileCutter, var_table};
+use crate::output::{TileState, check_tile, finished_dataset};
+use crate::plan::{PLAN_MARKER, Plan};
+use crate::run::{RunOptions, reopen_input};
+
+/// `var.parquet` (the first input's gene table in stored column order), and the var columns left out of it, with
+/// the reason.
+fn var_table_file(out: &Output, plan: &Plan) -> Result<(Bytes, Vec<(String, String)>), ConvertError> {
+    let source = reopen_input(plan, 0)?;
+    let (table, skipped) = var_table(source.genes(), &plan.gene_order, source.path())?;
+    let bytes = encode_var_parquet(&table).map_err(|source| ConvertError::Obs {
+        context: format!("encoding {}", out.store.url(VAR_TABLE_NAME)),
+        source: Box::new(source),
+    })?;
+    Ok((bytes, skipped))
+}
+
+/// The obs of input `i`, read and converted to the plan's schema.
+fn read_input_obs(plan: &Plan, schema: &SchemaPlan, i: usize) -> Result<InputObs, ConvertError> {
+    let input = &plan.inputs[i];
+    let (frame, names) = if input.kind == "h5ad" && schema.needs_frame() {
+        let h5ad = H5adSource::open_counts_only(std::path::Path::new(&input.path), &plan.input_options()?.matrix)?;
+        let frame = h5ad.read_obs()?;
+        let names = frame.index.clone();
+        (Some(frame), names)
+    } else {
+        (None, reopen_input(plan, i)?.cell_names().to_vec())
+    };
+    if names.len() as u64 != input.n_cells {
+        return Err(ConvertError::Inputs(format!(
+            "{} has {} cell names but {} cells in the plan: the input changed since the plan was made; make a new \
+             plan",
+            input.path,
+            names.len(),
+            input.n_cells
+        )));
+    }
+    let converted = InputObs::read(schema, &input.path, frame, names)?;
+    debug_assert_eq!(converted.n_cells() as u64, input.n_cells);
+    Ok(converted)
+}
+
+/// Writes the obs shards and `obs/schema.json` (see [`finalize`]).
+fn write_obs(out: &Output, plan: &Plan, tile_cells: &[u64]) -> Result<Option<ObsWriteSummary>, ConvertError> {
+    let (Some(obs), Some(schema)) = (&plan.obs, plan.obs_schema()?) else { return Ok(None) };
+    let schema = SchemaPlan::new(schema);
+    let context = || format!("writing the obs of {}", out.store.root());
+    let options = ObsWriteOptions { tiles_per_file: obs.tiles_per_file, zstd_level: plan.zstd_level.clamp(1, 22) };
+    let mut writer = ObsWriter::new(out.store.clone(), schema.schema().clone(), tile_cells, &options)
+        .map_err(|source| ConvertError::Obs { context: context(), source: Box::new(source) })?;
+    let mut cutter = TileCutter::new(&schema, tile_cells);
+    // Inputs are read and converted a few at a time in parallel (one per thread), then cut in order.
+    let batch = rayon::current_num_threads().max(1);
+    let indices: Vec<usize> = (0..plan.inputs.len()).collect();
+    for group in indices.chunks(batch) {
+        let converted: Vec<InputObs> =
+            group.par_iter().map(|&i| read_input_obs(plan, &schema, i)).collect::<Result<_, _>>()?;
+        for input_obs in &converted {
+            cutter.push(input_obs, |t, tile| {
+                out.block_on(writer.write_tile(&tile))?.map_err(|source| ConvertError::Obs {
+                    context: format!("{} (tile {t})", context()),
+                    source: Box::new(source),
+                })
+            })?;
+        }
+    }
+    cutter.finish()?;
+    let summary = out
+        .block_on(writer.finish())?
+        .map_err(|source| ConvertError::Obs { context: context(), source: Box::new(source) })?;
+    Ok(Some(summary))
+}
+
+/// Checks every tile of the plan (present, structure, CRC, cells and genes) and writes `gene_order.npy`,
+/// `var_names.txt`, `var.parquet`, the obs (shards, then `obs/schema.json`) and, last, `manifest.json`.
+///
+/// `var.parquet` is the gene table of the first input (h5ad `var`, or id, name and feature type of 10x inputs) in
+/// output column order, its index (the gene names) kept with pandas metadata.
+///
+/// # Obs
+///
+/// Obs is written here, once, rather than by the parts: it is small next to X (tens of bytes per cell against
+/// kilobytes), and one writer gives shards of whole tiles without coordination between parts. Each input's obs is
+/// read again, converted to the plan's schema (categorical codes remapped to the global vocabulary, NaN floats as
+/// nulls, numeric types widened), and cut into tiles of the plan's cells that cross input boundaries: exactly one
+/// row group per tile. Inputs are read a few at a time in parallel (as many as the rayon pool has threads). Memory:
+/// that many inputs' obs at a time, each read whole (about its decoded size twice over while it is converted: 8
+/// bytes per value of numeric columns, 4 per categorical code, the bytes of strings), one tile, and
+/// the shard being encoded (compressed, up to `tiles_per_file` tiles). Re-running finalize rewrites the same bytes.
+pub fn finalize(plan: &Plan, opts: &RunOptions) -> Result<Manifest, ConvertError> {
+    let out = Output::open(&plan.output, &opts.store)?;
+    match out.get(PLAN_MARKER)? {
+        Some(bytes) if Plan::from_json(&bytes, &out.store.url(PLAN_MARKER))?.fingerprint == plan.fingerprint => {}
+        Some(_) => {
+            return Err(ConvertError::Output(format!("{} belongs to another conversion", out.store.root())));
+        }
+        None => {
+            if let Some(manifest) = finished_dataset(&out, plan)? {
+                return Ok(manifest);
+            }
+            return Err(ConvertError::Output(format!(
+                "{} holds no tiles of this plan: run its parts first",
+                out.store.root()
+            )));
+        }
+    }
+    let mut manifest = Manifest::new(plan.n_genes, plan.tile_size);
+    manifest.version = plan.tile_version()?.number();
+    let mut problems = Vec::new();
+    for t in 0..plan.n_tiles {
+        match check_tile(&out, plan, t)? {
+            TileState::Valid { nnz, bytes } => {
+                let (first, end) = plan.tile_cells(t);
+                manifest.tile_cells.push(end - first);
+                manifest.tile_nnz.push(nnz);
+                manifest.tile_bytes.push(bytes);
+            }
+            TileState::Missing => problems.push(format!("tile {t} is missing")),
+            TileState::Invalid(why) => problems.push(format!("tile {t} is invalid: {why}")),
+        }
+    }
+    if !problems.is_empty() {
+        return Err(ConvertError::Incomplete { output: out.store.root().to_string(), problems });
+    }
+    manifest.n_cells = plan.n_cells;
+    manifest.n_chunks = Some(plan.n_chunks as u64);
+    manifest.zstd_level = Some(i64::from(plan.zstd_level));
+    let mut side = SideFiles::new(plan.n_genes);
+    side.set_gene_order(plan.gene_order.iter().map(|&g| g as i32).collect())?;
+    side.set_var_names(plan.var_names.clone())?;
+    let (var_bytes, var_skipped) = var_table_file(&out, plan)?;
+    side.add_file(VAR_TABLE_NAME, var_bytes)?;
+    if let Some(obs) = write_obs(&out, plan, &manifest.tile_cells)? {
+        manifest.has_obs = true;
+        manifest.obs_tiles_per_file = obs.tiles_per_file;
+        manifest.obs_shard_bytes = obs.shard_bytes;
+        manifest.obs_shard_sha256 = obs.shard_sha256;
+        manifest.obs_fingerprint = obs.fingerprint;
+        // A version-1 manifest carries only the keys the original reader knows: it refuses any other.
+        if manifest.version != 1 {
+            manifest.obs_shard_footer_crc32 = Some(obs.shard_footer_crc32);
+        }
+    }
+    let mut metadata = json!({
+        "converter": format!("deltacells {}", env!("CARGO_PKG_VERSION")),
+        "inputs": plan.inputs.iter().map(|i| &i.path).collect::<Vec<_>>(),
+        "matrix": plan.matrix,
+        "gene_sort": plan.gene_sort,
+        "convert_plan": plan.fingerprint,
+    });
+    if !var_skipped.is_empty() {
+        metadata["var_columns_left_out"] = json!(var_skipped);
+    }
+    manifest.metadata = metadata;
+    // The side files, then the manifest, last: it makes the dataset visible. Then the marker goes: a finished
+    // dataset holds only the spec's files, and its manifest's `metadata.convert_plan` still ties it to the plan (a
+    // re-run finds it finished).
+    let manifest = out.block_on(finish_dataset(&out.store, manifest, side))??;
+    out.delete(PLAN_MARKER)?;
+    Ok(manifest)
+}

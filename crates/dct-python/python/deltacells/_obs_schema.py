@@ -1,0 +1,357 @@
+"""Obs schemas and frames, fingerprints, the cache directory rule and the gene table's conversions: what writing
+and reading obs share (``deltacells.obs`` is the public face)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from deltacells import _core
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+    import pyarrow as pa
+
+log = logging.getLogger("deltacells.obs")
+
+#: Categorical columns with more categories than this (over all inputs) are stored as strings.
+DEFAULT_MAX_CATEGORIES = 20_000
+SCHEMA_FORMAT = "deltacells-obs"
+SCHEMA_VERSION = 1
+KINDS = ("category", "numeric", "bool", "string")
+
+
+# ---------------------------------------------------------------------------------------------- frames
+
+
+def _kind_of(name: str, s: Any) -> str:
+    """The obs kind of a pandas Series (categorical, bool, numeric, string), or ``ValueError``."""
+    import pandas as pd
+    from pandas.api import types as pt
+
+    dt = s.dtype
+    if isinstance(dt, pd.CategoricalDtype):
+        return "category"
+    if pt.is_bool_dtype(dt):
+        return "bool"
+    if pt.is_numeric_dtype(dt) and not pt.is_complex_dtype(dt) and not pt.is_timedelta64_dtype(dt):
+        return "numeric"
+    if pt.is_string_dtype(dt) or dt == object:
+        return "string"
+    raise ValueError(
+        f"obs column {name!r} has unsupported dtype {dt}; exclude it (supported: categorical, numeric, bool, string)"
+    )
+
+
+_NUMPY_OF_ARROW = {
+    "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64, "uint8": np.uint8, "uint16": np.uint16,
+    "uint32": np.uint32, "uint64": np.uint64, "float": np.float32, "double": np.float64,
+}
+
+
+def _column_tuple(
+    name: str, s: Any, kind: str | None = None, arrow_type: str | None = None
+) -> tuple[str, str, Any, Any]:
+    """One pandas Series as a frame item for the Rust core: ``(kind, name, values, extra)``. With the stored
+    ``arrow_type`` of a numeric column, integral floats (integers that pandas holds as float64 with NaN for
+    missing values) are given as that integer type."""
+    import pandas as pd
+
+    kind = kind or _kind_of(name, s)
+    if kind == "category":
+        if isinstance(s.dtype, pd.CategoricalDtype):
+            codes = np.ascontiguousarray(s.cat.codes.to_numpy(), dtype=np.int32)
+            return ("category", name, codes, [str(c) for c in s.cat.categories])
+        # Plain labels for a category column: sent as strings, the schema's vocabulary codes them.
+        kind = "string"
+    if kind == "string":
+        values = s.astype(object).to_numpy()
+        return ("string", name, [None if _missing(v) else str(v) for v in values], None)
+    missing = np.asarray(s.isna().to_numpy(), dtype=bool)
+    mask = np.ascontiguousarray(missing) if missing.any() else None
+    if kind == "bool":
+        values = np.array([False if m else bool(v) for v, m in zip(s.astype(object).to_numpy(), missing)], dtype=bool)
+        return ("bool", name, values, mask)
+    dt = s.dtype
+    if isinstance(dt, np.dtype):
+        values = s.to_numpy()
+        if values.dtype == np.float16:
+            values = values.astype(np.float32)
+    else:  # pandas nullable numbers (Int64, Float32, ...)
+        values = s.to_numpy(dtype=np.dtype(dt.numpy_dtype), na_value=0)
+    target = _NUMPY_OF_ARROW.get(arrow_type or "")
+    if target is not None and np.issubdtype(target, np.integer) and np.issubdtype(values.dtype, np.floating):
+        filled = np.where(missing, 0, values)
+        info = np.iinfo(target)
+        if np.all(np.isfinite(filled)) and np.all(filled == np.round(filled)) and (
+            len(filled) == 0 or (filled.min() >= info.min and filled.max() <= info.max)
+        ):
+            values = filled.astype(target)
+    elif target is np.float32 and values.dtype == np.float64:
+        filled = np.where(missing, 0.0, values)
+        narrow = filled.astype(np.float32)
+        if np.array_equal(narrow.astype(np.float64), filled, equal_nan=True):
+            values = narrow  # float32 values that pandas widened (a missing value makes float64 NaN)
+    return ("numeric", name, np.ascontiguousarray(values), mask)
+
+
+def _missing(v: Any) -> bool:
+    if v is None:
+        return True
+    try:
+        import pandas as pd
+
+        return bool(pd.isna(v))
+    except (TypeError, ValueError):
+        return False
+
+
+def _frame(df: Any, names: Sequence[str], schema: ObsSchema | None = None) -> list[tuple[str, str, Any, Any]]:
+    """The columns ``names`` of a pandas frame as a frame for the Rust core (in the stored kinds and types of
+    ``schema`` when given)."""
+    if schema is None:
+        return [_column_tuple(n, df[n]) for n in names]
+    return [_column_tuple(n, df[n], schema[n].kind, schema[n].arrow_type) for n in names]
+
+
+def _table_frame(table: Any, schema: ObsSchema) -> list[tuple[str, str, Any, Any]]:
+    """An Arrow table already in a schema's stored form (``ObsSchema.encode``) as a frame."""
+    out = []
+    for c in schema.columns:
+        col = table.column(c.name)
+        missing = np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        mask = missing if missing.any() else None
+        if c.kind == "category":
+            codes = np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.int32)
+            out.append(("category", c.name, np.ascontiguousarray(codes), list(c.categories or [])))
+        elif c.kind == "string":
+            out.append(("string", c.name, col.to_pylist(), None))
+        elif c.kind == "bool":
+            values = np.asarray(col.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
+            out.append(("bool", c.name, np.ascontiguousarray(values), mask))
+        else:
+            values = col.fill_null(0).to_numpy(zero_copy_only=False) if mask is not None else col.to_numpy()
+            out.append(("numeric", c.name, np.ascontiguousarray(values), mask))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- schema
+
+
+@dataclass
+class ColumnSpec:
+    """One obs column: its name, kind (``category``, ``numeric``, ``bool``, ``string``), stored Arrow type
+    (``int8``/``int16``/``int32`` codes for categories, ``int64``, ``double``, ``float``, ``bool``, ``string``,
+    ...) and, for categories, the global vocabulary."""
+
+    name: str
+    kind: str
+    arrow_type: str
+    categories: list[str] | None = None
+
+    def pa_type(self) -> pa.DataType:
+        """The Arrow type (needs pyarrow)."""
+        import pyarrow as pa
+
+        return pa.type_for_alias(self.arrow_type)
+
+
+class ObsSchema:
+    """The obs columns of a dataset (``obs/schema.json``): kinds, stored types and global vocabularies."""
+
+    def __init__(self, columns: Sequence[ColumnSpec]) -> None:
+        self.columns: list[ColumnSpec] = list(columns)
+        names = [c.name for c in self.columns]
+        if len(set(names)) != len(names):
+            raise ValueError("duplicate obs column names")
+        for c in self.columns:
+            if c.kind not in KINDS:
+                raise ValueError(f"unknown column kind {c.kind!r}")
+            if (c.kind == "category") != (c.categories is not None):
+                raise ValueError(f"column {c.name!r}: categories are required for (and only for) kind 'category'")
+        self._json = _core.schema_json([(c.name, c.kind, c.arrow_type, c.categories) for c in self.columns])
+
+    @property
+    def names(self) -> list[str]:
+        """Column names, in order."""
+        return [c.name for c in self.columns]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names
+
+    def __getitem__(self, name: str) -> ColumnSpec:
+        for c in self.columns:
+            if c.name == name:
+                return c
+        raise KeyError(f"unknown obs column {name!r}; available: {self.names}")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ObsSchema) and self.to_json() == other.to_json()
+
+    def __repr__(self) -> str:
+        return f"ObsSchema({', '.join(f'{c.name}: {c.kind}' for c in self.columns)})"
+
+    def to_json(self) -> str:
+        """The exact text of ``obs/schema.json`` (byte-equal to the original package's for the same schema)."""
+        return self._json
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> ObsSchema:
+        """Parses ``obs/schema.json`` text (``ValueError`` if it is not an obs schema)."""
+        raw = text.decode() if isinstance(text, bytes) else text
+        try:
+            _, columns = _core.parse_schema(raw)
+        except ValueError as e:
+            raise ValueError(f"not a deltacells obs schema (or an unsupported version): {e}") from None
+        return cls([ColumnSpec(n, k, t, c) for n, k, t, c in columns])
+
+    def arrow_schema(self) -> pa.Schema:
+        """The Arrow schema of the stored columns (needs pyarrow)."""
+        import pyarrow as pa
+
+        return pa.schema([(c.name, c.pa_type()) for c in self.columns])
+
+    @classmethod
+    def infer(
+        cls,
+        frames: Iterable[pd.DataFrame],
+        *,
+        max_categories: int = DEFAULT_MAX_CATEGORIES,
+        columns: Sequence[str] | None = None,
+        exclude: Sequence[str] = (),
+    ) -> ObsSchema:
+        """The schema of obs frames (pandas DataFrames, e.g. one per input file): columns in the first frame's
+        order (or ``columns``), minus ``exclude``; categorical columns get the union of every frame's categories
+        in order of first appearance and become strings above ``max_categories``; numbers are widened to hold
+        every frame's values."""
+        items = []
+        names: list[str] | None = None
+        kinds: dict[str, str] = {}
+        for k, df in enumerate(frames):
+            wanted = [c for c in (columns if columns is not None else list(df.columns)) if c not in set(exclude)]
+            if columns is not None:
+                missing = [c for c in wanted if c not in df.columns]
+                if missing:
+                    raise ValueError(f"obs frame {k} lacks columns {missing}")
+            if names is None:
+                names = wanted
+            elif columns is None and wanted != names:
+                raise ValueError(f"obs frame {k} has different columns than the first one")
+            for n in names:
+                kind = _kind_of(n, df[n])
+                seen = kinds.setdefault(n, kind)
+                if seen != kind and {seen, kind} != {"category", "string"}:
+                    raise ValueError(f"obs column {n!r} is {seen!r} in some frames and {kind!r} in others")
+            items.append(_frame(df, names))
+        if names is None:
+            raise ValueError("no obs frames given")
+        text = _core.infer_schema(items, int(max_categories))
+        return cls.from_json(text)
+
+    def encode(self, df: pd.DataFrame) -> pa.Table:
+        """The frame in stored form as an Arrow table of this schema (category columns as global codes, -1 for
+        missing; needs pyarrow). The frame's columns must be exactly the schema's."""
+        import pyarrow as pa
+
+        have, want = set(df.columns), set(self.names)
+        if have != want:
+            missing, extra = sorted(want - have), sorted(have - want)
+            raise ValueError(f"obs columns do not match the schema (missing: {missing}, unexpected: {extra})")
+        try:
+            stored = _core.encode_frame(self.to_json(), _frame(df, self.names, self), len(df))
+        except ValueError as e:
+            raise ValueError(_vocabulary_message(str(e))) from None
+        arrays = []
+        for c in self.columns:
+            v = stored[c.name]
+            if isinstance(v, list):
+                arrays.append(pa.array(v, type=c.pa_type()))
+            elif c.kind != "category" and v.dtype == np.float64 and c.arrow_type != "double":
+                arrays.append(pa.array(v, type=c.pa_type(), from_pandas=True))
+            else:
+                arrays.append(pa.array(v, type=c.pa_type(), from_pandas=c.kind != "category"))
+        return pa.Table.from_arrays(arrays, schema=self.arrow_schema())
+
+
+def _vocabulary_message(message: str) -> str:
+    # The Rust converter says which label or category is missing from the vocabulary; the original package's
+    # wording ("not in the dataset's vocabulary") is what users match on.
+    if "vocabulary" in message or "categories" in message:
+        return f"{message} (not in the dataset's vocabulary)"
+    return message
+
+
+def obs_fingerprint(schema_json: str, tile_cells: Sequence[int], shard_sha256: Sequence[str]) -> str:
+    """The obs fingerprint (24 hex digits) of a schema text, the tiles' cell counts and the shards' SHA-256s."""
+    return _core.obs_fingerprint(schema_json, [int(n) for n in tile_cells], list(shard_sha256))
+
+
+def resolve_cache_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The cache root: ``cache_dir``, else ``$DELTACELLS_CACHE``, ``$XDG_CACHE_HOME/deltacells`` or
+    ``~/.cache/deltacells`` (the same rule as the Rust crate and the CLI)."""
+    explicit = os.path.expanduser(os.fspath(cache_dir)) if cache_dir else None
+    return Path(os.path.expanduser(str(_core.cache_root(explicit))))
+
+
+# ---------------------------------------------------------------------------------------------- var
+
+
+def _var_frame(got: Any) -> pd.DataFrame | None:
+    """The gene table read by the Rust core as a pandas DataFrame, its stored index restored."""
+    import pandas as pd
+
+    if got is None:
+        return None
+    columns, metadata = got
+    meta = json.loads(metadata.get("pandas", "null") or "null") or {}
+    index_names = meta.get("index_columns") or []
+    index_field = index_names[0] if index_names and isinstance(index_names[0], str) else None
+    data = {}
+    index = None
+    for name, values in columns:
+        arr = np.asarray(values, dtype=object) if isinstance(values, list) else values
+        if name == index_field:
+            index = arr
+        else:
+            data[name] = arr
+    df = pd.DataFrame(data)
+    if index is not None:
+        df.index = pd.Index(index, name=None if index_field == "__index_level_0__" else index_field)
+    for entry in meta.get("columns", []):
+        if entry.get("pandas_type") == "categorical" and entry.get("name") in df.columns:
+            df[entry["name"]] = pd.Categorical(df[entry["name"]])
+    return df
+
+
+def _var_bytes(var: pd.DataFrame) -> bytes:
+    """``var.parquet`` bytes of a gene table (categorical columns stored as their labels)."""
+    import pandas as pd
+
+    if var.index.nlevels != 1:
+        raise ValueError("var must have a single-level index")
+    index = [str(v) for v in var.index]
+    columns = []
+    for name in var.columns:
+        s = var[name]
+        kind = _kind_of(str(name), s)
+        if kind == "category":
+            s = s.astype(object).where(s.notna(), None)
+            kind = "string"
+        columns.append(_column_tuple(str(name), s, kind))
+    index_name = var.index.name if isinstance(var.index.name, str) else None
+    del pd
+    return bytes(_core.encode_var_table(index_name, index, columns))
+
+
+# Public under `deltacells.obs`: help() and pickles name them there.
+for _public in (ColumnSpec, ObsSchema):
+    _public.__module__ = "deltacells.obs"
+del _public
