@@ -50,7 +50,7 @@ mod spill;
 pub use error::ConvertError;
 pub use finalize::finalize;
 pub use obs::OBS_NAMES;
-pub use oneshot::convert;
+pub use oneshot::{ConvertReport, Stage, convert, convert_with};
 pub use output::clear_output;
 pub use plan::{
     ConvertOptions, GeneSort, PLAN_FORMAT, PLAN_MARKER, Plan, PlanInput, PlanObs, make_plan, make_plan_with_scans,

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use dct_codec::Preset;
-use dct_convert::{ConvertOptions, GeneSort, Plan, Progress, RunOptions, Spill, natural_cmp};
+use dct_convert::{ConvertOptions, GeneSort, Plan, Progress, RunOptions, Stage, natural_cmp};
 use dct_dataset::StoreOptions;
 use dct_input::H5adMatrix;
 
@@ -254,20 +254,9 @@ pub fn run(mut args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
         return Ok(0);
     }
     eprintln!("planning: {} input(s)", inputs.len());
-    let start = std::time::Instant::now();
-    // Only a one-machine conversion keeps the decoded inputs for its tiles.
-    let (plan, spill) = match &args.plan {
-        Some(plan_path) => {
-            let dir = dct_convert::scan_dir(plan_path);
-            let plan = dct_convert::make_plan_with_scans(&inputs, &options, &dir, |note| eprintln!("note: {note}"))?;
-            (plan, Spill::disabled())
-        }
-        None => {
-            let spill = Spill::new(&run.spill)?;
-            (dct_convert::make_plan_with_spill(&inputs, &options, &spill)?, spill)
-        }
-    };
     if let Some(plan_path) = &args.plan {
+        let dir = dct_convert::scan_dir(plan_path);
+        let plan = dct_convert::make_plan_with_scans(&inputs, &options, &dir, |note| eprintln!("note: {note}"))?;
         plan.save(plan_path)?;
         println!(
             "plan {}: {} cells x {} genes from {} input(s) -> {} tiles of {} at {}; run `deltacells convert --plan {} \
@@ -283,32 +272,39 @@ pub fn run(mut args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
         );
         return Ok(0);
     }
-    if args.overwrite {
-        dct_convert::clear_output(&plan.output, &run.store)?;
-    }
-    let plan_secs = start.elapsed().as_secs_f64();
-    let kept = spill.stats();
-    if kept.inputs > 0 {
-        eprintln!(
-            "planned in {plan_secs:.1} s; holding {} of {} input(s) decoded for the tiles ({})",
-            kept.inputs,
-            plan.inputs.len(),
-            human_bytes(kept.bytes)
-        );
-    } else {
-        eprintln!("planned in {plan_secs:.1} s");
-    }
-    let report = dct_convert::run_part_with_spill(&plan, 0, 1, &run, &spill, reporter(plan.n_tiles, "converting"))?;
-    let dropped = spill.stats().dropped;
-    if dropped > 0 {
+    // Only a one-machine conversion keeps the decoded inputs for its tiles (the spill).
+    let mut tiles_progress = None;
+    let report = dct_convert::convert_with(&inputs, &options, &run, args.overwrite, |stage| match stage {
+        Stage::Planned { plan, held, took } => {
+            let secs = took.as_secs_f64();
+            if held.inputs > 0 {
+                eprintln!(
+                    "planned in {secs:.1} s; holding {} of {} input(s) decoded for the tiles ({})",
+                    held.inputs,
+                    plan.inputs.len(),
+                    human_bytes(held.bytes)
+                );
+            } else {
+                eprintln!("planned in {secs:.1} s");
+            }
+            tiles_progress = Some(reporter(plan.n_tiles, "converting"));
+        }
+        Stage::Tiles(p) => {
+            if let Some(report) = tiles_progress.as_mut() {
+                report(p);
+            }
+        }
+        Stage::Finalizing { plan } => {
+            if plan.obs.is_some() {
+                eprintln!("finalizing: checking tiles, writing var.parquet and the obs shards");
+            }
+        }
+    })?;
+    if report.spill_dropped > 0 {
+        let dropped = report.spill_dropped;
         eprintln!("warning: {dropped} kept input(s) could not be read back and were decoded again (same tiles)");
     }
-    drop(spill);
-    if plan.obs.is_some() {
-        eprintln!("finalizing: checking tiles, writing var.parquet and the obs shards");
-    }
-    let m = dct_convert::finalize(&plan, &run)?;
-    let secs = start.elapsed().as_secs_f64();
+    let (m, plan, secs) = (&report.manifest, &report.plan, report.took.as_secs_f64());
     let bytes: u64 = m.tile_bytes.iter().sum();
     let input_bytes: u64 = plan.inputs.iter().map(|i| i.size_bytes).sum();
     println!(
@@ -318,12 +314,12 @@ pub fn run(mut args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
         m.n_genes,
         plan.output,
         m.n_tiles(),
-        report.written,
-        report.skipped,
+        report.tiles.written,
+        report.tiles.skipped,
         human_bytes(bytes),
         bytes as f64 / m.nnz().max(1) as f64,
         secs,
-        report.cells as f64 / secs,
+        report.tiles.cells as f64 / secs,
         human_bytes((input_bytes as f64 / secs) as u64)
     );
     Ok(0)
