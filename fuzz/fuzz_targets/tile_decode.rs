@@ -3,14 +3,14 @@
 //! decodes agree with the full decode; the CRC check only ever turns a success into an error; the parallel
 //! decoder and reused buffers give the same result as a fresh single-threaded decode; the row-by-row path the
 //! dataset reader uses (`decode_planes_into`, then `TilePlanes::row_into` for every row) accepts exactly what the
-//! full decode accepts, with the same contents.
+//! full decode accepts, with the same contents; a `ParsedTile` of the bytes decodes as the bytes do.
 
 #![no_main]
 
 use std::sync::{Mutex, OnceLock};
 
 use dct_codec::{DecodeOptions, DecodedTile, Decoder, TilePlanes};
-use dct_format::{TileLayout, compute_crc};
+use dct_format::{ParsedTile, TileLayout, compute_crc};
 use deltacells_fuzz::{assert_rows_match, assert_valid_csr};
 use libfuzzer_sys::fuzz_target;
 
@@ -26,6 +26,16 @@ fuzz_target!(|data: &[u8]| {
     let result = decoder.decode_into(data, &mut full);
     let layout = TileLayout::parse(data).ok();
     let crc_ok = layout.as_ref().is_some_and(|l| compute_crc(data) == l.header().crc32);
+
+    // A tile handed over parsed decodes exactly as its bytes do (the decoder then skips its own parse).
+    if let Ok(parsed) = ParsedTile::parse(data) {
+        let mut from_parsed = DecodedTile::<u32>::default();
+        let got = decoder.decode_into(&parsed, &mut from_parsed).map_err(|e| e.to_string());
+        assert_eq!(got, result.as_ref().map(|_| ()).map_err(|e| e.to_string()), "parsed and plain decodes disagree");
+        if got.is_ok() {
+            assert_eq!(from_parsed, full, "a parsed tile decodes to other contents");
+        }
+    }
 
     let mut checked = Decoder::new(DecodeOptions { verify_crc: true, threads: 1 });
     let with_crc = checked.decode::<u32>(data);
