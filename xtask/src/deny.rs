@@ -9,8 +9,6 @@
 //! cargo-deny is installed first if missing (`cargo install cargo-deny --locked`, a few minutes on a small
 //! machine).
 
-use std::process::Stdio;
-
 use super::cargo;
 
 /// Runs the task with the arguments after `deny`.
@@ -22,7 +20,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             other => return Err(format!("deny: unknown argument {other:?} (usage: cargo xtask deny [--advisories])")),
         }
     }
-    ensure_cargo_deny()?;
+    super::ensure_cargo_tool("deny")?;
     super::run("cargo deny (licenses, bans, sources)", cargo().args(["deny", "check", "licenses", "bans", "sources"]))?;
     if advisories {
         super::run(
@@ -33,18 +31,4 @@ pub fn run(args: &[String]) -> Result<(), String> {
         eprintln!("== advisories not checked (needs network access to the RustSec database): pass --advisories");
     }
     Ok(())
-}
-
-fn ensure_cargo_deny() -> Result<(), String> {
-    let present = cargo()
-        .args(["deny", "--version"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if present {
-        return Ok(());
-    }
-    eprintln!("== cargo-deny not found; installing it");
-    super::run("install cargo-deny", cargo().args(["install", "cargo-deny", "--locked"]))
 }

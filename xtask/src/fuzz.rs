@@ -105,7 +105,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         }
         targets.retain(|x| &x.name == t);
     }
-    ensure_cargo_fuzz()?;
+    super::ensure_cargo_tool("fuzz")?;
     for t in &targets {
         let n = seed_corpus(&fuzz_dir, &t.name)?;
         eprintln!("== seeded fuzz/corpus/{} with {n} files", t.name);
@@ -236,20 +236,6 @@ fn fuzz_command() -> Command {
     let mut cmd = cargo();
     cmd.arg("fuzz").env("RUSTC_BOOTSTRAP", "1").env_remove("CARGO_TARGET_DIR").current_dir(root());
     cmd
-}
-
-fn ensure_cargo_fuzz() -> Result<(), String> {
-    let present = cargo()
-        .args(["fuzz", "--version"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if present {
-        return Ok(());
-    }
-    eprintln!("== cargo-fuzz not found; installing it");
-    super::run("install cargo-fuzz", cargo().args(["install", "cargo-fuzz", "--locked"]))
 }
 
 /// Copies the target's seed files into `fuzz/corpus/<target>`; returns how many were copied.

@@ -43,6 +43,22 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
 }
 
+/// Installs the cargo subcommand `cargo-{name}` (with `--locked`) unless `cargo {name} --version` runs.
+fn ensure_cargo_tool(name: &str) -> Result<(), String> {
+    let present = cargo()
+        .args([name, "--version"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if present {
+        return Ok(());
+    }
+    let package = format!("cargo-{name}");
+    eprintln!("== {package} not found; installing it");
+    run(&format!("install {package}"), cargo().args(["install", package.as_str(), "--locked"]))
+}
+
 fn run(step: &str, cmd: &mut Command) -> Result<(), String> {
     eprintln!("== {step}: {cmd:?}");
     let status = cmd.current_dir(root()).status().map_err(|e| format!("{step}: cannot start: {e}"))?;

@@ -444,8 +444,9 @@ impl H5 {
         Ok(())
     }
 
-    /// Reads a whole 1-D integer dataset (an index or offset array) as `u64`, rejecting negative entries.
-    pub(crate) fn read_index_array(&self, object: &str, expected_len: Option<u64>) -> Result<Vec<u64>, InputError> {
+    /// Opens 1-D dataset `object` to be read whole, 8 bytes per entry: its length, checked against
+    /// `expected_len` and against what the file can hold.
+    fn whole_1d(&self, object: &str, expected_len: Option<u64>) -> Result<(Dataset, u64), InputError> {
         let ds = self.dataset(object)?;
         let n = self.len_1d(&ds, object)?;
         if let Some(e) = expected_len
@@ -454,6 +455,12 @@ impl H5 {
             return Err(self.malformed(object, format!("has {n} entries, expected {e}")));
         }
         self.check_claim(object, n, 8)?;
+        Ok((ds, n))
+    }
+
+    /// Reads a whole 1-D integer dataset (an index or offset array) as `u64`, rejecting negative entries.
+    pub(crate) fn read_index_array(&self, object: &str, expected_len: Option<u64>) -> Result<Vec<u64>, InputError> {
+        let (ds, n) = self.whole_1d(object, expected_len)?;
         let kind = self.elem_kind(&ds, object)?;
         let mut out = Vec::with_capacity(n as usize);
         let mut buf = Values::new(kind);
@@ -513,14 +520,7 @@ impl H5 {
 
     /// Reads a whole 1-D numeric dataset losslessly.
     pub(crate) fn read_values(&self, object: &str, expected_len: Option<u64>) -> Result<Values, InputError> {
-        let ds = self.dataset(object)?;
-        let n = self.len_1d(&ds, object)?;
-        if let Some(e) = expected_len
-            && e != n
-        {
-            return Err(self.malformed(object, format!("has {n} entries, expected {e}")));
-        }
-        self.check_claim(object, n, 8)?;
+        let (ds, n) = self.whole_1d(object, expected_len)?;
         let mut out = Values::new(self.elem_kind(&ds, object)?);
         let mut start = 0;
         while start < n {

@@ -190,7 +190,19 @@ class GCSBackend(Backend):
         return f"gs://{self.bucket_name}/{self.prefix}" if self.prefix else f"gs://{self.bucket_name}"
 
 
-class ThrottledBackend(Backend):
+class _WrappingBackend(Backend):
+    """A backend over another (``inner``): ``size`` and ``exists`` pass through; the reads are the wrapper's."""
+
+    inner: Backend
+
+    def size(self, name: str) -> int:
+        return self.inner.size(name)
+
+    def exists(self, name: str) -> bool:
+        return self.inner.exists(name)
+
+
+class ThrottledBackend(_WrappingBackend):
     """Wraps a backend and delays each read by ``latency_s`` plus its size over ``bandwidth_bytes_per_s`` (per
     request; concurrent reads overlap), to test and benchmark remote storage locally."""
 
@@ -217,18 +229,12 @@ class ThrottledBackend(Backend):
         self._delay(start, len(data))
         return data
 
-    def size(self, name: str) -> int:
-        return self.inner.size(name)
-
-    def exists(self, name: str) -> bool:
-        return self.inner.exists(name)
-
     def describe(self) -> str:
         bw = f"{self.bandwidth / 1e6:.0f} MB/s" if self.bandwidth else "unlimited"
         return f"throttled({self.inner.describe()}, latency={self.latency_s * 1e3:.0f} ms, {bw})"
 
 
-class CountingBackend(Backend):
+class CountingBackend(_WrappingBackend):
     """Wraps a backend and counts its reads (thread-safe): ``n_reads`` whole-object reads, ``n_range_reads``
     ranged reads, ``bytes_read``, and ``log`` of ``(name, offset or None, bytes returned)``. ``size`` and
     ``exists`` pass through uncounted."""
@@ -271,12 +277,6 @@ class CountingBackend(Backend):
             self.bytes_read += len(data)
             self.log.append((name, offset, len(data)))
         return data
-
-    def size(self, name: str) -> int:
-        return self.inner.size(name)
-
-    def exists(self, name: str) -> bool:
-        return self.inner.exists(name)
 
     def describe(self) -> str:
         return f"counting({self.inner.describe()})"
