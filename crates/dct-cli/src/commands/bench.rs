@@ -61,7 +61,7 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
         store: store.clone(),
         ..ReadOptions::default()
     };
-    let ds = Dataset::open(&args.dataset, options)?;
+    let ds = Dataset::open(&args.dataset, options.clone())?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
 
     // Part 1: fetch and decode single tiles, one at a time.
@@ -91,6 +91,7 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
     let n = tiles.len() as f64;
     let per_tile_fetch = fetch.as_secs_f64() / n;
     let per_tile_decode = decode.as_secs_f64() / n;
+    let per_tile_reader = through_the_reader(&args.dataset, &options, &tiles)?;
 
     // Part 2: batches in the order of the pattern, the tiles of the batches ahead prefetched.
     ds.reset_stats();
@@ -145,6 +146,9 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
             "fetch_bytes_per_second": bytes as f64 / fetch.as_secs_f64(),
             "decode_nnz_per_second": nnz as f64 / decode.as_secs_f64(),
             "decode_cells_per_second": cells as f64 / decode.as_secs_f64(),
+            "tile_reader_seconds": per_tile_reader.total, "tile_reader_fetch_seconds": per_tile_reader.fetch,
+            "tile_reader_planes_seconds": per_tile_reader.planes, "tile_reader_rows_seconds": per_tile_reader.rows,
+            "tile_reader_rest_seconds": per_tile_reader.rest(),
             "pattern": args.pattern, "batch_size": args.batch_size, "batch_cells": n_read, "batch_seconds": elapsed,
             "batch_cells_per_second": cells_per_s, "batch_nnz_per_second": read_nnz as f64 / elapsed,
             "stall_seconds": stats.stall_time.as_secs_f64(), "tiles_fetched": stats.tiles_fetched,
@@ -168,6 +172,17 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
             nnz as f64 / decode.as_secs_f64() / 1e6,
             cells as f64 / decode.as_secs_f64()
         );
+        let r = &per_tile_reader;
+        println!(
+            "  reader  {:8.2} ms per tile   {:>10.3} x fetch + decode (every row of the tile, through get_batch): \
+             fetch {:.2} + planes {:.2} + rows {:.2} + hand-offs and checks {:.2} ms",
+            r.total * 1e3,
+            r.total / (per_tile_fetch + per_tile_decode),
+            r.fetch * 1e3,
+            r.planes * 1e3,
+            r.rows * 1e3,
+            r.rest() * 1e3
+        );
         println!(
             "batches of {} in {} order ({n_read} cells; {}, prefetch {}):",
             args.batch_size,
@@ -188,6 +203,55 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
         );
     }
     Ok(0)
+}
+
+/// Where the time of reading whole tiles through the reader goes, in seconds per tile.
+struct ReaderTile {
+    /// The whole `get_batch` of every row of a tile not in the cache.
+    total: f64,
+    /// The reader's GET (its `fetch_time`).
+    fetch: f64,
+    /// Decompressing into planes (its `decode_time`).
+    planes: f64,
+    /// Filling the batch from the cached planes: the same `get_batch` again, the tile now in the cache.
+    rows: f64,
+}
+
+impl ReaderTile {
+    /// What is left: the hand-offs between the caller, the fetch runtime and the decode threads, and the checks.
+    fn rest(&self) -> f64 {
+        self.total - self.fetch - self.planes - self.rows
+    }
+}
+
+/// Reads every row of each of `tiles` through a reader of its own that keeps one decoded tile and prefetches
+/// nothing, twice: once from the store, once from the cache. A tile repeated back to back is counted once.
+fn through_the_reader(dataset: &str, options: &ReadOptions, tiles: &[usize]) -> anyhow::Result<ReaderTile> {
+    let reader = Dataset::open(dataset, ReadOptions { max_cached_tiles: 1, max_prefetch_tiles: 1, ..options.clone() })?;
+    let mut starts = vec![0u64];
+    for &c in &reader.manifest().tile_cells {
+        starts.push(starts.last().expect("not empty") + c);
+    }
+    let mut batch = Batch::<f32>::default();
+    let (mut cells, mut cold, mut warm, mut counted) = (Vec::new(), Duration::ZERO, Duration::ZERO, 0u32);
+    reader.reset_stats();
+    for (i, &t) in tiles.iter().enumerate() {
+        if i > 0 && tiles[i - 1] == t {
+            continue;
+        }
+        cells.clear();
+        cells.extend(starts[t]..starts[t + 1]);
+        for took in [&mut cold, &mut warm] {
+            let start = Instant::now();
+            reader.get_batch_into(&cells, &mut batch)?;
+            *took += start.elapsed();
+            std::hint::black_box(&batch);
+        }
+        counted += 1;
+    }
+    let stats = reader.stats();
+    let per = |d: Duration| d.as_secs_f64() / f64::from(counted.max(1));
+    Ok(ReaderTile { total: per(cold), fetch: per(stats.fetch_time), planes: per(stats.decode_time), rows: per(warm) })
 }
 
 /// The order of the batches.
