@@ -291,6 +291,12 @@ fn bench_patterns_read_every_cell_and_a_global_order_decodes_more_tiles() {
             let v = bench(p);
             assert_eq!(v["batch_cells"], 105, "{p}: every cell once");
             assert_eq!(v["pattern"], *p);
+            // The reader's cold read of a tile is at least its parts measured inside it (fetch and planes).
+            let secs = |k: &str| v[k].as_f64().unwrap_or_else(|| panic!("{p}: no {k}"));
+            let (total, fetch, planes) =
+                (secs("tile_reader_seconds"), secs("tile_reader_fetch_seconds"), secs("tile_reader_planes_seconds"));
+            assert!(planes > 0.0 && secs("tile_reader_rows_seconds") > 0.0, "{p}: {v}");
+            assert!(total >= fetch + planes, "{p}: {v}");
             v["tiles_decoded"].as_u64().unwrap()
         })
         .collect();
