@@ -304,6 +304,8 @@ fn bench_patterns_read_every_cell_and_a_global_order_decodes_more_tiles() {
     // of 2 decoded tiles come back to evicted tiles.
     assert_eq!(&decoded[..3], &[3, 3, 3], "{decoded:?}");
     assert!(decoded[3] > 3, "{decoded:?}");
+    let o = run(&["bench", ds, "--no-crc", "--json", "--threads", "1"]);
+    assert_eq!(code(&o), 0, "--no-crc: {}", String::from_utf8_lossy(&o.stderr));
     let o = run(&["bench", ds, "--pattern", "window:0"]);
     assert_eq!(code(&o), 1);
     assert!(String::from_utf8_lossy(&o.stderr).contains("window:K"));

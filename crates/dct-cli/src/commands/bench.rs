@@ -42,6 +42,9 @@ pub struct Args {
     /// Seed of the shuffles.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Skip the CRC check of every tile, in the direct decode and in the reader alike (to see what it costs).
+    #[arg(long)]
+    pub no_crc: bool,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -58,6 +61,7 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
         // Decoded tiles: a window's (or the one being read) and one decoded ahead; prefetched tiles waiting to be
         // decoded do not count.
         max_cached_tiles: pattern.window() + 1,
+        verify_crc: !args.no_crc,
         store: store.clone(),
         ..ReadOptions::default()
     };
@@ -74,7 +78,7 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
         }
         tiles.clone_from(&args.tiles);
     }
-    let mut decoder = Decoder::new(DecodeOptions { verify_crc: true, threads });
+    let mut decoder = Decoder::new(DecodeOptions { verify_crc: !args.no_crc, threads });
     let mut out = DecodedTile::<f32>::default();
     let (mut fetch, mut decode, mut bytes, mut nnz, mut cells) = (Duration::ZERO, Duration::ZERO, 0u64, 0u64, 0u64);
     for &t in &tiles {
