@@ -296,6 +296,8 @@ fn bench_patterns_read_every_cell_and_a_global_order_decodes_more_tiles() {
             let (total, fetch, planes) =
                 (secs("tile_reader_seconds"), secs("tile_reader_fetch_seconds"), secs("tile_reader_planes_seconds"));
             assert!(planes > 0.0 && secs("tile_reader_rows_seconds") > 0.0, "{p}: {v}");
+            assert!(secs("tile_reader_checks_seconds") > 0.0, "{p}: {v}");
+            assert!(total >= fetch + planes + secs("tile_reader_checks_seconds"), "{p}: {v}");
             assert!(total >= fetch + planes, "{p}: {v}");
             v["tiles_decoded"].as_u64().unwrap()
         })

@@ -152,7 +152,7 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
             "decode_cells_per_second": cells as f64 / decode.as_secs_f64(),
             "tile_reader_seconds": per_tile_reader.total, "tile_reader_fetch_seconds": per_tile_reader.fetch,
             "tile_reader_planes_seconds": per_tile_reader.planes, "tile_reader_rows_seconds": per_tile_reader.rows,
-            "tile_reader_rest_seconds": per_tile_reader.rest(),
+            "tile_reader_checks_seconds": per_tile_reader.checks, "tile_reader_rest_seconds": per_tile_reader.rest(),
             "pattern": args.pattern, "batch_size": args.batch_size, "batch_cells": n_read, "batch_seconds": elapsed,
             "batch_cells_per_second": cells_per_s, "batch_nnz_per_second": read_nnz as f64 / elapsed,
             "stall_seconds": stats.stall_time.as_secs_f64(), "tiles_fetched": stats.tiles_fetched,
@@ -179,10 +179,11 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
         let r = &per_tile_reader;
         println!(
             "  reader  {:8.2} ms per tile   {:>10.3} x fetch + decode (every row of the tile, through get_batch): \
-             fetch {:.2} + planes {:.2} + rows {:.2} + hand-offs and checks {:.2} ms",
+             fetch {:.2} + checks {:.2} + planes {:.2} + rows {:.2} + hand-offs and bookkeeping {:.2} ms",
             r.total * 1e3,
             r.total / (per_tile_fetch + per_tile_decode),
             r.fetch * 1e3,
+            r.checks * 1e3,
             r.planes * 1e3,
             r.rows * 1e3,
             r.rest() * 1e3
@@ -217,14 +218,17 @@ struct ReaderTile {
     fetch: f64,
     /// Decompressing into planes (its `decode_time`).
     planes: f64,
+    /// Checking the fetched tile: header, structure, CRC (its `check_time`).
+    checks: f64,
     /// Filling the batch from the cached planes: the same `get_batch` again, the tile now in the cache.
     rows: f64,
 }
 
 impl ReaderTile {
-    /// What is left: the hand-offs between the caller, the fetch runtime and the decode threads, and the checks.
+    /// What is left: the hand-offs between the caller, the fetch runtime and the decode threads, and the cache's
+    /// bookkeeping.
     fn rest(&self) -> f64 {
-        self.total - self.fetch - self.planes - self.rows
+        self.total - self.fetch - self.checks - self.planes - self.rows
     }
 }
 
@@ -255,7 +259,13 @@ fn through_the_reader(dataset: &str, options: &ReadOptions, tiles: &[usize]) -> 
     }
     let stats = reader.stats();
     let per = |d: Duration| d.as_secs_f64() / f64::from(counted.max(1));
-    Ok(ReaderTile { total: per(cold), fetch: per(stats.fetch_time), planes: per(stats.decode_time), rows: per(warm) })
+    Ok(ReaderTile {
+        total: per(cold),
+        fetch: per(stats.fetch_time),
+        planes: per(stats.decode_time),
+        checks: per(stats.check_time),
+        rows: per(warm),
+    })
 }
 
 /// The order of the batches.

@@ -210,10 +210,12 @@ impl Core {
     /// here, once: its decode later reuses the layout and skips the CRC.
     pub(super) fn parse_blob(&self, t: usize, blob: Bytes, keep: Keep) -> Result<TileData, DatasetError> {
         let err = |e: dct_format::FormatError| self.decode_error(t, DecodeError::Format(e));
+        let started = Instant::now();
         let tile = ParsedTile::parse(blob).map_err(err)?;
         if self.verify_crc {
             tile.verify_crc().map_err(err)?;
         }
+        add(&self.counters.check_nanos, nanos(started.elapsed()));
         if keep == Keep::Decoded {
             return Ok(TileData::Decoded(Arc::new(self.decode_planes(t, &tile)?)));
         }
@@ -225,7 +227,9 @@ impl Core {
     /// GETs tile `t` and checks its size and header against the manifest.
     pub(crate) async fn fetch_checked(&self, t: usize) -> Result<Bytes, DatasetError> {
         let blob = self.fetch_checked_size(t).await?;
+        let started = Instant::now();
         self.check_header(t, &blob)?;
+        add(&self.counters.check_nanos, nanos(started.elapsed()));
         Ok(blob)
     }
 

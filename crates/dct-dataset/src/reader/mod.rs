@@ -266,6 +266,7 @@ impl Dataset {
             cache_misses: get(&c.cache_misses),
             prefetched: get(&c.prefetched),
             fetch_time: Duration::from_nanos(get(&c.fetch_nanos)),
+            check_time: Duration::from_nanos(get(&c.check_nanos)),
             tiles_decoded: get(&c.tiles_decoded),
             decode_time: Duration::from_nanos(get(&c.decode_nanos)),
             stall_time: Duration::from_nanos(get(&c.stall_nanos)),
@@ -286,6 +287,7 @@ impl Dataset {
             &c.tiles_decoded,
             &c.fetch_nanos,
             &c.decode_nanos,
+            &c.check_nanos,
             &c.stall_nanos,
         ] {
             a.store(0, Ordering::Relaxed);

@@ -72,6 +72,9 @@ pub struct ReadStats {
     /// Wall time of tile GET requests, summed over requests (requests in flight at the same time each count in
     /// full).
     pub fetch_time: Duration,
+    /// Wall time spent checking fetched tiles (header against the manifest, structure, CRC when on), summed over
+    /// tiles.
+    pub check_time: Duration,
     /// Tiles decoded (decompressed into their byte planes for the cache).
     pub tiles_decoded: u64,
     /// Wall time spent decompressing tiles, summed over tiles (loads running at the same time each count in
@@ -94,6 +97,7 @@ pub(super) struct Counters {
     pub(super) tiles_decoded: AtomicU64,
     pub(super) fetch_nanos: AtomicU64,
     pub(super) decode_nanos: AtomicU64,
+    pub(super) check_nanos: AtomicU64,
     pub(super) stall_nanos: AtomicU64,
 }
 
