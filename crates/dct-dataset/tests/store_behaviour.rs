@@ -103,6 +103,29 @@ fn lru_evicts_the_least_recently_used_tile() {
 }
 
 #[test]
+fn a_reopened_reader_fetches_no_manifest_and_keeps_its_own_cache() {
+    let (mem, truth) = dataset(5, 200);
+    let (store, counter) = instrumented(&mem);
+    let first = open_in(store.clone(), "ds", ReadOptions { max_cached_tiles: 0, ..ReadOptions::default() }).unwrap();
+    let cells = tile_cells(&first, 1);
+    first.get_batch(&cells).unwrap();
+    assert_eq!((counter.counts().gets, counter.counts().gets_of(&tile_name(1))), (2, 1));
+
+    let ds = first.reopened(ReadOptions { max_cached_tiles: 2, ..ReadOptions::default() }).unwrap();
+    assert_eq!(counter.counts().gets, 2, "reopening sends no request");
+    assert_eq!(ds.manifest(), first.manifest());
+    drop(first);
+    // Its own cache, of the new size: tile 1 is fetched once more, then kept, as are two tiles at once.
+    for t in [1, 1, 2, 1, 2] {
+        let cells = tile_cells(&ds, t);
+        assert_batch(&ds.get_batch_as::<u32>(&cells).unwrap(), &truth, &cells);
+    }
+    let c = counter.counts();
+    assert_eq!((c.gets_of(&tile_name(1)), c.gets_of(&tile_name(2))), (2, 1));
+    assert_eq!(ds.stats().tiles_fetched, 2);
+}
+
+#[test]
 fn prefetched_tiles_are_fetched_once_and_batch_nnz_reuses_fetches() {
     let (mem, truth) = dataset(4, 400);
     let (store, counter) = instrumented(&mem);
@@ -315,6 +338,39 @@ fn prefetched_tiles_outlive_tiles_already_read() {
     let c = counter.counts();
     assert_eq!((c.gets_of(&tile_name(1)), c.gets_of(&tile_name(2)), c.gets_of(&tile_name(3))), (1, 1, 1));
     assert_eq!(ds.stats().tiles_decoded, 4);
+}
+
+/// Cells shuffled within windows of 4 tiles (as the training loader reads them: every batch reads all of its
+/// window's tiles), with a cache of 5 decoded places and 8 tiles fetched ahead: decodes ahead take only the
+/// places of earlier windows' tiles, never those of the window being read, so every tile is fetched once.
+#[test]
+fn decodes_ahead_never_evict_the_window_being_read() {
+    use rand::SeedableRng;
+    use rand::seq::SliceRandom;
+
+    let (mem, truth) = dataset(9, 600); // 12 tiles
+    let (store, counter) = instrumented(&mem);
+    let options = ReadOptions { max_cached_tiles: 5, max_prefetch_tiles: 8, ..ReadOptions::default() };
+    let ds = open_in(store.clone(), "ds", options).unwrap();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+    let n = ds.n_tiles();
+    for first in (0..n).step_by(4) {
+        let window: Vec<usize> = (first..(first + 4).min(n)).collect();
+        let mut cells: Vec<u64> = window.iter().flat_map(|&t| tile_cells(&ds, t)).collect();
+        cells.shuffle(&mut rng);
+        for batch in cells.chunks(16) {
+            // This window and the next 8 tiles, asked again before each batch (cached and loading ones are skipped).
+            ds.prefetch(&(first..(first + 12).min(n)).collect::<Vec<_>>()).unwrap();
+            assert_batch(&ds.get_batch_as::<u32>(batch).unwrap(), &truth, batch);
+            // Give the background decoder its chance between batches, as a training step would.
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    let c = counter.counts();
+    for t in 0..n {
+        assert_eq!(c.gets_of(&tile_name(t)), 1, "tile {t} was fetched again");
+    }
+    assert_eq!(ds.stats().tiles_decoded, n as u64);
 }
 
 /// Decoded tiles are what `max_cached_tiles` counts: prefetched tiles waiting to be decoded do not, and hold

@@ -43,6 +43,24 @@ impl PyDataset {
     }
 }
 
+/// The reader's settings from the arguments the Python wrapper passes.
+fn read_options(
+    max_cached_tiles: usize,
+    max_prefetch_tiles: usize,
+    io_threads: usize,
+    decode_threads: usize,
+    verify: bool,
+) -> ReadOptions {
+    ReadOptions {
+        max_cached_tiles,
+        max_prefetch_tiles,
+        io_threads,
+        decode_threads,
+        verify_crc: verify,
+        ..ReadOptions::default()
+    }
+}
+
 #[pymethods]
 impl PyDataset {
     /// Opens the dataset at `url` (a path or store URL), or read through the Python `backend` object; reads and
@@ -62,13 +80,8 @@ impl PyDataset {
         storage_options: Option<Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
         let options = ReadOptions {
-            max_cached_tiles,
-            max_prefetch_tiles,
-            io_threads,
-            decode_threads,
-            verify_crc: verify,
             store: store_options(storage_options.as_ref())?,
-            ..ReadOptions::default()
+            ..read_options(max_cached_tiles, max_prefetch_tiles, io_threads, decode_threads, verify)
         };
         let opened = match (url, backend) {
             (Some(url), None) => py.detach(|| Dataset::open(&url, options)),
@@ -79,6 +92,22 @@ impl PyDataset {
             _ => return Err(value_error("give a URL or a backend")),
         };
         Ok(PyDataset { inner: ProcessBound::new(Arc::new(opened.map_err(dataset_error)?)) })
+    }
+
+    /// Another reader of the same dataset with these settings, on the manifest already read: no request.
+    fn reopened(
+        &self,
+        py: Python<'_>,
+        max_cached_tiles: usize,
+        max_prefetch_tiles: usize,
+        io_threads: usize,
+        decode_threads: usize,
+        verify: bool,
+    ) -> PyResult<Self> {
+        let options = read_options(max_cached_tiles, max_prefetch_tiles, io_threads, decode_threads, verify);
+        let this = self.get()?.clone();
+        let opened = py.detach(|| this.reopened(options)).map_err(dataset_error)?;
+        Ok(PyDataset { inner: ProcessBound::new(Arc::new(opened)) })
     }
 
     /// The manifest as its JSON text.

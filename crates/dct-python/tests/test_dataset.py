@@ -336,6 +336,22 @@ def test_gil_is_released_while_reading(built):
     assert same(result["b"].to_scipy(), expected) and counting.n_reads == 1 + 4
 
 
+def test_a_reopened_dataset_sends_no_request_and_has_its_own_settings(built):
+    from deltacells import CountingBackend, LocalBackend
+
+    root, _, _, expected = built
+    counting = CountingBackend(LocalBackend(root))
+    ds = open_dataset(counting, max_cached_tiles=1)
+    other = ds.reopened(max_cached_tiles=3, max_prefetch_tiles=2)
+    assert counting.n_reads == 1, "reopening reads nothing"
+    assert (other.max_cached_tiles, other.max_prefetch_tiles, other.io_threads) == (3, 2, ds.io_threads)
+    assert other.manifest == ds.manifest and ds.max_cached_tiles == 1
+    assert same(other.get_batch(np.arange(N_CELLS)).to_scipy(), expected)
+    assert other.stats["tiles_fetched"] == 4 and ds.stats["tiles_fetched"] == 0
+    with pytest.raises(ValueError, match="at least 1"):
+        ds.reopened(io_threads=0)
+
+
 def test_arrays_own_the_rust_buffers(built):
     """Batches and decoded tiles are numpy arrays over the Rust vectors (no copy): numpy does not own their memory,
     a Rust container object does, and it lives as long as the array."""

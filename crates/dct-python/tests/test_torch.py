@@ -217,6 +217,26 @@ def test_prefetching_ahead_keeps_a_throttled_store_from_stalling(built):
     assert stalled_later < 0.1 * s["fetch_seconds"], (stalled_later, s)
 
 
+def test_opening_a_loader_reads_the_manifest_once(built):
+    """The loader sizes its cache from the manifest; on object storage each read of it is a round trip before the
+    first tile is asked for."""
+    from deltacells import CountingBackend
+
+    root, full, _ = built
+    counting = CountingBackend(LocalBackend(root))
+    ds = DeltaCellsIterableDataset(counting, 20, shuffle_tiles=2, seed=3, memory_budget=64 << 20)
+    assert [name for name, _, _ in counting.log] == ["manifest.json"]
+    assert ds.dataset.max_cached_tiles > 2, "the cache was sized from the manifest"
+    rows = {}
+    for b in ds:
+        for i, row in zip(b["index"].tolist(), b["X"].to_dense().numpy()):
+            rows[i] = row
+    assert len(rows) == N and same(np.stack([rows[i] for i in range(N)]), full.toarray())
+    tiles = [name for name, _, _ in counting.log if name.startswith("tiles/")]
+    assert sorted(tiles) == sorted(set(tiles)) and len(tiles) == 10, "one read per tile"
+    assert [name for name, _, _ in counting.log].count("manifest.json") == 1
+
+
 def test_the_last_windows_prefetch_the_next_epoch(built):
     import time
 

@@ -3,7 +3,7 @@
 /// Rows of a dataset in CSR form, in the order they were requested.
 ///
 /// `V` is the count type: `f32` (the default, what training pipelines want), `u32`, `i32`, `u64`, `i64` or
-/// `f64` ([`CountValue`]). Counts above 2^24 are not exact in `f32`.
+/// `f64` ([`CountValue`](dct_codec::CountValue)). Counts above 2^24 are not exact in `f32`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Batch<V = f32> {
     /// Genes (columns).

@@ -59,6 +59,27 @@ pub(super) struct Cache {
     pub(super) counted: usize,
     pub(super) tick: u64,
     pub(super) next_id: u64,
+    /// The tiles of the latest batch, sorted (see [`Cache::mark_read`]).
+    pub(super) last_read: Vec<usize>,
+    /// Tiles the latest prefetch requests asked for and no batch has read since, with their place in those
+    /// requests (see [`Cache::want`]).
+    pub(super) wanted: HashMap<usize, usize>,
+    /// Set by a batch: the next prefetch request replaces `wanted` instead of adding to it.
+    pub(super) wanted_stale: bool,
+}
+
+/// How readily a cached tile is evicted, the first first (see [`Cache::evict_over`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Keepness {
+    /// Read by an earlier batch, and not asked for again.
+    Done,
+    /// Read by an earlier batch and asked for again (a tile of the window being read that the latest batch
+    /// happened to miss).
+    ReadAndWanted,
+    /// Decoded ahead for the batches to come (prefetched, and not read yet).
+    Ahead,
+    /// Read by the latest batch.
+    Latest,
 }
 
 impl Cache {
@@ -93,21 +114,16 @@ impl Cache {
         self.evict_over(capacity, Some(t))
     }
 
-    /// Evicts counted tiles (never `keep`) until at most `capacity` count. The least recently used tile that a
-    /// batch has read goes first; prefetched tiles no batch has read yet go only when no other is left, so that
-    /// a prefetch running ahead never evicts the tiles it fetched for the next batches.
+    /// Evicts counted tiles (never `keep`) until at most `capacity` count, in the order of [`Keepness`]: tiles
+    /// done with first (the least recently used first), tiles decoded ahead and read by the latest batch last
+    /// (of those decoded ahead, the one needed last goes first). So a prefetch running ahead does not evict
+    /// the tiles it fetched for the next batches while older ones are left, nor the tiles being read (with cells
+    /// shuffled across a window of tiles, every batch reads most of the window's), which would be fetched again
+    /// at once.
     pub(super) fn evict_over(&mut self, capacity: usize, keep: Option<usize>) -> Vec<Arc<Tile>> {
         let mut evicted = Vec::new();
         while self.counted > capacity {
-            let candidate = |read_only: bool| {
-                self.lru.iter().find_map(|(&tick, &old)| match self.slots.get(&old) {
-                    Some(Slot::Ready { counted: true, used, .. }) if Some(old) != keep && (*used || !read_only) => {
-                        Some((tick, old))
-                    }
-                    _ => None,
-                })
-            };
-            let Some((_, old)) = candidate(true).or_else(|| candidate(false)) else { break };
+            let Some((_, old)) = self.most_evictable(keep) else { break };
             if let Some(tile) = self.remove_slot(old) {
                 evicted.push(tile);
             }
@@ -115,14 +131,60 @@ impl Cache {
         evicted
     }
 
-    /// Whether a background decode fits without evicting a decoded tile no batch has read yet, or the tile
-    /// batches read last (a decode ahead must not take the place of the tile being read).
+    /// The counted tile (not `keep`) to evict first, with its [`Keepness`].
+    fn most_evictable(&self, keep: Option<usize>) -> Option<(Keepness, usize)> {
+        let mut best: Option<(Keepness, usize, usize)> = None; // (keepness, order within it, tile)
+        for (rank, &t) in self.lru.values().enumerate() {
+            let Some(Slot::Ready { counted: true, used, .. }) = self.slots.get(&t) else { continue };
+            if Some(t) == keep {
+                continue;
+            }
+            let wanted = self.wanted.get(&t);
+            let kind = match (self.last_read.binary_search(&t).is_ok(), *used, wanted) {
+                (true, _, _) => Keepness::Latest,
+                (false, true, None) => Keepness::Done,
+                (false, true, Some(_)) => Keepness::ReadAndWanted,
+                (false, false, _) => Keepness::Ahead,
+            };
+            // Least recently used first, but of the tiles decoded ahead the one needed last (those the latest
+            // requests no longer name were asked for before them).
+            let order = if kind == Keepness::Ahead { usize::MAX - wanted.map_or(0, |&p| p + 1) } else { rank };
+            if best.is_none_or(|(k, o, _)| (kind, order) < (k, o)) {
+                best = Some((kind, order, t));
+            }
+        }
+        best.map(|(kind, _, t)| (kind, t))
+    }
+
+    /// Whether a background decode fits in a free place or in that of a tile done with (read before and not
+    /// asked for again): a decode ahead never takes the place of the tiles being read or of those decoded for
+    /// the next batches.
     pub(super) fn has_room_to_decode_ahead(&self, capacity: usize) -> bool {
-        let read = self
-            .lru
-            .values()
-            .filter(|t| matches!(self.slots.get(t), Some(Slot::Ready { counted: true, used: true, .. })));
-        self.counted < capacity || read.count() >= 2
+        self.counted < capacity || self.most_evictable(None).is_some_and(|(k, _)| k == Keepness::Done)
+    }
+
+    /// Records `tiles` as those of the latest batch: they are no longer wanted ahead, and the next prefetch
+    /// request says afresh which tiles are.
+    pub(super) fn mark_read(&mut self, tiles: &[usize]) {
+        self.last_read.clear();
+        self.last_read.extend_from_slice(tiles);
+        self.last_read.sort_unstable();
+        for t in tiles {
+            self.wanted.remove(t);
+        }
+        self.wanted_stale = true;
+    }
+
+    /// Records a prefetch request for `tiles`, the soonest needed first: the first request after a batch replaces
+    /// the tiles wanted ahead, later ones (before the next batch) add to them.
+    pub(super) fn want(&mut self, tiles: &[usize]) {
+        if std::mem::take(&mut self.wanted_stale) {
+            self.wanted.clear();
+        }
+        for &t in tiles {
+            let next = self.wanted.len();
+            self.wanted.entry(t).or_insert(next);
+        }
     }
 
     /// Marks tile `t` as just read by a batch.

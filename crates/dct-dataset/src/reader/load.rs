@@ -59,7 +59,7 @@ pub(crate) struct Core {
     /// Buffers of decoded tiles that left the cache, reused by the next decodes: a decoded tile is about 4 bytes
     /// per nonzero (over 100 MB for 10,000 cells), and fresh memory costs a page fault per 4 KiB on first touch.
     pub(super) spare: Mutex<Vec<TilePlanes>>,
-    /// At most this many spare buffers: as many as decodes that prefetches can start at once.
+    /// At most this many spare buffers ([`super::open::MAX_SPARE`]).
     pub(super) max_spare: usize,
     pub(super) prefetch_sem: Arc<Semaphore>,
     /// Prefetched tiles waiting to be decoded in the background, in the order they were requested (by load id).

@@ -1,10 +1,10 @@
 //! Random access to the cells of a dataset: [`Dataset`] (see its docs for threading, caching and checks).
 //!
-//! The reader's parts, one per file: [`options`] (settings and counters), [`batch`] (the rows handed out),
-//! [`cache`] (the decoded-tile LRU), [`load`] (the state shared with background tasks, and fetching and checking
-//! tiles), [`decode`] (decoding tiles, on the caller's threads or in the background, and reusing their buffers),
-//! and `obs` (the bridge to `dct-obs`). Side files (`var_names.txt`, `gene_order.npy`) are parsed by
-//! [`crate::side_files`].
+//! The reader's parts, one per file: [`options`] (settings and counters), [`open`] (the manifest fetched once,
+//! and reopening with other options), [`batch`] (the rows handed out), [`cache`] (the decoded-tile LRU), [`load`]
+//! (the state shared with background tasks, and fetching and checking tiles), [`decode`] (decoding tiles, on the
+//! caller's threads or in the background, and reusing their buffers), and `obs` (the bridge to `dct-obs`). Side
+//! files (`var_names.txt`, `gene_order.npy`) are parsed by [`crate::side_files`].
 
 mod batch;
 mod cache;
@@ -12,6 +12,7 @@ mod decode;
 mod load;
 #[cfg(feature = "obs")]
 mod obs;
+mod open;
 mod options;
 
 pub use batch::Batch;
@@ -20,25 +21,22 @@ pub(crate) use load::Core;
 pub(crate) use obs::obs_manifest;
 pub use options::{ReadOptions, ReadStats};
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
 use dct_codec::{CountValue, DecodeError, TilePlanes, WriteMode};
 use dct_format::CellIndex;
 
-use crate::error::{Category, DatasetError, ManifestError};
-use crate::manifest::{GENE_ORDER_NAME, MANIFEST_NAME, Manifest, VAR_NAMES_NAME};
-use crate::rt::default_threads;
+use crate::error::DatasetError;
+use crate::manifest::{GENE_ORDER_NAME, Manifest, VAR_NAMES_NAME};
 use crate::side_files::{gene_order_limit, parse_gene_order, parse_var_names, side_file_result};
-use cache::{Cache, TileData};
+use cache::TileData;
+use dct_store::Store;
 use dct_store::runtime::Runtime as Rt;
-use dct_store::{Store, StoreError};
 use load::{Acquired, Keep, Requester};
-use options::Counters;
-use tokio::sync::Semaphore;
 
 /// Distinct tiles of a request, and `(index in that list, local row)` per requested cell.
 type Plan = (Vec<usize>, Vec<(u32, u64)>);
@@ -69,11 +67,15 @@ type Plan = (Vec<usize>, Vec<(u32, u64)>);
 /// Tiles are kept decompressed, as their byte planes ([`TilePlanes`], about 4 bytes per nonzero), in an LRU cache
 /// of at most `max_cached_tiles` tiles (0 disables it: every batch then fetches its tiles); each requested row is
 /// decoded from them straight into the batch, so the per-nonzero work is done once per served row and zstd once
-/// per tile. A tile whose decode starts in a full cache first evicts the tile batches read least recently (then,
-/// if none is left, the least recently prefetched), and the decode reuses its buffers. Prefetched tiles wait,
-/// fetched and checked, outside that count; the background decoder decodes them ahead only into free places or
-/// the places of tiles read before the one read last. A tile being fetched is shared by every caller that needs
-/// it. A failed fetch or decode is never cached: the next request tries again.
+/// per tile. A tile whose decode starts in a full cache first evicts a tile, and the decode reuses its buffers:
+/// the tiles done with go first (read by an earlier batch and not named by the latest [`Dataset::prefetch`]
+/// request, least recently used first), then read tiles that request names again, then tiles decoded ahead and
+/// not read yet (the one asked for last first), and the latest batch's tiles last. Prefetched tiles wait, fetched
+/// and checked but compressed, outside that count; the background decoder decodes them ahead only into free
+/// places or the places of tiles done with, so a prefetch running ahead never evicts the tiles being read (with
+/// cells shuffled across a window of tiles, each batch reads most of the window's; name the window's tiles first
+/// in each prefetch request). A tile being fetched is shared by every caller that needs it. A failed fetch or
+/// decode is never cached: the next request tries again.
 ///
 /// # Checks
 ///
@@ -120,76 +122,6 @@ impl std::fmt::Debug for Dataset {
 }
 
 impl Dataset {
-    /// Opens the dataset at `url` (a local path, `file://`, `s3://`, `gs://`, `az://`, `http(s)://`; see
-    /// [`dct_store`]): reads and validates `manifest.json`. Tiles are fetched when needed.
-    pub fn open(url: &str, options: ReadOptions) -> Result<Dataset, DatasetError> {
-        let store = Store::from_url(url, &options.store)?;
-        Dataset::open_store(store, options)
-    }
-
-    /// Opens the dataset at a [`Store`] (e.g. an in-memory store, or one with test layers); the store's own
-    /// retries and request cap apply (`options.store` is not used).
-    pub fn open_store(store: Store, options: ReadOptions) -> Result<Dataset, DatasetError> {
-        let rt = Rt::new(options.io_threads, "dct-io")?;
-        let limit = options.max_manifest_bytes;
-        let s = store.clone();
-        let got = rt.block_on(async move { s.get_limited(MANIFEST_NAME, limit).await });
-        let url = store.url(MANIFEST_NAME);
-        let manifest_err = |category, message: String| DatasetError::Manifest {
-            url: url.clone(),
-            source: ManifestError::new(category, None, message),
-        };
-        let bytes = match got {
-            Ok(b) => b,
-            Err(StoreError::NotFound { .. }) => {
-                return Err(manifest_err(
-                    Category::ManifestMissing,
-                    "there is no manifest.json: this is not a deltacells dataset, or its writer did not finish \
-                     (the manifest is written last)"
-                        .into(),
-                ));
-            }
-            Err(StoreError::TooLarge { size: n, .. }) => {
-                return Err(manifest_err(
-                    Category::ManifestInvalid,
-                    format!(
-                        "manifest.json is {n} bytes, more than the limit of {limit} (ReadOptions::max_manifest_bytes): \
-                         not a manifest, or raise the limit"
-                    ),
-                ));
-            }
-            Err(e) => return Err(e.into()),
-        };
-        let manifest = Manifest::from_json(&bytes).map_err(|source| DatasetError::Manifest { url, source })?;
-        let decode_threads = if options.decode_threads == 0 { default_threads() } else { options.decode_threads };
-        let pool = Arc::new(crate::rt::pool(decode_threads, "dct-decode")?);
-        let core = Core {
-            index: manifest.cell_index(),
-            manifest,
-            store,
-            pool,
-            decode_threads,
-            verify_crc: options.verify_crc,
-            max_cached: options.max_cached_tiles,
-            max_side_file_bytes: options.max_side_file_bytes,
-            cache: Mutex::new(Cache::default()),
-            decoders: Mutex::new(Vec::new()),
-            spare: Mutex::new(Vec::new()),
-            max_spare: options.max_prefetch_tiles.max(1),
-            prefetch_sem: Arc::new(Semaphore::new(options.max_prefetch_tiles.max(1))),
-            to_decode: Mutex::new(BTreeMap::new()),
-            decoding_in_background: AtomicBool::new(false),
-            busy_readers: Mutex::new(0),
-            readers_done: Condvar::new(),
-            background_decoder: Mutex::new(None),
-            counters: Counters::default(),
-            handle: rt.handle().clone(),
-            var_names: Mutex::new(None),
-            gene_order: Mutex::new(None),
-        };
-        Ok(Dataset { core: Arc::new(core), rt })
-    }
-
     pub(crate) fn core(&self) -> &Arc<Core> {
         &self.core
     }
@@ -359,6 +291,8 @@ impl Dataset {
         output: impl FnOnce(usize) -> Result<(&'o mut [i32], &'o mut [V]), DatasetError>,
     ) -> Result<usize, DatasetError> {
         let (tiles, rows) = self.plan(cells)?;
+        // Marked before they are waited for: tiles loaded meanwhile make room with the previous batches' tiles.
+        self.core.lock_cache().mark_read(&tiles);
         let loaded = self.core.wait_tiles(&tiles, Keep::Decoded)?;
         // From here until the batch is filled this read has the decode threads to itself: background decodes of
         // tiles needed later wait (a read that needs a queued tile decodes it itself).
@@ -421,7 +355,9 @@ impl Dataset {
     /// Starts fetching and decoding `tiles` in the background and returns at once, with the number of tiles whose
     /// loading it started. Tiles already cached or being fetched are skipped; at most `max_prefetch_tiles` are
     /// fetched at a time (the rest wait their turn, unless a read needs them first). Prefetched tiles enter the
-    /// cache, so prefetch at most `max_cached_tiles` ahead.
+    /// cache, so prefetch at most `max_cached_tiles` ahead. The first request after a batch says which tiles are
+    /// wanted, the soonest needed first (later requests before the next batch add to it): those the batches read
+    /// are kept before the tiles done with (see "Caching").
     pub fn prefetch(&self, tiles: &[usize]) -> Result<usize, DatasetError> {
         let n = self.n_tiles();
         if let Some(&t) = tiles.iter().find(|&&t| t >= n) {
@@ -430,6 +366,7 @@ impl Dataset {
                 self.url()
             )));
         }
+        self.core.lock_cache().want(tiles);
         let started = tiles
             .iter()
             .filter(|&&t| matches!(self.core.acquire(t, Keep::Decoded, Requester::Prefetch), Acquired::Started(_)));

@@ -6,18 +6,19 @@ use std::time::Duration;
 use crate::manifest::DEFAULT_MAX_MANIFEST_BYTES;
 use dct_store::StoreOptions;
 
-/// Settings of a [`Dataset`].
+/// Settings of a [`Dataset`](crate::Dataset).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReadOptions {
     /// Decoded tiles kept in the LRU cache (default 16; 0 disables caching). Prefetched tiles waiting to be
-    /// decoded do not count (`max_prefetch_tiles` bounds them); tiles [`Dataset::batch_nnz`] loaded without
+    /// decoded do not count (`max_prefetch_tiles` bounds them); tiles [`Dataset::batch_nnz`](crate::Dataset::batch_nnz) loaded without
     /// decoding do. For an epoch that reads each tile by consecutive batches, 2 is enough (the tile being read
     /// and one decoded ahead); a larger cache pays off when batches come back to tiles.
     pub max_cached_tiles: usize,
     /// Prefetched tiles being fetched or waiting, fetched, to be decoded (default 4; 0 counts as 1); more wait
-    /// their turn, in the order they were asked for. As many buffers of decoded tiles that left the cache are kept
-    /// for reuse, so memory peaks at about `max_cached_tiles + max_prefetch_tiles + 2` decoded tiles (about 4 bytes
-    /// per nonzero each, the decompressed planes) plus `max_prefetch_tiles` compressed ones.
+    /// their turn, in the order they were asked for. They wait compressed: a prefetched tile is decoded in the
+    /// background only into a place of the cache that is free or held by a tile the latest batch did not read.
+    /// Memory peaks at about `max_cached_tiles + 2` decoded tiles (about 4 bytes per nonzero each, the decompressed
+    /// planes; 2 spare buffers are kept for reuse) plus `max_prefetch_tiles` compressed ones.
     pub max_prefetch_tiles: usize,
     /// Threads decoding tiles (default 0 = the machine's parallelism): the pool on which reads decode and fill
     /// batches. With 1, each read decodes on its calling thread instead, so reads from several threads (say, one
@@ -52,10 +53,10 @@ impl Default for ReadOptions {
     }
 }
 
-/// Counters of a [`Dataset`] since it was opened (or since [`Dataset::reset_stats`]).
+/// Counters of a [`Dataset`](crate::Dataset) since it was opened (or since [`Dataset::reset_stats`](crate::Dataset::reset_stats)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReadStats {
-    /// Tile GET requests issued (by reads, prefetches and [`Dataset::fetch_tile_bytes`]).
+    /// Tile GET requests issued (by reads, prefetches and [`Dataset::fetch_tile_bytes`](crate::Dataset::fetch_tile_bytes)).
     pub tiles_fetched: u64,
     /// Bytes of tile objects received.
     pub bytes_fetched: u64,

@@ -146,6 +146,32 @@ class DeltaCellsDataset:
         self.__dict__.update(state)
         self._init_runtime()
 
+    def reopened(
+        self,
+        *,
+        max_cached_tiles: int | None = None,
+        max_prefetch_tiles: int | None = None,
+        io_threads: int | None = None,
+        decode_threads: int | None = None,
+        verify: bool | None = None,
+    ) -> DeltaCellsDataset:
+        """The same dataset with other reader settings (those not given are kept), on the manifest this one has
+        read: no request is sent. For sizing the cache from the manifest without a second round trip to the
+        store. The new dataset has its own cache and counters; this one stays open."""
+        given = {"max_cached_tiles": max_cached_tiles, "max_prefetch_tiles": max_prefetch_tiles,
+                 "io_threads": io_threads, "decode_threads": decode_threads}
+        if any(v is not None and int(v) < 1 for v in given.values()):
+            raise ValueError("max_cached_tiles, max_prefetch_tiles, io_threads and decode_threads must be at least 1")
+        other = DeltaCellsDataset.__new__(DeltaCellsDataset)
+        other.__setstate__(self.__getstate__())
+        other.__dict__.update({k: int(v) for k, v in given.items() if v is not None})
+        if verify is not None:
+            other.verify = bool(verify)
+        core = self._core.reopened(other.max_cached_tiles, other.max_prefetch_tiles, other.io_threads,
+                                   other.decode_threads, other.verify)
+        other._reader, other._pid = core, os.getpid()
+        return other
+
     def close(self) -> None:
         """Stops the reader's threads and drops its caches (idempotent); the dataset reopens on next use."""
         with self._lock:

@@ -46,6 +46,25 @@ def _distributed() -> tuple[int, int]:
     return 0, 1
 
 
+def _split_budget(budget: int, window: int, tile_nnz: list[int], tile_bytes: list[int]) -> tuple[int, int]:
+    """``(max_cached_tiles, max_prefetch_tiles)`` within ``budget`` bytes: a decoded tile is about 4 bytes per
+    nonzero, a prefetched one waits compressed. In this order: the window's tiles and one decoded ahead; tiles
+    fetched ahead, up to two windows or 8 tiles (on object storage they hide the requests' latency, and cost only their
+    compressed size); decoded places up to a whole next window; the rest as more decoded places (a cache that
+    can hold a small dataset across epochs)."""
+    n = max(1, len(tile_nnz))
+    decoded = max(1.0, 4.0 * sum(tile_nnz) / n)
+    compressed = max(1.0, sum(tile_bytes) / n)
+    places = window + 1
+    left = budget - places * decoded
+    ahead = max(1, min(max(2 * window, 8), int(left // compressed)))
+    left -= ahead * compressed
+    more = max(0, min(window - 1, int(left // decoded)))
+    places += more
+    left -= more * decoded
+    return places + max(0, int(left // decoded)), ahead
+
+
 class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
     """Batches of a deltacells dataset for training: ``{"X": tensor, "obs": {column: tensor}, "index": tensor}``.
 
@@ -63,8 +82,8 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         output: ``"csr"`` (a torch sparse CSR tensor, no copy of the decoded indices and values) or ``"dense"``.
         values_dtype: ``torch.float32`` (default) or ``torch.int32``.
         rank, world_size: this process's share; default from ``torch.distributed`` when it is initialised.
-        memory_budget: bytes of decoded tiles to hold (the current window and those fetched ahead); at least the
-            window's.
+        memory_budget: bytes of tiles to hold: the window's decoded tiles, tiles decoded and fetched (compressed)
+            ahead, and a cache of decoded tiles with what is left; at least the window and one tile decoded ahead.
         decode_threads: Rust threads decoding each tile and batch (default: every core, or 1 per DataLoader worker).
         io_threads, verify, cache_dir, storage_options: as for :class:`deltacells.DeltaCellsDataset`.
     """
@@ -187,18 +206,11 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
             self.uri, decode_threads=threads, io_threads=self.io_threads, verify=self.verify,
             cache_dir=self.cache_dir, storage_options=self.storage_options,
         )
-        nnz = probe.manifest.tile_nnz
-        mean_nnz = sum(nnz) / max(1, len(nnz))
-        # A decoded tile is about 4 bytes per nonzero: the window's tiles, then as many fetched ahead as fit.
-        per_tile = max(1.0, 4.0 * mean_nnz)
-        cached = max(self.shuffle_tiles + 1, int(self.memory_budget // per_tile))
-        self._ahead = max(1, cached - self.shuffle_tiles)
+        cached, self._ahead = _split_budget(self.memory_budget, self.shuffle_tiles, probe.manifest.tile_nnz,
+                                            probe.manifest.tile_bytes)
+        # Sized from the manifest the probe read, without fetching it again (a round trip on object storage).
+        self._ds = probe.reopened(max_cached_tiles=cached, max_prefetch_tiles=self._ahead)
         probe.close()
-        self._ds = deltacells.DeltaCellsDataset(
-            self.uri, max_cached_tiles=cached, max_prefetch_tiles=self._ahead, decode_threads=threads,
-            io_threads=self.io_threads, verify=self.verify, cache_dir=self.cache_dir,
-            storage_options=self.storage_options,
-        )
         self._pid = os.getpid()
         return self._ds
 

@@ -1,0 +1,112 @@
+//! Opening a [`Dataset`]: `manifest.json` fetched and validated once, then the reader's state built around it;
+//! [`Dataset::reopened`] builds another reader on the same manifest without fetching it again.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Condvar, Mutex};
+
+use dct_store::runtime::Runtime as Rt;
+use dct_store::{Store, StoreError};
+use tokio::sync::Semaphore;
+
+use super::cache::Cache;
+use super::options::Counters;
+use super::{Core, Dataset, ReadOptions};
+use crate::error::{Category, DatasetError, ManifestError};
+use crate::manifest::{MANIFEST_NAME, Manifest};
+use crate::rt::default_threads;
+
+/// Spare buffers of decoded tiles kept for reuse: a tile evicted to make room for a decode hands its buffers to
+/// that decode, so a few cover the background decoder and a read decoding at the same time. Tiles prefetched
+/// ahead wait compressed and take no spare buffer.
+pub(super) const MAX_SPARE: usize = 2;
+
+impl Dataset {
+    /// Opens the dataset at `url` (a local path, `file://`, `s3://`, `gs://`, `az://`, `http(s)://`; see
+    /// [`dct_store`]): reads and validates `manifest.json`. Tiles are fetched when needed.
+    pub fn open(url: &str, options: ReadOptions) -> Result<Dataset, DatasetError> {
+        let store = Store::from_url(url, &options.store)?;
+        Dataset::open_store(store, options)
+    }
+
+    /// Opens the dataset at a [`Store`] (e.g. an in-memory store, or one with test layers); the store's own
+    /// retries and request cap apply (`options.store` is not used).
+    pub fn open_store(store: Store, options: ReadOptions) -> Result<Dataset, DatasetError> {
+        let rt = Rt::new(options.io_threads, "dct-io")?;
+        let manifest = fetch_manifest(&rt, &store, options.max_manifest_bytes)?;
+        Dataset::from_parts(store, manifest, rt, &options)
+    }
+
+    /// Another reader of this dataset with other `options` (cache, prefetch, threads, CRC checks), on the same
+    /// store and manifest: nothing is fetched, so it costs no request. A caller that sizes the cache from the
+    /// manifest (tiles' nonzeros against a memory budget) opens once, reads the manifest, and reopens with the
+    /// sizes, instead of paying the manifest's round trip twice. The new reader has its own cache and counters;
+    /// `options.store` and `options.max_manifest_bytes` are not used.
+    pub fn reopened(&self, options: ReadOptions) -> Result<Dataset, DatasetError> {
+        let rt = Rt::new(options.io_threads, "dct-io")?;
+        Dataset::from_parts(self.core.store.clone(), self.core.manifest.clone(), rt, &options)
+    }
+
+    fn from_parts(store: Store, manifest: Manifest, rt: Rt, options: &ReadOptions) -> Result<Dataset, DatasetError> {
+        let decode_threads = if options.decode_threads == 0 { default_threads() } else { options.decode_threads };
+        let pool = Arc::new(crate::rt::pool(decode_threads, "dct-decode")?);
+        let core = Core {
+            index: manifest.cell_index(),
+            manifest,
+            store,
+            pool,
+            decode_threads,
+            verify_crc: options.verify_crc,
+            max_cached: options.max_cached_tiles,
+            max_side_file_bytes: options.max_side_file_bytes,
+            cache: Mutex::new(Cache::default()),
+            decoders: Mutex::new(Vec::new()),
+            spare: Mutex::new(Vec::new()),
+            max_spare: MAX_SPARE,
+            prefetch_sem: Arc::new(Semaphore::new(options.max_prefetch_tiles.max(1))),
+            to_decode: Mutex::new(BTreeMap::new()),
+            decoding_in_background: AtomicBool::new(false),
+            busy_readers: Mutex::new(0),
+            readers_done: Condvar::new(),
+            background_decoder: Mutex::new(None),
+            counters: Counters::default(),
+            handle: rt.handle().clone(),
+            var_names: Mutex::new(None),
+            gene_order: Mutex::new(None),
+        };
+        Ok(Dataset { core: Arc::new(core), rt })
+    }
+}
+
+/// `manifest.json` of `store`, at most `limit` bytes, parsed and validated.
+fn fetch_manifest(rt: &Rt, store: &Store, limit: u64) -> Result<Manifest, DatasetError> {
+    let s = store.clone();
+    let got = rt.block_on(async move { s.get_limited(MANIFEST_NAME, limit).await });
+    let url = store.url(MANIFEST_NAME);
+    let manifest_err = |category, message: String| DatasetError::Manifest {
+        url: url.clone(),
+        source: ManifestError::new(category, None, message),
+    };
+    let bytes = match got {
+        Ok(b) => b,
+        Err(StoreError::NotFound { .. }) => {
+            return Err(manifest_err(
+                Category::ManifestMissing,
+                "there is no manifest.json: this is not a deltacells dataset, or its writer did not finish \
+                 (the manifest is written last)"
+                    .into(),
+            ));
+        }
+        Err(StoreError::TooLarge { size: n, .. }) => {
+            return Err(manifest_err(
+                Category::ManifestInvalid,
+                format!(
+                    "manifest.json is {n} bytes, more than the limit of {limit} (ReadOptions::max_manifest_bytes): \
+                     not a manifest, or raise the limit"
+                ),
+            ));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    Manifest::from_json(&bytes).map_err(|source| DatasetError::Manifest { url, source })
+}
