@@ -5,9 +5,16 @@
 //!
 //! Each call runs on a blocking thread of the caller's runtime and takes the GIL for the call only; the Rust
 //! caller has released it.
+//!
+//! A call may still be running when the interpreter exits (a prefetch in flight after the last batch). Python then
+//! ends a thread that waits for the GIL with `pthread_exit`, whose unwinding through Rust frames aborts the
+//! process. So calls are counted, and [`stop_backend_calls`] (run by an `atexit` hook of the package) refuses new
+//! ones and waits, the GIL released, for those running.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use dct_store::{ReadSource, SourceError};
@@ -59,6 +66,48 @@ fn source_error(py: Python<'_>, e: PyErr, method: &str, name: &str) -> SourceErr
     }
 }
 
+/// Backend calls running, and whether the interpreter is exiting (no new call starts then).
+static RUNNING: Mutex<usize> = Mutex::new(0);
+static CALLS_DONE: Condvar = Condvar::new();
+static EXITING: AtomicBool = AtomicBool::new(false);
+
+/// One running backend call, counted until it is dropped.
+struct RunningCall;
+
+impl RunningCall {
+    /// Counts a call, unless the interpreter is exiting.
+    fn start() -> Option<RunningCall> {
+        *RUNNING.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        let call = RunningCall;
+        // Checked after counting: `stop_backend_calls` sets the flag, then waits for the count.
+        (!EXITING.load(Ordering::SeqCst)).then_some(call)
+    }
+}
+
+impl Drop for RunningCall {
+    fn drop(&mut self) {
+        let mut running = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
+        *running -= 1;
+        if *running == 0 {
+            CALLS_DONE.notify_all();
+        }
+    }
+}
+
+/// Refuses new calls into Python backends and waits (the GIL released) up to `timeout_s` seconds for those
+/// running to return; returns how many are still running. Called at interpreter exit.
+#[pyfunction]
+pub(crate) fn stop_backend_calls(py: Python<'_>, timeout_s: f64) -> usize {
+    EXITING.store(true, Ordering::SeqCst);
+    let timeout = Duration::from_secs_f64(timeout_s.max(0.0));
+    py.detach(|| {
+        let running = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
+        let (running, _) =
+            CALLS_DONE.wait_timeout_while(running, timeout, |n| *n > 0).unwrap_or_else(|e| e.into_inner());
+        *running
+    })
+}
+
 /// What one request asks of the backend.
 enum Call {
     Whole,
@@ -71,6 +120,11 @@ impl PyBackend {
     async fn call(&self, name: &str, call: Call) -> Result<(Bytes, u64), SourceError> {
         let (backend, name) = (self.backend.clone(), name.to_string());
         let run = move || {
+            let Some(_running) = RunningCall::start() else {
+                return Err(SourceError::Failed(format!(
+                    "backend call for {name:?} refused: the Python interpreter is exiting"
+                )));
+            };
             Python::attach(|py| {
                 let b = backend.bind(py);
                 let size = |py: Python<'_>| -> Result<u64, SourceError> {

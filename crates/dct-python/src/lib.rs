@@ -65,5 +65,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(convert::plan_info, m)?)?;
     m.add_function(wrap_pyfunction!(cli::run_cli, m)?)?;
     m.add_function(wrap_pyfunction!(cli::version, m)?)?;
+    m.add_function(wrap_pyfunction!(backend::stop_backend_calls, m)?)?;
     Ok(())
 }

@@ -195,3 +195,27 @@ def test_throttled_remote_reads_correctly(dataset):
     ds = open_dataset(remote, io_threads=4)
     assert ds.prefetch(range(5)) == 5
     assert same(ds[:].to_scipy(), full)
+
+
+def test_exiting_with_backend_reads_in_flight_does_not_abort(dataset):
+    """Prefetches through a Python backend still running when the interpreter exits are waited for: Python would
+    otherwise end their threads in a way that aborts the process (exit status 134)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    root, _ = dataset
+    script = textwrap.dedent(f"""
+        import time
+        from deltacells import LocalBackend, ThrottledBackend, open_dataset
+        ds = open_dataset(ThrottledBackend(LocalBackend({root!r}), latency_s=0.2), io_threads=4)
+        class SlowTeardown:  # keeps the interpreter finalizing while the backend's reads wake up
+            def __del__(self):
+                time.sleep(0.6)
+        keep = SlowTeardown()
+        ds.prefetch(list(range(ds.n_tiles)))
+        time.sleep(0.05)  # the reads have started and are sleeping in the backend
+        print("exiting", flush=True)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "exiting", (done.returncode, done.stderr[-2000:])

@@ -10,6 +10,7 @@ and ranged calls for obs.
 
 from __future__ import annotations
 
+import atexit
 import io
 import os
 import threading
@@ -18,6 +19,11 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from deltacells import _core
+
+# A read of a Python backend still running when the interpreter exits (a prefetch in flight after the last batch)
+# would be ended by Python in a way that aborts the process: at exit, new reads are refused and those running are
+# waited for.
+atexit.register(_core.stop_backend_calls, 30.0)
 
 __all__ = [
     "Backend",
