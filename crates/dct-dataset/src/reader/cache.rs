@@ -68,7 +68,7 @@ pub(super) struct Cache {
     pub(super) wanted_stale: bool,
 }
 
-/// How readily a cached tile is evicted, the first first (see [`Cache::evict_over`]).
+/// How readily a cached tile is evicted, the first variant first (see [`Cache::evict_over`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Keepness {
     /// Read by an earlier batch, and not asked for again.

@@ -16,7 +16,8 @@ pub struct ReadOptions {
     pub max_cached_tiles: usize,
     /// Prefetched tiles being fetched or waiting, fetched, to be decoded (default 4; 0 counts as 1); more wait
     /// their turn, in the order they were asked for. They wait compressed: a prefetched tile is decoded in the
-    /// background only into a place of the cache that is free or held by a tile the latest batch did not read.
+    /// background only into a place of the cache that is free or held by a tile done with (see the `Dataset`
+    /// docs, "Caching").
     /// Memory peaks at about `max_cached_tiles + 2` decoded tiles (about 4 bytes per nonzero each, the decompressed
     /// planes; 2 spare buffers are kept for reuse) plus `max_prefetch_tiles` compressed ones.
     pub max_prefetch_tiles: usize,

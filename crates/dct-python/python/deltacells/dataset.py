@@ -35,6 +35,11 @@ def _native_url(backend: Any) -> str | None:
     return None
 
 
+def _check_reader_sizes(*sizes: int) -> None:
+    if any(int(v) < 1 for v in sizes):
+        raise ValueError("max_cached_tiles, max_prefetch_tiles, io_threads and decode_threads must be at least 1")
+
+
 class DeltaCellsDataset:
     """Random access to the cells of a deltacells dataset (format version 1 or 2), for training loops and
     ``DataLoader`` workers.
@@ -78,9 +83,7 @@ class DeltaCellsDataset:
         obs_columns: Sequence[str] | None = None,
         storage_options: dict[str, str] | None = None,
     ) -> None:
-        options = (max_cached_tiles, max_prefetch_tiles, io_threads, decode_threads)
-        if any(int(v) < 1 for v in options):
-            raise ValueError("max_cached_tiles, max_prefetch_tiles, io_threads and decode_threads must be at least 1")
+        _check_reader_sizes(max_cached_tiles, max_prefetch_tiles, io_threads, decode_threads)
         self._uri = uri if isinstance(uri, Backend) else os.fspath(uri)
         self.max_cached_tiles = int(max_cached_tiles)
         self.max_prefetch_tiles = int(max_prefetch_tiles)
@@ -160,8 +163,7 @@ class DeltaCellsDataset:
         store. The new dataset has its own cache and counters; this one stays open."""
         given = {"max_cached_tiles": max_cached_tiles, "max_prefetch_tiles": max_prefetch_tiles,
                  "io_threads": io_threads, "decode_threads": decode_threads}
-        if any(v is not None and int(v) < 1 for v in given.values()):
-            raise ValueError("max_cached_tiles, max_prefetch_tiles, io_threads and decode_threads must be at least 1")
+        _check_reader_sizes(*(v for v in given.values() if v is not None))
         other = DeltaCellsDataset.__new__(DeltaCellsDataset)
         other.__setstate__(self.__getstate__())
         other.__dict__.update({k: int(v) for k, v in given.items() if v is not None})
