@@ -1,7 +1,6 @@
 //! A layer that counts and records requests, and can fail chosen GETs.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
@@ -9,8 +8,7 @@ use bytes::Bytes;
 use futures::stream::BoxStream;
 use object_store::path::Path;
 use object_store::{
-    CopyOptions, GetOptions, GetRange, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions,
+    GetOptions, GetRange, GetResult, ListResult, ObjectMeta, ObjectStore, PutOptions, PutPayload, PutResult,
 };
 
 /// One read request a [`Counter`] has seen.
@@ -135,20 +133,8 @@ impl CountingStore {
     }
 }
 
-impl fmt::Display for CountingStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.inner, f)
-    }
-}
-
-#[async_trait::async_trait]
-impl ObjectStore for CountingStore {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> object_store::Result<PutResult> {
+object_store_layer!(CountingStore, forward: [put_multipart_opts, copy_opts, rename_opts], {
+    async fn put_opts(&self, location: &Path, payload: PutPayload, opts: PutOptions) -> object_store::Result<PutResult> {
         {
             let mut s = self.counter.lock();
             s.counts.puts += 1;
@@ -159,14 +145,6 @@ impl ObjectStore for CountingStore {
         let got = self.inner.put_opts(location, payload, opts).await;
         self.counter.leave();
         got
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
     }
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> object_store::Result<GetResult> {
@@ -249,12 +227,4 @@ impl ObjectStore for CountingStore {
         self.counter.lock().counts.lists += 1;
         self.inner.list_with_delimiter(prefix).await
     }
-
-    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> object_store::Result<()> {
-        self.inner.copy_opts(from, to, options).await
-    }
-
-    async fn rename_opts(&self, from: &Path, to: &Path, options: RenameOptions) -> object_store::Result<()> {
-        self.inner.rename_opts(from, to, options).await
-    }
-}
+});

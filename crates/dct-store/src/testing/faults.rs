@@ -4,19 +4,16 @@
 //! Whether a request is faulted, and how, depends only on the seed, the request (object and range) and how many
 //! times the same request was made before, not on the order of concurrent requests: runs are reproducible.
 
-use std::fmt;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use futures::stream::BoxStream;
 use object_store::path::Path;
 use object_store::{
-    Attributes, CopyOptions, Extensions, GetOptions, GetRange, GetResult, GetResultPayload, ListResult,
-    MultipartUpload, ObjectMeta, ObjectStore, ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload, PutResult,
-    RenameOptions,
+    Attributes, Extensions, GetOptions, GetRange, GetResult, GetResultPayload, ObjectStore, ObjectStoreExt, PutOptions,
+    PutPayload, PutResult,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -196,12 +193,6 @@ fn fnv1a(seed: u64, text: &str) -> u64 {
     text.bytes().fold(0xcbf2_9ce4_8422_2325 ^ seed, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }
 
-impl fmt::Display for FaultStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.inner, f)
-    }
-}
-
 fn injected(what: String) -> object_store::Error {
     object_store::Error::Generic { store: "FaultStore", source: what.into() }
 }
@@ -261,14 +252,8 @@ fn alter(fault: Fault, bytes: Bytes, salt: u64, other: Option<Bytes>) -> (Bytes,
     }
 }
 
-#[async_trait::async_trait]
-impl ObjectStore for FaultStore {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> object_store::Result<PutResult> {
+object_store_layer!(FaultStore, forward: [put_multipart_opts, delete_stream, list, list_with_delimiter, copy_opts, rename_opts], {
+    async fn put_opts(&self, location: &Path, payload: PutPayload, opts: PutOptions) -> object_store::Result<PutResult> {
         let fail = {
             let mut s = self.faults.lock();
             let i = s.puts;
@@ -284,14 +269,6 @@ impl ObjectStore for FaultStore {
                 Err(injected(format!("injected: response to PUT {location} lost")))
             }
         }
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
     }
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> object_store::Result<GetResult> {
@@ -352,30 +329,7 @@ impl ObjectStore for FaultStore {
         }
         Ok(out)
     }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, object_store::Result<Path>>,
-    ) -> BoxStream<'static, object_store::Result<Path>> {
-        self.inner.delete_stream(locations)
-    }
-
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> object_store::Result<()> {
-        self.inner.copy_opts(from, to, options).await
-    }
-
-    async fn rename_opts(&self, from: &Path, to: &Path, options: RenameOptions) -> object_store::Result<()> {
-        self.inner.rename_opts(from, to, options).await
-    }
-}
+});
 
 #[cfg(test)]
 mod tests {

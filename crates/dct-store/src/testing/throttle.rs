@@ -1,7 +1,6 @@
 //! A layer that delays requests as a distant object store would: a latency per request and a bandwidth per body.
 //! Unlike `object_store`'s `ThrottledStore` it also wraps local directories (whose bodies are files).
 
-use std::fmt;
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,8 +10,7 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use object_store::path::Path;
 use object_store::{
-    CopyOptions, GetOptions, GetResult, GetResultPayload, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions,
+    GetOptions, GetResult, GetResultPayload, ListResult, ObjectMeta, ObjectStore, PutOptions, PutPayload, PutResult,
 };
 
 use super::Throttle;
@@ -21,12 +19,6 @@ use super::Throttle;
 pub(crate) struct ThrottleStore {
     pub(crate) inner: Arc<dyn ObjectStore>,
     pub(crate) throttle: Throttle,
-}
-
-impl fmt::Display for ThrottleStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.inner, f)
-    }
 }
 
 async fn sleep(d: Duration) {
@@ -43,24 +35,10 @@ fn transfer(bytes_per_second: Option<std::num::NonZeroU32>, n: usize) -> Duratio
     }
 }
 
-#[async_trait::async_trait]
-impl ObjectStore for ThrottleStore {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> object_store::Result<PutResult> {
+object_store_layer!(ThrottleStore, forward: [put_multipart_opts, delete_stream, copy_opts, rename_opts], {
+    async fn put_opts(&self, location: &Path, payload: PutPayload, opts: PutOptions) -> object_store::Result<PutResult> {
         sleep(self.throttle.latency).await;
         self.inner.put_opts(location, payload, opts).await
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
     }
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> object_store::Result<GetResult> {
@@ -88,13 +66,6 @@ impl ObjectStore for ThrottleStore {
         Ok(got)
     }
 
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, object_store::Result<Path>>,
-    ) -> BoxStream<'static, object_store::Result<Path>> {
-        self.inner.delete_stream(locations)
-    }
-
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
         let latency = self.throttle.latency;
         let listed = self.inner.list(prefix);
@@ -110,12 +81,4 @@ impl ObjectStore for ThrottleStore {
         sleep(self.throttle.latency).await;
         self.inner.list_with_delimiter(prefix).await
     }
-
-    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> object_store::Result<()> {
-        self.inner.copy_opts(from, to, options).await
-    }
-
-    async fn rename_opts(&self, from: &Path, to: &Path, options: RenameOptions) -> object_store::Result<()> {
-        self.inner.rename_opts(from, to, options).await
-    }
-}
+});
