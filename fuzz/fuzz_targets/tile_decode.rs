@@ -9,7 +9,7 @@
 
 use std::sync::{Mutex, OnceLock};
 
-use dct_codec::{DecodeOptions, DecodedTile, Decoder, TilePlanes};
+use dct_codec::{DecodeOptions, DecodedTile, Decoder, SparseRows, TilePlanes};
 use dct_format::{ParsedTile, TileLayout, compute_crc};
 use deltacells_fuzz::{assert_rows_match, assert_valid_csr};
 use libfuzzer_sys::fuzz_target;

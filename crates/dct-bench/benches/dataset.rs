@@ -13,7 +13,7 @@ use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use dct_bench::{path_str, shuffled_epoch, synthetic_dataset};
-use dct_dataset::{Batch, Dataset, ReadOptions};
+use dct_dataset::{Batch, Dataset, ReadOptions, SparseRows};
 use dct_store::testing::{Throttle, throttled};
 use dct_store::{Store, StoreOptions};
 

@@ -12,6 +12,7 @@ use crate::error::DecodeError;
 use crate::handoff::Helpers;
 use crate::kernels::WriteMode;
 use crate::planes::{TilePlanes, decompress_chunk};
+use crate::rows::SparseRows;
 use crate::split::{Split, Threads};
 use crate::values::CountValue;
 use crate::worker::Worker;
@@ -37,21 +38,11 @@ impl<V> Default for DecodedTile<V> {
     }
 }
 
-impl<V> DecodedTile<V> {
-    /// Rows (cells).
-    pub fn n_rows(&self) -> usize {
-        self.indptr.len().saturating_sub(1)
-    }
+impl<V> SparseRows for DecodedTile<V> {
+    type Value = V;
 
-    /// Stored nonzeros.
-    pub fn nnz(&self) -> usize {
-        self.indices.len()
-    }
-
-    /// The gene indices and counts of row `r`.
-    pub fn row(&self, r: usize) -> (&[i32], &[V]) {
-        let (lo, hi) = (self.indptr[r] as usize, self.indptr[r + 1] as usize);
-        (&self.indices[lo..hi], &self.values[lo..hi])
+    fn csr(&self) -> (&[i64], &[i32], &[V]) {
+        (&self.indptr, &self.indices, &self.values)
     }
 }
 
@@ -74,7 +65,7 @@ impl Default for DecodeOptions {
 /// kept, so decoding into a reused [`DecodedTile`] allocates nothing once buffers have grown to size.
 ///
 /// ```
-/// use dct_codec::{CsrMatrix, DecodeOptions, DecodedTile, Decoder, EncodeOptions, encode_tile};
+/// use dct_codec::{CsrMatrix, DecodeOptions, DecodedTile, Decoder, EncodeOptions, SparseRows, encode_tile};
 /// let m = CsrMatrix { n_rows: 2, n_cols: 5, indptr: &[0u32, 2, 3], indices: &[4u32, 1, 0], values: &[7u32, 1, 3] };
 /// let tile = encode_tile(&m, &EncodeOptions::default())?;
 /// let mut decoder = Decoder::new(DecodeOptions::default());

@@ -24,6 +24,7 @@ mod inspect;
 mod kernels;
 mod params;
 mod planes;
+mod rows;
 mod split;
 mod values;
 mod worker;
@@ -37,6 +38,7 @@ pub use inspect::{ChunkSummary, TileSummary, inspect};
 pub use kernels::WriteMode;
 pub use params::Preset;
 pub use planes::TilePlanes;
+pub use rows::SparseRows;
 pub use values::CountValue;
 
 pub use dct_format;

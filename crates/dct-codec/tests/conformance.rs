@@ -6,7 +6,7 @@ use std::cell::Cell;
 use std::path::PathBuf;
 
 use dct_codec::dct_format::ParsedTile;
-use dct_codec::{DecodeOptions, DecodedTile, Decoder, TilePlanes};
+use dct_codec::{DecodeOptions, DecodedTile, Decoder, SparseRows, TilePlanes};
 use serde_json::Value;
 
 include!("support/largest_alloc.rs");

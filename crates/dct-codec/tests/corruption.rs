@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 
-use dct_codec::{DecodeOptions, DecodedTile, Decoder, TilePlanes};
+use dct_codec::{DecodeOptions, DecodedTile, Decoder, SparseRows, TilePlanes};
 use dct_format::{HEADER_LEN, TileLayout};
 
 include!("support/largest_alloc.rs");

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use dct_convert::{ConvertOptions, GeneSort, RunOptions, convert, finalize, make_plan, run_part};
-use dct_dataset::{Dataset, ReadOptions};
+use dct_dataset::{Dataset, ReadOptions, SparseRows};
 use dct_input::{CountSource, open_input};
 use serde_json::Value;
 

@@ -35,7 +35,7 @@
 //! ```
 //! # fn main() -> Result<(), dct_dataset::DatasetError> {
 //! use dct_codec::CsrMatrix;
-//! use dct_dataset::{Dataset, DatasetWriter, ReadOptions, WriterOptions};
+//! use dct_dataset::{Dataset, DatasetWriter, ReadOptions, SparseRows, WriterOptions};
 //! let dir = tempfile::tempdir().unwrap();
 //! let url = dir.path().join("ds");
 //! let url = url.to_str().unwrap();
@@ -64,7 +64,7 @@ mod side_files;
 mod verify;
 mod writer;
 
-pub use dct_codec::{CountValue, CsrMatrix};
+pub use dct_codec::{CountValue, CsrMatrix, SparseRows};
 #[cfg(feature = "obs")]
 pub use dct_obs;
 pub use dct_store::{LocalReads, RetryPolicy, Store, StoreError, StoreOptions};

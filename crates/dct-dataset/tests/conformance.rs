@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use dct_dataset::{Category, Dataset, DatasetError, ReadOptions, VerifyOptions};
+use dct_dataset::{Category, Dataset, DatasetError, ReadOptions, SparseRows, VerifyOptions};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use serde_json::Value;

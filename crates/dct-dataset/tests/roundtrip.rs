@@ -5,8 +5,8 @@ mod common;
 use common::{Truth, append_all, assert_batch, create_in, open_in, random_batches, random_truth};
 use dct_codec::{CsrMatrix, ExceptionPolicy};
 use dct_dataset::{
-    Batch, Category, Dataset, DatasetError, DatasetWriter, LocalReads, ReadOptions, Store, StoreOptions, VerifyOptions,
-    WriterOptions,
+    Batch, Category, Dataset, DatasetError, DatasetWriter, LocalReads, ReadOptions, SparseRows, Store, StoreOptions,
+    VerifyOptions, WriterOptions,
 };
 use dct_store::testing::counted;
 use rand::SeedableRng;

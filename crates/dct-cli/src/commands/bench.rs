@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use dct_codec::{DecodeOptions, DecodedTile, Decoder};
-use dct_dataset::{Batch, Dataset, EpochOptions, EpochPlan, ReadOptions, StoreOptions};
+use dct_dataset::{Batch, Dataset, EpochOptions, EpochPlan, ReadOptions, SparseRows, StoreOptions};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use serde_json::json;

@@ -4,7 +4,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use dct_dataset::{Batch, Dataset, ReadOptions, StoreOptions};
+use dct_dataset::{Batch, Dataset, ReadOptions, SparseRows, StoreOptions};
 
 use crate::output::{parse_cells, progress};
 

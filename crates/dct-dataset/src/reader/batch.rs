@@ -1,9 +1,12 @@
 //! The rows a read hands out.
 
+use dct_codec::SparseRows;
+
 /// Rows of a dataset in CSR form, in the order they were requested.
 ///
 /// `V` is the count type: `f32` (the default, what training pipelines want), `u32`, `i32`, `u64`, `i64` or
-/// `f64` ([`CountValue`](dct_codec::CountValue)). Counts above 2^24 are not exact in `f32`.
+/// `f64` ([`CountValue`](dct_codec::CountValue)). Counts above 2^24 are not exact in `f32`. Its rows are read
+/// through [`SparseRows`] (`n_rows`, `nnz`, `row`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Batch<V = f32> {
     /// Genes (columns).
@@ -22,23 +25,10 @@ impl<V> Default for Batch<V> {
     }
 }
 
-impl<V> Batch<V> {
-    /// Rows.
-    pub fn n_rows(&self) -> usize {
-        self.indptr.len().saturating_sub(1)
-    }
+impl<V> SparseRows for Batch<V> {
+    type Value = V;
 
-    /// Stored nonzeros.
-    pub fn nnz(&self) -> usize {
-        self.indices.len()
-    }
-
-    /// The gene indices and counts of row `r`.
-    ///
-    /// # Panics
-    /// If `r >= self.n_rows()`.
-    pub fn row(&self, r: usize) -> (&[i32], &[V]) {
-        let (lo, hi) = (self.indptr[r] as usize, self.indptr[r + 1] as usize);
-        (&self.indices[lo..hi], &self.values[lo..hi])
+    fn csr(&self) -> (&[i64], &[i32], &[V]) {
+        (&self.indptr, &self.indices, &self.values)
     }
 }

@@ -89,7 +89,7 @@ type Plan = (Vec<usize>, Vec<(u32, u64)>);
 ///
 /// ```
 /// # fn main() -> Result<(), dct_dataset::DatasetError> {
-/// use dct_dataset::{Dataset, ReadOptions};
+/// use dct_dataset::{Dataset, ReadOptions, SparseRows};
 /// let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/conformance/datasets/v2_with_obs");
 /// let ds = Dataset::open(dir, ReadOptions::default())?;
 /// let batch = ds.get_batch(&[349, 0, 150, 0])?; // any cells, any order, repeats allowed

@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use dct_codec::CsrMatrix;
-use dct_dataset::{Batch, DatasetWriter};
+use dct_dataset::{Batch, DatasetWriter, SparseRows};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
