@@ -35,28 +35,6 @@ pub fn assert_rows_match(full: &DecodedTile<u32>, rows: &[u64], part: &DecodedTi
     }
 }
 
-/// A small deterministic PRNG (xorshift64*), so the fixed matrices the targets build never depend on a seed
-/// that could change between runs.
-#[derive(Debug, Clone)]
-pub struct XorShift(pub u64);
-
-impl XorShift {
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// A value in `0..n` (`n > 0`).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-}
-
 /// A canonical matrix kept as plain rows of `(gene, count)`, genes strictly increasing within a row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rows {

@@ -196,17 +196,24 @@ impl PyDataset {
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self.get()?.stats();
         let d = PyDict::new(py);
-        d.set_item("tiles_fetched", s.tiles_fetched)?;
-        d.set_item("fetch_seconds", s.fetch_time.as_secs_f64())?;
-        d.set_item("stall_seconds", s.stall_time.as_secs_f64())?;
-        d.set_item("tiles_decoded", s.tiles_decoded)?;
-        d.set_item("decode_seconds", s.decode_time.as_secs_f64())?;
-        d.set_item("tile_cache_hits", s.inflight_joins)?;
-        d.set_item("decoded_cache_hits", s.cache_hits)?;
-        d.set_item("bytes_fetched", s.bytes_fetched)?;
-        d.set_item("failed_loads", s.failed_loads)?;
-        d.set_item("cache_misses", s.cache_misses)?;
-        d.set_item("prefetched", s.prefetched)?;
+        let counts = [
+            ("tiles_fetched", s.tiles_fetched),
+            ("tiles_decoded", s.tiles_decoded),
+            ("tile_cache_hits", s.inflight_joins),
+            ("decoded_cache_hits", s.cache_hits),
+            ("bytes_fetched", s.bytes_fetched),
+            ("failed_loads", s.failed_loads),
+            ("cache_misses", s.cache_misses),
+            ("prefetched", s.prefetched),
+        ];
+        let times =
+            [("fetch_seconds", s.fetch_time), ("stall_seconds", s.stall_time), ("decode_seconds", s.decode_time)];
+        for (key, n) in counts {
+            d.set_item(key, n)?;
+        }
+        for (key, t) in times {
+            d.set_item(key, t.as_secs_f64())?;
+        }
         Ok(d)
     }
 

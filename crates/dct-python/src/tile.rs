@@ -68,14 +68,19 @@ impl PyTile {
     fn info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let h = self.tile.layout().header();
         let d = PyDict::new(py);
-        d.set_item("version", h.version.number())?;
-        d.set_item("flags", 0u32)?;
-        d.set_item("n_cells", h.n_cells)?;
-        d.set_item("nnz", h.nnz)?;
-        d.set_item("n_genes", h.n_genes)?;
-        d.set_item("indptr_off", h.indptr_off)?;
-        d.set_item("total_size", h.total_size)?;
-        d.set_item("crc32", h.crc32)?;
+        let fields = [
+            ("version", u64::from(h.version.number())),
+            ("flags", 0),
+            ("n_cells", h.n_cells),
+            ("nnz", h.nnz),
+            ("n_genes", u64::from(h.n_genes)),
+            ("indptr_off", h.indptr_off),
+            ("total_size", h.total_size),
+            ("crc32", u64::from(h.crc32)),
+        ];
+        for (key, value) in fields {
+            d.set_item(key, value)?;
+        }
         let chunks: Vec<Bound<'py, PyTuple>> = self
             .tile
             .layout()
