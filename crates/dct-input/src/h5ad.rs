@@ -10,7 +10,7 @@ use crate::csr::CsrH5;
 use crate::error::{BadValue, InputError};
 use crate::frame::{Frame, read_dataframe};
 use crate::h5::{H5, Node, READ_STEP, Values, attr_ints, join};
-use crate::{CountSource, GeneTable, H5adMatrix, InputKind, ObsLocation};
+use crate::{Axes, CountSource, GeneTable, H5adMatrix, InputKind, ObsLocation};
 
 /// Var columns tried, in order, for [`GeneTable::ids`].
 const ID_COLUMNS: [&str; 5] = ["gene_ids", "gene_id", "feature_id", "feature_ids", "ensembl_id"];
@@ -434,20 +434,8 @@ impl CountSource for H5adSource {
         format!("h5ad {} ({}, {dtype})", self.matrix_obj, self.encoding)
     }
 
-    fn n_cells(&self) -> u64 {
-        self.n_cells
-    }
-
-    fn n_genes(&self) -> u64 {
-        self.n_genes
-    }
-
-    fn genes(&self) -> &GeneTable {
-        &self.genes
-    }
-
-    fn cell_names(&self) -> &[String] {
-        &self.cells
+    fn axes(&self) -> Axes<'_> {
+        Axes { genes: &self.genes, cells: &self.cells }
     }
 
     fn loads_whole_matrix(&self) -> bool {

@@ -145,6 +145,15 @@ pub enum ObsLocation {
     },
 }
 
+/// The two axes of a [`CountSource`]'s matrix: one gene table entry per column, one name per row.
+#[derive(Debug, Clone, Copy)]
+pub struct Axes<'a> {
+    /// The genes (columns), after any feature-type filter.
+    pub genes: &'a GeneTable,
+    /// The cell names (rows).
+    pub cells: &'a [String],
+}
+
 /// A count matrix readable as cell-major CSR row windows.
 ///
 /// Implementations are [`H5adSource`], [`TenxH5Source`] and [`MtxSource`]; [`open_input`] picks one.
@@ -158,17 +167,28 @@ pub trait CountSource: Send + std::fmt::Debug {
     /// A one-line description for logs, e.g. `h5ad X (csr_matrix, f32)`.
     fn describe(&self) -> String;
 
+    /// The matrix's two axes: its gene table and its cell names.
+    fn axes(&self) -> Axes<'_>;
+
     /// Number of cells (rows).
-    fn n_cells(&self) -> u64;
+    fn n_cells(&self) -> u64 {
+        self.axes().cells.len() as u64
+    }
 
     /// Number of genes (columns), after any feature-type filter.
-    fn n_genes(&self) -> u64;
+    fn n_genes(&self) -> u64 {
+        self.axes().genes.names.len() as u64
+    }
 
     /// The gene table, `n_genes()` long.
-    fn genes(&self) -> &GeneTable;
+    fn genes(&self) -> &GeneTable {
+        self.axes().genes
+    }
 
     /// Cell names (barcodes / obs index), `n_cells()` long.
-    fn cell_names(&self) -> &[String];
+    fn cell_names(&self) -> &[String] {
+        self.axes().cells
+    }
 
     /// Entries stored for `rows` (before zeros are dropped and repeats summed), when known without reading them;
     /// lets a caller size windows by entries rather than by cells. `None` for dense matrices and for inputs not yet

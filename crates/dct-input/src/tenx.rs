@@ -12,7 +12,7 @@ use crate::csr::CsrH5;
 use crate::error::InputError;
 use crate::frame::{Column, ColumnData};
 use crate::h5::{H5, Node, Values, join};
-use crate::{CountSource, GeneTable, InputKind};
+use crate::{Axes, CountSource, GeneTable, InputKind};
 
 /// Whether an open HDF5 file has a 10x layout (rather than AnnData).
 pub(crate) fn looks_like_tenx(h5: &H5) -> Result<bool, InputError> {
@@ -197,20 +197,8 @@ impl CountSource for TenxH5Source {
         )
     }
 
-    fn n_cells(&self) -> u64 {
-        self.n_cells
-    }
-
-    fn n_genes(&self) -> u64 {
-        self.genes.names.len() as u64
-    }
-
-    fn genes(&self) -> &GeneTable {
-        &self.genes
-    }
-
-    fn cell_names(&self) -> &[String] {
-        &self.cells
+    fn axes(&self) -> Axes<'_> {
+        Axes { genes: &self.genes, cells: &self.cells }
     }
 
     fn stored_entries(&self, rows: Range<u64>) -> Option<u64> {

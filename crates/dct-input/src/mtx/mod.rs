@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use crate::block::{REPEAT_OVERFLOW, RowBlock, canonicalize_row};
 use crate::error::{BadValue, InputError};
 use crate::tenx::build_genes;
-use crate::{CountSource, GeneTable, InputKind};
+use crate::{Axes, CountSource, GeneTable, InputKind};
 use text::*;
 
 /// The kept entries, cell-major and canonical.
@@ -298,20 +298,8 @@ impl CountSource for MtxSource {
         )
     }
 
-    fn n_cells(&self) -> u64 {
-        self.cells.len() as u64
-    }
-
-    fn n_genes(&self) -> u64 {
-        self.genes.names.len() as u64
-    }
-
-    fn genes(&self) -> &GeneTable {
-        &self.genes
-    }
-
-    fn cell_names(&self) -> &[String] {
-        &self.cells
+    fn axes(&self) -> Axes<'_> {
+        Axes { genes: &self.genes, cells: &self.cells }
     }
 
     fn loads_whole_matrix(&self) -> bool {
