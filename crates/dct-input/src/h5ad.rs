@@ -5,7 +5,7 @@ use std::path::Path;
 
 use hdf5_pure::Dataset;
 
-use crate::block::{REPEAT_OVERFLOW, RowBlock, canonicalize_row};
+use crate::block::{RowBlock, canonicalize_rows};
 use crate::csr::CsrH5;
 use crate::error::{BadValue, InputError};
 use crate::frame::{Frame, read_dataframe};
@@ -317,28 +317,14 @@ impl H5adSource {
         }
         drop(gene_ptr);
         // Canonicalize in place: drop zeros, sum repeats (adjacent, since genes are non-decreasing per cell).
-        let mut w = 0usize;
-        let mut indptr = Vec::with_capacity(n_cells as usize + 1);
-        indptr.push(0u64);
-        let mut scratch = Vec::new();
-        for c in 0..n_cells as usize {
-            let row = counts[c] as usize..counts[c + 1] as usize;
-            w = canonicalize_row(&mut indices_out, &mut values_out, row, w, &mut scratch).map_err(|(g, sum)| {
-                InputError::NotACount(Box::new(BadValue {
-                    path: h5.path.clone(),
-                    object: data_obj.clone(),
-                    cell: c as u64,
-                    cell_name: cells[c].clone(),
-                    gene: u64::from(g),
-                    gene_name: genes.names[g as usize].clone(),
-                    value: sum.to_string(),
-                    reason: REPEAT_OVERFLOW,
-                }))
-            })?;
-            indptr.push(w as u64);
-        }
-        indices_out.truncate(w);
-        values_out.truncate(w);
+        let indptr = canonicalize_rows(
+            &counts,
+            &mut indices_out,
+            &mut values_out,
+            (&h5.path, &data_obj),
+            |c| cells[c].clone(),
+            |g| (u64::from(g), genes.names[g as usize].clone()),
+        )?;
         indices_out.shrink_to_fit();
         values_out.shrink_to_fit();
         *transposed = Some(Transposed { indptr, indices: indices_out, values: values_out });

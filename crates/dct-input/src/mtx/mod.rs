@@ -16,8 +16,8 @@ pub use text::{MtxEntry, MtxField, MtxHeader, MtxText, parse_mtx_text};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-use crate::block::{REPEAT_OVERFLOW, RowBlock, canonicalize_row};
-use crate::error::{BadValue, InputError};
+use crate::block::{RowBlock, canonicalize_rows};
+use crate::error::InputError;
 use crate::tenx::build_genes;
 use crate::{Axes, CountSource, GeneTable, InputKind};
 use text::*;
@@ -240,29 +240,17 @@ impl MtxSource {
         }
         drop(fill);
         // Canonicalize each cell in place (sort by gene, sum repeats), compacting towards the front.
-        let mut indptr = Vec::with_capacity(self.cells.len() + 1);
-        indptr.push(0u64);
-        let mut w = 0usize;
-        let mut scratch: Vec<(u32, u32)> = Vec::new();
-        for c in 0..self.cells.len() {
-            let row = self.cell_ptr[c] as usize..self.cell_ptr[c + 1] as usize;
-            w = canonicalize_row(&mut indices, &mut values, row, w, &mut scratch).map_err(|(g, sum)| {
+        let indptr = canonicalize_rows(
+            &self.cell_ptr,
+            &mut indices,
+            &mut values,
+            (&self.matrix, "repeated entries"),
+            |c| self.cells[c].clone(),
+            |g| {
                 let src = self.src_gene(g);
-                InputError::NotACount(Box::new(BadValue {
-                    path: self.matrix.clone(),
-                    object: "repeated entries".into(),
-                    cell: c as u64,
-                    cell_name: self.cells[c].clone(),
-                    gene: src,
-                    gene_name: self.src_names[src as usize].clone(),
-                    value: sum.to_string(),
-                    reason: REPEAT_OVERFLOW,
-                }))
-            })?;
-            indptr.push(w as u64);
-        }
-        indices.truncate(w);
-        values.truncate(w);
+                (src, self.src_names[src as usize].clone())
+            },
+        )?;
         self.data = Some(CellMajor { indptr, indices, values });
         Ok(())
     }
