@@ -200,17 +200,22 @@ pub(crate) fn check_layout(
     tile_cells: &[u64],
     schema: &ObsSchema,
 ) -> (Vec<LayoutProblem>, Option<ArrowReaderMetadata>) {
-    std::panic::catch_unwind(AssertUnwindSafe(|| check_layout_inner(metadata, size, tiles, tile_cells, schema)))
-        .unwrap_or_else(|_| (vec![(None, None, "its metadata is malformed (the decoder failed)".into())], None))
+    std::panic::catch_unwind(AssertUnwindSafe(|| {
+        let mut problems = row_group_problems(metadata, size, tiles, tile_cells);
+        let arrow = arrow_view(metadata, schema, &mut problems);
+        (problems, arrow)
+    }))
+    .unwrap_or_else(|_| (vec![(None, None, "its metadata is malformed (the decoder failed)".into())], None))
 }
 
-fn check_layout_inner(
-    metadata: &Arc<ParquetMetaData>,
+/// The row groups' problems: one per tile of `tiles`, with its cell count, every column chunk inside the data
+/// part of a file of `size` bytes.
+fn row_group_problems(
+    metadata: &ParquetMetaData,
     size: u64,
     tiles: Range<usize>,
     tile_cells: &[u64],
-    schema: &ObsSchema,
-) -> (Vec<LayoutProblem>, Option<ArrowReaderMetadata>) {
+) -> Vec<LayoutProblem> {
     let mut problems: Vec<LayoutProblem> = Vec::new();
     let n_rg = metadata.num_row_groups();
     if n_rg != tiles.len() {
@@ -263,13 +268,24 @@ fn check_layout_inner(
             }
         }
     }
+    problems
+}
+
+/// The Arrow view of the metadata, if its schema can be derived, with the problems of its columns against the
+/// schema's added to `problems`.
+fn arrow_view(
+    metadata: &Arc<ParquetMetaData>,
+    schema: &ObsSchema,
+    problems: &mut Vec<LayoutProblem>,
+) -> Option<ArrowReaderMetadata> {
     let arrow = match ArrowReaderMetadata::try_new(metadata.clone(), ArrowReaderOptions::new()) {
         Ok(a) => a,
         Err(e) => {
             problems.push((None, None, format!("its schema cannot be read as Arrow: {e}")));
-            return (problems, None);
+            return None;
         }
     };
+    let n_cols = metadata.file_metadata().schema_descr().num_columns();
     let fields = arrow.schema().fields();
     let names: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
     let expected: Vec<&str> = schema.columns.iter().map(|c| c.name.as_str()).collect();
@@ -290,7 +306,7 @@ fn check_layout_inner(
     if n_cols != fields.len() {
         problems.push((None, None, format!("{n_cols} leaf columns for {} fields (nested types)", fields.len())));
     }
-    (problems, Some(arrow))
+    Some(arrow)
 }
 
 /// An [`AsyncFileReader`] over one column chunk already fetched (and checked) plus the shard's metadata: the
