@@ -20,10 +20,13 @@ struct Names<'a> {
     gene_name: &'a dyn Fn(u64) -> String,
 }
 
-/// The row being filled while entries stream in: its index and the entry where it ends.
-struct RowCursor {
+/// The rows being filled while entries stream in: the block, the row being filled (its index and the entry where
+/// it ends) and the names errors give.
+struct Filling<'a> {
+    out: &'a mut RowBlock,
     row: u64,
     row_end: u64,
+    names: Names<'a>,
 }
 
 /// A CSR matrix in an HDF5 file: `indptr` is held in memory (8 bytes per row), `data` and `indices` are read per
@@ -135,36 +138,29 @@ impl CsrH5 {
         }
         let lo = self.indptr[rows.start as usize];
         let hi = self.indptr[rows.end as usize];
-        let mut cursor = RowCursor { row: rows.start, row_end: self.indptr[rows.start as usize + 1] };
         let names = Names { cell_name, gene_name };
+        let mut to = Filling { out, row: rows.start, row_end: self.indptr[rows.start as usize + 1], names };
         let mut pos = lo;
         while pos < hi {
             let step = STEP_ENTRIES.min(hi - pos);
-            if !self.read_step_fast(h5, (pos, step), out, &mut cursor, names)? {
-                self.read_step(h5, (pos, step), out, &mut cursor, names)?;
+            if !self.read_step_fast(h5, (pos, step), &mut to)? {
+                self.read_step(h5, (pos, step), &mut to)?;
             }
             pos += step;
         }
-        while cursor.row < rows.end {
-            self.close_row(h5, out, cursor.row, names)?;
-            cursor.row += 1;
+        while to.row < rows.end {
+            self.close_row(h5, &mut to)?;
+            to.row += 1;
         }
         Ok(())
     }
 
-    /// Closes the rows that end at or before `entry`, so that `entry` belongs to `cursor.row`.
-    fn advance(
-        &self,
-        h5: &H5,
-        out: &mut RowBlock,
-        cursor: &mut RowCursor,
-        entry: u64,
-        names: Names<'_>,
-    ) -> Result<(), InputError> {
-        while entry >= cursor.row_end {
-            self.close_row(h5, out, cursor.row, names)?;
-            cursor.row += 1;
-            cursor.row_end = self.indptr[cursor.row as usize + 1];
+    /// Closes the rows that end at or before `entry`, so that `entry` belongs to `to.row`.
+    fn advance(&self, h5: &H5, to: &mut Filling<'_>, entry: u64) -> Result<(), InputError> {
+        while entry >= to.row_end {
+            self.close_row(h5, to)?;
+            to.row += 1;
+            to.row_end = self.indptr[to.row as usize + 1];
         }
         Ok(())
     }
@@ -172,14 +168,7 @@ impl CsrH5 {
     /// Entries `pos .. pos + step` through the fast chunk readers, converted to gene indices and counts inside the
     /// chunk tasks and appended a row segment at a time. `Ok(false)` (nothing appended) when the fast readers do
     /// not apply or some entry is bad: [`Self::read_step`] then handles the step and names the bad entry.
-    fn read_step_fast(
-        &mut self,
-        h5: &H5,
-        (pos, step): (u64, u64),
-        out: &mut RowBlock,
-        cursor: &mut RowCursor,
-        names: Names<'_>,
-    ) -> Result<bool, InputError> {
+    fn read_step_fast(&mut self, h5: &H5, (pos, step): (u64, u64), to: &mut Filling<'_>) -> Result<bool, InputError> {
         let (Some(fi), Some(fd)) = (&self.fast_indices, &self.fast_data) else { return Ok(false) };
         let genes_ok =
             h5.read_fast_u32(fi, &self.indices_obj, pos, step, ToU32::Gene(self.n_src_genes), &mut self.genes)?;
@@ -190,17 +179,17 @@ impl CsrH5 {
         let mut k = 0usize;
         let mut result = Ok(());
         while k < step as usize {
-            if let Err(e) = self.advance(h5, out, cursor, pos + k as u64, names) {
+            if let Err(e) = self.advance(h5, to, pos + k as u64) {
                 result = Err(e);
                 break;
             }
-            let seg_end = (cursor.row_end.min(pos + step) - pos) as usize;
+            let seg_end = (to.row_end.min(pos + step) - pos) as usize;
             match &self.gene_map {
-                None => out.push_entries(&genes[k..seg_end], &counts[k..seg_end]),
+                None => to.out.push_entries(&genes[k..seg_end], &counts[k..seg_end]),
                 Some(m) => {
                     for (&g, &c) in genes[k..seg_end].iter().zip(&counts[k..seg_end]) {
                         if let Some(&mapped) = m.get(g as usize).filter(|&&x| x != u32::MAX) {
-                            out.push_entry(mapped, c);
+                            to.out.push_entry(mapped, c);
                         }
                     }
                 }
@@ -213,15 +202,8 @@ impl CsrH5 {
 
     /// Entries `pos .. pos + step`, one at a time through [`Values`]: the general path, and the one that names
     /// the first bad entry.
-    fn read_step(
-        &mut self,
-        h5: &H5,
-        (pos, step): (u64, u64),
-        out: &mut RowBlock,
-        cursor: &mut RowCursor,
-        names: Names<'_>,
-    ) -> Result<(), InputError> {
-        let Names { cell_name, gene_name } = names;
+    fn read_step(&mut self, h5: &H5, (pos, step): (u64, u64), to: &mut Filling<'_>) -> Result<(), InputError> {
+        let Names { cell_name, gene_name } = to.names;
         self.ibuf.clear();
         self.vbuf.clear();
         match &self.fast_indices {
@@ -244,8 +226,8 @@ impl CsrH5 {
         }
         for k in 0..step as usize {
             let entry = pos + k as u64;
-            self.advance(h5, out, cursor, entry, names)?;
-            let row = cursor.row;
+            self.advance(h5, to, entry)?;
+            let row = to.row;
             let src_gene = match &self.ibuf {
                 Values::Signed(v) => u64::try_from(v[k]).unwrap_or(u64::MAX),
                 Values::Unsigned(v) => v[k],
@@ -284,14 +266,15 @@ impl CsrH5 {
                     reason,
                 }))
             })?;
-            out.push_entry(gene, count);
+            to.out.push_entry(gene, count);
         }
         Ok(())
     }
 
-    fn close_row(&self, h5: &H5, out: &mut RowBlock, row: u64, names: Names<'_>) -> Result<(), InputError> {
-        let Names { cell_name, gene_name } = names;
-        out.finish_row().map_err(|(gene, sum)| {
+    /// Finishes row `to.row` (sums its repeats), naming a sum that is not a count.
+    fn close_row(&self, h5: &H5, to: &mut Filling<'_>) -> Result<(), InputError> {
+        let (row, Names { cell_name, gene_name }) = (to.row, to.names);
+        to.out.finish_row().map_err(|(gene, sum)| {
             let src = self.src_gene(gene);
             InputError::NotACount(Box::new(BadValue {
                 path: h5.path.clone(),
