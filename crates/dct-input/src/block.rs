@@ -145,44 +145,6 @@ pub(crate) fn canonicalize_row(
     Ok(w)
 }
 
-/// Canonicalizes every row of a matrix whose row `c` holds entries `ptr[c]..ptr[c + 1]` of `indices` and
-/// `values` ([`canonicalize_row`] row after row, compacted towards the front; the buffers are then truncated), and
-/// returns the new row offsets. A repeat summing above `2^31 - 1` is reported as a value of `object` in `path`,
-/// the cell named by `cell_name` and the gene by `source_gene` (its index in the source, and its name).
-pub(crate) fn canonicalize_rows(
-    ptr: &[u64],
-    indices: &mut Vec<u32>,
-    values: &mut Vec<u32>,
-    (path, object): (&std::path::Path, &str),
-    cell_name: impl Fn(usize) -> String,
-    source_gene: impl Fn(u32) -> (u64, String),
-) -> Result<Vec<u64>, crate::InputError> {
-    let n_rows = ptr.len().saturating_sub(1);
-    let mut indptr = Vec::with_capacity(n_rows + 1);
-    indptr.push(0u64);
-    let (mut w, mut scratch) = (0usize, Vec::new());
-    for c in 0..n_rows {
-        let row = ptr[c] as usize..ptr[c + 1] as usize;
-        w = canonicalize_row(indices, values, row, w, &mut scratch).map_err(|(g, sum)| {
-            let (gene, gene_name) = source_gene(g);
-            crate::InputError::NotACount(Box::new(crate::BadValue {
-                path: path.to_path_buf(),
-                object: object.to_string(),
-                cell: c as u64,
-                cell_name: cell_name(c),
-                gene,
-                gene_name,
-                value: sum.to_string(),
-                reason: REPEAT_OVERFLOW,
-            }))
-        })?;
-        indptr.push(w as u64);
-    }
-    indices.truncate(w);
-    values.truncate(w);
-    Ok(indptr)
-}
-
 /// Why a repeated entry was rejected, for [`crate::InputError::NotACount`].
 pub(crate) const REPEAT_OVERFLOW: &str = "repeated entries for this cell and gene sum above 2^31 - 1";
 

@@ -5,7 +5,8 @@ use std::path::Path;
 
 use hdf5_pure::Dataset;
 
-use crate::block::{RowBlock, canonicalize_rows};
+use crate::block::RowBlock;
+use crate::cell_major::{CellMajor, CellMajorBuilder, offsets_from_counts};
 use crate::csr::CsrH5;
 use crate::error::{BadValue, InputError};
 use crate::frame::{Frame, read_dataframe};
@@ -21,17 +22,9 @@ enum Layout {
     /// `csr_matrix`: rows are cells; read per window.
     Csr(Box<CsrH5>),
     /// `csc_matrix`: transposed to CSR in memory on the first read.
-    Csc { group: String, transposed: Option<Transposed> },
+    Csc { group: String, transposed: Option<CellMajor> },
     /// A dense 2-D `array`: read per block of rows.
     Dense { ds: Dataset, type_name: String, buf: Values },
-}
-
-/// A CSC matrix turned cell-major: canonical rows (sorted, summed, zero-free).
-#[derive(Debug)]
-struct Transposed {
-    indptr: Vec<u64>,
-    indices: Vec<u32>,
-    values: Vec<u32>,
 }
 
 /// Reads `X`, a layer or `raw/X` of an AnnData `.h5ad` file as cell-major row windows.
@@ -268,12 +261,8 @@ impl H5adSource {
             }
             pos += step;
         }
-        for i in 1..counts.len() {
-            counts[i] += counts[i - 1];
-        }
-        let mut indices_out = vec![0u32; nnz as usize];
-        let mut values_out = vec![0u32; nnz as usize];
-        let mut fill = counts.clone();
+        offsets_from_counts(&mut counts);
+        let mut placed = CellMajorBuilder::new(&counts);
         // Pass 2: scatter, gene by gene, so each cell's entries arrive in non-decreasing gene order.
         let mut vbuf = Values::new(value_kind);
         let mut gene = 0u64;
@@ -293,7 +282,8 @@ impl H5adSource {
                     gene += 1;
                 }
                 let cell = cell_index(&ibuf, k);
-                if cell >= n_cells || fill[cell as usize] >= counts[cell as usize + 1] {
+                // Pass 1 checked every cell index; one out of range now means the file changed.
+                if cell >= n_cells {
                     return Err(h5.malformed(&indices_obj, "the file changed while it was being read"));
                 }
                 let count = vbuf.count(k).map_err(|(value, reason)| {
@@ -308,26 +298,22 @@ impl H5adSource {
                         reason,
                     }))
                 })?;
-                let at = fill[cell as usize] as usize;
-                indices_out[at] = gene as u32;
-                values_out[at] = count;
-                fill[cell as usize] += 1;
+                if !placed.place(cell as usize, gene as u32, count) {
+                    return Err(h5.malformed(&indices_obj, "the file changed while it was being read"));
+                }
             }
             pos += step;
         }
         drop(gene_ptr);
         // Canonicalize in place: drop zeros, sum repeats (adjacent, since genes are non-decreasing per cell).
-        let indptr = canonicalize_rows(
-            &counts,
-            &mut indices_out,
-            &mut values_out,
+        let mut matrix = placed.finish(
             (&h5.path, &data_obj),
             |c| cells[c].clone(),
             |g| (u64::from(g), genes.names[g as usize].clone()),
         )?;
-        indices_out.shrink_to_fit();
-        values_out.shrink_to_fit();
-        *transposed = Some(Transposed { indptr, indices: indices_out, values: values_out });
+        matrix.indices.shrink_to_fit();
+        matrix.values.shrink_to_fit();
+        *transposed = Some(matrix);
         Ok(())
     }
 }

@@ -23,6 +23,7 @@
 //! [`H5adSource::read_obs`] reads an h5ad obs data frame with the same typed-column reader used for var.
 
 mod block;
+mod cell_major;
 mod csr;
 mod error;
 mod fast;

@@ -275,3 +275,16 @@ fn hdf5_claims_beyond_the_file_are_refused() {
     let msg = err.to_string();
     assert!(msg.contains("matrix/barcodes") && msg.contains("2147483647"), "{msg}");
 }
+
+#[test]
+fn a_matrix_that_changes_between_its_two_passes_is_refused() {
+    // Opening counts each cell's entries; the first read places them. One entry more, or one fewer, in between
+    // means the file changed: refused with what to do, never a panic or a silently different matrix.
+    for (name, now) in [("one_more", "3 2 3\n1 1 1\n2 2 2\n3 2 3\n"), ("one_fewer", "3 2 1\n1 1 1\n")] {
+        let d = folder(name, &format!("{BANNER}3 2 2\n1 1 1\n2 2 2\n"));
+        let mut src = open_input(&d).unwrap();
+        fs::write(d.join("matrix.mtx"), format!("{BANNER}{now}")).unwrap();
+        let msg = src.read_rows(0..2).unwrap_err().to_string();
+        assert!(msg.contains("the file changed since it was opened; open it again"), "{name}: {msg}");
+    }
+}

@@ -16,19 +16,12 @@ pub use text::{MtxEntry, MtxField, MtxHeader, MtxText, parse_mtx_text};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-use crate::block::{RowBlock, canonicalize_rows};
+use crate::block::RowBlock;
+use crate::cell_major::{CellMajor, CellMajorBuilder, offsets_from_counts};
 use crate::error::InputError;
 use crate::tenx::build_genes;
 use crate::{Axes, CountSource, GeneTable, InputKind};
 use text::*;
-
-/// The kept entries, cell-major and canonical.
-#[derive(Debug)]
-struct CellMajor {
-    indptr: Vec<u64>,
-    indices: Vec<u32>,
-    values: Vec<u32>,
-}
 
 /// Reads a 10x Matrix Market folder (genes × cells) as cell-major row windows.
 ///
@@ -177,9 +170,7 @@ impl MtxSource {
                 cell_ptr[e.col as usize + 1] += 1;
             }
         })?;
-        for i in 1..cell_ptr.len() {
-            cell_ptr[i] += cell_ptr[i - 1];
-        }
+        offsets_from_counts(&mut cell_ptr);
         Ok(MtxSource {
             dir: dir.to_path_buf(),
             matrix,
@@ -205,10 +196,7 @@ impl MtxSource {
 
     /// Second pass: place every kept nonzero entry in its cell's slot, then sort and sum each cell's entries.
     fn load(&mut self) -> Result<(), InputError> {
-        let nnz = *self.cell_ptr.last().expect("n_cells + 1 entries");
-        let mut indices = vec![0u32; nnz as usize];
-        let mut values = vec![0u32; nnz as usize];
-        let mut fill = self.cell_ptr.clone();
+        let mut placed = CellMajorBuilder::new(&self.cell_ptr);
         let mut lines = Lines::open(&self.matrix)?;
         let path = self.matrix.as_path();
         let header = read_header(&mut lines, path)?;
@@ -227,23 +215,15 @@ impl MtxSource {
             if gene == u32::MAX || e.count == 0 {
                 continue;
             }
-            let slot = &mut fill[e.col as usize];
-            if *slot >= self.cell_ptr[e.col as usize + 1] {
+            if !placed.place(e.col as usize, gene, e.count) {
                 return Err(changed(n));
             }
-            indices[*slot as usize] = gene;
-            values[*slot as usize] = e.count;
-            *slot += 1;
         }
-        if fill[..fill.len() - 1] != self.cell_ptr[1..] {
+        if !placed.is_full() {
             return Err(changed(lines.line));
         }
-        drop(fill);
-        // Canonicalize each cell in place (sort by gene, sum repeats), compacting towards the front.
-        let indptr = canonicalize_rows(
-            &self.cell_ptr,
-            &mut indices,
-            &mut values,
+        // Each cell sorted by gene and its repeats summed, compacted towards the front.
+        let matrix = placed.finish(
             (&self.matrix, "repeated entries"),
             |c| self.cells[c].clone(),
             |g| {
@@ -251,7 +231,7 @@ impl MtxSource {
                 (src, self.src_names[src as usize].clone())
             },
         )?;
-        self.data = Some(CellMajor { indptr, indices, values });
+        self.data = Some(matrix);
         Ok(())
     }
 
