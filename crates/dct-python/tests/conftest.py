@@ -27,6 +27,17 @@ def make_counts(n_cells, n_genes, density=0.1, seed=0, max_value=50, dtype=np.fl
     return m
 
 
+def write_dataset(root, matrix, tile_size, **writer_options) -> str:
+    """``matrix`` written as a dataset at ``root`` in tiles of ``tile_size`` cells (level 3, 2 chunks)."""
+    from deltacells import DatasetWriter
+
+    with DatasetWriter(str(root), n_genes=matrix.shape[1], tile_size=tile_size, level=3, n_chunks=2,
+                       **writer_options) as w:
+        for lo in range(0, matrix.shape[0], tile_size):
+            w.add_tile(matrix[lo : lo + tile_size])
+    return str(root)
+
+
 def same(a, b) -> bool:
     """Exact equality of two sparse or dense matrices."""
     a, b = sp.csr_matrix(a), sp.csr_matrix(b)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from deltacells import _core
+from deltacells._indices import cell_indices
 from deltacells._obs_schema import ObsSchema, resolve_cache_dir
 from deltacells.manifest import Manifest
 
@@ -167,13 +168,12 @@ class ObsStore:
 
         Category columns come as their int8/16/32 codes (-1 for missing; labels: :meth:`categories`), numbers in
         their stored dtype (float64 with NaN when some are missing), booleans as bool arrays, strings (and
-        booleans with missing values) as object arrays with ``None``. Columns not local yet are fetched first,
+        booleans with missing values) as object arrays with ``None``. ``indices`` are integers or a boolean mask with one
+        entry per cell, as in numpy. Columns not local yet are fetched first,
         with a ``UserWarning`` unless ``warn=False``.
         """
         cols = self._check_columns(columns)
-        idx = np.ascontiguousarray(np.asarray(indices, dtype=np.int64)).ravel()
-        if len(idx) and (idx.min() < 0 or idx.max() >= self.manifest.n_cells):
-            raise IndexError(f"cell index out of range [0, {self.manifest.n_cells})")
+        idx = cell_indices(indices, self.manifest.n_cells)
         self._ensure_local(cols, warn)
         got = self._r().take(idx, cols)
         return {c: _as_numpy(got[c]) for c in cols}

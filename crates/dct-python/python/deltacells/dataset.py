@@ -11,6 +11,7 @@ import numpy as np
 
 from deltacells import _core
 from deltacells._obs_schema import _var_frame
+from deltacells._indices import cell_indices
 from deltacells._obs_store import ObsStore
 from deltacells._tiles import SparseBatch, Tile, _check_out, as_values_dtype
 from deltacells.backends import Backend, GCSBackend, LocalBackend, StoreBackend, open_backend
@@ -23,15 +24,16 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["DeltaCellsDataset", "open_dataset"]
 
 
-def _native_url(backend: Any) -> str | None:
-    """The store URL the Rust reader opens directly for one of this package's own backends (not subclasses,
-    which may change how objects are read), else ``None``: the reader then reads through the object's methods."""
+def _native(backend: Any) -> tuple[str, dict[str, str] | None] | None:
+    """The store URL and options the Rust reader opens directly for one of this package's own backends (not
+    subclasses, which may change how objects are read), else ``None``: the reader then reads through the object's
+    methods."""
     if type(backend) is LocalBackend:
-        return backend.root
+        return backend.root, None
     if type(backend) is StoreBackend:
-        return backend.url
+        return backend.url, backend.storage_options
     if type(backend) is GCSBackend and backend._client is None:
-        return backend.describe()
+        return backend.describe(), None
     return None
 
 
@@ -57,7 +59,9 @@ class DeltaCellsDataset:
         io_threads: threads running storage requests (they are asynchronous: a few keep many in flight).
         decode_threads: threads decoding one tile's chunks and filling a batch. With 1, each call decodes on its
             own thread, so calls from several Python threads run in parallel.
-        verify: check each tile's CRC-32 when it is fetched.
+        verify: check each tile's CRC-32 when it is fetched. On unless ``False`` is given: without it a flipped
+            bit in a tile's streams can decode to valid but wrong counts (the original package's default was off;
+            the check costs a few percent of a cold tile's read, see ``docs/BENCHMARKS.md``).
         cache_dir: where obs columns are cached (default ``$DELTACELLS_CACHE``, ``$XDG_CACHE_HOME/deltacells`` or
             ``~/.cache/deltacells``).
         obs_columns: obs columns to make local at once (``KeyError`` for an unknown one, ``ValueError`` without
@@ -78,7 +82,7 @@ class DeltaCellsDataset:
         max_prefetch_tiles: int = 8,
         io_threads: int = 4,
         decode_threads: int = 1,
-        verify: bool = False,
+        verify: bool | None = None,
         cache_dir: str | None = None,
         obs_columns: Sequence[str] | None = None,
         storage_options: dict[str, str] | None = None,
@@ -89,7 +93,7 @@ class DeltaCellsDataset:
         self.max_prefetch_tiles = int(max_prefetch_tiles)
         self.io_threads = int(io_threads)
         self.decode_threads = int(decode_threads)
-        self.verify = bool(verify)
+        self.verify = True if verify is None else bool(verify)
         self.cache_dir = cache_dir
         self.storage_options = dict(storage_options) if storage_options else None
         self._init_runtime()
@@ -123,7 +127,11 @@ class DeltaCellsDataset:
         with self._lock:
             if self._reader is None or self._pid != os.getpid():
                 uri = self._uri
-                url = uri if isinstance(uri, str) else _native_url(uri)
+                native = (uri, None) if isinstance(uri, str) else _native(uri)
+                url, options = native if native is not None else (None, None)
+                # The backend's own options first; those given to the dataset win where both name a key.
+                if options or self.storage_options:
+                    options = {**(options or {}), **(self.storage_options or {})}
                 self._reader = _core.Dataset(
                     url,
                     None if url is not None else uri,
@@ -132,7 +140,7 @@ class DeltaCellsDataset:
                     self.io_threads,
                     self.decode_threads,
                     self.verify,
-                    self.storage_options,
+                    options,
                 )
                 self._pid = os.getpid()
                 self._obs = None
@@ -294,16 +302,7 @@ class DeltaCellsDataset:
     # ------------------------------------------------------------------ reading
 
     def _as_indices(self, indices: Any) -> np.ndarray:
-        if isinstance(indices, range):
-            idx = np.arange(indices.start, indices.stop, indices.step, dtype=np.int64)
-        elif isinstance(indices, np.ndarray):
-            idx = np.ascontiguousarray(indices, dtype=np.int64).ravel()
-        else:
-            values = np.fromiter(indices, dtype=np.int64) if _is_iterator(indices) else np.asarray(indices, np.int64)
-            idx = np.ascontiguousarray(values).ravel()
-        if len(idx) and (idx.min() < 0 or idx.max() >= self.n_cells):
-            raise IndexError(f"cell index out of range [0, {self.n_cells})")
-        return idx
+        return cell_indices(indices, self.n_cells)
 
     def get_batch(
         self,
@@ -314,7 +313,8 @@ class DeltaCellsDataset:
         out_values: np.ndarray | None = None,
     ) -> SparseBatch:
         """The cells ``indices`` (global, any order, repeats allowed, across tiles) as a CSR :class:`SparseBatch`
-        in that order; columns in stored order (source order: ``X[idx][:, ds.gene_order]``).
+        in that order; columns in stored order (source order: ``X[idx][:, ds.gene_order]``). ``indices`` may also be a
+        boolean mask with one entry per cell, as in numpy; floats are a ``TypeError``.
 
         ``values_dtype`` is float32 (default) or int32. With ``out_indices`` / ``out_values`` (writable contiguous
         1-D arrays of at least nnz elements, e.g. shared-memory or pinned tensors' ``.numpy()``) the batch's arrays
@@ -366,11 +366,9 @@ class DeltaCellsDataset:
 
     def prefetch_cells(self, indices: Sequence[int] | np.ndarray) -> int:
         """:meth:`prefetch` of the tiles holding the given global cells."""
-        idx = np.asarray(indices, dtype=np.int64).ravel()
+        idx = self._as_indices(indices)
         if len(idx) == 0:
             return 0
-        if idx.min() < 0 or idx.max() >= self.n_cells:
-            raise IndexError("cell index out of range")
         return self.prefetch(self.tile_of(idx).tolist())
 
     def get_tile(self, i: int) -> Tile:
@@ -378,10 +376,6 @@ class DeltaCellsDataset:
         if not 0 <= int(i) < self.n_tiles:
             raise IndexError(f"tile {i} out of range")
         return Tile._from_core(self._core.get_tile(int(i), self.verify))
-
-
-def _is_iterator(x: Any) -> bool:
-    return hasattr(x, "__next__") or (hasattr(x, "__iter__") and not hasattr(x, "__len__"))
 
 
 def open_dataset(uri: str | os.PathLike[str] | Backend, **kwargs: Any) -> DeltaCellsDataset:

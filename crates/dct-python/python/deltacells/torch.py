@@ -3,21 +3,40 @@
     from deltacells.torch import make_loader
     loader = make_loader("s3://bucket/atlas", batch_size=1024, obs_columns=["cell_type"])
     for epoch in range(10):
-        loader.set_epoch(epoch)
+        loader.set_epoch(epoch)            # optional: each pass is the next epoch anyway
         for batch in loader:
             x, y = batch["X"], batch["obs"]["cell_type"]        # torch sparse CSR float32, int codes
 
 Each epoch shuffles the tiles (seeded by ``seed`` and the epoch), then the cells within windows of
 ``shuffle_tiles`` consecutive tiles of that order, so that I/O stays sequential (a window's tiles are fetched once)
 while batches mix cells of several tiles. The order, the split into equal shares per rank (``torch.distributed``'s
-rank and world size, or the ones given) and per DataLoader worker, and resumption are computed by the Rust epoch
-planner (``dct_dataset::EpochPlan``), the same in every process. The tiles of the batches ahead are fetched and
-decoded in Rust threads while the training step runs, within a memory budget, so ``num_workers=0`` (the default)
-keeps a GPU fed; with ``num_workers > 0`` each worker process opens its own reader.
+rank and world size, or the ones given) and per DataLoader worker (each worker serves whole windows, so each tile is
+fetched and decoded once per rank), and resumption are computed by the Rust epoch planner
+(``dct_dataset::EpochPlan``), the same in every process. The tiles of the batches ahead are fetched and decoded in
+Rust threads while the training step runs, within a memory budget, so ``num_workers=0`` (the default) keeps a GPU
+fed; with ``num_workers > 0`` each worker process opens its own reader with its share of the budget.
+
+Epochs and resumption:
+
+* Each pass over the dataset (or the loader) is the next epoch, unless :meth:`~DeltaCellsIterableDataset.set_epoch`
+  chose one since the last pass; ``set_epoch(e)`` before each epoch, as training loops do, gives the same order.
+* ``state_dict()`` (of the loader, or of the dataset when it is iterated directly) says where the epoch is;
+  ``load_state_dict(state)`` makes the next pass yield exactly the batches the interrupted one had not yielded, even
+  if ``set_epoch`` is then called with the same epoch; the pass after it is a whole epoch. A state whose order
+  would differ (another seed, batch size, window, shuffle, ``drop_last``, ``remainder``, world size, dataset, or
+  number of loader workers once batches were yielded) is refused with a ``ValueError`` naming the setting.
+* Use :class:`DeltaCellsDataLoader` (or :func:`make_loader`) when ``num_workers > 0``: it gives the workers the
+  epoch, the resume point and the ranks (also with ``persistent_workers=True`` and under ``spawn``), counts the
+  batches it yields and sizes ``len()`` for its workers. A plain ``torch.utils.data.DataLoader`` with workers gets
+  the ranks and the epoch set before it starts its workers, but neither counts batches nor advances epochs.
 """
 
 from __future__ import annotations
 
+import hashlib
+import inspect
+import multiprocessing
+import multiprocessing.context
 import os
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -37,13 +56,26 @@ _TORCH_DTYPES = {np.dtype(np.int8): torch.int8, np.dtype(np.int16): torch.int16,
                  np.dtype(np.uint8): torch.uint8}
 
 
-def _distributed() -> tuple[int, int]:
-    """``(rank, world_size)`` of an initialised ``torch.distributed``, else ``(0, 1)``."""
+def _distributed() -> tuple[int, int] | None:
+    """``(rank, world_size)`` of this process: from an initialised ``torch.distributed``, else from the ``RANK`` and
+    ``WORLD_SIZE`` variables that ``torchrun`` sets (a spawned DataLoader worker has no process group but inherits
+    them); ``None`` when neither says."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
-    return 0, 1
+    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
+    if rank is not None and world is not None:
+        try:
+            return int(rank), int(world)
+        except ValueError:
+            return None
+    return None
+
+
+def _spawning() -> bool:
+    """Whether this process is pickling a new process's arguments (shared memory may go along then)."""
+    return multiprocessing.context.get_spawning_popen() is not None
 
 
 def _split_budget(budget: int, window: int, tile_nnz: list[int], tile_bytes: list[int]) -> tuple[int, int]:
@@ -65,6 +97,14 @@ def _split_budget(budget: int, window: int, tile_nnz: list[int], tile_bytes: lis
     return places + max(0, int(left // decoded)), ahead
 
 
+# What a pass over the dataset serves: (epoch, batches of the rank already yielded, rank, world size, whether the
+# process goes on to the next epoch, so that fetching its first tiles ahead is worth it).
+_Ticket = tuple[int, int, int, int, int]
+# The settings a resumed epoch must share with the interrupted one for its order to be the same.
+_ORDER_KEYS = ("seed", "batch_size", "shuffle_tiles", "shuffle", "drop_last", "remainder", "world_size", "tiles",
+               "manifest")
+
+
 class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
     """Batches of a deltacells dataset for training: ``{"X": tensor, "obs": {column: tensor}, "index": tensor}``.
 
@@ -74,18 +114,28 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         shuffle: shuffle tiles and cells each epoch (``False``: cell order).
         shuffle_tiles: tiles per shuffling window; that many decoded tiles are held at once.
         seed: seed of the shuffles (with the epoch, :meth:`set_epoch`).
-        drop_last: leave out each rank's last batch when it is short.
+        drop_last: every batch of ``batch_size`` cells: cells that would make a short batch are left out.
         remainder: ``"drop"`` (no cell goes to two ranks; up to ``world_size - 1`` cells left out) or ``"wrap"``
             (every cell served, a few twice) to give every rank the same number of batches.
         obs_columns: obs columns to return with each batch (localized at once): category columns as integer codes
             (vocabularies: :meth:`categories`), numbers and booleans as tensors, strings as lists.
         output: ``"csr"`` (a torch sparse CSR tensor, no copy of the decoded indices and values) or ``"dense"``.
         values_dtype: ``torch.float32`` (default) or ``torch.int32``.
-        rank, world_size: this process's share; default from ``torch.distributed`` when it is initialised.
-        memory_budget: bytes of tiles to hold: the window's decoded tiles, tiles decoded and fetched (compressed)
-            ahead, and a cache of decoded tiles with what is left; at least the window and one tile decoded ahead.
-        decode_threads: Rust threads decoding each tile and batch (default: every core, or 1 per DataLoader worker).
-        io_threads, verify, cache_dir, storage_options: as for :class:`deltacells.DeltaCellsDataset`.
+        rank, world_size: this process's share. By default from ``torch.distributed`` (or ``torchrun``'s ``RANK``
+            and ``WORLD_SIZE``), looked up here in the training process, and again when a loader starts its workers
+            if the process group did not exist yet: DataLoader workers (which under ``spawn`` or ``forkserver``
+            have no process group) are given them.
+        memory_budget: bytes of tiles the rank holds: the window's decoded tiles, tiles decoded and fetched
+            (compressed) ahead, and a cache of decoded tiles with what is left; split evenly among DataLoader
+            workers. At least the window and one tile decoded ahead per worker.
+        decode_threads: Rust threads decoding each tile and batch (default: every core, shared among DataLoader
+            workers).
+        io_threads, cache_dir, storage_options: as for :class:`deltacells.DeltaCellsDataset`.
+        verify: check each tile's CRC-32 (default on; ``False`` skips it).
+
+    Each worker of a DataLoader serves whole windows of the rank's share, so a tile is fetched and decoded once per
+    rank and epoch whatever ``num_workers`` is; the batches a rank yields (and their number) depend on
+    ``num_workers``, which a resumed run must keep.
     """
 
     def __init__(
@@ -106,7 +156,7 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         memory_budget: int = 2 << 30,
         decode_threads: int | None = None,
         io_threads: int = 4,
-        verify: bool = False,
+        verify: bool | None = None,
         cache_dir: str | None = None,
         storage_options: dict[str, str] | None = None,
     ) -> None:
@@ -119,6 +169,10 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
             raise ValueError(f'remainder must be "drop" or "wrap", not {remainder!r}')
         if int(batch_size) < 1 or int(shuffle_tiles) < 1:
             raise ValueError("batch_size and shuffle_tiles must be at least 1")
+        if (rank is None) != (world_size is None):
+            raise ValueError("give both rank and world_size, or neither (they then come from torch.distributed)")
+        if world_size is not None and not 0 <= int(rank) < int(world_size):  # type: ignore[arg-type]
+            raise ValueError(f"rank {rank} is outside 0..{world_size} (world_size)")
         self.uri = uri
         self.batch_size = int(batch_size)
         self.shuffle = bool(shuffle)
@@ -129,21 +183,36 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         self.obs_columns = [obs_columns] if isinstance(obs_columns, str) else list(obs_columns)
         self.output = output
         self.values_dtype = values_dtype
-        self._rank, self._world_size = rank, world_size
+        self._ranks: tuple[int, int] | None = None if rank is None else (int(rank), int(world_size))  # type: ignore[arg-type]
+        self._resolve_ranks()
         self.memory_budget = int(memory_budget)
         self.decode_threads = decode_threads
         self.io_threads = int(io_threads)
-        self.verify = bool(verify)
+        self.verify = True if verify is None else bool(verify)
         self.cache_dir = cache_dir
         self.storage_options = storage_options
+        # The epoch and where its next pass starts; `_fresh`: set by set_epoch / load_state_dict since the last pass
+        # (else the next pass is the next epoch).
         self.epoch = 0
-        self._first_batch = 0
+        self._resume = 0
+        self._fresh = True
+        # The pass under way in this process: [epoch, first batch, parts], and the batches it yielded.
+        self._current: list[int] | None = None
         self._yielded = 0
+        # Set by a DeltaCellsDataLoader: its workers (1 without), the ticket of its pass, and shared memory through
+        # which persistent workers learn each pass's ticket.
+        self._parts = 1
+        self._handoff: _Ticket | None = None
+        self._shared: Any = None
         self._ds: deltacells.DeltaCellsDataset | None = None
         self._pid = -1
         probe = self._dataset(1)  # opened now: a bad URI fails here, not in a worker
         self.tile_cells = list(probe.manifest.tile_cells)
         self.n_genes = probe.n_genes
+        self._identity = {
+            "tiles": hashlib.sha256(np.asarray(self.tile_cells, np.int64).tobytes()).hexdigest()[:16],
+            "manifest": hashlib.sha256(probe._core.manifest_json().encode()).hexdigest()[:16],
+        }
         if self.obs_columns:
             if probe.obs is None:
                 raise ValueError("obs_columns were given but the dataset has no obs")
@@ -151,50 +220,133 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
 
     # ------------------------------------------------------------------ the split
 
+    def _resolve_ranks(self) -> tuple[int, int]:
+        """The ranks, looked up (and kept) if they were not given and are known now."""
+        if self._ranks is None:
+            found = _distributed()
+            if found is not None:
+                self._ranks = found
+        return self._ranks if self._ranks is not None else (0, 1)
+
     @property
     def rank(self) -> int:
         """This process's rank."""
-        return self._rank if self._rank is not None else _distributed()[0]
+        return self._resolve_ranks()[0]
 
     @property
     def world_size(self) -> int:
         """Ranks."""
-        return self._world_size if self._world_size is not None else _distributed()[1]
+        return self._resolve_ranks()[1]
 
-    def _plan(self, worker: int, num_workers: int, first_batch: int, epoch: int | None = None) -> _core.EpochPlan:
+    def _plan(self, worker: int, parts: int, first_batch: int, epoch: int, ranks: tuple[int, int] | None = None
+              ) -> _core.EpochPlan:
+        rank, world = ranks if ranks is not None else self._resolve_ranks()
         return _core.EpochPlan(
             self.tile_cells, self.batch_size, self.shuffle, self.shuffle_tiles, self.seed, self.drop_last,
-            self.remainder, self.rank, self.world_size, worker, num_workers, first_batch,
-            self.epoch if epoch is None else epoch,
+            self.remainder, rank, world, worker, parts, first_batch, epoch,
         )
 
+    def _rank_batches(self, epoch: int, parts: int) -> int:
+        return int(self._plan(0, parts, 0, epoch).rank_batches())
+
     def __len__(self) -> int:
-        """Batches per epoch of this rank (every rank has as many)."""
-        return int(self._plan(0, 1, 0).rank_batches())
+        """Batches per epoch of this rank (every rank has as many), for the workers of the loader it belongs to."""
+        return self._rank_batches(self.epoch, self._parts)
 
     def set_epoch(self, epoch: int) -> None:
-        """Sets the epoch (which changes the order, deterministically) and starts it from its first batch."""
-        self.epoch = int(epoch)
-        self._first_batch = 0
+        """Sets the epoch (which changes the order, deterministically). The next pass starts it from its first
+        batch, unless a state of this same epoch was just loaded (:meth:`load_state_dict`): then it goes on from
+        there, so a training loop may call ``set_epoch`` at the start of every epoch, resumed or not."""
+        epoch = int(epoch)
+        if not (self._resume and self._fresh and epoch == self.epoch):
+            self._resume = 0
+        self.epoch = epoch
+        self._fresh = True
+        self._current = None
         self._yielded = 0
 
     # ------------------------------------------------------------------ resumption
 
+    def _state(self, epoch: int, done: int, parts: int) -> dict[str, Any]:
+        if done and done >= self._rank_batches(epoch, parts):
+            epoch, done = epoch + 1, 0  # a finished epoch resumes as the next one, whole
+        rank, world = self._resolve_ranks()
+        return {"epoch": epoch, "batches": done, "seed": self.seed, "batch_size": self.batch_size,
+                "shuffle_tiles": self.shuffle_tiles, "shuffle": self.shuffle, "drop_last": self.drop_last,
+                "remainder": self.remainder, "world_size": world, "num_workers": parts, **self._identity}
+
     def state_dict(self) -> dict[str, Any]:
-        """Where the epoch is: its number and the batches of this rank yielded so far (with ``num_workers=0``; a
-        loader with workers counts them itself, see :class:`DeltaCellsDataLoader`)."""
-        return {"epoch": self.epoch, "batches": self._first_batch + self._yielded, "seed": self.seed,
-                "batch_size": self.batch_size, "shuffle_tiles": self.shuffle_tiles, "world_size": self.world_size}
+        """Where the epoch is: its number and the batches of this rank yielded so far (counted before each batch
+        is handed over), with the settings that fix the order. For the dataset iterated directly (or by a
+        ``DataLoader`` without workers); a :class:`DeltaCellsDataLoader` counts its workers' batches itself."""
+        if self._current is not None:
+            epoch, first, parts = self._current
+            return self._state(epoch, first + self._yielded, parts)
+        return self._state(self.epoch, self._resume, self._parts)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continues from ``state``: the next iteration yields exactly the batches the interrupted epoch had not
-        yielded yet. Refused if the order would differ (another seed, batch size, window or world size)."""
-        for key in ("seed", "batch_size", "shuffle_tiles", "world_size"):
-            if key in state and state[key] != getattr(self, key):
-                raise ValueError(f"the state was saved with {key}={state[key]}, this loader has {getattr(self, key)}")
+        """Continues from ``state``: the next pass yields exactly the batches the interrupted epoch had not yielded
+        yet. ``ValueError`` if the order would differ (the setting is named)."""
+        self._load(state, self._parts)
+
+    def _load(self, state: dict[str, Any], parts: int) -> None:
+        mine = self._state(0, 0, parts)
+        for key in _ORDER_KEYS:
+            if key in state and state[key] != mine[key]:
+                what = "dataset" if key in ("tiles", "manifest") else key
+                detail = ("another dataset (its tile layout differs)" if key == "tiles" else
+                          "another dataset (its manifest differs)" if key == "manifest" else
+                          f"{key}={state[key]!r}, this loader has {key}={mine[key]!r}")
+                raise ValueError(f"cannot resume: the state was saved with {detail}; the batches would differ "
+                                 f"(resume with the same {what})")
+        done = int(state["batches"])
+        saved_parts = max(1, int(state.get("num_workers", 1)))
+        if done and saved_parts != parts:
+            raise ValueError(
+                f"cannot resume: the state was saved by a loader with {saved_parts} worker part(s) of the epoch "
+                f"(num_workers={state.get('num_workers')}), this one has {parts}; each worker serves its own windows, "
+                f"so the rest of the epoch is only defined for the same num_workers (use num_workers={saved_parts}; "
+                "0 and 1 are the same)"
+            )
         self.epoch = int(state["epoch"])
-        self._first_batch = int(state["batches"])
+        self._resume = done
+        self._fresh = True
+        self._current = None
         self._yielded = 0
+
+    # ------------------------------------------------------------------ passes
+
+    def _begin(self, parts: int, lasting: bool = True) -> _Ticket:
+        """Starts a pass in the training process: the next epoch unless one was set, from the resume point.
+        ``lasting``: the processes reading it read the next epoch too (not so for workers that end with the pass)."""
+        if not self._fresh:
+            self.epoch += 1
+            self._resume = 0
+        ticket = (self.epoch, self._resume, *self._resolve_ranks(), int(lasting))
+        self._resume = 0
+        self._fresh = False
+        self._current = [ticket[0], ticket[1], parts]
+        self._yielded = 0
+        return ticket  # type: ignore[return-value]
+
+    def _worker_ticket(self) -> _Ticket:
+        """The pass a DataLoader worker serves: from the loader's shared memory (persistent workers), else as the
+        loader set it before starting the workers, else (a plain DataLoader) the dataset's epoch and resume point."""
+        shared = self._shared
+        if shared is not None and shared[0] > 0:
+            return int(shared[1]), int(shared[2]), int(shared[3]), int(shared[4]), int(shared[5])
+        if self._handoff is not None:
+            return self._handoff
+        return (self.epoch, self._resume, *self._resolve_ranks(), 0)  # type: ignore[return-value]
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickled for a spawned DataLoader worker (or by the user): the ranks are resolved here, in the training
+        # process, where the process group is; the shared ticket goes along only to a process being spawned.
+        self._resolve_ranks()
+        state = dict(self.__dict__)
+        if not _spawning():
+            state["_shared"] = None
+        return state
 
     # ------------------------------------------------------------------ reading
 
@@ -206,8 +358,8 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
             self.uri, decode_threads=threads, io_threads=self.io_threads, verify=self.verify,
             cache_dir=self.cache_dir, storage_options=self.storage_options,
         )
-        cached, self._ahead = _split_budget(self.memory_budget, self.shuffle_tiles, probe.manifest.tile_nnz,
-                                            probe.manifest.tile_bytes)
+        cached, self._ahead = _split_budget(self.memory_budget // max(1, workers), self.shuffle_tiles,
+                                            probe.manifest.tile_nnz, probe.manifest.tile_bytes)
         # Sized from the manifest the probe read, without fetching it again (a round trip on object storage).
         self._ds = probe.reopened(max_cached_tiles=cached, max_prefetch_tiles=self._ahead)
         probe.close()
@@ -249,11 +401,17 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = torch.utils.data.get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        if info is None:
+            worker, workers = 0, 1
+            ticket = self._handoff if self._handoff is not None else self._begin(1)
+            self._handoff = None
+        else:
+            worker, workers = info.id, info.num_workers
+            ticket = self._worker_ticket()
+        epoch, first, rank, world, lasting = ticket
         ds = self._dataset(workers)
-        plan = self._plan(worker, workers, self._first_batch)
+        plan = self._plan(worker, workers, first, epoch, (rank, world))
         values = np.float32 if self.values_dtype == torch.float32 else np.int32
-        self._yielded = 0
         budget = self._ahead + self.shuffle_tiles
         next_epoch = None
         for j in range(plan.n_batches()):
@@ -261,39 +419,68 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
             # or on their way are skipped, so asking again each batch costs little).
             ahead = plan.tiles_ahead(j, budget)
             ds.prefetch(ahead)
-            if len(ahead) < budget and self.shuffle:
-                # The epoch's last windows leave room: it goes to the first tiles of the next epoch (the order
-                # set_epoch(epoch + 1) gives, as training loops call it), so that epoch starts without waiting on
-                # the store. Not reading them costs only their fetches.
+            if len(ahead) < budget and self.shuffle and lasting:
+                # The epoch's last windows leave room: it goes to the first tiles of the next epoch (the order the
+                # next pass takes), so that epoch starts without waiting on the store. Not reading them costs only
+                # their fetches.
                 if next_epoch is None:
-                    next_epoch = self._plan(worker, workers, 0, self.epoch + 1)
+                    next_epoch = self._plan(worker, workers, 0, epoch + 1, (rank, world))
                 ds.prefetch(next_epoch.tiles_ahead(0, budget - len(ahead)))
             cells = plan.batch(j)
             batch = ds.get_batch(cells, values_dtype=values)
-            yield {"X": self._tensor(batch), "obs": self._obs(cells), "index": torch.from_numpy(cells)}
+            out = {"X": self._tensor(batch), "obs": self._obs(cells), "index": torch.from_numpy(cells)}
+            # Counted before it is handed over: a state taken while the caller holds this batch includes it.
             self._yielded += 1
+            yield out
 
 
 class DeltaCellsDataLoader(torch.utils.data.DataLoader):
-    """A ``DataLoader`` of ready batches from a :class:`DeltaCellsIterableDataset` (``batch_size=None``) that
-    counts the batches it yields, so that :meth:`state_dict` / :meth:`load_state_dict` resume mid-epoch also with
-    worker processes."""
+    """A ``DataLoader`` of ready batches from a :class:`DeltaCellsIterableDataset` (``batch_size=None``).
+
+    It starts each pass in the training process (the epoch, the resume point, the ranks) and hands it to its
+    workers, also to persistent ones (``persistent_workers=True``) and under any ``multiprocessing_context``; it
+    counts the batches it yields, so that :meth:`state_dict` / :meth:`load_state_dict` resume mid-epoch with
+    workers; ``len()`` is the rank's batches for its number of workers. Batches come in the workers' turn order
+    (``in_order=False`` is refused: the order would depend on timing). Every other ``DataLoader`` option is passed
+    through.
+    """
 
     def __init__(self, dataset: DeltaCellsIterableDataset, **kwargs: Any) -> None:
         kwargs.setdefault("batch_size", None)
         if kwargs["batch_size"] is not None:
             raise ValueError("batches are formed by the dataset: leave batch_size at None")
+        if not kwargs.get("in_order", True):
+            raise ValueError("in_order=False would make the order of batches depend on timing; the epoch plan, "
+                             "resumption and equal ranks need the workers' turn order")
         super().__init__(dataset, **kwargs)
+        dataset._parts = max(1, self.num_workers)
+        if self.num_workers > 0:
+            ctx = self.multiprocessing_context or multiprocessing.get_context()
+            # [valid, *ticket] of the current pass, read by each worker as it starts the pass.
+            dataset._shared = ctx.RawArray("q", 6)
         self._start = 0
         self._count = 0
+        self._epoch = dataset.epoch
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         ds: DeltaCellsIterableDataset = self.dataset  # type: ignore[assignment]
-        self._start = ds._first_batch
-        self._count = 0
-        for batch in super().__iter__():
-            self._count += 1
-            yield batch
+        parts = max(1, self.num_workers)
+        ticket = ds._begin(parts, lasting=self.num_workers == 0 or self.persistent_workers)
+        ds._handoff = ticket
+        if ds._shared is not None:
+            ds._shared[1:6] = list(ticket)
+            ds._shared[0] = 1
+        self._epoch, self._start, self._count = ticket[0], ticket[1], 0
+        try:
+            for batch in super().__iter__():
+                self._count += 1
+                yield batch
+        finally:
+            ds._handoff = None
+
+    def __len__(self) -> int:
+        ds: DeltaCellsIterableDataset = self.dataset  # type: ignore[assignment]
+        return ds._rank_batches(ds.epoch, max(1, self.num_workers))
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the dataset's epoch (see :meth:`DeltaCellsIterableDataset.set_epoch`)."""
@@ -301,27 +488,34 @@ class DeltaCellsDataLoader(torch.utils.data.DataLoader):
         self._start = self._count = 0
 
     def state_dict(self) -> dict[str, Any]:
-        """The epoch and the batches yielded so far in it."""
+        """The epoch and the batches yielded so far in it, with the settings that fix the order."""
         ds: DeltaCellsIterableDataset = self.dataset  # type: ignore[assignment]
-        state = ds.state_dict()
-        state["batches"] = self._start + self._count
-        return state
+        parts = max(1, self.num_workers)
+        if ds._current is None:
+            return ds._state(ds.epoch, ds._resume, parts)
+        return ds._state(self._epoch, self._start + self._count, parts)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resumes from ``state`` (see :meth:`DeltaCellsIterableDataset.load_state_dict`)."""
-        self.dataset.load_state_dict(state)  # type: ignore[attr-defined]
-        self._start = int(state["batches"])
-        self._count = 0
+        """Resumes from ``state`` (see :meth:`DeltaCellsIterableDataset.load_state_dict`); ``ValueError`` for a
+        state of another number of workers once batches were yielded."""
+        ds: DeltaCellsIterableDataset = self.dataset  # type: ignore[assignment]
+        ds._load(state, max(1, self.num_workers))
+        self._start = self._count = 0
+
+
+# Options of DataLoader itself (passed through by make_loader); batch_size, shuffle and drop_last are the dataset's.
+_LOADER_OPTIONS = frozenset(inspect.signature(torch.utils.data.DataLoader.__init__).parameters) - {
+    "self", "dataset", "batch_size", "shuffle", "drop_last", "sampler", "batch_sampler"}
 
 
 def make_loader(
-    uri: Any, batch_size: int, *, num_workers: int = 0, pin_memory: bool = False, **dataset_options: Any
+    uri: Any, batch_size: int, *, num_workers: int = 0, pin_memory: bool = False, **options: Any
 ) -> DeltaCellsDataLoader:
     """A ready loader: ``DeltaCellsDataLoader(DeltaCellsIterableDataset(uri, batch_size, **dataset_options),
-    num_workers=num_workers, pin_memory=pin_memory)``. ``num_workers=0`` is the fast default (Rust threads
-    fetch and decode ahead)."""
-    ds = DeltaCellsIterableDataset(uri, batch_size, **dataset_options)
-    kw: dict[str, Any] = {"num_workers": num_workers, "pin_memory": pin_memory}
-    if num_workers > 0:
-        kw["persistent_workers"] = False
-    return DeltaCellsDataLoader(ds, **kw)
+    num_workers=num_workers, pin_memory=pin_memory, **loader_options)``, where the options of ``DataLoader``
+    (``multiprocessing_context``, ``persistent_workers``, ``prefetch_factor``, ``timeout``, ``worker_init_fn``,
+    ``pin_memory_device``, ...) go to the loader and the rest to the dataset. ``num_workers=0`` is the fast default
+    (Rust threads fetch and decode ahead)."""
+    loader_options = {k: options.pop(k) for k in list(options) if k in _LOADER_OPTIONS}
+    ds = DeltaCellsIterableDataset(uri, batch_size, **options)
+    return DeltaCellsDataLoader(ds, num_workers=num_workers, pin_memory=pin_memory, **loader_options)

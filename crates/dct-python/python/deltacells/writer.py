@@ -142,7 +142,9 @@ class DatasetWriter:
         self.root = os.fspath(root)
         self.n_genes = int(n_genes)
         self.tile_size = int(tile_size)
-        self.gene_order = None if gene_order is None else self._order(gene_order)
+        self._order_sent = False
+        self._gene_order: np.ndarray | None = None
+        self.gene_order = gene_order
         if var_names is not None and len(var_names) != self.n_genes:
             raise ValueError("var_names must have n_genes entries")
         self.var_names = None if var_names is None else [str(v) for v in var_names]
@@ -160,7 +162,6 @@ class DatasetWriter:
         self.format_version = int(format_version)
         self._cells: list[int] = []
         self._closed = False
-        self._order_sent = False
         self._core = _core.DatasetWriter(
             self.root,
             self.n_genes,
@@ -184,12 +185,32 @@ class DatasetWriter:
         _core.check_gene_order(order.tolist())
         return order
 
+    @property
+    def gene_order(self) -> np.ndarray | None:
+        """int64: stored column ``j`` is source column ``gene_order[j]`` (``None``: source order). May be assigned
+        until the first tile is added, as in the original package; after it, assigning another order is a
+        ``ValueError`` (the tiles written so far are already in the first one)."""
+        return self._gene_order
+
+    @gene_order.setter
+    def gene_order(self, value: Sequence[int] | np.ndarray | None) -> None:
+        order = None if value is None else self._order(value)
+        if self._order_sent:
+            same = (order is None and self._gene_order is None) or (
+                order is not None and self._gene_order is not None and np.array_equal(order, self._gene_order))
+            if not same:
+                raise ValueError(
+                    "gene_order cannot change after the first tile: the tiles already written store their columns "
+                    "in the order set then; set writer.gene_order before the first add_tile"
+                )
+            return
+        self._gene_order = order
+
     def _send_gene_order(self) -> None:
-        # Read late: the original package lets users assign `writer.gene_order` before the first tile.
+        # Sent with the first tile: the original package lets users assign `writer.gene_order` until then.
         if not self._order_sent:
-            if self.gene_order is not None:
-                self.gene_order = self._order(self.gene_order)
-                self._core.set_gene_order(self.gene_order.astype(np.int32).tolist())
+            if self._gene_order is not None:
+                self._core.set_gene_order(self._gene_order.astype(np.int32).tolist())
             self._order_sent = True
 
     def _obs_frame(self, obs: Any, n: int) -> list[Any] | None:

@@ -10,19 +10,34 @@
 //! 3. the stream split into `world_size` contiguous, equal shares, one per rank: the remainder (fewer than
 //!    `world_size` cells) is dropped ([`Remainder::Drop`]: no cell goes to two ranks) or the stream wraps around to
 //!    its start to fill the last shares ([`Remainder::Wrap`]: every cell is served, a few twice);
-//! 4. each rank's share cut into batches of `batch_size` consecutive cells (a short last batch unless
-//!    `drop_last`); from the rank's batch `first_batch` on (0, or where a resumed run goes on), batch
-//!    `first_batch + k` goes to loader worker `k % num_workers`, so a loader that takes one batch from each worker
-//!    in turn yields them in order, also after resuming.
+//! 4. each rank's share split among its `num_workers` loader workers in contiguous *parts* cut at window boundaries,
+//!    so that each tile is fetched and decoded by one worker of the rank (see `parts.rs`);
+//! 5. each part cut into batches of `batch_size` consecutive cells. Every rank has the same number of batches in
+//!    every epoch: for a share of `S` cells and `W` workers, `ceil(S / batch_size) + W - 1` (at most `S`), or with
+//!    `drop_last` `floor(S / batch_size) - (W - 1)` (at least 0), since each cut between parts adds at most one
+//!    short batch (loses at most one full one); a rank whose parts make fewer (more) splits a few batches further
+//!    (leaves a few out). The rank's order is the one a `DataLoader` yields: one batch of each worker in turn,
+//!    skipping workers that have finished ([`EpochPlan::rank_batch_of`]). With one worker (or none) the part is
+//!    the share itself and the batches are its consecutive runs.
+//!
+//! Resuming after the rank yielded `first_batch` batches: each worker starts after the batches it had yielded, and
+//! worker `s` serves the part of worker `(s + next) % num_workers` of the interrupted run, where `next` is the worker
+//! whose turn it was, so that the new loader's interleave continues the old one batch for batch. The parts depend on
+//! `num_workers`, so a resume must keep it.
 //!
 //! Memory is one window's cells, whatever the dataset's size: a batch's cells are computed from its window when asked
 //! for ([`EpochPlan::batch_into`]).
+
+mod parts;
+#[cfg(test)]
+mod tests;
 
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 
 use crate::error::DatasetError;
+use parts::Part;
 
 /// What to do with the cells left over when the stream does not split into equal shares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -46,7 +61,7 @@ pub struct EpochOptions {
     pub shuffle_tiles: usize,
     /// Seed of the shuffles (with the epoch number).
     pub seed: u64,
-    /// Leave out each rank's last batch when it is short.
+    /// Batches are all of `batch_size` cells: cells that would make a short batch are left out.
     pub drop_last: bool,
     /// How shares are equalized across ranks.
     pub remainder: Remainder,
@@ -58,7 +73,7 @@ pub struct EpochOptions {
     pub worker: usize,
     /// Loader workers of each rank (at least 1; 1 for a loader without worker processes).
     pub num_workers: usize,
-    /// The rank's first batch served (0; or the batches a resumed run already yielded).
+    /// The rank's batches already yielded (0; or where a resumed run goes on, with the same `num_workers`).
     pub first_batch: usize,
 }
 
@@ -98,11 +113,14 @@ pub struct EpochPlan {
     tile_start: Vec<u64>,
     windows: Vec<Window>,
     n_cells: u64,
-    /// This rank's share: stream positions `share_lo .. share_lo + share_len` (modulo `n_cells` when wrapping).
-    share_lo: u64,
-    share_len: u64,
-    /// Batches of the rank.
-    rank_batches: usize,
+    /// Batches of each part of this rank.
+    part_batches: Vec<u64>,
+    /// The part this worker serves, and the first of its batches it serves.
+    part: Part,
+    part_index: usize,
+    part_first: u64,
+    /// Cells the rank's batches hold.
+    rank_cells: u64,
     /// The cells of the window last expanded (its index and permutation).
     cached: Option<(usize, Vec<u64>)>,
 }
@@ -137,28 +155,66 @@ impl EpochPlan {
         let mut start = 0u64;
         for tiles in order.chunks(opts.shuffle_tiles) {
             let cells: u64 = tiles.iter().map(|&t| tile_cells[t]).sum();
-            windows.push(Window { tiles: tiles.to_vec(), start, cells });
+            if cells > 0 {
+                windows.push(Window { tiles: tiles.to_vec(), start, cells });
+            }
             start += cells;
         }
-        let w = opts.world_size as u64;
-        let share_len = match opts.remainder {
-            Remainder::Drop => n_cells / w,
-            Remainder::Wrap => n_cells.div_ceil(w),
-        };
-        let share_lo = opts.rank as u64 * share_len;
-        let b = opts.batch_size as u64;
-        let rank_batches = if opts.drop_last { share_len / b } else { share_len.div_ceil(b) } as usize;
-        Ok(EpochPlan {
+        let mut plan = EpochPlan {
             opts: opts.clone(),
             epoch,
             tile_start,
             windows,
             n_cells,
-            share_lo,
-            share_len,
-            rank_batches,
+            part_batches: Vec::new(),
+            part: Part::default(),
+            part_index: 0,
+            part_first: 0,
+            rank_cells: 0,
             cached: None,
-        })
+        };
+        plan.place(opts);
+        Ok(plan)
+    }
+
+    /// Cuts this rank's share into parts and batches, and finds this worker's part and first batch.
+    fn place(&mut self, opts: &EpochOptions) {
+        let (b, drop_last, w) = (opts.batch_size as u64, opts.drop_last, opts.num_workers);
+        let (lo, len) = self.share(opts.rank);
+        let runs = parts::cut_share(lo, len, w, |p| self.boundary_around(p));
+        // Every rank (and every epoch) the same number of batches, whatever falls where: each cut between two
+        // parts adds at most one short batch (or, with `drop_last`, loses at most one full one), so every rank can
+        // meet this by splitting (or leaving out) a few batches.
+        let extra = w as u64 - 1;
+        let target = if drop_last { (len / b).saturating_sub(extra) } else { (len.div_ceil(b) + extra).min(len) };
+        let layout = parts::layout(&runs, b, drop_last, target);
+        self.part_batches = layout.iter().map(|p| p.batches).collect();
+        self.rank_cells =
+            layout.iter().map(|p| if p.batches == 0 { 0 } else { p.batch_range(p.batches - 1, b).1 - p.start }).sum();
+        let (starts, next) = parts::resume(&self.part_batches, opts.first_batch as u64);
+        self.part_index = (opts.worker + next) % w;
+        self.part = layout[self.part_index];
+        self.part_first = starts[self.part_index];
+    }
+
+    /// Rank `rank`'s share of the stream: `(first position, cells)`, unrolled (positions past the end wrap).
+    fn share(&self, rank: usize) -> (u64, u64) {
+        let w = self.opts.world_size as u64;
+        let len = match self.opts.remainder {
+            Remainder::Drop => self.n_cells / w,
+            Remainder::Wrap => self.n_cells.div_ceil(w),
+        };
+        (rank as u64 * len, len)
+    }
+
+    /// The window boundaries at or before, and after, unrolled stream position `p`.
+    fn boundary_around(&self, p: u64) -> (u64, u64) {
+        if self.n_cells == 0 {
+            return (p, p);
+        }
+        let lap = p / self.n_cells * self.n_cells;
+        let w = &self.windows[self.window_of(p % self.n_cells)];
+        (lap + w.start, lap + w.start + w.cells)
     }
 
     /// The epoch number.
@@ -173,31 +229,33 @@ impl EpochPlan {
 
     /// Batches of this rank (every rank has as many).
     pub fn rank_batches(&self) -> usize {
-        self.rank_batches
+        self.part_batches.iter().sum::<u64>() as usize
     }
 
-    /// Batches of this worker: the rank's batches `first_batch + worker`, `first_batch + worker + num_workers`, ...
+    /// Batches of each worker's part of this rank (workers of the interrupted run, when resuming).
+    pub fn part_batches(&self) -> &[u64] {
+        &self.part_batches
+    }
+
+    /// Batches this worker serves (from the resume point on).
     pub fn n_batches(&self) -> usize {
-        let (first, n) = (self.opts.first_batch + self.opts.worker, self.opts.num_workers);
-        if self.rank_batches <= first { 0 } else { (self.rank_batches - first).div_ceil(n) }
+        (self.part.batches - self.part_first) as usize
     }
 
     /// Cells this rank serves in the epoch.
     pub fn rank_cells(&self) -> u64 {
-        let b = self.opts.batch_size as u64;
-        if self.opts.drop_last { self.rank_batches as u64 * b } else { self.share_len }
+        self.rank_cells
     }
 
-    /// The index among the rank's batches of this worker's batch `j`.
+    /// The place of this worker's batch `j` in the rank's order (0 for the rank's first batch of the epoch, also
+    /// when resuming).
     pub fn rank_batch_of(&self, j: usize) -> usize {
-        self.opts.first_batch + j * self.opts.num_workers + self.opts.worker
+        parts::yield_position(&self.part_batches, self.part_index, self.part_first + j as u64) as usize
     }
 
-    /// Stream positions `[lo, hi)` of the rank's batch `i`.
-    fn rank_batch_range(&self, i: usize) -> (u64, u64) {
-        let b = self.opts.batch_size as u64;
-        let lo = i as u64 * b;
-        (self.share_lo + lo, self.share_lo + (lo + b).min(self.share_len))
+    /// Stream positions `[lo, hi)` (unrolled) of this worker's batch `j`.
+    fn batch_range(&self, j: usize) -> (u64, u64) {
+        self.part.batch_range(self.part_first + j as u64, self.opts.batch_size as u64)
     }
 
     /// The cells of this worker's batch `j` (`j < n_batches()`) into `out` (cleared first), in batch order.
@@ -209,7 +267,7 @@ impl EpochPlan {
                 self.n_batches()
             )));
         }
-        let (lo, hi) = self.rank_batch_range(self.rank_batch_of(j));
+        let (lo, hi) = self.batch_range(j);
         out.reserve((hi - lo) as usize);
         for p in lo..hi {
             let cell = self.cell_at(p % self.n_cells.max(1));
@@ -231,7 +289,7 @@ impl EpochPlan {
         let mut out: Vec<usize> = Vec::new();
         let mut k = j;
         while out.len() < max_tiles && k < self.n_batches() {
-            let (lo, hi) = self.rank_batch_range(self.rank_batch_of(k));
+            let (lo, hi) = self.batch_range(k);
             // The windows the batch's stream positions fall in (every tile of a window may be read by any batch of it).
             let (first, last) = (lo % self.n_cells.max(1), (hi - 1) % self.n_cells.max(1));
             let wrapped = hi - lo > 0 && last < first;
@@ -286,155 +344,4 @@ fn rng(seed: u64, epoch: u64, stream: u64) -> ChaCha8Rng {
     key[16..24].copy_from_slice(&stream.to_le_bytes());
     key[24..].copy_from_slice(b"dctepoch");
     ChaCha8Rng::from_seed(key)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn all_batches(tile_cells: &[u64], opts: &EpochOptions, epoch: u64) -> Vec<Vec<u64>> {
-        let mut plan = EpochPlan::new(tile_cells, opts, epoch).unwrap();
-        (0..plan.n_batches()).map(|j| plan.batch(j).unwrap()).collect()
-    }
-
-    #[test]
-    fn one_rank_serves_every_cell_once_in_windows() {
-        let tiles = [10, 10, 10, 10, 10, 7];
-        let opts = EpochOptions { shuffle_tiles: 2, ..EpochOptions::new(8) };
-        let batches = all_batches(&tiles, &opts, 3);
-        let mut cells: Vec<u64> = batches.concat();
-        assert_eq!(cells.len(), 57);
-        assert_eq!(batches.len(), 8);
-        // Consecutive runs of 20 (or 17) stream cells come from 2 tiles.
-        let starts = [0u64, 10, 20, 30, 40, 50, 57];
-        let tile = |c: u64| starts.partition_point(|&s| s <= c) - 1;
-        for run in cells.chunks(20).take(2) {
-            let mut ts: Vec<usize> = run.iter().map(|&c| tile(c)).collect();
-            ts.dedup();
-            ts.sort();
-            ts.dedup();
-            assert!(ts.len() <= 2, "{ts:?}");
-        }
-        cells.sort();
-        assert_eq!(cells, (0..57).collect::<Vec<_>>());
-    }
-
-    #[test]
-    fn without_shuffle_cells_come_in_order() {
-        let opts = EpochOptions { shuffle: false, ..EpochOptions::new(4) };
-        assert_eq!(all_batches(&[5, 5], &opts, 9).concat(), (0..10).collect::<Vec<_>>());
-    }
-
-    #[test]
-    fn epochs_differ_and_repeat() {
-        let opts = EpochOptions::new(16);
-        let a = all_batches(&[40, 40, 40], &opts, 0);
-        assert_eq!(a, all_batches(&[40, 40, 40], &opts, 0));
-        assert_ne!(a, all_batches(&[40, 40, 40], &opts, 1));
-        assert_ne!(a, all_batches(&[40, 40, 40], &EpochOptions { seed: 5, ..opts }, 0));
-    }
-
-    #[test]
-    fn ranks_and_workers_split_the_stream() {
-        let tiles = [30, 30, 30, 13];
-        for world in [1usize, 2, 3, 8] {
-            for workers in [1usize, 2, 3] {
-                for remainder in [Remainder::Drop, Remainder::Wrap] {
-                    let mut seen: Vec<u64> = Vec::new();
-                    let mut counts = Vec::new();
-                    for rank in 0..world {
-                        let mut rank_batches: Vec<(usize, Vec<u64>)> = Vec::new();
-                        for worker in 0..workers {
-                            let opts = EpochOptions {
-                                rank,
-                                world_size: world,
-                                worker,
-                                num_workers: workers,
-                                remainder,
-                                ..EpochOptions::new(7)
-                            };
-                            let mut plan = EpochPlan::new(&tiles, &opts, 2).unwrap();
-                            for j in 0..plan.n_batches() {
-                                rank_batches.push((plan.rank_batch_of(j), plan.batch(j).unwrap()));
-                            }
-                        }
-                        rank_batches.sort();
-                        assert!(
-                            rank_batches.iter().enumerate().all(|(i, (k, _))| i == *k),
-                            "worker batches interleave"
-                        );
-                        counts.push(rank_batches.len());
-                        seen.extend(rank_batches.into_iter().flat_map(|(_, b)| b));
-                    }
-                    assert!(counts.iter().all(|&c| c == counts[0]), "equal batches per rank: {counts:?}");
-                    let n = 103u64;
-                    let mut sorted = seen.clone();
-                    sorted.sort();
-                    let unique = {
-                        let mut u = sorted.clone();
-                        u.dedup();
-                        u
-                    };
-                    match remainder {
-                        Remainder::Drop => {
-                            assert_eq!(unique.len(), sorted.len(), "no cell twice");
-                            assert_eq!(sorted.len() as u64, n / world as u64 * world as u64);
-                        }
-                        Remainder::Wrap => {
-                            assert_eq!(unique, (0..n).collect::<Vec<_>>(), "every cell");
-                            assert_eq!(sorted.len() as u64, n.div_ceil(world as u64) * world as u64);
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn resuming_yields_the_rest_of_the_epoch() {
-        let tiles = [25, 25, 25, 25, 11];
-        for workers in [1usize, 2, 3] {
-            let whole = all_batches(&tiles, &EpochOptions::new(6), 4);
-            for k in [0usize, 1, 5, 13, whole.len()] {
-                let mut rest: Vec<(usize, Vec<u64>)> = Vec::new();
-                for worker in 0..workers {
-                    let opts = EpochOptions { worker, num_workers: workers, first_batch: k, ..EpochOptions::new(6) };
-                    let mut plan = EpochPlan::new(&tiles, &opts, 4).unwrap();
-                    for j in 0..plan.n_batches() {
-                        assert_eq!((plan.rank_batch_of(j) - k) % workers, worker, "round robin from the resume point");
-                        rest.push((plan.rank_batch_of(j), plan.batch(j).unwrap()));
-                    }
-                }
-                rest.sort();
-                assert_eq!(rest.into_iter().map(|(_, b)| b).collect::<Vec<_>>(), whole[k..].to_vec(), "k = {k}");
-            }
-        }
-    }
-
-    #[test]
-    fn drop_last_and_tiles_ahead() {
-        let opts = EpochOptions { drop_last: true, shuffle: false, ..EpochOptions::new(6) };
-        let plan = EpochPlan::new(&[10, 10, 5], &opts, 0).unwrap();
-        assert_eq!(plan.n_batches(), 4);
-        assert_eq!(plan.rank_cells(), 24);
-        let opts = EpochOptions { shuffle: false, shuffle_tiles: 1, ..EpochOptions::new(6) };
-        let plan = EpochPlan::new(&[10, 10, 5], &opts, 0).unwrap();
-        assert_eq!(plan.tiles_ahead(0, 8), vec![0, 1, 2]);
-        assert_eq!(plan.tiles_ahead(2, 8), vec![1, 2]);
-        assert_eq!(plan.tiles_ahead(0, 1), vec![0]);
-    }
-
-    #[test]
-    fn bad_options_are_refused() {
-        for opts in [
-            EpochOptions::new(0),
-            EpochOptions { rank: 2, world_size: 2, ..EpochOptions::new(4) },
-            EpochOptions { worker: 1, ..EpochOptions::new(4) },
-            EpochOptions { shuffle_tiles: 0, ..EpochOptions::new(4) },
-        ] {
-            assert!(EpochPlan::new(&[4], &opts, 0).is_err(), "{opts:?}");
-        }
-        let mut plan = EpochPlan::new(&[4], &EpochOptions::new(4), 0).unwrap();
-        assert!(plan.batch(1).is_err());
-    }
 }

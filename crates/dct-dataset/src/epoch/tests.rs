@@ -1,0 +1,199 @@
+//! The epoch planner against brute force: coverage, equal ranks, worker parts, resumption.
+
+use super::*;
+
+/// `base` for one rank and loader worker.
+fn placed(base: EpochOptions, rank: usize, world_size: usize, worker: usize, num_workers: usize) -> EpochOptions {
+    EpochOptions { rank, world_size, worker, num_workers, ..base }
+}
+
+fn all_batches(tile_cells: &[u64], opts: &EpochOptions, epoch: u64) -> Vec<Vec<u64>> {
+    let mut plan = EpochPlan::new(tile_cells, opts, epoch).unwrap();
+    (0..plan.n_batches()).map(|j| plan.batch(j).unwrap()).collect()
+}
+
+#[test]
+fn one_rank_serves_every_cell_once_in_windows() {
+    let tiles = [10, 10, 10, 10, 10, 7];
+    let opts = EpochOptions { shuffle_tiles: 2, ..EpochOptions::new(8) };
+    let batches = all_batches(&tiles, &opts, 3);
+    let mut cells: Vec<u64> = batches.concat();
+    assert_eq!(cells.len(), 57);
+    assert_eq!(batches.len(), 8);
+    // Consecutive runs of 20 (or 17) stream cells come from 2 tiles.
+    let starts = [0u64, 10, 20, 30, 40, 50, 57];
+    let tile = |c: u64| starts.partition_point(|&s| s <= c) - 1;
+    for run in cells.chunks(20).take(2) {
+        let mut ts: Vec<usize> = run.iter().map(|&c| tile(c)).collect();
+        ts.dedup();
+        ts.sort();
+        ts.dedup();
+        assert!(ts.len() <= 2, "{ts:?}");
+    }
+    cells.sort();
+    assert_eq!(cells, (0..57).collect::<Vec<_>>());
+}
+
+#[test]
+fn without_shuffle_cells_come_in_order() {
+    let opts = EpochOptions { shuffle: false, ..EpochOptions::new(4) };
+    assert_eq!(all_batches(&[5, 5], &opts, 9).concat(), (0..10).collect::<Vec<_>>());
+}
+
+#[test]
+fn epochs_differ_and_repeat() {
+    let opts = EpochOptions::new(16);
+    let a = all_batches(&[40, 40, 40], &opts, 0);
+    assert_eq!(a, all_batches(&[40, 40, 40], &opts, 0));
+    assert_ne!(a, all_batches(&[40, 40, 40], &opts, 1));
+    assert_ne!(a, all_batches(&[40, 40, 40], &EpochOptions { seed: 5, ..opts }, 0));
+}
+
+#[test]
+fn ranks_and_workers_split_the_stream() {
+    let tiles = [30, 30, 30, 13];
+    for world in [1usize, 2, 3, 8] {
+        for workers in [1usize, 2, 3] {
+            for remainder in [Remainder::Drop, Remainder::Wrap] {
+                let mut seen: Vec<u64> = Vec::new();
+                let mut counts = Vec::new();
+                for rank in 0..world {
+                    let mut rank_batches: Vec<(usize, Vec<u64>)> = Vec::new();
+                    for worker in 0..workers {
+                        let opts =
+                            placed(EpochOptions { remainder, ..EpochOptions::new(7) }, rank, world, worker, workers);
+                        let mut plan = EpochPlan::new(&tiles, &opts, 2).unwrap();
+                        for j in 0..plan.n_batches() {
+                            rank_batches.push((plan.rank_batch_of(j), plan.batch(j).unwrap()));
+                        }
+                    }
+                    rank_batches.sort();
+                    assert!(rank_batches.iter().enumerate().all(|(i, (k, _))| i == *k), "worker batches interleave");
+                    counts.push(rank_batches.len());
+                    seen.extend(rank_batches.into_iter().flat_map(|(_, b)| b));
+                }
+                assert!(counts.iter().all(|&c| c == counts[0]), "equal batches per rank: {counts:?}");
+                let n = 103u64;
+                let mut sorted = seen.clone();
+                sorted.sort();
+                let unique = {
+                    let mut u = sorted.clone();
+                    u.dedup();
+                    u
+                };
+                match remainder {
+                    Remainder::Drop => {
+                        assert_eq!(unique.len(), sorted.len(), "no cell twice");
+                        assert_eq!(sorted.len() as u64, n / world as u64 * world as u64);
+                    }
+                    Remainder::Wrap => {
+                        assert_eq!(unique, (0..n).collect::<Vec<_>>(), "every cell");
+                        assert_eq!(sorted.len() as u64, n.div_ceil(world as u64) * world as u64);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What a `DataLoader` with `workers` workers yields: one batch of each worker in turn, skipping finished workers.
+fn loader_order(tile_cells: &[u64], opts: &EpochOptions, epoch: u64, workers: usize) -> Vec<Vec<u64>> {
+    let mut plans: Vec<EpochPlan> = (0..workers)
+        .map(|worker| EpochPlan::new(tile_cells, &EpochOptions { worker, num_workers: workers, ..opts.clone() }, epoch))
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let mut next = vec![0usize; workers];
+    let mut out = Vec::new();
+    while (0..workers).any(|w| next[w] < plans[w].n_batches()) {
+        for w in 0..workers {
+            if next[w] < plans[w].n_batches() {
+                assert_eq!(plans[w].rank_batch_of(next[w]), opts.first_batch + out.len(), "rank_batch_of");
+                out.push(plans[w].batch(next[w]).unwrap());
+                next[w] += 1;
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn resuming_yields_the_rest_of_the_epoch() {
+    let tiles = [25, 25, 25, 25, 11, 25, 25, 7];
+    for workers in [1usize, 2, 3, 5] {
+        for (shuffle_tiles, drop_last) in [(1, false), (2, false), (2, true), (3, false)] {
+            let opts = EpochOptions { shuffle_tiles, drop_last, ..EpochOptions::new(6) };
+            let whole = loader_order(&tiles, &opts, 4, workers);
+            let plan = EpochPlan::new(&tiles, &EpochOptions { num_workers: workers, ..opts.clone() }, 4).unwrap();
+            assert_eq!(whole.len(), plan.rank_batches());
+            for k in 0..=whole.len() {
+                let rest = loader_order(&tiles, &EpochOptions { first_batch: k, ..opts.clone() }, 4, workers);
+                assert_eq!(rest, whole[k..].to_vec(), "{workers} workers, window {shuffle_tiles}, k = {k}");
+            }
+        }
+    }
+}
+
+#[test]
+fn each_tile_is_read_by_one_worker_of_a_rank() {
+    let tiles: Vec<u64> = (0..23).map(|t| 40 + (t % 5) * 3).collect();
+    for world in [1usize, 2, 3] {
+        for workers in [1usize, 2, 3, 4] {
+            for shuffle_tiles in [1usize, 2, 4] {
+                for rank in 0..world {
+                    let mut reader_of = std::collections::HashMap::new();
+                    for worker in 0..workers {
+                        let base = EpochOptions { shuffle_tiles, ..EpochOptions::new(16) };
+                        let opts = placed(base, rank, world, worker, workers);
+                        let plan = EpochPlan::new(&tiles, &opts, 1).unwrap();
+                        for t in plan.tiles_ahead(0, usize::MAX) {
+                            let other = reader_of.insert(t, worker);
+                            assert!(other.is_none(), "tile {t} read by workers {other:?} and {worker}");
+                        }
+                        // The tiles read are those of the cells served.
+                        let mut plan = plan;
+                        for j in 0..plan.n_batches() {
+                            for c in plan.batch(j).unwrap() {
+                                let t = tiles
+                                    .iter()
+                                    .scan(0, |s, &n| {
+                                        *s += n;
+                                        Some(*s)
+                                    })
+                                    .position(|end| c < end)
+                                    .unwrap();
+                                assert_eq!(reader_of.get(&t), Some(&worker));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn drop_last_and_tiles_ahead() {
+    let opts = EpochOptions { drop_last: true, shuffle: false, ..EpochOptions::new(6) };
+    let plan = EpochPlan::new(&[10, 10, 5], &opts, 0).unwrap();
+    assert_eq!(plan.n_batches(), 4);
+    assert_eq!(plan.rank_cells(), 24);
+    let opts = EpochOptions { shuffle: false, shuffle_tiles: 1, ..EpochOptions::new(6) };
+    let plan = EpochPlan::new(&[10, 10, 5], &opts, 0).unwrap();
+    assert_eq!(plan.tiles_ahead(0, 8), vec![0, 1, 2]);
+    assert_eq!(plan.tiles_ahead(2, 8), vec![1, 2]);
+    assert_eq!(plan.tiles_ahead(0, 1), vec![0]);
+}
+
+#[test]
+fn bad_options_are_refused() {
+    for opts in [
+        EpochOptions::new(0),
+        EpochOptions { rank: 2, world_size: 2, ..EpochOptions::new(4) },
+        EpochOptions { worker: 1, ..EpochOptions::new(4) },
+        EpochOptions { shuffle_tiles: 0, ..EpochOptions::new(4) },
+    ] {
+        assert!(EpochPlan::new(&[4], &opts, 0).is_err(), "{opts:?}");
+    }
+    let mut plan = EpochPlan::new(&[4], &EpochOptions::new(4), 0).unwrap();
+    assert!(plan.batch(1).is_err());
+}

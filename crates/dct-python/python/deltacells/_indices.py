@@ -1,0 +1,45 @@
+"""Cell indices as numpy means them: integers (any integer dtype), or a boolean mask with one entry per cell."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def cell_indices(indices: Any, n_cells: int) -> np.ndarray:
+    """``indices`` as a contiguous int64 array of cells in ``[0, n_cells)``.
+
+    A boolean array (or list of booleans) of length ``n_cells`` selects the cells where it is true; a boolean mask
+    of any other length is an ``IndexError``, as in numpy. Floats (and other non-integer values) are a
+    ``TypeError`` rather than being truncated. Out-of-range cells are an ``IndexError``.
+    """
+    if isinstance(indices, range):
+        idx = np.arange(indices.start, indices.stop, indices.step, dtype=np.int64)
+    else:
+        if not isinstance(indices, np.ndarray):
+            is_iterator = hasattr(indices, "__next__") or (hasattr(indices, "__iter__") and not hasattr(indices, "__len__"))
+            indices = np.asarray(list(indices) if is_iterator else indices)
+        arr = indices.ravel() if indices.ndim != 1 else indices
+        if arr.dtype == np.bool_:
+            if indices.ndim != 1 or len(arr) != n_cells:
+                raise IndexError(
+                    f"a boolean mask selects cells with one entry per cell: it has {indices.shape} entries, the "
+                    f"dataset {n_cells} cells"
+                )
+            idx = np.flatnonzero(arr).astype(np.int64)
+        elif arr.size == 0:
+            idx = np.zeros(0, np.int64)
+        elif arr.dtype.kind in "iu":
+            if arr.dtype == np.uint64 and int(arr.max()) >= n_cells:
+                raise IndexError(f"cell index {int(arr.max())} out of range [0, {n_cells})")
+            idx = np.ascontiguousarray(arr, dtype=np.int64)
+        else:
+            raise TypeError(
+                f"cell indices must be integers or a boolean mask, not {arr.dtype} (e.g. {arr[0]!r}); convert them "
+                "with .astype(int) if truncation is what you mean"
+            )
+    if len(idx) and (int(idx.min()) < 0 or int(idx.max()) >= n_cells):
+        bad = int(idx.min()) if int(idx.min()) < 0 else int(idx.max())
+        raise IndexError(f"cell index {bad} out of range [0, {n_cells})")
+    return idx

@@ -1,0 +1,196 @@
+"""deltacells.torch resumption, every way a training loop calls it: the state taken from the dataset iterated
+directly and from the loader (with and without workers, persistent or not), ``set_epoch`` after ``load_state_dict``
+or never, and the states that must be refused."""
+
+import numpy as np
+import pytest
+from conftest import make_counts, require, write_dataset
+
+torch = require("torch")
+
+from deltacells.torch import DeltaCellsDataLoader, DeltaCellsIterableDataset, make_loader  # noqa: E402
+
+N, G, TILE = 470, 40, 50  # 10 tiles, the last of 20
+OPTS = dict(seed=11, shuffle_tiles=2)
+BATCH = 24
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    return write_dataset(tmp_path_factory.mktemp("resume") / "ds", make_counts(N, G, density=0.2, seed=61), TILE)
+
+
+def cells(batches):
+    return [b["index"].tolist() for b in batches]
+
+
+def direct(root, **kw):
+    return DeltaCellsIterableDataset(root, BATCH, **OPTS, **kw)
+
+
+def loader(root, workers, **kw):
+    return make_loader(root, BATCH, num_workers=workers, **OPTS, **kw)
+
+
+def plain(root, **kw):
+    return torch.utils.data.DataLoader(direct(root, **kw), batch_size=None, num_workers=0)
+
+
+# Each way of iterating: (make it, its state holder, its number of workers).
+WAYS = {
+    "dataset": lambda root: direct(root),
+    "plain DataLoader": lambda root: plain(root),
+    "loader, 0 workers": lambda root: loader(root, 0),
+    "loader, 2 workers": lambda root: loader(root, 2),
+    "loader, 2 persistent workers": lambda root: loader(root, 2, persistent_workers=True),
+}
+
+
+def holder(it):
+    """What has state_dict / set_epoch: the dataset for a plain DataLoader, else the object itself."""
+    return it.dataset if type(it) is torch.utils.data.DataLoader else it
+
+
+def interrupted_then_resumed(root, way, k, *, set_epoch_after_load, epoch=2):
+    """Epoch `epoch` interrupted after `k` batches; a new object loads the state and runs the rest (with or without
+    set_epoch(epoch) before it), then one more pass (set_epoch(epoch + 1) before it, or not)."""
+    first = WAYS[way](root)
+    holder(first).set_epoch(epoch)
+    it = iter(first)
+    got = [next(it) for _ in range(k)]
+    state = holder(first).state_dict()
+    del it, got
+    again = WAYS[way](root)
+    holder(again).load_state_dict(state)
+    if set_epoch_after_load:
+        holder(again).set_epoch(epoch)
+    rest = cells(again)
+    if set_epoch_after_load:
+        holder(again).set_epoch(epoch + 1)
+    after = cells(again)
+    return state, rest, after
+
+
+def uninterrupted(root, way, *, epoch=2, set_epochs=True):
+    whole = WAYS[way](root)
+    holder(whole).set_epoch(epoch)
+    a = cells(whole)
+    if set_epochs:
+        holder(whole).set_epoch(epoch + 1)
+    return a, cells(whole)
+
+
+@pytest.mark.parametrize("way", list(WAYS))
+@pytest.mark.parametrize("set_epoch_after_load", [True, False], ids=["set_epoch", "no set_epoch"])
+def test_a_resumed_epoch_finishes_as_the_uninterrupted_one_and_the_next_is_whole(root, way, set_epoch_after_load):
+    epoch, next_epoch = uninterrupted(root, way, set_epochs=set_epoch_after_load)
+    assert len(epoch) == len(WAYS[way](root)) and epoch != next_epoch
+    assert sorted(sum(next_epoch, [])) == list(range(N)), "the next epoch is whole"
+    for k in (1, 5, len(epoch) - 1):
+        state, rest, after = interrupted_then_resumed(root, way, k, set_epoch_after_load=set_epoch_after_load)
+        assert state["epoch"] == 2 and state["batches"] == k, "the batch in the caller's hands is counted"
+        assert rest == epoch[k:], f"{way}: the rest of the epoch after {k}"
+        assert after == next_epoch, f"{way}: the epoch after the resumed one is whole"
+
+
+@pytest.mark.parametrize("way", list(WAYS))
+def test_each_pass_without_set_epoch_is_the_next_epoch(root, way):
+    it = WAYS[way](root)
+    a, b = cells(it), cells(it)
+    ref = WAYS[way](root)
+    holder(ref).set_epoch(1)
+    assert a != b and b == cells(ref), "the second pass is epoch 1"
+
+
+def test_a_state_at_the_end_of_an_epoch_resumes_with_the_next_one(root):
+    ds = direct(root)
+    ds.set_epoch(4)
+    n = len(list(ds))
+    state = ds.state_dict()
+    assert (state["epoch"], state["batches"]) == (5, 0), n
+    again = direct(root)
+    again.load_state_dict(state)
+    ref = direct(root)
+    ref.set_epoch(5)
+    assert cells(again) == cells(ref)
+
+
+def test_persistent_workers_follow_set_epoch_and_load_state_dict(root):
+    """Persistent workers keep their copy of the dataset between passes: the epoch and resume point reach them
+    through the loader."""
+    persistent = loader(root, 2, persistent_workers=True)
+    fresh = loader(root, 2)
+    for e in (0, 1, 0, 3):
+        persistent.set_epoch(e)
+        fresh.set_epoch(e)
+        assert cells(persistent) == cells(fresh), f"epoch {e}"
+    fresh.set_epoch(3)
+    whole = cells(fresh)
+    persistent.load_state_dict({**persistent.state_dict(), "epoch": 3, "batches": 4})
+    assert cells(persistent) == whole[4:]
+    ref = loader(root, 2)
+    ref.set_epoch(4)
+    assert cells(persistent) == cells(ref), "the pass after the resumed one is the next epoch, whole"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [dict(seed=12), dict(shuffle=False), dict(drop_last=True), dict(remainder="wrap", rank=0, world_size=2),
+     dict(shuffle_tiles=3), dict(batch_size=25), dict(rank=0, world_size=2)],
+    ids=lambda c: ",".join(c),
+)
+def test_a_state_whose_order_would_differ_is_refused(root, change):
+    ds = direct(root)
+    it = iter(ds)
+    next(it)
+    state = ds.state_dict()
+    kw = {**OPTS, "batch_size": BATCH, **change}
+    other = DeltaCellsIterableDataset(root, kw.pop("batch_size"), **kw)
+    with pytest.raises(ValueError) as e:
+        other.load_state_dict(state)
+    named = [k for k in change if k != "rank"]
+    assert any(f"{k}=" in str(e.value) for k in named), str(e.value)
+
+
+def test_a_state_of_another_dataset_is_refused(root, tmp_path):
+    ds = direct(root)
+    it = iter(ds)
+    next(it)
+    state = ds.state_dict()
+    # Same tile layout, other counts: the manifest differs.
+    full = make_counts(N, G, density=0.2, seed=62)
+    with pytest.raises(ValueError, match="another dataset"):
+        direct(write_dataset(tmp_path / "other", full, TILE)).load_state_dict(state)
+    # Another tile layout.
+    with pytest.raises(ValueError, match="tile layout"):
+        direct(write_dataset(tmp_path / "wide", full, TILE * 2)).load_state_dict(state)
+
+
+def test_a_resume_with_another_number_of_workers_is_refused_once_batches_were_yielded(root):
+    two = loader(root, 2)
+    it = iter(two)
+    next(it)
+    state = two.state_dict()
+    assert state["num_workers"] == 2
+    for workers in (0, 3):
+        with pytest.raises(ValueError, match="num_workers=2"):
+            loader(root, workers).load_state_dict(state)
+    # Nothing yielded yet: any number of workers starts the epoch.
+    fresh = loader(root, 2)
+    fresh.set_epoch(6)
+    three = loader(root, 3)
+    three.load_state_dict(fresh.state_dict())
+    assert sorted(sum(cells(three), [])) == list(range(N))
+    # 0 and 1 workers are the same split.
+    zero = loader(root, 0)
+    it = iter(zero)
+    next(it)
+    loader(root, 1).load_state_dict(zero.state_dict())
+
+
+def test_in_order_false_and_a_batch_size_are_refused(root):
+    ds = direct(root)
+    with pytest.raises(ValueError, match="in_order"):
+        DeltaCellsDataLoader(ds, num_workers=2, in_order=False)
+    with pytest.raises(ValueError, match="batch_size"):
+        DeltaCellsDataLoader(ds, batch_size=4)
