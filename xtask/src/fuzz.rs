@@ -489,4 +489,25 @@ mod tests {
         assert_eq!(cut_matrix_market(b"hello\nworld\n", 1), b"hello\nworld\n");
         assert_eq!(cut_matrix_market(b"", 1), b"");
     }
+
+    /// The fuzz smoke run CI makes (`.ci/run`) is the one `docs/ROBUSTNESS.md` gives as CI's, with the same
+    /// seconds per target.
+    #[test]
+    fn the_documented_ci_smoke_run_is_the_one_ci_runs() {
+        let root = crate::root();
+        let ci = std::fs::read_to_string(root.join(".ci/run")).unwrap();
+        let doc = std::fs::read_to_string(root.join("docs/ROBUSTNESS.md")).unwrap();
+        let command = ci
+            .lines()
+            .map(str::trim)
+            .find(|l| l.starts_with("cargo xtask fuzz --smoke"))
+            .expect(".ci/run runs a fuzz smoke run");
+        let documented = doc.lines().find(|l| l.contains(command) && l.contains("CI")).unwrap_or_else(|| {
+            panic!("docs/ROBUSTNESS.md has no line giving `{command}` (what .ci/run runs) as CI's smoke run")
+        });
+        let seconds = command.split("--seconds").nth(1).map(|s| s.trim().split(' ').next().unwrap_or(""));
+        if let Some(seconds) = seconds {
+            assert!(documented.contains(&format!("{seconds} s each")), "{documented:?} should say {seconds} s each");
+        }
+    }
 }

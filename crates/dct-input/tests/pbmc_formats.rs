@@ -80,12 +80,20 @@ fn empty_and_full_windows() {
     assert!(e.to_string().contains("outside 0..200"), "{e}");
 }
 
-/// The full PBMC 3k files of ../shared/data (not in a fresh clone of the repository: run with --ignored).
+/// The full PBMC 3k files of the shared data folder beside the clone (`../shared/data`), which CI has. Where it is
+/// absent the test says so and passes, except under `CI=true`, where that is a failure.
 #[test]
-#[ignore = "needs /work/shared/data (run with --ignored)"]
 fn pbmc3k_shared_data_three_formats_identical() {
     let data = root().join("../shared/data");
-    let data = if data.exists() { data } else { Path::new("/work/shared/data").to_path_buf() };
+    if !data.join("pbmc3k_raw.h5ad").exists() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true but {} is missing: the shared data folder must be beside the clone",
+            data.display()
+        );
+        eprintln!("skipped: {} not found (the shared data folder beside the clone)", data.display());
+        return;
+    }
     let mut srcs = open3(&data.join("pbmc3k_raw.h5ad"), &data.join("pbmc3k_10x.h5"), &data.join("pbmc3k_mtx"));
     let mut stats = Vec::new();
     for s in srcs.iter_mut() {
