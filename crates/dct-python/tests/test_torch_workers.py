@@ -170,3 +170,46 @@ def test_a_flipped_byte_in_a_tile_is_an_error_on_the_default_path(built, tmp_pat
                 pass
     # Turned off explicitly, the CRC is not checked (the flip may still break the structure, or decode silently).
     assert open_dataset(root, verify=False).verify is False and open_dataset(root).verify is True
+
+
+def _rows_of(batch):
+    return batch["index"].tolist(), batch["X"].to_dense().numpy()
+
+
+def test_batches_from_workers_stay_intact_while_held(built):
+    """Workers decode into shared slots that they fill again once the training process has freed a batch: batches
+    held (and views taken from them) are never overwritten."""
+    root, full = built
+    loader = make_loader(root, 16, num_workers=2, seed=4)
+    held = list(loader)
+    values_view = held[0]["X"].values()
+    expect_values = held[0]["X"].to_dense().numpy()[held[0]["X"].to_dense().numpy() != 0].copy()
+    del held[0]
+    assert len(held) == len(loader) - 1
+    for b in held:
+        idx, dense = _rows_of(b)
+        assert np.array_equal(dense, full[idx].toarray())
+    for _ in range(2):  # more passes while the view is alive
+        for b in loader:
+            idx, dense = _rows_of(b)
+            assert np.array_equal(dense, full[idx].toarray())
+    assert np.array_equal(values_view.numpy(), expect_values), "a view keeps its slot"
+
+
+def test_worker_slots_are_reused_once_freed(built):
+    from deltacells import _worker_batches
+
+    root, full = built
+    loader = make_loader(root, 16, num_workers=2, seed=5, persistent_workers=True)
+    for epoch in range(3):
+        for b in loader:
+            idx, dense = _rows_of(b)
+            assert np.array_equal(dense, full[idx].toarray())
+    # Passes cut short: the batches already sent but never taken free their slots when dropped.
+    for _ in range(5):
+        for k, b in enumerate(loader):
+            if k == 2:
+                break
+    workers = {w.pid for w in loader._iterator._workers}  # this loader's persistent worker processes
+    slots = [key for key in _worker_batches.MAPS.maps if key[0] in workers]
+    assert len(workers) == 2 and 2 <= len(slots) <= 2 * 6, f"{len(slots)} slots for {len(loader)} batches x 8 passes"

@@ -46,7 +46,7 @@ import torch
 import torch.utils.data
 
 import deltacells
-from deltacells import _core
+from deltacells import _core, _worker_batches
 
 __all__ = ["DeltaCellsDataLoader", "DeltaCellsIterableDataset", "make_loader"]
 
@@ -98,8 +98,9 @@ def _split_budget(budget: int, window: int, tile_nnz: list[int], tile_bytes: lis
 
 
 # What a pass over the dataset serves: (epoch, batches of the rank already yielded, rank, world size, whether the
-# process goes on to the next epoch, so that fetching its first tiles ahead is worth it).
-_Ticket = tuple[int, int, int, int, int]
+# process goes on to the next epoch, so that fetching its first tiles ahead is worth it, whether batches go to the
+# training process through reused shared memory (see _worker_batches)).
+_Ticket = tuple[int, int, int, int, int, int]
 # The settings a resumed epoch must share with the interrupted one for its order to be the same.
 _ORDER_KEYS = ("seed", "batch_size", "shuffle_tiles", "shuffle", "drop_last", "remainder", "world_size", "tiles",
                "manifest")
@@ -316,13 +317,14 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
 
     # ------------------------------------------------------------------ passes
 
-    def _begin(self, parts: int, lasting: bool = True) -> _Ticket:
+    def _begin(self, parts: int, lasting: bool = True, slots: bool = False) -> _Ticket:
         """Starts a pass in the training process: the next epoch unless one was set, from the resume point.
-        ``lasting``: the processes reading it read the next epoch too (not so for workers that end with the pass)."""
+        ``lasting``: the processes reading it read the next epoch too (not so for workers that end with the pass);
+        ``slots``: workers send batches through reused shared memory (a DeltaCellsDataLoader opens them)."""
         if not self._fresh:
             self.epoch += 1
             self._resume = 0
-        ticket = (self.epoch, self._resume, *self._resolve_ranks(), int(lasting))
+        ticket = (self.epoch, self._resume, *self._resolve_ranks(), int(lasting), int(slots))
         self._resume = 0
         self._fresh = False
         self._current = [ticket[0], ticket[1], parts]
@@ -334,10 +336,10 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         loader set it before starting the workers, else (a plain DataLoader) the dataset's epoch and resume point."""
         shared = self._shared
         if shared is not None and shared[0] > 0:
-            return int(shared[1]), int(shared[2]), int(shared[3]), int(shared[4]), int(shared[5])
+            return tuple(int(v) for v in shared[1:7])  # type: ignore[return-value]
         if self._handoff is not None:
             return self._handoff
-        return (self.epoch, self._resume, *self._resolve_ranks(), 0)  # type: ignore[return-value]
+        return (self.epoch, self._resume, *self._resolve_ranks(), 0, 0)  # type: ignore[return-value]
 
     def __getstate__(self) -> dict[str, Any]:
         # Pickled for a spawned DataLoader worker (or by the user): the ranks are resolved here, in the training
@@ -408,7 +410,7 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         else:
             worker, workers = info.id, info.num_workers
             ticket = self._worker_ticket()
-        epoch, first, rank, world, lasting = ticket
+        epoch, first, rank, world, lasting, slots = ticket
         ds = self._dataset(workers)
         plan = self._plan(worker, workers, first, epoch, (rank, world))
         values = np.float32 if self.values_dtype == torch.float32 else np.int32
@@ -427,8 +429,12 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
                     next_epoch = self._plan(worker, workers, 0, epoch + 1, (rank, world))
                 ds.prefetch(next_epoch.tiles_ahead(0, budget - len(ahead)))
             cells = plan.batch(j)
-            batch = ds.get_batch(cells, values_dtype=values)
-            out = {"X": self._tensor(batch), "obs": self._obs(cells), "index": torch.from_numpy(cells)}
+            out: Any = None
+            if slots and self.output == "csr":
+                out = _worker_batches.pool().fill(ds, cells, values, self.n_genes, self._obs(cells))
+            if out is None:
+                batch = ds.get_batch(cells, values_dtype=values)
+                out = {"X": self._tensor(batch), "obs": self._obs(cells), "index": torch.from_numpy(cells)}
             # Counted before it is handed over: a state taken while the caller holds this batch includes it.
             self._yielded += 1
             yield out
@@ -457,7 +463,7 @@ class DeltaCellsDataLoader(torch.utils.data.DataLoader):
         if self.num_workers > 0:
             ctx = self.multiprocessing_context or multiprocessing.get_context()
             # [valid, *ticket] of the current pass, read by each worker as it starts the pass.
-            dataset._shared = ctx.RawArray("q", 6)
+            dataset._shared = ctx.RawArray("q", 7)
         self._start = 0
         self._count = 0
         self._epoch = dataset.epoch
@@ -465,14 +471,21 @@ class DeltaCellsDataLoader(torch.utils.data.DataLoader):
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         ds: DeltaCellsIterableDataset = self.dataset  # type: ignore[assignment]
         parts = max(1, self.num_workers)
-        ticket = ds._begin(parts, lasting=self.num_workers == 0 or self.persistent_workers)
+        slots = self.num_workers > 0 and _worker_batches.AVAILABLE
+        ticket = ds._begin(parts, lasting=self.num_workers == 0 or self.persistent_workers, slots=slots)
         ds._handoff = ticket
         if ds._shared is not None:
-            ds._shared[1:6] = list(ticket)
+            ds._shared[1:7] = list(ticket)
             ds._shared[0] = 1
         self._epoch, self._start, self._count = ticket[0], ticket[1], 0
+        if slots:
+            _worker_batches.MAPS.forget_exited()
         try:
             for batch in super().__iter__():
+                if isinstance(batch, _worker_batches.SharedBatch):
+                    batch = _worker_batches.MAPS.open(batch)
+                    if self.pin_memory:
+                        batch["X"], batch["index"] = batch["X"].pin_memory(), batch["index"].pin_memory()
                 self._count += 1
                 yield batch
         finally:
