@@ -29,10 +29,10 @@ over rounds, with the sizes on disk. Throttled against local is also measured on
 (``--epoch-rounds``: epochs 1 and 2 after a first one), where the first window's fetch, which nothing can hide in a
 cold start, was prefetched during the epoch before.
 
-``workers`` measures ``make_loader`` with DataLoader worker processes (``num_workers`` 0, 1, 2 and 4, PyTorch's
-default ``persistent_workers=False``, so each epoch starts its workers) against none, whole epochs in alternating
-order round after round (after one untimed epoch), and the default path (tiles' CRC checked) against
-``verify=False``. ``--make-from`` first
+``workers`` measures ``make_loader`` with DataLoader worker processes (``num_workers`` 0, 1, 2 and 4; ``make_loader``
+keeps its workers across epochs) against none: per round, each configuration runs a new loader for 3 whole epochs
+(its start and end included), in alternating order round after round (after one untimed epoch); and the default
+path (tiles' CRC checked) against ``verify=False``. ``--make-from`` first
 builds DATASET (when it does not exist) from ``--copies`` hard links of one h5ad, at level 3 without obs: 400 copies
 of the PBMC 3k raw counts are 1,080,000 cells.
 """
@@ -40,6 +40,7 @@ of the PBMC 3k raw counts are 1,080,000 cells.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import shutil
@@ -297,20 +298,25 @@ def many_copies(path: Path, source: Path, copies: int) -> None:
     print(f"built {path} from {copies} copies of {source} in {time.perf_counter() - start:.0f} s", flush=True)
 
 
-def epoch_rate(path: str, batch_size: int, workers: int, verify: bool | None = None) -> float:
-    """Cells per second over one whole epoch of a new loader (its start and its workers' start included)."""
+def epoch_rate(path: str, batch_size: int, workers: int, verify: bool | None = None, epochs: int = 3) -> float:
+    """Cells per second over ``epochs`` whole epochs of a new loader, as a training run makes them (its start, its
+    workers' start and its end included)."""
     start = time.perf_counter()
     loader = make_loader(path, batch_size, num_workers=workers, verify=verify, seed=1)
     n = 0
-    for batch in loader:
-        n += batch["X"].shape[0]
+    for epoch in range(epochs):
+        loader.set_epoch(epoch)
+        for batch in loader:
+            n += batch["X"].shape[0]
+    del loader, batch
+    gc.collect()  # the readers' (and workers') teardown belongs to the run
     return n / (time.perf_counter() - start)
 
 
 def workers_bench(path: str, rounds: int, batch_sizes: list[int], workers: list[int]) -> None:
     n_cells = deltacells.open_dataset(path).n_cells
     print(f"{path}: {n_cells:,} cells; whole epochs, {rounds} rounds, alternating order", flush=True)
-    epoch_rate(path, batch_sizes[0], 0)  # untimed: the process's first epoch pays for first touches of everything
+    epoch_rate(path, batch_sizes[0], 0, epochs=1)  # untimed: the process's first epoch pays for first touches
     for b in batch_sizes:
         rates: dict[int, list[float]] = {w: [] for w in workers}
         no_crc: list[float] = []

@@ -46,7 +46,9 @@ class LoggingBackend(LocalBackend):
 def test_each_tile_is_fetched_once_per_epoch_whatever_the_workers(built, tmp_path, workers, shuffle_tiles):
     root, full = built
     log = tmp_path / "reads.log"
-    loader = make_loader(LoggingBackend(root, str(log)), 16, num_workers=workers, seed=9, shuffle_tiles=shuffle_tiles)
+    # Workers that end with the epoch (persistent ones also fetch the next epoch's first tiles: see below).
+    loader = make_loader(LoggingBackend(root, str(log)), 16, num_workers=workers, seed=9, shuffle_tiles=shuffle_tiles,
+                         persistent_workers=False)
     rows = {}
     n = 0
     for b in loader:
@@ -58,6 +60,21 @@ def test_each_tile_is_fetched_once_per_epoch_whatever_the_workers(built, tmp_pat
     assert sorted(rows) == list(range(N)) and same(np.stack([rows[i] for i in range(N)]), full.toarray())
     tiles = [line for line in log.read_text().split() if line.startswith("tiles/")]
     assert len(tiles) == 10 and len(set(tiles)) == 10, f"each tile once: {sorted(tiles)}"
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_persistent_workers_fetch_each_tile_once_per_epoch_and_the_next_epoch_ahead(built, tmp_path, workers):
+    root, full = built
+    log = tmp_path / "reads.log"
+    loader = make_loader(LoggingBackend(root, str(log)), 16, num_workers=workers, seed=9, shuffle_tiles=2)
+    assert loader.persistent_workers, "make_loader keeps workers across epochs"
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        seen = sorted(i for b in loader for i in b["index"].tolist())
+        assert seen == list(range(N)), f"epoch {epoch}"
+    tiles = [line for line in log.read_text().split() if line.startswith("tiles/")]
+    # 3 epochs of 10 tiles, and at most one epoch's tiles fetched ahead (a worker's cache may also keep some).
+    assert len(tiles) <= 4 * 10, f"{len(tiles)} fetches for 3 epochs of 10 tiles"
 
 
 def test_workers_share_the_memory_budget(built):

@@ -528,7 +528,11 @@ def make_loader(
     num_workers=num_workers, pin_memory=pin_memory, **loader_options)``, where the options of ``DataLoader``
     (``multiprocessing_context``, ``persistent_workers``, ``prefetch_factor``, ``timeout``, ``worker_init_fn``,
     ``pin_memory_device``, ...) go to the loader and the rest to the dataset. ``num_workers=0`` is the fast default
-    (Rust threads fetch and decode ahead)."""
+    (Rust threads fetch and decode ahead). With workers, ``persistent_workers`` defaults to ``True`` here: a
+    worker's reader keeps its cache and fetches the next epoch's first tiles while the last batches are taken, where
+    a worker started again each epoch begins cold."""
     loader_options = {k: options.pop(k) for k in list(options) if k in _LOADER_OPTIONS}
+    if num_workers > 0:
+        loader_options.setdefault("persistent_workers", True)
     ds = DeltaCellsIterableDataset(uri, batch_size, **options)
     return DeltaCellsDataLoader(ds, num_workers=num_workers, pin_memory=pin_memory, **loader_options)
