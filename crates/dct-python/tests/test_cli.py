@@ -87,3 +87,24 @@ def test_convert_format_version_1_from_the_command_line(tmp_path):
                      "--format-version", "1", "--tile-size", "16")
     assert bad.returncode == 1 and "above 65535" in bad.stderr and "gene" in bad.stderr, bad.stderr
     assert not (tmp_path / "b" / "manifest.json").exists()
+
+
+def test_main_writes_through_the_python_streams(dataset):
+    """As the original package's: output captured by redirect_stdout / redirect_stderr (or a notebook)."""
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["info", dataset, "--json"])
+    assert code == 0, err.getvalue()
+    assert json.loads(out.getvalue())["n_cells"] == 530
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["info", dataset + "-missing"])
+    assert code != 0 and out.getvalue() == "" and "missing" in err.getvalue()
+    # Only stdout redirected: the error still goes to the process's stderr, and nothing to the StringIO.
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["no-such-command"]) == 2
+    assert out.getvalue() == ""
