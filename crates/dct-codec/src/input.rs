@@ -24,6 +24,12 @@ index_like!(u8, u16, u32, u64, usize, i8, i16, i32, i64, isize);
 pub trait CountLike: Copy + Send + Sync + std::fmt::Display {
     /// The count, or why the value is not one.
     fn to_count(self) -> Result<u32, &'static str>;
+
+    /// The value exactly as given, for messages (a float's shortest form may round: `2147483648_f32` displays as
+    /// `2147483600`).
+    fn exact(self) -> String {
+        self.to_string()
+    }
 }
 
 macro_rules! count_int {
@@ -52,6 +58,11 @@ macro_rules! count_float {
                 // 2^31 is exact in both float types, unlike 2^31 - 1 in f32.
                 if self >= 2_147_483_648.0 { return Err("above 2^31 - 1"); }
                 Ok(self as u32)
+            }
+
+            fn exact(self) -> String {
+                // Whole numbers in full (formatting with a precision prints a float's exact decimal value).
+                if self.is_finite() && self.fract() == 0.0 { format!("{self:.0}") } else { self.to_string() }
             }
         }
     )*};
@@ -248,7 +259,7 @@ impl CanonicalCsr {
             let count = v.to_count().map_err(|reason| EncodeError::NotACount {
                 row: global_row,
                 col: col as u64,
-                value: v.to_string(),
+                value: v.exact(),
                 reason,
             })?;
             sorted &= col > prev;
@@ -338,5 +349,18 @@ mod tests {
             Err(EncodeError::NotACount { row, col, .. }) => assert_eq!((row, col), (1, 3)),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A refused value is named exactly as given: 2^31 as a float32 is not shown as its shortest form.
+    #[test]
+    fn refused_floats_are_named_exactly() {
+        assert_eq!(2_147_483_648_f32.to_string(), "2147483600", "the shortest form rounds");
+        assert_eq!(2_147_483_648_f32.exact(), "2147483648");
+        assert_eq!(3e38_f32.exact(), format!("{}", 3e38_f32 as f64 as u128));
+        assert_eq!((1.5_f32.exact(), 0.1_f32.exact(), (-2.0_f64).exact()), ("1.5".into(), "0.1".into(), "-2".into()));
+        assert_eq!((f32::NAN.exact(), f64::INFINITY.exact()), ("NaN".into(), "inf".into()));
+        let m = CsrMatrix { n_rows: 1, n_cols: 4, indptr: &[0u32, 1], indices: &[2u32], values: &[2_147_483_648_f32] };
+        let e = CanonicalCsr::from_csr(&m).unwrap_err().to_string();
+        assert!(e.contains("value 2147483648 is not a count"), "{e}");
     }
 }

@@ -64,6 +64,14 @@ def test_invalid_values_rejected_with_cell_and_gene(bad, match):
     assert "row 4" in str(e.value) and "column 7" in str(e.value)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
+def test_an_unrepresentable_count_is_named_exactly(dtype):
+    m = sp.csr_matrix(np.array([[0, 2**31], [3, 0]], dtype=dtype))
+    with pytest.raises(ValueError) as e:
+        encode_tile(m)
+    assert "value 2147483648 " in str(e.value), str(e.value)
+
+
 def test_invalid_arguments():
     m = make_counts(10, 10)
     with pytest.raises(ValueError, match="n_chunks"):
