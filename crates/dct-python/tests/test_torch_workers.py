@@ -77,6 +77,14 @@ def test_persistent_workers_fetch_each_tile_once_per_epoch_and_the_next_epoch_ah
     assert len(tiles) <= 4 * 10, f"{len(tiles)} fetches for 3 epochs of 10 tiles"
 
 
+def test_pin_memory_is_ignored_without_an_accelerator_as_the_dataloader_does(built):
+    root, full = built
+    for b in make_loader(root, 64, num_workers=2, pin_memory=True, seed=2):
+        idx, dense = b["index"].tolist(), b["X"].to_dense().numpy()
+        assert np.array_equal(dense, full[idx].toarray())
+        assert b["X"].is_pinned() == torch.cuda.is_available()
+
+
 def test_workers_share_the_memory_budget(built):
     root, _ = built
     budget = 40 << 10

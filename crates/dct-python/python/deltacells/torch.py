@@ -480,11 +480,14 @@ class DeltaCellsDataLoader(torch.utils.data.DataLoader):
         self._epoch, self._start, self._count = ticket[0], ticket[1], 0
         if slots:
             _worker_batches.MAPS.forget_exited()
+        # As the DataLoader does: pinning needs an accelerator (without one, pin_memory=True is ignored).
+        accelerator = getattr(torch, "accelerator", None)
+        pin = self.pin_memory and (accelerator.is_available() if accelerator is not None else torch.cuda.is_available())
         try:
             for batch in super().__iter__():
                 if isinstance(batch, _worker_batches.SharedBatch):
                     batch = _worker_batches.MAPS.open(batch)
-                    if self.pin_memory:
+                    if pin:
                         batch["X"], batch["index"] = batch["X"].pin_memory(), batch["index"].pin_memory()
                 self._count += 1
                 yield batch
