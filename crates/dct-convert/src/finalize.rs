@@ -141,8 +141,12 @@ pub fn finalize(plan: &Plan, opts: &RunOptions) -> Result<Manifest, ConvertError
     let mut side = SideFiles::new(plan.n_genes);
     side.set_gene_order(plan.gene_order.iter().map(|&g| g as i32).collect())?;
     side.set_var_names(plan.var_names.clone())?;
-    let (var_bytes, var_skipped) = var_table_file(&out, plan)?;
-    side.add_file(VAR_TABLE_NAME, var_bytes)?;
+    let mut var_skipped = Vec::new();
+    if plan.write_var {
+        let (var_bytes, skipped) = var_table_file(&out, plan)?;
+        side.add_file(VAR_TABLE_NAME, var_bytes)?;
+        var_skipped = skipped;
+    }
     if let Some(obs) = write_obs(&out, plan, &manifest.tile_cells)? {
         manifest.has_obs = true;
         manifest.obs_tiles_per_file = obs.tiles_per_file;

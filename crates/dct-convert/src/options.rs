@@ -49,6 +49,8 @@ pub struct ConvertOptions {
     pub obs_columns: Option<Vec<String>>,
     /// Leave these obs columns out (needed for columns the reader cannot convert, such as datetimes).
     pub obs_exclude: Vec<String>,
+    /// Write the gene table `var.parquet` (default `true`; the gene names, `var_names.txt`, are written either way).
+    pub write_var: bool,
     /// Tiles (row groups) per obs shard (default 1000).
     pub obs_tiles_per_file: u64,
     /// Format version of the tiles and manifest (default 2; version 1 for readers that know only it: at most
@@ -74,6 +76,7 @@ impl ConvertOptions {
             write_obs: true,
             obs_columns: None,
             obs_exclude: Vec::new(),
+            write_var: true,
             obs_tiles_per_file: DEFAULT_TILES_PER_FILE,
             max_categories: DEFAULT_MAX_CATEGORIES,
             format_version: Version::V2,

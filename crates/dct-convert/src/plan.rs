@@ -91,8 +91,20 @@ pub struct Plan {
     /// their tiles were made with; `plain` is left out of the file, so those plans keep their fingerprints.
     #[serde(default = "preset_plain", skip_serializing_if = "is_preset_plain")]
     pub zstd_preset: String,
+    /// Whether finalize writes `var.parquet` (left out of the file when it does, so earlier plans keep their
+    /// fingerprints).
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub write_var: bool,
     /// 24 hex digits of the SHA-256 of everything above: ties tiles and parts to this plan.
     pub fingerprint: String,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 fn version_2() -> u32 {
@@ -426,6 +438,7 @@ fn plan_from(
         gene_order,
         obs,
         format_version: opts.format_version.number(),
+        write_var: opts.write_var,
         fingerprint: String::new(),
     };
     plan.fingerprint = plan.compute_fingerprint();

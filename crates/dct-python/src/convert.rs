@@ -52,6 +52,7 @@ fn options(output: &str, kw: &Bound<'_, PyDict>) -> PyResult<ConvertOptions> {
             (true, None) => GeneSort::AllInputs,
         },
         write_obs: get("obs")?.extract()?,
+        write_var: get("var")?.extract()?,
         obs_columns,
         obs_exclude: get("obs_exclude")?.extract()?,
         obs_tiles_per_file: get("obs_tiles_per_file")?.extract()?,

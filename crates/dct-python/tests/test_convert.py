@@ -176,3 +176,25 @@ def test_errors(shards, tmp_path):
     with pytest.raises(ValueError, match="sort_genes_max_files"):
         convert_h5ad(str(d / "*.h5ad"), str(tmp_path / "z"), sort_genes_max_files=0, log=None)
     assert resolve_files([str(d / "part_1.h5ad"), str(d / "part_0.h5ad")], sort=False)[0].endswith("part_1.h5ad")
+
+
+def test_var_false_writes_no_gene_table(shards, tmp_path):
+    """As the original's ``var=False``: no ``var.parquet``; the gene names and the tiles are those of the default;
+    the same through the split form and the CLI's ``--no-var``."""
+    d, a = shards
+    with_var, without = str(tmp_path / "with"), str(tmp_path / "without")
+    convert_h5ad(str(d / "*.h5ad"), with_var, tile_size=64, level=3, log=None)
+    m = convert_h5ad(str(d / "*.h5ad"), without, tile_size=64, level=3, log=None, var=False)
+    assert os.path.exists(os.path.join(with_var, "var.parquet")) and not os.path.exists(os.path.join(without, "var.parquet"))
+    ds = open_dataset(without)
+    assert ds.var is None and not m.has_var_table
+    assert ds.var_names == list(a.var_names[ds.gene_order]) and tile_bytes(without) == tile_bytes(with_var)
+    split, plan_path = str(tmp_path / "split"), str(tmp_path / "plan.json")
+    plan(str(d / "*.h5ad"), split, plan_path, tile_size=64, level=3, var=False)
+    run_part(plan_path, 0, 1)
+    finalize(plan_path)
+    assert not os.path.exists(os.path.join(split, "var.parquet")) and tile_bytes(split) == tile_bytes(with_var)
+    cli = str(tmp_path / "cli")
+    r = run_module("convert", str(d / "*.h5ad"), "--output", cli, "--tile-size", "64", "--level", "3", "--no-var")
+    assert r.returncode == 0, r.stderr
+    assert not os.path.exists(os.path.join(cli, "var.parquet")) and tile_bytes(cli) == tile_bytes(with_var)

@@ -89,6 +89,9 @@ pub struct Args {
     /// Write no obs (per-cell metadata) at all.
     #[arg(long)]
     no_obs: bool,
+    /// Write no gene table (`var.parquet`); the gene names (`var_names.txt`) are written either way.
+    #[arg(long)]
+    no_var: bool,
     /// Tiles (row groups) per obs shard.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
     obs_tiles_per_file: u64,
@@ -229,6 +232,7 @@ pub fn run(mut args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
             (false, None) => GeneSort::AllInputs,
         },
         write_obs: !args.no_obs,
+        write_var: !args.no_var,
         obs_columns: args.obs_columns.clone(),
         obs_exclude: args.obs_exclude.clone(),
         obs_tiles_per_file: args.obs_tiles_per_file,

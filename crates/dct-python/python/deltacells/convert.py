@@ -47,7 +47,7 @@ def _options(
     *, tile_size: int, sort_genes: bool, sort_genes_max_files: int | None, n_chunks: int, level: int,
     threads: int | None, obs: bool, obs_exclude: Sequence[str], obs_columns: Sequence[str] | None,
     max_categories: int, obs_tiles_per_file: int, format_version: int, layer: str | None, raw: bool,
-    feature_type: str | None, storage_options: dict[str, str] | None, preset: str = "tuned",
+    feature_type: str | None, storage_options: dict[str, str] | None, preset: str = "tuned", var: bool = True,
 ) -> dict[str, Any]:
     if sort_genes_max_files is not None and int(sort_genes_max_files) < 1:
         raise ValueError("sort_genes_max_files must be at least 1 (or None for all the files)")
@@ -57,7 +57,7 @@ def _options(
         n_chunks=int(n_chunks), level=int(level), threads=threads, obs=bool(obs), obs_exclude=list(obs_exclude),
         obs_columns=None if obs_columns is None else list(obs_columns), max_categories=int(max_categories),
         obs_tiles_per_file=int(obs_tiles_per_file), format_version=int(format_version), layer=layer, raw=bool(raw),
-        feature_type=feature_type, storage_options=storage_options, preset=str(preset),
+        feature_type=feature_type, storage_options=storage_options, preset=str(preset), var=bool(var),
     )
 
 
@@ -108,7 +108,8 @@ def convert_h5ad(
     Genes are ordered by decreasing total counts over ``sort_genes_max_files`` evenly spread inputs (``None``: all
     of them; ``sort_genes=False`` keeps the source order); tiles hold ``tile_size`` consecutive cells across input
     boundaries; obs (the cell names as ``obs_names``, last, and the inputs' obs columns with one global vocabulary
-    per categorical column) and ``var.parquet`` are written too. ``threads`` bounds the threads used (default:
+    per categorical column) and ``var.parquet`` (the gene table; not with ``var=False``, which keeps the gene names
+    in ``var_names.txt``) are written too. ``threads`` bounds the threads used (default:
     every core); ``workers`` is accepted for compatibility (the converter runs in threads, not processes).
     Progress goes to ``log`` (``None``: silent). A complete dataset at ``output`` raises ``FileExistsError``
     unless ``overwrite``; an interrupted conversion to ``output`` resumes where it stopped. ``preset`` chooses how
@@ -117,8 +118,6 @@ def convert_h5ad(
     """
     if workers is not None and int(workers) < 1:
         raise ValueError("workers must be at least 1")
-    if not var:
-        raise ValueError("var=False is not supported: the converter always writes var.parquet for h5ad inputs")
     output = os.fspath(output)
     if _output_is_dataset(output) and not overwrite:
         raise FileExistsError(f"{output} is not empty; pass overwrite=True to replace it")
@@ -128,7 +127,7 @@ def convert_h5ad(
         level=level, threads=threads, obs=obs, obs_exclude=list(obs_exclude) + ([] if obs_names else ["obs_names"]),
         obs_columns=None, max_categories=max_categories,
         obs_tiles_per_file=obs_tiles_per_file, format_version=format_version, layer=layer, raw=raw,
-        feature_type=feature_type, storage_options=storage_options, preset=preset,
+        feature_type=feature_type, storage_options=storage_options, preset=preset, var=var,
     )
     if log is not None:
         log(f"{len(files)} files: {files[0]} ... {files[-1]}")
@@ -147,7 +146,7 @@ def plan(
     obs_columns: Sequence[str] | None = None, max_categories: int = 20_000, obs_tiles_per_file: int = 1000,
     format_version: int = 2, layer: str | None = None, raw: bool = False,
     feature_type: str | None = "Gene Expression", storage_options: dict[str, str] | None = None,
-    preset: str = "tuned",
+    preset: str = "tuned", var: bool = True,
 ) -> tuple[int, int, int]:
     """Makes the plan of a split conversion of ``paths`` into ``output`` and saves it at ``plan_path`` (reusing
     the scan files of :func:`scan_part` runs); returns ``(n_cells, n_genes, n_tiles)``."""
@@ -156,7 +155,7 @@ def plan(
         tile_size=tile_size, sort_genes=sort_genes, sort_genes_max_files=sort_genes_max_files, n_chunks=n_chunks,
         level=level, threads=threads, obs=obs, obs_exclude=obs_exclude, obs_columns=obs_columns,
         max_categories=max_categories, obs_tiles_per_file=obs_tiles_per_file, format_version=format_version,
-        layer=layer, raw=raw, feature_type=feature_type, storage_options=storage_options, preset=preset,
+        layer=layer, raw=raw, feature_type=feature_type, storage_options=storage_options, preset=preset, var=var,
     )
     return tuple(_core.make_plan(files, os.fspath(output), os.fspath(plan_path), **opts))  # type: ignore[return-value]
 
