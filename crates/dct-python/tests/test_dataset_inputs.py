@@ -114,7 +114,8 @@ def test_a_store_backend_s_options_reach_the_reader(built, tmp_path):
     require("torch")
     from deltacells.torch import make_loader
 
-    rows = {}
-    for b in make_loader(StoreBackend(url, options), 32, seed=1):
-        rows.update(zip(b["index"].tolist(), b["X"].to_dense().numpy()))
-    assert sorted(rows) == list(range(N)) and same(np.stack([rows[i] for i in range(N)]), full.toarray())
+    for workers in (0, 2):
+        rows = {}
+        for b in make_loader(StoreBackend(url, options), 32, seed=1, num_workers=workers):
+            rows.update(zip(b["index"].tolist(), b["X"].to_dense().numpy()))
+        assert sorted(rows) == list(range(N)) and same(np.stack([rows[i] for i in range(N)]), full.toarray())

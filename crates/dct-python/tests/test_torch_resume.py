@@ -115,10 +115,11 @@ def test_a_state_at_the_end_of_an_epoch_resumes_with_the_next_one(root):
     assert cells(again) == cells(ref)
 
 
-def test_persistent_workers_follow_set_epoch_and_load_state_dict(root):
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_persistent_workers_follow_set_epoch_and_load_state_dict(root, context):
     """Persistent workers keep their copy of the dataset between passes: the epoch and resume point reach them
-    through the loader."""
-    persistent = loader(root, 2, persistent_workers=True)
+    through the loader (under spawn the shared memory goes along when the workers are started)."""
+    persistent = loader(root, 2, persistent_workers=True, multiprocessing_context=context)
     fresh = loader(root, 2)
     for e in (0, 1, 0, 3):
         persistent.set_epoch(e)

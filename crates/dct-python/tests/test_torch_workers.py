@@ -15,7 +15,7 @@ from conftest import make_counts, require, same, write_dataset
 
 torch = require("torch")
 
-from deltacells import LocalBackend  # noqa: E402
+from deltacells import DatasetWriter, LocalBackend  # noqa: E402
 from deltacells.torch import DeltaCellsIterableDataset, make_loader  # noqa: E402
 
 N, G, TILE = 470, 40, 50  # 10 tiles, the last of 20
@@ -75,6 +75,34 @@ def test_persistent_workers_fetch_each_tile_once_per_epoch_and_the_next_epoch_ah
     tiles = [line for line in log.read_text().split() if line.startswith("tiles/")]
     # 3 epochs of 10 tiles, and at most one epoch's tiles fetched ahead (a worker's cache may also keep some).
     assert len(tiles) <= 4 * 10, f"{len(tiles)} fetches for 3 epochs of 10 tiles"
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_int32_values_and_obs_come_through_worker_slots(tmp_path, context):
+    """The slots carry int32 values as well as float32, and each batch's obs beside them."""
+    import pandas as pd
+
+    from deltacells.obs import ObsSchema
+
+    full = make_counts(N, G, density=0.2, seed=64)
+    obs = pd.DataFrame({"cell_type": pd.Categorical(np.random.default_rng(1).choice(["a", "b"], N)),
+                        "depth": np.arange(N, dtype=np.float64)})
+    root = str(tmp_path / "ds")
+    with DatasetWriter(root, n_genes=G, tile_size=TILE, level=3, obs_schema=ObsSchema.infer([obs])) as w:
+        for lo in range(0, N, TILE):
+            w.add_tile(full[lo : lo + TILE], obs=obs.iloc[lo : lo + TILE])
+    loader = make_loader(root, 32, num_workers=2, values_dtype=torch.int32, obs_columns=["cell_type", "depth"],
+                         cache_dir=str(tmp_path / "c"), multiprocessing_context=context, seed=6)
+    vocab = loader.dataset.categories("cell_type")
+    seen = []
+    for b in loader:
+        idx = b["index"].tolist()
+        assert b["X"].dtype == torch.int32 and b["index"].dtype == torch.int64
+        assert np.array_equal(b["X"].to_dense().numpy(), full[idx].toarray().astype(np.int32))
+        assert [vocab[c] for c in b["obs"]["cell_type"].tolist()] == list(obs["cell_type"].iloc[idx])
+        assert b["obs"]["depth"].tolist() == [float(i) for i in idx]
+        seen.extend(idx)
+    assert sorted(seen) == list(range(N))
 
 
 def test_pin_memory_is_ignored_without_an_accelerator_as_the_dataloader_does(built):
