@@ -229,11 +229,13 @@ def _rows_of(batch):
     return batch["index"].tolist(), batch["X"].to_dense().numpy()
 
 
-def test_batches_from_workers_stay_intact_while_held(built):
-    """Workers decode into shared slots that they fill again once the training process has freed a batch: batches
-    held (and views taken from them) are never overwritten."""
+@pytest.mark.parametrize("workers", [0, 2])
+def test_batches_stay_intact_while_held(built, workers):
+    """Batches are decoded into slots that are filled again once the training process has freed the batch (shared
+    slots from workers, the process's own without): batches held (and views taken from them) are never
+    overwritten."""
     root, full = built
-    loader = make_loader(root, 16, num_workers=2, seed=4)
+    loader = make_loader(root, 16, num_workers=workers, seed=4)
     held = list(loader)
     values_view = held[0]["X"].values()
     expect_values = held[0]["X"].to_dense().numpy()[held[0]["X"].to_dense().numpy() != 0].copy()
@@ -250,7 +252,7 @@ def test_batches_from_workers_stay_intact_while_held(built):
 
 
 def test_worker_slots_are_reused_once_freed(built):
-    from deltacells import _worker_batches
+    from deltacells import _batch_slots
 
     root, full = built
     loader = make_loader(root, 16, num_workers=2, seed=5, persistent_workers=True)
@@ -264,5 +266,23 @@ def test_worker_slots_are_reused_once_freed(built):
             if k == 2:
                 break
     workers = {w.pid for w in loader._iterator._workers}  # this loader's persistent worker processes
-    slots = [key for key in _worker_batches.MAPS.maps if key[0] in workers]
+    slots = [key for key in _batch_slots.MAPS.maps if key[0] in workers]
     assert len(workers) == 2 and 2 <= len(slots) <= 2 * 6, f"{len(slots)} slots for {len(loader)} batches x 8 passes"
+
+
+def test_the_training_process_reuses_its_slots_once_freed(built):
+    """Without workers, batches are decoded into the process's own slots: a batch freed before the next is taken
+    leaves its slot for the next one, so a pass needs a few slots, not one per batch."""
+    from deltacells import _batch_slots
+
+    root, full = built
+    loader = make_loader(root, 16, seed=5)
+    before = len(_batch_slots.pool(shared=False).slots)  # the process's slots, some made by earlier tests
+    for epoch in range(3):
+        for b in loader:
+            idx, dense = _rows_of(b)
+            assert np.array_equal(dense, full[idx].toarray())
+            del b
+    pool = _batch_slots.pool(shared=False)
+    assert len(pool.slots) - before <= 4, f"{len(pool.slots) - before} new slots for {len(loader)} batches x 3 passes"
+    assert all(s.state[0] == 0 for s in pool.slots), "every slot is free once its batch is dropped"

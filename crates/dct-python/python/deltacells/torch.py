@@ -46,7 +46,7 @@ import torch
 import torch.utils.data
 
 import deltacells
-from deltacells import _core, _worker_batches
+from deltacells import _batch_slots, _core
 
 __all__ = ["DeltaCellsDataLoader", "DeltaCellsIterableDataset", "make_loader"]
 
@@ -99,7 +99,7 @@ def _split_budget(budget: int, window: int, tile_nnz: list[int], tile_bytes: lis
 
 # What a pass over the dataset serves: (epoch, batches of the rank already yielded, rank, world size, whether the
 # process goes on to the next epoch, so that fetching its first tiles ahead is worth it, whether batches go to the
-# training process through reused shared memory (see _worker_batches)).
+# training process through reused shared memory (see _batch_slots)).
 _Ticket = tuple[int, int, int, int, int, int]
 # The settings a resumed epoch must share with the interrupted one for its order to be the same.
 _ORDER_KEYS = ("seed", "batch_size", "shuffle_tiles", "shuffle", "drop_last", "remainder", "world_size", "tiles",
@@ -430,8 +430,10 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
                 ds.prefetch(next_epoch.tiles_ahead(0, budget - len(ahead)))
             cells = plan.batch(j)
             out: Any = None
-            if slots and self.output == "csr":
-                out = _worker_batches.pool().fill(ds, cells, values, self.n_genes, self._obs(cells))
+            if self.output == "csr" and info is None:
+                out = _batch_slots.pool(shared=False).take(ds, cells, values, self.n_genes, self._obs(cells))
+            elif self.output == "csr" and slots:
+                out = _batch_slots.pool().fill(ds, cells, values, self.n_genes, self._obs(cells))
             if out is None:
                 batch = ds.get_batch(cells, values_dtype=values)
                 out = {"X": self._tensor(batch), "obs": self._obs(cells), "index": torch.from_numpy(cells)}
@@ -471,7 +473,7 @@ class DeltaCellsDataLoader(torch.utils.data.DataLoader):
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         ds: DeltaCellsIterableDataset = self.dataset  # type: ignore[assignment]
         parts = max(1, self.num_workers)
-        slots = self.num_workers > 0 and _worker_batches.AVAILABLE
+        slots = self.num_workers > 0 and _batch_slots.AVAILABLE
         ticket = ds._begin(parts, lasting=self.num_workers == 0 or self.persistent_workers, slots=slots)
         ds._handoff = ticket
         if ds._shared is not None:
@@ -479,14 +481,14 @@ class DeltaCellsDataLoader(torch.utils.data.DataLoader):
             ds._shared[0] = 1
         self._epoch, self._start, self._count = ticket[0], ticket[1], 0
         if slots:
-            _worker_batches.MAPS.forget_exited()
+            _batch_slots.MAPS.forget_exited()
         # As the DataLoader does: pinning needs an accelerator (without one, pin_memory=True is ignored).
         accelerator = getattr(torch, "accelerator", None)
         pin = self.pin_memory and (accelerator.is_available() if accelerator is not None else torch.cuda.is_available())
         try:
             for batch in super().__iter__():
-                if isinstance(batch, _worker_batches.SharedBatch):
-                    batch = _worker_batches.MAPS.open(batch)
+                if isinstance(batch, _batch_slots.SharedBatch):
+                    batch = _batch_slots.MAPS.open(batch)
                     if pin:
                         batch["X"], batch["index"] = batch["X"].pin_memory(), batch["index"].pin_memory()
                 self._count += 1

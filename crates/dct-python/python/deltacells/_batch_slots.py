@@ -1,6 +1,11 @@
-"""Batches from DataLoader workers to the training process through shared memory that is used again and again.
+"""Batches decoded into memory that is used again and again: in the training process, and from DataLoader workers.
 
-A tensor that a DataLoader worker returns is copied by PyTorch into a new shared-memory segment, which the training
+Memory obtained fresh for every batch is faulted in page by page and handed back to the system when the batch is
+freed: for batches of a few megabytes that costs as much system time as the decoding. The loader therefore decodes
+each batch into a *slot* it keeps and fills again once the batch is dead. In the training process (no workers) a
+slot is anonymous memory, and the batch's tensors are views of it.
+
+From DataLoader workers, a tensor that a DataLoader worker returns is copied by PyTorch into a new shared-memory segment, which the training
 process then maps: on a 1,024-cell batch of PBMC cells (7 MB) that costs more than decoding the batch, because every
 page of a new segment is faulted in twice and torn down again. Here a worker decodes each batch straight into a
 *slot*, an anonymous memory file (``memfd``) that it keeps and fills again once the training process is done with it,
@@ -84,21 +89,30 @@ class SharedBatch:
 
 
 class _Slot:
-    def __init__(self, capacity: int) -> None:
-        self.fd = os.memfd_create("deltacells-batch")
-        os.ftruncate(self.fd, capacity)
-        self.map = mmap.mmap(self.fd, capacity)
+    def __init__(self, capacity: int, shared: bool) -> None:
+        if shared:
+            self.fd = os.memfd_create("deltacells-batch")
+            os.ftruncate(self.fd, capacity)
+            self.map = mmap.mmap(self.fd, capacity)
+        else:
+            # Private: a child forked while a batch is alive gets its own copy, not the parent's next batches.
+            self.fd = -1
+            private = getattr(mmap, "MAP_PRIVATE", None)
+            self.map = (mmap.mmap(-1, capacity) if private is None  # Windows: no fork to guard against
+                        else mmap.mmap(-1, capacity, flags=private | mmap.MAP_ANONYMOUS))
         self.capacity = capacity
         self.state = np.frombuffer(self.map, np.int64, 1, 0)
         self.sent = False
 
 
 class SlotPool:
-    """A worker's slots."""
+    """A process's slots: memory files a worker hands over (``shared``), or anonymous memory for the training
+    process's own batches."""
 
-    def __init__(self) -> None:
+    def __init__(self, shared: bool) -> None:
         self.slots: list[_Slot] = []
         self.pid = os.getpid()
+        self.shared = shared
 
     def fill(self, ds: Any, cells: np.ndarray, values: Any, n_genes: int, obs: dict[str, Any]) -> SharedBatch | None:
         """Decodes the cells into a free slot (a new one if none is free and large enough); ``None`` when the
@@ -110,7 +124,7 @@ class SlotPool:
         if k is None:
             if len(self.slots) >= MAX_SLOTS:
                 return None
-            self.slots.append(_Slot(max(_PAGE, (used * 5 // 4 + _PAGE - 1) // _PAGE * _PAGE)))
+            self.slots.append(_Slot(max(_PAGE, (used * 5 // 4 + _PAGE - 1) // _PAGE * _PAGE), self.shared))
             k = len(self.slots) - 1
         slot = self.slots[k]
         slot.state[0] = 1
@@ -121,24 +135,48 @@ class SlotPool:
                              out_values=np.frombuffer(buf, dtype, nnz, c_val))
         np.frombuffer(buf, np.int32, n + 1, c_crow)[:] = batch.indptr
         fd = None
-        if not slot.sent:
+        if self.shared and not slot.sent:
             fd, slot.sent = DupFd(slot.fd), True
         return SharedBatch(os.getpid(), k, fd, slot.capacity, n, n_genes, nnz, dtype.name, obs)
 
+    def take(self, ds: Any, cells: np.ndarray, values: Any, n_genes: int, obs: dict[str, Any]) -> dict[str, Any] | None:
+        """The batch ``{"X", "obs", "index"}`` decoded into one of this process's slots, its tensors views of it
+        (``None`` as for :meth:`fill`)."""
+        b = self.fill(ds, cells, values, n_genes, obs)
+        return None if b is None else _views(self.slots[b.slot].map, b)
 
-_POOL: SlotPool | None = None
+
+_POOLS: dict[bool, SlotPool] = {}
 
 
-def pool() -> SlotPool:
-    """This process's slots."""
-    global _POOL
-    if _POOL is None or _POOL.pid != os.getpid():
-        _POOL = SlotPool()
-    return _POOL
+def pool(shared: bool = True) -> SlotPool:
+    """This process's slots: memory files to hand to the training process (``shared``), or its own."""
+    p = _POOLS.get(shared)
+    if p is None or p.pid != os.getpid():
+        p = _POOLS[shared] = SlotPool(shared)
+    return p
 
 
 def _release(state: np.ndarray) -> None:
     state[0] = 0
+
+
+def _views(buf: mmap.mmap, b: SharedBatch) -> dict[str, Any]:
+    """The batch in ``buf`` as ``{"X", "obs", "index"}``, views of it; the slot is freed with the last of them."""
+    c_cells, c_crow, c_col, c_val, used = layout(b.n_rows, b.nnz)
+    whole = np.frombuffer(buf, np.uint8, used, 0)
+    weakref.finalize(whole, _release, np.frombuffer(buf, np.int64, 1, 0))
+    t = torch.from_numpy(whole)
+    del whole
+    vtype = torch.float32 if b.values == "float32" else torch.int32
+    x = torch.sparse_csr_tensor(
+        t[c_crow : c_crow + 4 * (b.n_rows + 1)].view(torch.int32),
+        t[c_col : c_col + 4 * b.nnz].view(torch.int32),
+        t[c_val : c_val + 4 * b.nnz].view(vtype),
+        size=(b.n_rows, b.n_genes),
+        check_invariants=False,
+    )
+    return {"X": x, "obs": b.obs, "index": t[c_cells : c_cells + 8 * b.n_rows].view(torch.int64)}
 
 
 class SlotMaps:
@@ -160,21 +198,7 @@ class SlotMaps:
     def open(self, b: SharedBatch) -> dict[str, Any]:
         """The batch's ``{"X", "obs", "index"}``, as views of the slot; the slot is freed with the last of them."""
         b._pending = False
-        buf = self.map(b)
-        c_cells, c_crow, c_col, c_val, used = layout(b.n_rows, b.nnz)
-        whole = np.frombuffer(buf, np.uint8, used, 0)
-        weakref.finalize(whole, _release, np.frombuffer(buf, np.int64, 1, 0))
-        t = torch.from_numpy(whole)
-        del whole
-        vtype = torch.float32 if b.values == "float32" else torch.int32
-        x = torch.sparse_csr_tensor(
-            t[c_crow : c_crow + 4 * (b.n_rows + 1)].view(torch.int32),
-            t[c_col : c_col + 4 * b.nnz].view(torch.int32),
-            t[c_val : c_val + 4 * b.nnz].view(vtype),
-            size=(b.n_rows, b.n_genes),
-            check_invariants=False,
-        )
-        return {"X": x, "obs": b.obs, "index": t[c_cells : c_cells + 8 * b.n_rows].view(torch.int64)}
+        return _views(self.map(b), b)
 
     def discard(self, b: SharedBatch) -> None:
         """Frees the slot of a batch received but never opened."""
