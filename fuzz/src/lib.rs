@@ -2,6 +2,8 @@
 //! and small independent reference models (canonical CSR, exception application) that the targets compare the
 //! library against. Nothing here calls the code under test to compute an expected result.
 
+#![forbid(unsafe_code)]
+
 use dct_codec::{DecodedTile, SparseRows};
 
 /// Largest count a tile can hold (`2^31 - 1`), restated here rather than imported so the oracle is independent.

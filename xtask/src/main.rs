@@ -1,11 +1,14 @@
 //! Developer tasks for the deltacells workspace: `cargo xtask <task>`.
 //!
 //! * `ci` — what CI runs: format check, clippy with warnings denied, every Rust test, then the Python package
-//!   built into a venv outside the clone and its pytest suite run against the installed wheel (see `python.rs`).
+//!   built into a venv outside the clone, linted, type-checked and its pytest suite run against the installed
+//!   wheel (see `python.rs`), and last the crates meant for crates.io packaged and built from their packages.
 //! * `conformance [DIR]` — the public conformance set through the release CLI (needs python3 and the shared
 //!   tools; skipped with a message when they are absent).
 //! * `fuzz --smoke | --minutes M` — cargo-fuzz targets (see `fuzz.rs`).
 //! * `deny [--advisories]` — cargo-deny license, ban and source checks (see `deny.rs`).
+
+#![forbid(unsafe_code)]
 
 mod deny;
 mod fuzz;
@@ -69,12 +72,29 @@ fn cargo() -> Command {
     Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
 }
 
+/// The crates meant for crates.io, in dependency order (the README says so too); every other crate of the
+/// workspace has `publish = false`.
+const PUBLISHED: [&str; 8] =
+    ["dct-format", "dct-codec", "dct-store", "dct-obs", "dct-dataset", "dct-input", "dct-convert", "dct-cli"];
+
 fn ci() -> Result<(), String> {
     run("format", cargo().args(["fmt", "--all", "--", "--check"]))?;
     run("clippy", cargo().args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
     run("tests", cargo().args(["test", "--workspace", "--all-targets"]))?;
     run("doc tests", cargo().args(["test", "--workspace", "--doc"]))?;
-    python::test()
+    python::test()?;
+    package()
+}
+
+/// Packages the published crates as crates.io would receive them and builds each from its package (against the
+/// others' packages), so a file a crate needs but does not hold (e.g. an `include_bytes!` outside it) fails here.
+fn package() -> Result<(), String> {
+    let mut cmd = cargo();
+    cmd.args(["package", "--allow-dirty"]);
+    for name in PUBLISHED {
+        cmd.args(["-p", name]);
+    }
+    run("package the published crates", &mut cmd)
 }
 
 fn conformance(dir: Option<PathBuf>) -> Result<(), String> {

@@ -1,6 +1,8 @@
 //! Shared pieces of the deltacells release benchmarks (`cargo bench -p dct-bench`): building the synthetic
 //! benchmark dataset once and reusing it, and the shuffled read order that the dataset benchmark replays.
 
+#![forbid(unsafe_code)]
+
 use std::path::{Path, PathBuf};
 
 use dct_dataset::{CsrMatrix, DatasetWriter, WriterOptions};

@@ -7,6 +7,8 @@
 //! Exit status: 0 when all is well, 1 when problems were found (bad input, failed verification), 2 for usage
 //! errors. Bad input never panics; the message says what is wrong and where.
 
+#![forbid(unsafe_code)]
+
 mod commands;
 mod output;
 

@@ -1,5 +1,7 @@
 //! `deltacells`: the command line (see the library, [`dct_cli::run`]).
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 fn main() -> ExitCode {

@@ -34,6 +34,8 @@
 //! the [`Plan`] (so its fingerprint covers it). [`finalize`] writes the shards, one row group per tile, tiles
 //! crossing input boundaries (memory and reasons: see [`finalize`]).
 
+#![forbid(unsafe_code)]
+
 mod error;
 mod finalize;
 mod io;

@@ -51,7 +51,7 @@
 //! # Ok(()) }
 //! ```
 
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 mod epoch;
 mod error;

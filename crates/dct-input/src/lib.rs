@@ -22,6 +22,8 @@
 //! Obs (per-cell metadata) is a separate concern: [`CountSource::obs`] says where it lives, and
 //! [`H5adSource::read_obs`] reads an h5ad obs data frame with the same typed-column reader used for var.
 
+#![forbid(unsafe_code)]
+
 mod block;
 mod cell_major;
 mod csr;

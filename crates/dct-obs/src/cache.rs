@@ -99,9 +99,7 @@ pub(crate) fn open_cached(path: &Path, column: &ObsColumn, tile_cells: &[u64]) -
     if len < 8 + 10 {
         return Ok(Cached::Invalid(format!("{len} bytes is too short for an Arrow file")));
     }
-    // SAFETY: the file is mapped read-only. Cache files are only ever replaced by rename or unlinked, never
-    // truncated or written in place, so the mapped pages stay valid for the mapping's lifetime.
-    let mmap = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| ObsError::cache(path, "cannot memory-map", e))?;
+    let mmap = map_file(&file).map_err(|e| ObsError::cache(path, "cannot memory-map", e))?;
     let buffer = Buffer::from(bytes::Bytes::from_owner(mmap));
     let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| decode_file(&buffer, column, tile_cells)));
     Ok(match decoded {
@@ -372,6 +370,14 @@ impl FileLock {
             Err(_) => Err(ObsError::Internal(format!("the lock thread for {} stopped", path.display()))),
         }
     }
+}
+
+/// A cached column file mapped into memory, read-only.
+#[allow(unsafe_code)] // the one memory map of this crate
+fn map_file(file: &std::fs::File) -> std::io::Result<memmap2::Mmap> {
+    // SAFETY: the file is mapped read-only. Cache files are only ever replaced by rename or unlinked, never
+    // truncated or written in place, so the mapped pages stay valid for the mapping's lifetime.
+    unsafe { memmap2::Mmap::map(file) }
 }
 
 #[cfg(test)]

@@ -14,6 +14,8 @@
 //! * Verifying: [`verify_obs`], or [`check_shard_bytes`] and [`check_fingerprint`] for callers that fetch the
 //!   shards themselves.
 
+#![deny(unsafe_code)] // allowed in `cache` only (memory-mapping cached columns)
+
 mod cache;
 mod convert;
 mod data;

@@ -6,6 +6,8 @@
 //! Python are numpy arrays that own the Rust buffers (or views of the caller's). Errors become the Python
 //! exceptions the API names ([`errors`]); nothing here panics on bad input.
 
+#![forbid(unsafe_code)]
+
 mod arrays;
 mod backend;
 mod cli;

@@ -35,6 +35,8 @@
 //! assert_eq!(&got.unwrap().unwrap()[..], b"bytes");
 //! ```
 
+#![deny(unsafe_code)] // allowed in `mapped` only (memory-mapping local tiles)
+
 mod cloud;
 mod error;
 mod get;

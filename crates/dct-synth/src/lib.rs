@@ -50,6 +50,8 @@
 //! # Ok::<(), dct_synth::SynthError>(())
 //! ```
 
+#![forbid(unsafe_code)]
+
 use std::ops::Range;
 
 use rand::{Rng, SeedableRng};

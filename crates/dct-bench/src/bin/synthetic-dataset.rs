@@ -2,6 +2,8 @@
 //! outside Rust (the Python package's): `cargo run --release -p dct-bench --bin synthetic-dataset [TILES
 //! TILE_SIZE]` (default 20 tiles of 10,000 cells; kept under `dct_bench::data_dir()`).
 
+#![forbid(unsafe_code)]
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1).map(|a| a.parse::<u64>());
     let tiles = args.next().transpose()?.unwrap_or(20);

@@ -72,32 +72,39 @@ unsafe fn counts_impl<const FLOAT: bool, const NT: bool>(lp: *const u8, hp: *con
     // Non-temporal stores need 64-byte-aligned addresses: a masked head reaches the boundary.
     let head = if NT { head_len(op, n) } else { 0 };
     let mut i = 0;
-    // SAFETY (all blocks below): every access is at `i .. i + len` with `i + len <= n`, inside the caller's
-    // buffers; non-temporal stores are at 64-byte-aligned addresses (`head`, then whole vectors) and the
-    // fence follows the last of them.
+    // Every access below is at `i .. i + len` with `i + len <= n`, inside the caller's buffers; non-temporal
+    // stores are at 64-byte-aligned addresses (`head`, then whole vectors) and the fence follows the last of them.
     if head > 0 {
+        // SAFETY: the head's `head <= n` bytes are readable at `lp` and `hp`.
         let v = unsafe { load_masked(lp, hp, head) };
         let k = first_lanes(head);
         min = _mm512_mask_min_epu32(min, k, min, v);
+        // SAFETY: the head's `head <= n` lanes are writable at `op` (masked store).
         unsafe { _mm512_mask_storeu_epi32(op.cast(), k, convert(v)) };
         i = head;
     }
     while i + LANES <= n {
+        // SAFETY: `i + LANES <= n`: 16 bytes readable at `lp + i` and `hp + i`.
         let v = unsafe { load(lp.add(i), hp.add(i)) };
         min = _mm512_min_epu32(min, v);
+        // SAFETY: `i + LANES <= n`: `op + i` is inside the output buffer.
         let dst = unsafe { op.add(i) }.cast::<__m512i>();
         if NT {
+            // SAFETY: 16 lanes writable at `dst`, 64-byte aligned after the head; the fence follows the loop.
             unsafe { _mm512_stream_si512(dst.cast(), convert(v)) };
         } else {
+            // SAFETY: 16 lanes writable at `dst` (`i + LANES <= n`); unaligned store.
             unsafe { _mm512_storeu_si512(dst, convert(v)) };
         }
         i += LANES;
     }
     if i < n {
         let len = n - i;
+        // SAFETY: the tail's `len = n - i` bytes are readable at `lp + i` and `hp + i`.
         let v = unsafe { load_masked(lp.add(i), hp.add(i), len) };
         let k = first_lanes(len);
         min = _mm512_mask_min_epu32(min, k, min, v);
+        // SAFETY: the tail's `len` lanes are writable at `op + i` (masked store).
         unsafe { _mm512_mask_storeu_epi32(op.add(i).cast(), k, convert(v)) };
     }
     if NT {
@@ -142,26 +149,34 @@ unsafe fn prefix_impl<const NT: bool>(lp: *const u8, hp: *const u8, op: *mut u32
     };
     let head = if NT { head_len(op, n) } else { 0 };
     let mut i = 0;
-    // SAFETY (all blocks below): as in `counts_impl`.
+    // The accesses below are bounded as in `counts_impl`.
     if head > 0 {
         let k = first_lanes(head);
+        // SAFETY: the head's `head <= n` bytes are readable at `lp` and `hp`.
         let out = step(unsafe { load_masked(lp, hp, head) }, k);
+        // SAFETY: the head's `head <= n` lanes are writable at `op` (masked store).
         unsafe { _mm512_mask_storeu_epi32(op.cast(), k, out) };
         i = head;
     }
     while i + LANES <= n {
+        // SAFETY: `i + LANES <= n`: 16 bytes readable at `lp + i` and `hp + i`.
         let out = step(unsafe { load(lp.add(i), hp.add(i)) }, u16::MAX);
+        // SAFETY: `i + LANES <= n`: `op + i` is inside the output buffer.
         let dst = unsafe { op.add(i) }.cast::<__m512i>();
         if NT {
+            // SAFETY: 16 lanes writable at `dst`, 64-byte aligned after the head; the fence follows the loop.
             unsafe { _mm512_stream_si512(dst.cast(), out) };
         } else {
+            // SAFETY: 16 lanes writable at `dst` (`i + LANES <= n`); unaligned store.
             unsafe { _mm512_storeu_si512(dst, out) };
         }
         i += LANES;
     }
     if i < n {
         let (len, k) = (n - i, first_lanes(n - i));
+        // SAFETY: the tail's `len = n - i` bytes are readable at `lp + i` and `hp + i`.
         let out = step(unsafe { load_masked(lp.add(i), hp.add(i), len) }, k);
+        // SAFETY: the tail's `len` lanes are writable at `op + i` (masked store).
         unsafe { _mm512_mask_storeu_epi32(op.add(i).cast(), k, out) };
     }
     if NT {
