@@ -7,6 +7,8 @@
 //! * The wheel is built by maturin with the cargo profile `dev` (the dependencies optimized, as for every test
 //!   build) or, with `--release`, `release` (for benchmarks), into `$CARGO_TARGET_DIR/wheels`, then installed with
 //!   `pip install --force-reinstall --no-deps`.
+//! * `cargo xtask ci` first lints and type-checks the package and checks `_core.pyi` against the installed
+//!   extension ([`check`]).
 //! * Tests run from a scratch directory with `python -m pytest crates/dct-python/tests`, so they import the
 //!   installed package, not the source tree. With `CI=true` a missing test dependency fails instead of skipping.
 
@@ -28,10 +30,41 @@ pub fn run(args: &[String]) -> Result<(), String> {
     pytest_run(&venv, &pytest)
 }
 
-/// What `cargo xtask ci` runs: build and install the package (dev profile), then the whole pytest suite.
+/// What `cargo xtask ci` runs: build and install the package (dev profile), check it (see [`check`]), then the
+/// whole pytest suite.
 pub fn test() -> Result<(), String> {
     let venv = install(false)?;
+    check(&venv)?;
     pytest_run(&venv, &[])
+}
+
+/// The package's static checks, configured in `crates/dct-python/pyproject.toml`: the linter (ruff) over the
+/// package, its tests and benchmarks; the type checker (mypy) over the package, with the stub `_core.pyi`; and the
+/// stub against the installed extension (mypy's stubtest: every name, argument and default it declares exists,
+/// and the extension has nothing it does not declare).
+pub fn check(venv: &std::path::Path) -> Result<(), String> {
+    let package = root().join("crates/dct-python");
+    let bin = |tool: &str| venv.join("bin").join(tool);
+    super::run(
+        "lint the Python package (ruff)",
+        Command::new(bin("ruff")).args(["check", "python", "tests", "benches"]).current_dir(&package),
+    )?;
+    super::run(
+        "type-check the Python package (mypy)",
+        Command::new(bin("mypy")).args(["python/deltacells"]).current_dir(&package),
+    )?;
+    // From a scratch directory, against the installed wheel.
+    let scratch = std::env::temp_dir().join(format!("deltacells-stubtest-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
+    let result = super::run(
+        "check the extension's stub (stubtest)",
+        Command::new(bin("python"))
+            .args(["-m", "mypy.stubtest", "deltacells._core", "--mypy-config-file"])
+            .arg(package.join("pyproject.toml"))
+            .current_dir(&scratch),
+    );
+    let _ = std::fs::remove_dir_all(&scratch);
+    result
 }
 
 /// The venv directory.

@@ -45,15 +45,12 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
+import deltacells
 import numpy as np
 import torch
-
-import deltacells
 from deltacells import LocalBackend, ThrottledBackend
 from deltacells.torch import make_loader
 
@@ -345,7 +342,7 @@ def synthetic(path: str, rounds: int, batch_sizes: list[int]) -> None:
         for _ in range(rounds):
             local.append(measure(deltacells_loader(path, b), 10**12))
             slow.append(measure(deltacells_loader(path, b, throttled=True), 10**12))
-        ratios = [s / l for s, l in zip(slow, local)]
+        ratios = [s / lo for s, lo in zip(slow, local)]
         print(f"synthetic batch {b}: local {statistics.median(local):.0f} cells/s, throttled "
               f"{statistics.median(slow):.0f} cells/s; throttled / local per round "
               f"{', '.join(f'{x:.2f}' for x in ratios)}, median {statistics.median(ratios):.2f}", flush=True)
@@ -385,7 +382,11 @@ def timeline(path: str, out: str, batch_size: int) -> None:
     ax[0].set_ylabel(f"batches/s ({batch_size} cells)")
     ax[0].set_title("deltacells loader, one shuffled epoch (num_workers=0): dots per batch, lines the mean so far",
                     fontsize=10)
-    ax[0].set_ylim(bottom=0, top=1.35 * max(float(np.percentile(1 / np.maximum(np.diff(np.concatenate([[0.0], t])), 1e-6), 99)) for t, _ in runs.values()))
+    ax[0].set_ylim(
+        bottom=0,
+        top=1.35 * max(float(np.percentile(1 / np.maximum(np.diff(np.concatenate([[0.0], t])), 1e-6), 99))
+                       for t, _ in runs.values()),
+    )
     ax[0].legend(fontsize=8, loc="upper left")
     ax[1].set_ylabel("reader stall (s, cumulative)")
     ax[1].set_xlabel("seconds since the epoch started")
@@ -408,7 +409,8 @@ def main() -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("prepare")
     p.add_argument("work", type=Path)
-    p.add_argument("--source", type=Path, default=Path(__file__).resolve().parents[3] / "../shared/data/pbmc3k_raw.h5ad")
+    p.add_argument("--source", type=Path,
+                   default=Path(__file__).resolve().parents[3] / "../shared/data/pbmc3k_raw.h5ad")
     p.add_argument("--copies", type=int, default=40)
     r = sub.add_parser("run")
     r.add_argument("work", type=Path)

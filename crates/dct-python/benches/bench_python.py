@@ -7,8 +7,9 @@
 Three comparisons (medians over rounds, and the ratio of each round's pair):
 
 * reader: an epoch of shuffled 5,000-cell batches (tiles in random order, cells shuffled within each tile, the
-  current tile and the next 4 prefetched; the same order on both sides, from the epoch planner), 2 decode threads: ``DeltaCellsDataset.get_batch`` into reused buffers
-  from Python, against the Rust reader running the same epoch (``deltacells bench``, run in this process).
+  current tile and the next 4 prefetched; the same order on both sides, from the epoch planner), 2 decode threads:
+  ``DeltaCellsDataset.get_batch`` into reused buffers from Python, against the Rust reader running the same epoch
+  (``deltacells bench``, run in this process).
 * decode: ``Tile.decode`` of tile 0 (the codec benchmark's tile: 10,000 synthetic cells, level 19, 8 chunks), one
   thread, CRC checked, into reused buffers, against the Rust decoder (``deltacells bench --tiles 0,0`` less
   ``--tiles 0``: the second of two decodes into a reused buffer), one decode of each in turn.
@@ -26,9 +27,8 @@ import tempfile
 import threading
 import time
 
-import numpy as np
-
 import deltacells
+import numpy as np
 from deltacells.cli import main as cli
 
 
@@ -156,7 +156,8 @@ def main() -> None:
     args = ap.parse_args()
     ds = deltacells.open_dataset(args.dataset)
     n_cells = ds.n_cells
-    print(f"dataset {args.dataset}: {n_cells} cells x {ds.n_genes} genes, {ds.n_tiles} tiles, {ds.manifest.nnz} nonzeros")
+    print(f"dataset {args.dataset}: {n_cells} cells x {ds.n_genes} genes, {ds.n_tiles} tiles, "
+          f"{ds.manifest.nnz} nonzeros")
     ds.close()
 
     # decode: 6 decodes of tile 0 by the Rust decoder (one call: the first grows its buffers), then 6 from Python
@@ -165,7 +166,9 @@ def main() -> None:
     decode: tuple[list[float], list[float]] = ([], [])
     for _ in range(args.decode_rounds):
         tiles = ",".join(["0"] * 6)
-        decode[0].append(rust_bench(args.dataset, "--threads", "1", "--tiles", tiles, "--max-cells", "0")["tile_decode_seconds"])
+        decode[0].append(
+            rust_bench(args.dataset, "--threads", "1", "--tiles", tiles, "--max-cells", "0")["tile_decode_seconds"]
+        )
         oi, ov = np.empty(tile.nnz, np.int32), np.empty(tile.nnz, np.float32)
         decode[1].append(statistics.fmean(python_decode(tile, oi, ov) for _ in range(6)))
     summary("decode", decode[0], decode[1], "s/tile", False)

@@ -8,7 +8,6 @@ import time
 import numpy as np
 import pytest
 from conftest import make_counts, same
-
 from deltacells import (
     Backend,
     CountingBackend,
@@ -48,7 +47,9 @@ def test_local_backend(tmp_path):
         read_range = Backend.read_range
         size = Backend.size
 
-    assert Plain(str(tmp_path)).read_range("x", 10, 5) == bytes(range(10, 15)) and Plain(str(tmp_path)).size("x") == 1024
+    assert (
+        Plain(str(tmp_path)).read_range("x", 10, 5) == bytes(range(10, 15)) and Plain(str(tmp_path)).size("x") == 1024
+    )
 
 
 def test_open_backend_dispatch(tmp_path):

@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import make_counts, run_module
-
 from deltacells import DatasetWriter
 from deltacells.cli import main
 
@@ -79,7 +78,9 @@ def test_convert_format_version_1_from_the_command_line(tmp_path):
 
     src = TESTDATA / "inputs" / "pbmc200" / "pbmc200.h5ad"
     out = tmp_path / "v1"
-    r = run_module("convert", str(src), "--output", str(out), "--tile-size", "64", "--level", "1", "--format-version", "1")
+    r = run_module(
+        "convert", str(src), "--output", str(out), "--tile-size", "64", "--level", "1", "--format-version", "1"
+    )
     assert r.returncode == 0, r.stderr
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["version"] == 1 and all(p.read_bytes()[8] == 1 for p in (out / "tiles").glob("*.dct"))

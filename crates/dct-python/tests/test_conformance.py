@@ -3,11 +3,10 @@ raises (FormatError or the class the API names), never a crash."""
 
 import json
 
+import deltacells
 import numpy as np
 import pytest
 from conftest import CONFORMANCE, bad_tiles, expected_csr, good_tiles, load_json, same
-
-import deltacells
 from deltacells import FormatError, Tile, read_tile
 
 GOOD = good_tiles()

@@ -11,8 +11,6 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 import numpy as np
 import pytest
 from conftest import make_counts, same
-
-import deltacells
 from deltacells import DatasetWriter, FormatError, Manifest, open_dataset
 
 N_CELLS, N_GENES, TILE = 350, 90, 100

@@ -7,7 +7,6 @@ import uuid
 import numpy as np
 import pytest
 from conftest import in_ci, make_counts, require, same
-
 from deltacells import DatasetWriter, StoreBackend, open_dataset
 
 N, G, TILE = 120, 30, 50
@@ -18,7 +17,6 @@ def built(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("inputs") / "ds")
     full = make_counts(N, G, density=0.2, seed=71)
     import pandas as pd
-
     from deltacells.obs import ObsSchema
 
     obs = pd.DataFrame({"depth": np.arange(N, dtype=np.float64)})

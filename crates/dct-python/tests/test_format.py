@@ -2,11 +2,10 @@
 
 import struct
 
+import deltacells
 import numpy as np
 import pytest
 from conftest import make_counts
-
-import deltacells
 from deltacells import FormatError, Tile, encode_tile
 from deltacells import format as fmt
 

@@ -129,7 +129,9 @@ def test_high_cardinality_and_code_widths():
 
 def test_infer_selects_excludes_and_merges_numbers():
     obs = make_obs(20)
-    assert ObsSchema.infer([obs], exclude=["barcode", "sex"]).names == ["cell_type", "donor", "n_counts", "age", "doublet"]
+    assert ObsSchema.infer([obs], exclude=["barcode", "sex"]).names == [
+        "cell_type", "donor", "n_counts", "age", "doublet"
+    ]
     assert ObsSchema.infer([obs], columns=["age", "donor"]).names == ["age", "donor"]
     a, b = pd.DataFrame({"x": np.array([1, 2], np.int16)}), pd.DataFrame({"x": np.array([1.5], np.float32)})
     assert ObsSchema.infer([a, b])["x"].pa_type() == pa.float32() == ObsSchema.infer([b, a])["x"].pa_type()
@@ -191,7 +193,9 @@ def test_shards_row_groups_manifest(built):
         path = os.path.join(root, m.obs_shard_name(s))
         assert os.path.getsize(path) == m.obs_shard_bytes[s]
         md = pq.read_metadata(path)
-        assert [md.row_group(g).num_rows for g in range(md.num_row_groups)] == [m.tile_cells[t] for t in m.obs_shard_tiles(s)]
+        assert [md.row_group(g).num_rows for g in range(md.num_row_groups)] == [
+            m.tile_cells[t] for t in m.obs_shard_tiles(s)
+        ]
         assert not md.row_group(0).column(0).is_stats_set and md.row_group(0).column(0).compression == "ZSTD"
     assert json.loads(Path(root, "obs", "schema.json").read_text())["format"] == "deltacells-obs"
 
@@ -304,7 +308,8 @@ def test_to_pandas_and_take_pandas(built, cache):
     store = open_dataset(root, cache_dir=cache).obs
     df = store.to_pandas(["cell_type", "age", "barcode", "sex", "doublet"])
     assert len(df) == N and isinstance(df.index, pd.RangeIndex)
-    assert isinstance(df["cell_type"].dtype, pd.CategoricalDtype) and list(df["cell_type"].cat.categories) == ["alpha", "beta", "gamma"]
+    assert isinstance(df["cell_type"].dtype, pd.CategoricalDtype)
+    assert list(df["cell_type"].cat.categories) == ["alpha", "beta", "gamma"]
     assert df["cell_type"].isna().equals(obs["cell_type"].isna())
     assert (df["cell_type"].dropna().astype(str) == obs["cell_type"].dropna().astype(str)).all()
     assert_column_equal(df["age"].to_numpy(), obs["age"].to_numpy(), "age")
@@ -365,7 +370,9 @@ def wide(tmp_path_factory):
     obs["donor"] = pd.Categorical(rng.choice([f"d{i}" for i in range(50)], n))
     full = make_counts(n, 10, density=0.05, seed=11)
     schema = ObsSchema.infer([obs])
-    with DatasetWriter(root, n_genes=10, tile_size=tile, level=3, n_chunks=1, obs_schema=schema, obs_tiles_per_file=3) as w:
+    with DatasetWriter(
+        root, n_genes=10, tile_size=tile, level=3, n_chunks=1, obs_schema=schema, obs_tiles_per_file=3
+    ) as w:
         for lo in range(0, n, tile):
             w.add_tile(full[lo : lo + tile], obs=obs.iloc[lo : lo + tile])
     return root, obs
@@ -426,7 +433,9 @@ def test_caches_are_keyed_by_dataset_content(tmp_path, cache):
     other = obs.assign(age=obs["age"] + 1)
     roots = []
     for name, df in (("a", obs), ("b", other)):
-        with DatasetWriter(str(tmp_path / name), n_genes=10, tile_size=40, level=3, obs_schema=ObsSchema.infer([df])) as w:
+        with DatasetWriter(
+            str(tmp_path / name), n_genes=10, tile_size=40, level=3, obs_schema=ObsSchema.infer([df])
+        ) as w:
             w.add_tile(full, obs=df)
         roots.append(str(tmp_path / name))
     a, b = (open_dataset(r, cache_dir=cache).obs for r in roots)
@@ -453,7 +462,8 @@ def test_concurrent_processes_fetch_each_column_once(wide, cache):
     root, obs = wide
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(4, mp_context=ctx) as pool:
-        fetched = [f.result() for f in [pool.submit(_localize_in_process, root, cache, ["f07", "cell_type"]) for _ in range(4)]]
+        futures = [pool.submit(_localize_in_process, root, cache, ["f07", "cell_type"]) for _ in range(4)]
+        fetched = [f.result() for f in futures]
     assert sum(bool(f) for f in fetched) == 1, f"exactly one process should do the work, got {fetched}"
     store = open_dataset(root, cache_dir=cache).obs
     assert sorted(store.localized_columns()) == ["cell_type", "f07"]
@@ -478,5 +488,7 @@ def test_parquet_through_a_range_file(built):
     name = "obs/obs_0000.parquet"
     md = pq.read_metadata(RangeFile(counting, name))
     assert md.num_row_groups == 2 and md.num_columns == 7
-    got = pq.ParquetFile(RangeFile(counting, name), metadata=md, pre_buffer=True).read_row_group(1, columns=["n_counts"])
+    got = pq.ParquetFile(RangeFile(counting, name), metadata=md, pre_buffer=True).read_row_group(
+        1, columns=["n_counts"]
+    )
     assert got.num_rows == 100 and got.column_names == ["n_counts"] and counting.n_reads == 0

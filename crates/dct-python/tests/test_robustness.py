@@ -4,13 +4,11 @@ file."""
 
 import json
 import shutil
-from pathlib import Path
 
+import deltacells
 import numpy as np
 import pytest
 from conftest import make_counts, require
-
-import deltacells
 from deltacells import DatasetWriter, FormatError, Tile, encode_tile, open_dataset
 
 pd = require("pandas")

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from conftest import make_counts, same
-
 from deltacells import Tile, encode_tile, permute_columns, read_tile, write_tile
 from deltacells.reader import row_offsets
 

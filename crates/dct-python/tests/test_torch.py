@@ -3,7 +3,6 @@ fresh process, a real 2-process DistributedDataParallel run, prefetching ahead o
 DataLoader workers over a pickled dataset."""
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -15,8 +14,7 @@ from conftest import make_counts, require, same
 torch = require("torch")
 pd = require("pandas")
 
-import deltacells  # noqa: E402
-from deltacells import DatasetWriter, SparseBatch, ThrottledBackend, LocalBackend, open_dataset  # noqa: E402
+from deltacells import DatasetWriter, LocalBackend, SparseBatch, ThrottledBackend, open_dataset  # noqa: E402
 from deltacells.obs import ObsSchema  # noqa: E402
 from deltacells.torch import DeltaCellsIterableDataset, make_loader  # noqa: E402
 
@@ -28,7 +26,8 @@ def built(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("torch") / "ds")
     full = make_counts(N, G, density=0.2, seed=60)
     rng = np.random.default_rng(0)
-    obs = pd.DataFrame({"cell_type": pd.Categorical(rng.choice(["a", "b", "c"], N)), "depth": np.arange(N, dtype=np.float64),
+    obs = pd.DataFrame({"cell_type": pd.Categorical(rng.choice(["a", "b", "c"], N)),
+                        "depth": np.arange(N, dtype=np.float64),
                         "barcode": [f"c{i}" for i in range(N)]})
     with DatasetWriter(root, n_genes=G, tile_size=TILE, level=3, n_chunks=2, obs_schema=ObsSchema.infer([obs])) as w:
         for lo in range(0, N, TILE):
@@ -173,7 +172,8 @@ DDP = textwrap.dedent(
             if step == 4:
                 break
         weights = [p.detach().flatten().tolist() for p in model.parameters()]
-        json.dump({"rank": dist.get_rank(), "seen": seen, "n": len(loader), "weights": weights}, open(f"{out}/{rank}.json", "w"))
+        json.dump({"rank": dist.get_rank(), "seen": seen, "n": len(loader), "weights": weights},
+                  open(f"{out}/{rank}.json", "w"))
         dist.destroy_process_group()
 
     if __name__ == "__main__":

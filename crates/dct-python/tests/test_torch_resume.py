@@ -2,7 +2,6 @@
 directly and from the loader (with and without workers, persistent or not), ``set_epoch`` after ``load_state_dict``
 or never, and the states that must be refused."""
 
-import numpy as np
 import pytest
 from conftest import make_counts, require, write_dataset
 

@@ -3,7 +3,6 @@ workers, ranks resolved in the training process under ``spawn`` and ``fork``, Da
 and checked tiles on the loader's default path."""
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -81,7 +80,6 @@ def test_persistent_workers_fetch_each_tile_once_per_epoch_and_the_next_epoch_ah
 def test_int32_values_and_obs_come_through_worker_slots(tmp_path, context):
     """The slots carry int32 values as well as float32, and each batch's obs beside them."""
     import pandas as pd
-
     from deltacells.obs import ObsSchema
 
     full = make_counts(N, G, density=0.2, seed=64)
@@ -256,13 +254,13 @@ def test_worker_slots_are_reused_once_freed(built):
 
     root, full = built
     loader = make_loader(root, 16, num_workers=2, seed=5, persistent_workers=True)
-    for epoch in range(3):
+    for _epoch in range(3):
         for b in loader:
             idx, dense = _rows_of(b)
             assert np.array_equal(dense, full[idx].toarray())
     # Passes cut short: the batches already sent but never taken free their slots when dropped.
     for _ in range(5):
-        for k, b in enumerate(loader):
+        for k, _b in enumerate(loader):
             if k == 2:
                 break
     workers = {w.pid for w in loader._iterator._workers}  # this loader's persistent worker processes
@@ -278,7 +276,7 @@ def test_the_training_process_reuses_its_slots_once_freed(built):
     root, full = built
     loader = make_loader(root, 16, seed=5)
     before = len(_batch_slots.pool(shared=False).slots)  # the process's slots, some made by earlier tests
-    for epoch in range(3):
+    for _epoch in range(3):
         for b in loader:
             idx, dense = _rows_of(b)
             assert np.array_equal(dense, full[idx].toarray())

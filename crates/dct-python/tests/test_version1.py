@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from conftest import CONFORMANCE, expected_csr, load_json, same
-
 from deltacells import DatasetWriter, Tile, encode_tile, open_dataset
 from deltacells.format import align8, parse_tile_info, payload_crc32
 
@@ -23,7 +22,8 @@ def chunk_bounds(info):
 def assert_canonical_v1(blob, n_chunks):
     """The layout VERSION-1.md describes for the original writer."""
     info = parse_tile_info(blob)
-    assert info.version == 1 and struct.unpack_from("<I", blob, 8)[0] == 1 and struct.unpack_from("<I", blob, 12)[0] == 0
+    assert info.version == 1
+    assert struct.unpack_from("<I", blob, 8)[0] == 1 and struct.unpack_from("<I", blob, 12)[0] == 0
     assert info.indptr_off == align8(64 + 64 * n_chunks)
     pos = info.indptr_off + 8 * (info.n_cells + 1)
     for c in info.chunks:

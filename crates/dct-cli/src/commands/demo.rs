@@ -11,8 +11,8 @@ use rand::seq::SliceRandom;
 
 use crate::output::human_bytes;
 
-/// 1,000 cells of 10x Genomics' "3k PBMCs from a Healthy Donor" raw counts (see testdata/demo/README.md).
-const SAMPLE: &[u8] = include_bytes!("../../../../testdata/demo/pbmc1k_raw_sample.h5ad");
+/// 1,000 cells of 10x Genomics' "3k PBMCs from a Healthy Donor" raw counts (see crates/dct-cli/demo/README.md).
+const SAMPLE: &[u8] = include_bytes!("../../demo/pbmc1k_raw_sample.h5ad");
 
 /// Arguments of `demo`.
 #[derive(Debug, clap::Args)]

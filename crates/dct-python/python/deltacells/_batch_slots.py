@@ -5,15 +5,15 @@ freed: for batches of a few megabytes that costs as much system time as the deco
 each batch into a *slot* it keeps and fills again once the batch is dead. In the training process (no workers) a
 slot is anonymous memory, and the batch's tensors are views of it.
 
-From DataLoader workers, a tensor that a DataLoader worker returns is copied by PyTorch into a new shared-memory segment, which the training
-process then maps: on a 1,024-cell batch of PBMC cells (7 MB) that costs more than decoding the batch, because every
-page of a new segment is faulted in twice and torn down again. Here a worker decodes each batch straight into a
-*slot*, an anonymous memory file (``memfd``) that it keeps and fills again once the training process is done with it,
-and sends only a small :class:`SharedBatch` naming the slot. The training process (``DeltaCellsDataLoader``) maps a
-slot the first time it sees it (its file descriptor comes along then) and builds the batch's tensors as views of the
-mapping. Those tensors hold one numpy array of the slot's bytes; when the last of them (or of any view taken from
-them) is freed, a finalizer marks the slot free in its header, and the worker may fill it again. No batch is ever
-overwritten while anything can still read it.
+From DataLoader workers, a tensor that a DataLoader worker returns is copied by PyTorch into a new shared-memory
+segment, which the training process then maps: on a 1,024-cell batch of PBMC cells (7 MB) that costs more than
+decoding the batch, because every page of a new segment is faulted in twice and torn down again. Here a worker
+decodes each batch straight into a *slot*, an anonymous memory file (``memfd``) that it keeps and fills again once
+the training process is done with it, and sends only a small :class:`SharedBatch` naming the slot. The training
+process (``DeltaCellsDataLoader``) maps a slot the first time it sees it (its file descriptor comes along then) and
+builds the batch's tensors as views of the mapping. Those tensors hold one numpy array of the slot's bytes; when the
+last of them (or of any view taken from them) is freed, a finalizer marks the slot free in its header, and the
+worker may fill it again. No batch is ever overwritten while anything can still read it.
 
 Where ``os.memfd_create`` does not exist (macOS), workers return ordinary tensors.
 """

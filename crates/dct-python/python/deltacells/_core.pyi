@@ -1,9 +1,53 @@
 """Type stubs of the Rust extension ``deltacells._core`` (the engine behind the public modules)."""
 
+from collections.abc import Sequence
 from os import PathLike
-from typing import Any, Callable
+from typing import Any, Callable, final
 
 import numpy as np
+
+__all__ = [
+    "__version__",
+    "FormatError",
+    "FORMAT_VERSION",
+    "HEADER_SIZE",
+    "CHUNK_ENTRY_SIZE_V1",
+    "CHUNK_ENTRY_SIZE_V2",
+    "MAX_GENES_V1",
+    "MAX_GENES_V2",
+    "MAX_VALUE",
+    "MAGIC",
+    "Tile",
+    "Dataset",
+    "Obs",
+    "DatasetWriter",
+    "Store",
+    "EpochPlan",
+    "read_tile_file",
+    "payload_crc32",
+    "row_offsets",
+    "gather",
+    "encode_tile",
+    "check_gene_order",
+    "normalize_manifest",
+    "infer_schema",
+    "parse_schema",
+    "schema_json",
+    "encode_frame",
+    "obs_fingerprint",
+    "cache_root",
+    "column_file_name",
+    "encode_var_table",
+    "convert",
+    "make_plan",
+    "scan_part",
+    "run_part",
+    "finalize",
+    "plan_info",
+    "run_cli",
+    "version",
+    "stop_backend_calls",
+]
 
 __version__: str
 FORMAT_VERSION: int
@@ -17,8 +61,9 @@ MAGIC: bytes
 
 class FormatError(ValueError): ...
 
+@final
 class Tile:
-    def __init__(self, data: Any, verify: bool = False) -> None: ...
+    def __new__(cls, data: Any, verify: bool = False) -> Tile: ...
     def info(self) -> dict[str, Any]: ...
     def indptr(self) -> np.ndarray: ...
     @property
@@ -38,9 +83,10 @@ class Tile:
         self, values: str, threads: int = 1, out_indices: np.ndarray | None = None, out_values: np.ndarray | None = None
     ) -> Any: ...
 
+@final
 class Dataset:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         url: str | None,
         backend: Any,
         max_cached_tiles: int,
@@ -49,7 +95,7 @@ class Dataset:
         decode_threads: int,
         verify: bool,
         storage_options: dict[str, str] | None = None,
-    ) -> None: ...
+    ) -> Dataset: ...
     def reopened(
         self, max_cached_tiles: int, max_prefetch_tiles: int, io_threads: int, decode_threads: int, verify: bool
     ) -> Dataset: ...
@@ -57,7 +103,11 @@ class Dataset:
     def url(self) -> str: ...
     def limits(self) -> np.ndarray: ...
     def get_batch(
-        self, indices: np.ndarray, values: str, out_indices: np.ndarray | None = None, out_values: np.ndarray | None = None
+        self,
+        indices: np.ndarray,
+        values: str,
+        out_indices: np.ndarray | None = None,
+        out_values: np.ndarray | None = None,
     ) -> tuple[Any, ...]: ...
     def batch_nnz(self, indices: np.ndarray) -> int: ...
     def prefetch(self, tiles: list[int]) -> int: ...
@@ -69,6 +119,7 @@ class Dataset:
     def obs(self, cache_dir: str | None = None) -> Obs: ...
     def var_table(self) -> tuple[list[tuple[str, Any]], dict[str, str]] | None: ...
 
+@final
 class Obs:
     def schema_json(self) -> str: ...
     def columns(self) -> list[str]: ...
@@ -83,9 +134,10 @@ class Obs:
     def column_sizes(self) -> list[tuple[str, int, int]]: ...
     def verify(self) -> int: ...
 
+@final
 class DatasetWriter:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         url: str,
         n_genes: int,
         tile_size: int,
@@ -99,7 +151,7 @@ class DatasetWriter:
         obs_tiles_per_file: int,
         obs_compression_level: int,
         storage_options: dict[str, str] | None = None,
-    ) -> None: ...
+    ) -> DatasetWriter: ...
     def set_gene_order(self, order: list[int]) -> None: ...
     def set_var_names(self, names: list[str]) -> None: ...
     def put_var_table(self, data: bytes) -> None: ...
@@ -110,14 +162,40 @@ class DatasetWriter:
     def close(self) -> str: ...
     def is_open(self) -> bool: ...
 
+@final
 class Store:
-    def __init__(self, url: str, storage_options: dict[str, str] | None = None) -> None: ...
+    def __new__(cls, url: str, storage_options: dict[str, str] | None = None) -> Store: ...
     @property
     def url(self) -> str: ...
     def read(self, name: str) -> bytes: ...
     def read_range(self, name: str, offset: int, length: int) -> bytes: ...
     def size(self, name: str) -> int: ...
     def exists(self, name: str) -> bool: ...
+
+@final
+class EpochPlan:
+    def __new__(
+        cls,
+        tile_cells: Sequence[int],
+        batch_size: int,
+        shuffle: bool,
+        shuffle_tiles: int,
+        seed: int,
+        drop_last: bool,
+        remainder: str,
+        rank: int,
+        world_size: int,
+        worker: int,
+        num_workers: int,
+        first_batch: int,
+        epoch: int,
+    ) -> EpochPlan: ...
+    def n_batches(self) -> int: ...
+    def rank_batches(self) -> int: ...
+    def rank_cells(self) -> int: ...
+    def rank_batch_of(self, j: int) -> int: ...
+    def batch(self, j: int) -> np.ndarray: ...
+    def tiles_ahead(self, j: int, max_tiles: int) -> list[int]: ...
 
 def read_tile_file(path: str | PathLike[str], verify: bool = False) -> Tile: ...
 def payload_crc32(data: Any) -> int: ...

@@ -18,7 +18,9 @@ def cell_indices(indices: Any, n_cells: int) -> np.ndarray:
         idx = np.arange(indices.start, indices.stop, indices.step, dtype=np.int64)
     else:
         if not isinstance(indices, np.ndarray):
-            is_iterator = hasattr(indices, "__next__") or (hasattr(indices, "__iter__") and not hasattr(indices, "__len__"))
+            is_iterator = hasattr(indices, "__next__") or (
+                hasattr(indices, "__iter__") and not hasattr(indices, "__len__")
+            )
             indices = np.asarray(list(indices) if is_iterator else indices)
         arr = indices.ravel() if indices.ndim != 1 else indices
         if arr.dtype == np.bool_:

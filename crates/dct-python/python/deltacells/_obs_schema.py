@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -44,7 +43,7 @@ def _kind_of(name: str, s: Any) -> str:
         return "bool"
     if pt.is_numeric_dtype(dt) and not pt.is_complex_dtype(dt) and not pt.is_timedelta64_dtype(dt):
         return "numeric"
-    if pt.is_string_dtype(dt) or dt == object:
+    if pt.is_string_dtype(dt) or dt == object:  # noqa: E721 (dtype equality: numpy dtypes compare equal to `object`)
         return "string"
     raise ValueError(
         f"obs column {name!r} has unsupported dtype {dt}; exclude it (supported: categorical, numeric, bool, string)"
@@ -90,7 +89,7 @@ def _column_tuple(
     target = _NUMPY_OF_ARROW.get(arrow_type or "")
     if target is not None and np.issubdtype(target, np.integer) and np.issubdtype(values.dtype, np.floating):
         filled = np.where(missing, 0, values)
-        info = np.iinfo(target)
+        info = np.iinfo(cast("type[np.integer[Any]]", target))  # an integer type: checked just above
         if np.all(np.isfinite(filled)) and np.all(filled == np.round(filled)) and (
             len(filled) == 0 or (filled.min() >= info.min and filled.max() <= info.max)
         ):
@@ -124,7 +123,7 @@ def _frame(df: Any, names: Sequence[str], schema: ObsSchema | None = None) -> li
 
 def _table_frame(table: Any, schema: ObsSchema) -> list[tuple[str, str, Any, Any]]:
     """An Arrow table already in a schema's stored form (``ObsSchema.encode``) as a frame."""
-    out = []
+    out: list[tuple[str, str, Any, Any]] = []
     for c in schema.columns:
         col = table.column(c.name)
         missing = np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)

@@ -168,8 +168,8 @@ class ObsStore:
 
         Category columns come as their int8/16/32 codes (-1 for missing; labels: :meth:`categories`), numbers in
         their stored dtype (float64 with NaN when some are missing), booleans as bool arrays, strings (and
-        booleans with missing values) as object arrays with ``None``. ``indices`` are integers or a boolean mask with one
-        entry per cell, as in numpy. Columns not local yet are fetched first,
+        booleans with missing values) as object arrays with ``None``. ``indices`` are integers or a boolean mask with
+        one entry per cell, as in numpy. Columns not local yet are fetched first,
         with a ``UserWarning`` unless ``warn=False``.
         """
         cols = self._check_columns(columns)

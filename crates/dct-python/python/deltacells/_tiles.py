@@ -276,7 +276,10 @@ class Tile:
 
     def __repr__(self) -> str:
         i = self.info
-        return f"Tile(version={i.version}, n_cells={i.n_cells}, n_genes={i.n_genes}, nnz={i.nnz}, n_chunks={i.n_chunks})"
+        return (
+            f"Tile(version={i.version}, n_cells={i.n_cells}, n_genes={i.n_genes}, nnz={i.nnz}, "
+            f"n_chunks={i.n_chunks})"
+        )
 
 
 def read_tile(path: str | os.PathLike[str], *, verify: bool = False) -> Tile:

@@ -166,7 +166,7 @@ def scan_part(
     """Scans share ``part`` of ``parts`` of the inputs (the plan's first pass) into scan files beside
     ``plan_path``; give :func:`plan` the same inputs and options afterwards. Returns ``(scanned, kept)``."""
     files = resolve_files(paths, sort=sort_files)
-    defaults = dict(
+    defaults: dict[str, Any] = dict(
         tile_size=10_000, sort_genes=True, sort_genes_max_files=10, n_chunks=8, level=19, threads=None, obs=True,
         obs_exclude=(), obs_columns=None, max_categories=20_000, obs_tiles_per_file=1000, format_version=2,
         layer=None, raw=False, feature_type="Gene Expression", storage_options=None, preset="tuned",

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from deltacells import _core
-from deltacells._obs_schema import _var_frame
 from deltacells._indices import cell_indices
+from deltacells._obs_schema import _var_frame
 from deltacells._obs_store import ObsStore
 from deltacells._tiles import SparseBatch, Tile, _check_out, as_values_dtype
 from deltacells.backends import Backend, GCSBackend, LocalBackend, StoreBackend, open_backend
@@ -197,7 +197,10 @@ class DeltaCellsDataset:
         self.close()
 
     def __repr__(self) -> str:
-        return f"DeltaCellsDataset({self.uri!r}, n_cells={self.n_cells}, n_genes={self.n_genes}, n_tiles={self.n_tiles})"
+        return (
+            f"DeltaCellsDataset({self.uri!r}, n_cells={self.n_cells}, n_genes={self.n_genes}, "
+            f"n_tiles={self.n_tiles})"
+        )
 
     # ------------------------------------------------------------------ metadata
 
@@ -329,7 +332,10 @@ class DeltaCellsDataset:
             return SparseBatch(indptr, ix, vals, self.n_genes)
         if out_indices is None or out_values is None:
             nnz = int(core.batch_nnz(idx))
-            oi = np.empty(nnz, np.int32) if out_indices is None else _check_out(out_indices, "out_indices", nnz, np.int32)
+            oi = (
+                np.empty(nnz, np.int32) if out_indices is None
+                else _check_out(out_indices, "out_indices", nnz, np.int32)
+            )
             ov = np.empty(nnz, dt) if out_values is None else _check_out(out_values, "out_values", nnz, dt)
         else:
             oi = _check_out(out_indices, "out_indices", 0, np.int32)

@@ -39,7 +39,7 @@ import multiprocessing
 import multiprocessing.context
 import os
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -47,6 +47,9 @@ import torch.utils.data
 
 import deltacells
 from deltacells import _batch_slots, _core
+
+if TYPE_CHECKING:  # pragma: no cover
+    from deltacells._obs_store import ObsStore
 
 __all__ = ["DeltaCellsDataLoader", "DeltaCellsIterableDataset", "make_loader"]
 
@@ -329,7 +332,7 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         self._fresh = False
         self._current = [ticket[0], ticket[1], parts]
         self._yielded = 0
-        return ticket  # type: ignore[return-value]
+        return ticket
 
     def _worker_ticket(self) -> _Ticket:
         """The pass a DataLoader worker serves: from the loader's shared memory (persistent workers), else as the
@@ -339,7 +342,7 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
             return tuple(int(v) for v in shared[1:7])  # type: ignore[return-value]
         if self._handoff is not None:
             return self._handoff
-        return (self.epoch, self._resume, *self._resolve_ranks(), 0, 0)  # type: ignore[return-value]
+        return (self.epoch, self._resume, *self._resolve_ranks(), 0, 0)
 
     def __getstate__(self) -> dict[str, Any]:
         # Pickled for a spawned DataLoader worker (or by the user): the ranks are resolved here, in the training
@@ -392,7 +395,9 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
     def _obs(self, cells: np.ndarray) -> dict[str, Any]:
         if not self.obs_columns:
             return {}
-        got = self.dataset.obs.take(cells, self.obs_columns, warn=False)
+        # Not None: __init__ refuses obs_columns for a dataset without obs.
+        obs = cast("ObsStore", self.dataset.obs)
+        got = obs.take(cells, self.obs_columns, warn=False)
         out: dict[str, Any] = {}
         for name, values in got.items():
             if values.dtype == object:
