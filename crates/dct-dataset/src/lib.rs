@@ -72,7 +72,7 @@ pub use epoch::{EpochOptions, EpochPlan, Remainder};
 pub use error::{Category, DatasetError, ManifestError};
 pub use finish::{SideFiles, finish_dataset};
 pub use manifest::Manifest;
-pub use reader::{Batch, Dataset, ReadOptions, ReadStats};
+pub use reader::{Batch, DECODED_BYTES_PER_NONZERO, Dataset, ReadOptions, ReadStats, TileBudget};
 #[cfg(feature = "obs")]
 pub use verify::obs_fingerprint;
 pub use verify::{Problem, VerifyOptions, VerifyReport, verify, verify_url};

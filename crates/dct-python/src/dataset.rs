@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use dct_dataset::{Dataset, ReadOptions, StoreOptions};
+use dct_dataset::{Dataset, ReadOptions, StoreOptions, TileBudget};
 use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -108,6 +108,13 @@ impl PyDataset {
         let this = self.get()?.clone();
         let opened = py.detach(|| this.reopened(options)).map_err(dataset_error)?;
         Ok(PyDataset { inner: ProcessBound::new(Arc::new(opened)) })
+    }
+
+    /// `(max_cached_tiles, max_prefetch_tiles)` that keep a reader of this dataset serving windows of `window`
+    /// tiles within `budget` bytes (the reader's memory model, `dct_dataset::TileBudget`).
+    fn budget_split(&self, budget: u64, window: usize) -> PyResult<(usize, usize)> {
+        let split = TileBudget::split(budget, window, self.get()?.manifest());
+        Ok((split.cached, split.ahead))
     }
 
     /// The manifest as its JSON text.

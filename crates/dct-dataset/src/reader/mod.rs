@@ -7,6 +7,7 @@
 //! files (`var_names.txt`, `gene_order.npy`) are parsed by [`crate::side_files`].
 
 mod batch;
+mod budget;
 mod cache;
 mod decode;
 mod load;
@@ -16,6 +17,7 @@ mod open;
 mod options;
 
 pub use batch::Batch;
+pub use budget::{DECODED_BYTES_PER_NONZERO, TileBudget};
 pub(crate) use load::Core;
 #[cfg(feature = "obs")]
 pub(crate) use obs::obs_manifest;

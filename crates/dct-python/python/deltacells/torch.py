@@ -81,25 +81,6 @@ def _spawning() -> bool:
     return multiprocessing.context.get_spawning_popen() is not None
 
 
-def _split_budget(budget: int, window: int, tile_nnz: list[int], tile_bytes: list[int]) -> tuple[int, int]:
-    """``(max_cached_tiles, max_prefetch_tiles)`` within ``budget`` bytes: a decoded tile is about 4 bytes per
-    nonzero, a prefetched one waits compressed. In this order: the window's tiles and one decoded ahead; tiles
-    fetched ahead, up to two windows or 8 tiles (on object storage they hide the requests' latency, and cost only their
-    compressed size); decoded places up to a whole next window; the rest as more decoded places (a cache that
-    can hold a small dataset across epochs)."""
-    n = max(1, len(tile_nnz))
-    decoded = max(1.0, 4.0 * sum(tile_nnz) / n)
-    compressed = max(1.0, sum(tile_bytes) / n)
-    places = window + 1
-    left = budget - places * decoded
-    ahead = max(1, min(max(2 * window, 8), int(left // compressed)))
-    left -= ahead * compressed
-    more = max(0, min(window - 1, int(left // decoded)))
-    places += more
-    left -= more * decoded
-    return places + max(0, int(left // decoded)), ahead
-
-
 # What a pass over the dataset serves: (epoch, batches of the rank already yielded, rank, world size, whether the
 # process goes on to the next epoch, so that fetching its first tiles ahead is worth it, whether batches go to the
 # training process through reused shared memory (see _batch_slots)).
@@ -363,8 +344,9 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
             self.uri, decode_threads=threads, io_threads=self.io_threads, verify=self.verify,
             cache_dir=self.cache_dir, storage_options=self.storage_options,
         )
-        cached, self._ahead = _split_budget(self.memory_budget // max(1, workers), self.shuffle_tiles,
-                                            probe.manifest.tile_nnz, probe.manifest.tile_bytes)
+        # The reader's memory model (dct_dataset::TileBudget): the window and one tile decoded ahead, tiles fetched
+        # ahead, a next window decoded, the rest a cache; each worker takes an equal share of the budget.
+        cached, self._ahead = probe._core.budget_split(self.memory_budget // max(1, workers), self.shuffle_tiles)
         # Sized from the manifest the probe read, without fetching it again (a round trip on object storage).
         self._ds = probe.reopened(max_cached_tiles=cached, max_prefetch_tiles=self._ahead)
         probe.close()
