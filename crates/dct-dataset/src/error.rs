@@ -170,7 +170,13 @@ pub enum DatasetError {
         #[source]
         source: DecodeError,
     },
-    /// A side file (`gene_order.npy`, `var_names.txt`, `var.parquet`) is missing or malformed.
+    /// A side file (`gene_order.npy`, `var_names.txt`, `var.parquet`) the manifest names does not exist.
+    #[error("{url}: the manifest says this file exists, but it does not: the dataset is incomplete")]
+    SideFileMissing {
+        /// URL of the file.
+        url: String,
+    },
+    /// A side file (`gene_order.npy`, `var_names.txt`, `var.parquet`) is malformed or too large.
     #[error("{url}: {message}")]
     SideFile {
         /// URL of the file.
@@ -252,7 +258,7 @@ impl DatasetError {
             DatasetError::Manifest { source, .. } => source.category,
             DatasetError::Tile { category, .. } | DatasetError::Obs { category, .. } => *category,
             DatasetError::Decode { source, .. } => decode_category(source),
-            DatasetError::SideFile { .. } => Category::SideFile,
+            DatasetError::SideFile { .. } | DatasetError::SideFileMissing { .. } => Category::SideFile,
             DatasetError::Store(_) | DatasetError::TileFetch { .. } | DatasetError::Internal(_) => Category::Io,
             DatasetError::Url { .. }
             | DatasetError::CellOutOfRange { .. }

@@ -19,10 +19,7 @@ pub(crate) fn side_file_result(
     let url = store.url(rel);
     match got {
         Ok(b) => Ok(b),
-        Err(StoreError::NotFound { .. }) => Err(DatasetError::SideFile {
-            url,
-            message: "the manifest says this file exists, but it does not: the dataset is incomplete".into(),
-        }),
+        Err(StoreError::NotFound { .. }) => Err(DatasetError::SideFileMissing { url }),
         Err(StoreError::TooLarge { size, .. }) => Err(DatasetError::SideFile {
             url,
             message: format!("the file is {size} bytes, more than the {limit} bytes accepted"),

@@ -49,9 +49,7 @@ pub(crate) fn dataset_error(e: DatasetError) -> PyErr {
     match e {
         DatasetError::CellOutOfRange { .. } => return PyIndexError::new_err(message),
         DatasetError::Internal(_) => return PyRuntimeError::new_err(message),
-        DatasetError::SideFile { .. } if message.contains("does not exist") => {
-            return PyFileNotFoundError::new_err(message);
-        }
+        DatasetError::SideFileMissing { .. } => return PyFileNotFoundError::new_err(message),
         _ => {}
     }
     match e.category() {
