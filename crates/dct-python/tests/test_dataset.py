@@ -254,6 +254,31 @@ def test_writer_refuses_nonempty_dir_without_overwrite(tmp_path):
     assert open_dataset(str(root)).n_cells == 10
 
 
+def test_overwrite_replaces_the_dataset_and_leaves_other_files(tmp_path):
+    """A larger dataset with obs and a gene table, rewritten smaller without them: none of its tiles, obs files or
+    side files stay behind to be mistaken for the new dataset's, the file that is not the dataset's stays."""
+    import pandas as pd
+    from deltacells.obs import ObsSchema
+
+    root = tmp_path / "w"
+    obs = pd.DataFrame({"kind": pd.Categorical(["a", "b"] * 15)})
+    with DatasetWriter(str(root), n_genes=5, tile_size=10, level=3, var_names=[f"g{i}" for i in range(5)],
+                       gene_order=[4, 3, 2, 1, 0], obs_schema=ObsSchema.infer([obs])) as w:
+        for lo in range(0, 30, 10):
+            w.add_tile(make_counts(10, 5, seed=lo), obs=obs.iloc[lo : lo + 10])
+    (root / "NOTES.txt").write_text("mine")
+    before = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
+    assert {"tiles/tile_000002.dct", "gene_order.npy", "var_names.txt", "obs/schema.json"} <= before
+    small = make_counts(10, 5, seed=9)
+    with DatasetWriter(str(root), n_genes=5, tile_size=10, overwrite=True, level=3) as w:
+        w.add_tile(small)
+    after = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
+    assert after == {"manifest.json", "tiles/tile_000000.dct", "NOTES.txt"}, after
+    ds = open_dataset(str(root))
+    assert ds.n_cells == 10 and ds.obs is None and ds.var_names is None
+    assert np.array_equal(ds.get_batch(range(10)).to_dense(), small.toarray())
+
+
 def test_writer_tile_rules(tmp_path):
     w = DatasetWriter(str(tmp_path / "r"), n_genes=6, tile_size=10, level=3)
     with pytest.raises(ValueError, match="genes"):

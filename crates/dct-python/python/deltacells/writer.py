@@ -100,13 +100,16 @@ class DatasetWriter:
     """Writes a dataset tile by tile: ``add_tile`` for each tile in order (every tile ``tile_size`` cells, the
     last one fewer), then ``close`` (side files, obs shards, and ``manifest.json`` last).
 
-    ``root`` is a local path or any store URL the reader opens. A non-empty destination is refused
-    (``FileExistsError``) unless ``overwrite``. ``gene_order`` (stored column ``j`` is source column
-    ``gene_order[j]``; tiles are given in source column order) may also be assigned to ``writer.gene_order``
-    before the first tile. ``var_names`` and ``var`` are in source gene order. With ``obs_schema`` every tile needs
-    its obs (a pandas DataFrame with the schema's columns, or an Arrow table from ``obs_schema.encode``). Used as
-    a context manager, the manifest is written only when no exception occurred, so an interrupted write leaves no
-    dataset that looks complete. ``format_version=1`` writes a dataset for readers that know only version 1.
+    ``root`` is a local path or any store URL the reader opens. A destination holding any file is refused
+    (``FileExistsError``) unless ``overwrite``. With ``overwrite``, the dataset there is replaced: its
+    ``manifest.json`` is deleted first (so an interrupted rewrite never looks complete), then its tiles, obs files
+    and gene side files; files that are no part of a dataset are left where they are. ``gene_order`` (stored
+    column ``j`` is source column ``gene_order[j]``; tiles are given in source column order) may also be assigned
+    to ``writer.gene_order`` before the first tile. ``var_names`` and ``var`` are in source gene order. With
+    ``obs_schema`` every tile needs its obs (a pandas DataFrame with the schema's columns, or an Arrow table from
+    ``obs_schema.encode``). Used as a context manager, the manifest is written only when no exception occurred, so
+    an interrupted write leaves no dataset that looks complete. ``format_version=1`` writes a dataset for readers
+    that know only version 1.
     """
 
     def __init__(
