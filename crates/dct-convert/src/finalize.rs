@@ -12,6 +12,7 @@ use serde_json::json;
 use crate::error::ConvertError;
 use crate::io::Output;
 use crate::obs::{InputObs, SchemaPlan, TileCutter, var_table};
+use crate::options::{GeneSort, sample_flags};
 use crate::output::{TileState, check_tile, finished_dataset};
 use crate::plan::{PLAN_MARKER, Plan};
 use crate::run::{RunOptions, reopen_input};
@@ -164,6 +165,13 @@ pub fn finalize(plan: &Plan, opts: &RunOptions) -> Result<Manifest, ConvertError
         "matrix": plan.matrix,
         "gene_sort": plan.gene_sort,
         "convert_plan": plan.fingerprint,
+        // The keys the original converter records, for scripts that read them.
+        "sort_genes": plan.gene_sort != "keep",
+        "sort_genes_n_files": genes_sorted_over(&plan.gene_sort, plan.inputs.len()),
+        "n_files": plan.inputs.len(),
+        "tile_size": plan.tile_size,
+        "n_chunks": plan.n_chunks,
+        "level": plan.zstd_level,
     });
     if !var_skipped.is_empty() {
         metadata["var_columns_left_out"] = json!(var_skipped);
@@ -175,4 +183,14 @@ pub fn finalize(plan: &Plan, opts: &RunOptions) -> Result<Manifest, ConvertError
     let manifest = out.block_on(finish_dataset(&out.store, manifest, side))??;
     out.delete(PLAN_MARKER)?;
     Ok(manifest)
+}
+
+/// How many inputs the gene order was summed over, from the plan's `gene_sort` ("all", "sample:N", "keep").
+fn genes_sorted_over(gene_sort: &str, n_inputs: usize) -> usize {
+    let sort = match gene_sort {
+        "all" => GeneSort::AllInputs,
+        "keep" => GeneSort::Keep,
+        other => GeneSort::Sample(other.strip_prefix("sample:").and_then(|k| k.parse().ok()).unwrap_or(n_inputs)),
+    };
+    sample_flags(sort, n_inputs).into_iter().filter(|&f| f).count()
 }
