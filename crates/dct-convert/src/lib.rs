@@ -38,6 +38,7 @@
 
 mod error;
 mod finalize;
+mod inputs;
 mod io;
 mod obs;
 mod oneshot;
@@ -51,12 +52,13 @@ mod spill;
 
 pub use error::ConvertError;
 pub use finalize::finalize;
+pub use inputs::{natural_cmp, resolve_inputs};
 pub use obs::OBS_NAMES;
 pub use oneshot::{ConvertReport, Stage, convert, convert_with};
 pub use output::clear_output;
 pub use plan::{
     ConvertOptions, GeneSort, PLAN_FORMAT, PLAN_MARKER, Plan, PlanInput, PlanObs, make_plan, make_plan_with_scans,
-    make_plan_with_spill, natural_cmp,
+    make_plan_with_spill,
 };
 pub use remap::GeneRemap;
 pub use run::{PartReport, Progress, RunOptions, run_part, run_part_with_spill};

@@ -245,41 +245,6 @@ fn is_permutation(order: &[u32]) -> bool {
     order.iter().all(|&g| (g as usize) < seen.len() && !std::mem::replace(&mut seen[g as usize], true))
 }
 
-/// Compares natural-sort keys: digit runs by value, so `part2` sorts before `part10`.
-pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
-    let (mut x, mut y) = (a.as_bytes(), b.as_bytes());
-    loop {
-        match (x.first(), y.first()) {
-            (None, None) => return a.cmp(b),
-            (None, _) => return std::cmp::Ordering::Less,
-            (_, None) => return std::cmp::Ordering::Greater,
-            (Some(c), Some(d)) if c.is_ascii_digit() && d.is_ascii_digit() => {
-                let lx = x.iter().take_while(|c| c.is_ascii_digit()).count();
-                let ly = y.iter().take_while(|c| c.is_ascii_digit()).count();
-                let (nx, ny) = (trim_zeros(&x[..lx]), trim_zeros(&y[..ly]));
-                let ord = nx.len().cmp(&ny.len()).then_with(|| nx.cmp(ny));
-                if ord != std::cmp::Ordering::Equal {
-                    return ord;
-                }
-                x = &x[lx..];
-                y = &y[ly..];
-            }
-            (Some(c), Some(d)) => {
-                if c != d {
-                    return c.cmp(d);
-                }
-                x = &x[1..];
-                y = &y[1..];
-            }
-        }
-    }
-}
-
-fn trim_zeros(d: &[u8]) -> &[u8] {
-    let z = d.iter().take_while(|&&c| c == b'0').count();
-    &d[z.min(d.len().saturating_sub(1))..]
-}
-
 /// Makes a plan: opens every input, checks that their gene lists agree, sums gene totals (over all inputs, a
 /// sample, or none, as `opts.gene_sort` says; inputs are scanned in parallel) and fixes the gene order and the
 /// tiles. `inputs` are converted in the order given (the CLI sorts them naturally).
@@ -443,16 +408,4 @@ fn plan_from(
     };
     plan.fingerprint = plan.compute_fingerprint();
     Ok(plan)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn natural_order() {
-        let mut v = vec!["b10.h5ad", "b2.h5ad", "a.h5ad", "b02x", "b1.h5ad"];
-        v.sort_by(|a, b| natural_cmp(a, b));
-        assert_eq!(v, ["a.h5ad", "b1.h5ad", "b2.h5ad", "b02x", "b10.h5ad"]);
-    }
 }

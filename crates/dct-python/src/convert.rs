@@ -104,6 +104,20 @@ fn with_progress<R: Send>(
 
 /// Converts `inputs` (paths; globs expanded by the caller) into a dataset at `output` on this machine; returns the
 /// manifest's JSON text.
+/// The input paths that `patterns` (paths and glob patterns) name, by the converter's one rule
+/// (`dct_convert::resolve_inputs`): the same for the CLI and Python.
+#[pyfunction]
+#[pyo3(signature = (patterns, sort = true))]
+pub(crate) fn resolve_inputs(patterns: Vec<String>, sort: bool) -> PyResult<Vec<String>> {
+    dct_convert::resolve_inputs(&patterns, sort).map_err(convert_error)
+}
+
+/// The natural order of two paths (-1, 0 or 1): digit runs by value, so `part2` comes before `part10`.
+#[pyfunction]
+pub(crate) fn natural_cmp(a: &str, b: &str) -> i32 {
+    dct_convert::natural_cmp(a, b) as i32
+}
+
 #[pyfunction]
 #[pyo3(signature = (inputs, output, overwrite, log, **kw))]
 pub(crate) fn convert(

@@ -59,6 +59,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(obs::cache_root, m)?)?;
     m.add_function(wrap_pyfunction!(obs::column_file_name, m)?)?;
     m.add_function(wrap_pyfunction!(obs::encode_var_table, m)?)?;
+    m.add_function(wrap_pyfunction!(convert::resolve_inputs, m)?)?;
+    m.add_function(wrap_pyfunction!(convert::natural_cmp, m)?)?;
     m.add_function(wrap_pyfunction!(convert::convert, m)?)?;
     m.add_function(wrap_pyfunction!(convert::make_plan, m)?)?;
     m.add_function(wrap_pyfunction!(convert::scan_part, m)?)?;

@@ -202,3 +202,63 @@ def test_var_false_writes_no_gene_table(shards, tmp_path):
     r = run_module("convert", str(d / "*.h5ad"), "--output", cli, "--tile-size", "64", "--level", "3", "--no-var")
     assert r.returncode == 0, r.stderr
     assert not os.path.exists(os.path.join(cli, "var.parquet")) and tile_bytes(cli) == tile_bytes(with_var)
+
+
+@pytest.mark.parametrize(
+    ("options", "sorted_over"),
+    [({}, 3), ({"sort_genes_max_files": 2}, 2), ({"sort_genes_max_files": 10}, 3), ({"sort_genes": False}, 0)],
+)
+def test_manifest_metadata_carries_the_original_s_conversion_keys(shards, tmp_path, options, sorted_over):
+    """Scripts written against the original read its conversion settings from ``manifest.metadata``; the count of
+    files the gene order was summed over is checked against the order itself."""
+    d, a = shards
+    out = str(tmp_path / "out")
+    m = convert_h5ad(str(d / "*.h5ad"), out, tile_size=64, n_chunks=2, level=3, log=None, **options)
+    md = json.loads(Path(out, "manifest.json").read_text())["metadata"]
+    assert md == m.metadata
+    assert md["sort_genes"] is (sorted_over > 0) and md["sort_genes_n_files"] == sorted_over
+    assert (md["n_files"], md["tile_size"], md["n_chunks"], md["level"]) == (3, 64, 2, 3)
+    # The gene order is by decreasing total over the files it was summed over (ties by source index).
+    x = a.X.tocsr()
+    parts = [(0, 70), (70, 130), (130, 200)]
+    picked = {3: [0, 1, 2], 2: [0, 2], 0: []}[sorted_over]
+    totals = sum((np.asarray(x[lo:hi].sum(axis=0)).ravel() for lo, hi in (parts[i] for i in picked)),
+                 np.zeros(x.shape[1]))
+    order = open_dataset(out).gene_order
+    if sorted_over:
+        assert list(order) == sorted(range(x.shape[1]), key=lambda g: (-totals[g], g))
+    else:
+        assert order is None or list(order) == list(range(x.shape[1]))
+
+
+@pytest.mark.parametrize("sort", [True, False])
+def test_the_cli_and_python_resolve_inputs_alike(shards, tmp_path, sort):
+    """One rule for both: ``**`` at any depth, hidden names left out, a path given twice read once, natural order
+    (or the order given); the inputs a conversion read are those its manifest lists."""
+    import shutil
+
+    d, _ = shards
+    src = tmp_path / "in"
+    (src / "b" / "deep").mkdir(parents=True)
+    for part, dest in [(0, "b/part_10.h5ad"), (1, "b/part_2.h5ad"), (2, "b/deep/part_1.h5ad"), (0, ".old.h5ad")]:
+        shutil.copy(d / f"part_{part}.h5ad", src / dest)
+    patterns = [str(src / "b" / "part_2.h5ad"), str(src / "**" / "*.h5ad")]
+    got = resolve_files(patterns, sort=sort)
+    names = [os.path.relpath(p, src) for p in got]
+    if sort:
+        assert names == ["b/deep/part_1.h5ad", "b/part_2.h5ad", "b/part_10.h5ad"]
+    else:
+        assert names == ["b/part_2.h5ad", "b/deep/part_1.h5ad", "b/part_10.h5ad"]
+    via_py, via_cli = str(tmp_path / "py"), str(tmp_path / "cli")
+    convert_h5ad(patterns, via_py, tile_size=64, level=1, log=None, sort_files=sort)
+    r = run_module("convert", *patterns, "--output", via_cli, "--tile-size", "64", "--level", "1",
+                   *([] if sort else ["--no-sort-files"]))
+    assert r.returncode == 0, r.stderr
+    for out in (via_py, via_cli):
+        assert json.loads(Path(out, "manifest.json").read_text())["metadata"]["inputs"] == got
+    assert tile_bytes(via_py) == tile_bytes(via_cli)
+    for bad in (str(src / "nothing*.h5ad"), str(src / "part_3.h5ad")):
+        with pytest.raises(FileNotFoundError, match="nothing|does not exist"):
+            resolve_files([patterns[0], bad])
+        r = run_module("convert", patterns[0], bad, "--output", str(tmp_path / "x"))
+        assert r.returncode != 0 and os.path.basename(bad) in r.stderr

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use dct_codec::Preset;
-use dct_convert::{ConvertOptions, GeneSort, Plan, Progress, RunOptions, Stage, natural_cmp};
+use dct_convert::{ConvertOptions, GeneSort, Plan, Progress, RunOptions, Stage, resolve_inputs};
 use dct_dataset::StoreOptions;
 use dct_input::H5adMatrix;
 
@@ -27,8 +27,8 @@ use crate::output::{human_bytes, progress};
 /// and finalize reads one input's obs at a time.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Input files or folders (`.h5ad`, 10x `.h5`, 10x Matrix Market folders) or glob patterns; converted in
-    /// natural sort order.
+    /// Input files or folders (`.h5ad`, 10x `.h5`, 10x Matrix Market folders) or glob patterns (`**` for any depth
+    /// of folders); each is read once, in natural sort order (see `dct_convert::resolve_inputs`).
     inputs: Vec<String>,
     /// More inputs or patterns (the original package's spelling of the inputs).
     #[arg(long = "h5ad-glob", num_args = 1.., hide = true)]
@@ -79,6 +79,10 @@ pub struct Args {
     /// Keep the source gene order (no first pass over the data).
     #[arg(long)]
     no_sort_genes: bool,
+    /// Convert the inputs in the order given (each pattern's matches still in natural order) instead of sorting
+    /// them all naturally (`part2` before `part10`).
+    #[arg(long)]
+    no_sort_files: bool,
     /// Write only these obs columns, in this order (comma separated; `obs_names` is the cell names). Default: the
     /// cell names and every obs column of `.h5ad` inputs.
     #[arg(long, value_delimiter = ',', conflicts_with = "no_obs")]
@@ -122,25 +126,6 @@ pub struct Args {
     /// 0 turns it off. At most a quarter of the free space of the spill directory is used.
     #[arg(long, conflicts_with = "plan")]
     spill_max_mb: Option<u64>,
-}
-
-fn expand_inputs(patterns: &[String]) -> anyhow::Result<Vec<PathBuf>> {
-    let mut out = Vec::new();
-    for p in patterns {
-        if p.contains(['*', '?', '[']) {
-            let mut matched: Vec<PathBuf> =
-                glob::glob(p).with_context(|| format!("bad pattern {p}"))?.collect::<Result<_, _>>()?;
-            if matched.is_empty() {
-                bail!("{p} matches no file");
-            }
-            matched.sort_by(|a, b| natural_cmp(&a.to_string_lossy(), &b.to_string_lossy()));
-            out.extend(matched);
-        } else {
-            out.push(PathBuf::from(p));
-        }
-    }
-    out.sort_by(|a, b| natural_cmp(&a.to_string_lossy(), &b.to_string_lossy()));
-    Ok(out)
 }
 
 fn parse_part(s: &str) -> anyhow::Result<(usize, usize)> {
@@ -213,7 +198,8 @@ pub fn run(mut args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
     if let (Preset::Fast, Some(level)) = (args.preset, args.level) {
         bail!("--preset fast sets its own parameters and ignores --level {level}: give one of them");
     }
-    let inputs = expand_inputs(&args.inputs)?;
+    let inputs: Vec<PathBuf> =
+        resolve_inputs(&args.inputs, !args.no_sort_files)?.into_iter().map(PathBuf::from).collect();
     let options = ConvertOptions {
         output,
         tile_size: args.tile_size,

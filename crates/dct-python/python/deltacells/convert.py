@@ -8,9 +8,8 @@ to a one-machine conversion.
 
 from __future__ import annotations
 
-import glob
+import functools
 import os
-import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,25 +21,22 @@ __all__ = ["convert_h5ad", "finalize", "natural_sort_key", "plan", "resolve_file
 Log = Callable[[str], None]
 
 
-def natural_sort_key(path: str) -> list[int | str]:
-    """A sort key ordering numbers by value (``s_2`` before ``s_10``)."""
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", os.fspath(path))]
+_NATURAL = functools.cmp_to_key(_core.natural_cmp)
+
+
+def natural_sort_key(path: str | os.PathLike[str]) -> Any:
+    """A sort key ordering numbers by value (``s_2`` before ``s_10``): the converter's own order."""
+    return _NATURAL(os.fspath(path))
 
 
 def resolve_files(patterns: Sequence[str] | str, sort: bool = True) -> list[str]:
-    """Input paths from paths and glob patterns (``FileNotFoundError`` for one matching nothing), duplicates
-    dropped; naturally sorted with ``sort``, else in the order given."""
+    """Input paths from paths and glob patterns, by the converter's one rule (the CLI's too): ``**`` matches any
+    depth of folders; hidden names only match a pattern that spells the dot; an argument naming nothing is a
+    ``FileNotFoundError``; a path given twice is read once, where it first came; naturally sorted with ``sort``,
+    else in the order given (each pattern's matches in natural order)."""
     if isinstance(patterns, (str, os.PathLike)):
         patterns = [os.fspath(patterns)]
-    out: list[str] = []
-    for p in patterns:
-        p = os.fspath(p)
-        matched = sorted(glob.glob(p, recursive=True), key=natural_sort_key)
-        if not matched:
-            raise FileNotFoundError(f"no files matched {p!r}")
-        out.extend(matched)
-    out = list(dict.fromkeys(out))
-    return sorted(out, key=natural_sort_key) if sort else out
+    return _core.resolve_inputs([os.fspath(p) for p in patterns], bool(sort))
 
 
 def _options(
