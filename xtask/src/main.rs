@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 mod deny;
+mod errors_shape;
 mod fuzz;
 mod python;
 

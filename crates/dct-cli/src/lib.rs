@@ -91,25 +91,11 @@ where
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {}", describe(&e));
+            // `{:#}` joins the error and its causes with ": ". The library errors say their cause in their own message
+            // and return none from `source()`, so nothing is said twice (see the xtask test
+            // `error_types_say_their_cause_once`).
+            eprintln!("error: {e:#}");
             1
         }
     }
-}
-
-/// `e` and its causes, joined by ": ", each said once: errors that already include their source in their own
-/// message (most of this project's do, so that a library caller sees the whole story) are not repeated.
-fn describe(e: &anyhow::Error) -> String {
-    let mut text = String::new();
-    for cause in e.chain() {
-        let cause = cause.to_string();
-        if text.contains(&cause) {
-            continue;
-        }
-        if !text.is_empty() {
-            text.push_str(": ");
-        }
-        text.push_str(&cause);
-    }
-    text
 }

@@ -201,8 +201,22 @@ fn errors_say_their_cause_once() {
     let o = run(&["convert", "/nonexistent/input.h5ad", "--output", empty.path().join("x").to_str().unwrap()]);
     assert_eq!(code(&o), 1);
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
-    assert!(err.contains("/nonexistent/input.h5ad"), "{err}");
+    assert_eq!(err.matches("does not exist").count(), 1, "{err}");
+    assert_eq!(err.matches("/nonexistent/input.h5ad").count(), 1, "{err}");
+    // A manifest that is not JSON: the dataset error carries the parser's message, and says it once.
+    std::fs::write(empty.path().join("manifest.json"), b"{\"version\": 2,").unwrap();
+    let o = run(&["info", empty.path().to_str().unwrap()]);
+    assert_eq!(code(&o), 1);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(err.matches("EOF while parsing").count(), 1, "{err}");
+    // The input layer's I/O errors: a truncated .h5ad names the file once and the cause once.
+    let truncated = empty.path().join("cut.h5ad");
+    std::fs::write(&truncated, &std::fs::read(conformance().join("../inputs/pbmc200/pbmc200.h5ad")).unwrap()[..4096])
+        .unwrap();
+    let o = run(&["convert", truncated.to_str().unwrap(), "--output", empty.path().join("y").to_str().unwrap()]);
+    assert_eq!(code(&o), 1);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(err.matches("cut.h5ad").count(), 1, "{err}");
 }
 
 #[test]

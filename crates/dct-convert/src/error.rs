@@ -20,7 +20,7 @@ pub enum ConvertError {
     #[error("{0}")]
     Inputs(String),
     /// A tile could not be encoded.
-    #[error("tile {tile} (cells {first}..{end}): {source}")]
+    #[error("tile {tile} (cells {first}..{end}): {cause}")]
     Encode {
         /// Tile index.
         tile: usize,
@@ -29,8 +29,7 @@ pub enum ConvertError {
         /// One past the last global cell.
         end: u64,
         /// The encoder's error.
-        #[source]
-        source: dct_codec::EncodeError,
+        cause: dct_codec::EncodeError,
     },
     /// The plan file is unreadable, or belongs to another conversion.
     #[error("plan {path}: {message}")]
@@ -53,21 +52,19 @@ pub enum ConvertError {
     #[error("{0}")]
     Output(String),
     /// The obs shards, `obs/schema.json` or `var.parquet` could not be built or written.
-    #[error("{context}: {source}")]
+    #[error("{context}: {cause}")]
     Obs {
         /// What was being written, and where.
         context: String,
         /// The obs layer's error.
-        #[source]
-        source: Box<dct_obs::ObsError>,
+        cause: Box<dct_obs::ObsError>,
     },
     /// A local file could not be read or written.
-    #[error("{path}: {source}")]
+    #[error("{path}: {cause}")]
     Io {
         /// The file.
         path: String,
         /// The error.
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 }

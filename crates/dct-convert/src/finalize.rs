@@ -24,7 +24,7 @@ fn var_table_file(out: &Output, plan: &Plan) -> Result<(Bytes, Vec<(String, Stri
     let (table, skipped) = var_table(source.genes(), &plan.gene_order, source.path())?;
     let bytes = encode_var_parquet(&table).map_err(|source| ConvertError::Obs {
         context: format!("encoding {}", out.store.url(VAR_TABLE_NAME)),
-        source: Box::new(source),
+        cause: Box::new(source),
     })?;
     Ok((bytes, skipped))
 }
@@ -61,7 +61,7 @@ fn write_obs(out: &Output, plan: &Plan, tile_cells: &[u64]) -> Result<Option<Obs
     let context = || format!("writing the obs of {}", out.store.root());
     let options = ObsWriteOptions { tiles_per_file: obs.tiles_per_file, zstd_level: plan.zstd_level.clamp(1, 22) };
     let mut writer = ObsWriter::new(out.store.clone(), schema.schema().clone(), tile_cells, &options)
-        .map_err(|source| ConvertError::Obs { context: context(), source: Box::new(source) })?;
+        .map_err(|source| ConvertError::Obs { context: context(), cause: Box::new(source) })?;
     let mut cutter = TileCutter::new(&schema, tile_cells);
     // Inputs are read and converted a few at a time in parallel (one per thread), then cut in order.
     let batch = rayon::current_num_threads().max(1);
@@ -73,7 +73,7 @@ fn write_obs(out: &Output, plan: &Plan, tile_cells: &[u64]) -> Result<Option<Obs
             cutter.push(input_obs, |t, tile| {
                 out.block_on(writer.write_tile(&tile))?.map_err(|source| ConvertError::Obs {
                     context: format!("{} (tile {t})", context()),
-                    source: Box::new(source),
+                    cause: Box::new(source),
                 })
             })?;
         }
@@ -81,7 +81,7 @@ fn write_obs(out: &Output, plan: &Plan, tile_cells: &[u64]) -> Result<Option<Obs
     cutter.finish()?;
     let summary = out
         .block_on(writer.finish())?
-        .map_err(|source| ConvertError::Obs { context: context(), source: Box::new(source) })?;
+        .map_err(|source| ConvertError::Obs { context: context(), cause: Box::new(source) })?;
     Ok(Some(summary))
 }
 

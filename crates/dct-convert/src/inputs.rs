@@ -41,7 +41,7 @@ pub fn resolve_inputs<S: AsRef<str>>(patterns: &[S], sort: bool) -> Result<Vec<S
             for entry in paths {
                 let path = entry.map_err(|e| ConvertError::Io {
                     path: e.path().display().to_string(),
-                    source: std::io::Error::new(e.error().kind(), e.error().to_string()),
+                    cause: std::io::Error::new(e.error().kind(), e.error().to_string()),
                 })?;
                 if compiled.matches_path_with(&path, shown) {
                     files.push(path.to_string_lossy().into_owned());
@@ -58,7 +58,7 @@ pub fn resolve_inputs<S: AsRef<str>>(patterns: &[S], sort: bool) -> Result<Vec<S
             let what = if pattern.contains(['*', '?', '[']) { "matches nothing" } else { "does not exist" };
             return Err(ConvertError::Io {
                 path: pattern.to_string(),
-                source: std::io::Error::new(std::io::ErrorKind::NotFound, format!("{what}; check the path")),
+                cause: std::io::Error::new(std::io::ErrorKind::NotFound, format!("{what}; check the path")),
             });
         }
         matched.retain(|p| seen.insert(p.clone()));
@@ -152,7 +152,7 @@ mod tests {
     fn an_argument_naming_nothing_is_an_error() {
         for (pattern, says) in [("nothing*.h5ad", "matches nothing"), ("s3.h5ad", "does not exist")] {
             match resolved(&["s1.h5ad", pattern], true) {
-                Err(ConvertError::Io { path, source }) => {
+                Err(ConvertError::Io { path, cause: source }) => {
                     assert!(path.ends_with(pattern) && source.kind() == std::io::ErrorKind::NotFound);
                     assert!(source.to_string().contains(says), "{source}");
                 }

@@ -216,7 +216,7 @@ impl Plan {
     /// Reads a plan file.
     pub fn load(path: &Path) -> Result<Plan, ConvertError> {
         let shown = path.display().to_string();
-        let io = |source| ConvertError::Io { path: shown.clone(), source };
+        let io = |source| ConvertError::Io { path: shown.clone(), cause: source };
         let len = std::fs::metadata(path).map_err(io)?.len();
         if len > MAX_PLAN_BYTES {
             return Err(ConvertError::Plan { path: shown, message: format!("{len} bytes is too large for a plan") });
@@ -226,7 +226,7 @@ impl Plan {
 
     /// Writes the plan atomically (temporary file, then rename).
     pub fn save(&self, path: &Path) -> Result<(), ConvertError> {
-        let io = |source| ConvertError::Io { path: path.display().to_string(), source };
+        let io = |source| ConvertError::Io { path: path.display().to_string(), cause: source };
         let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
         std::fs::write(&tmp, self.to_json()).map_err(io)?;
         std::fs::rename(&tmp, path).map_err(io)

@@ -217,14 +217,14 @@ impl<'a> TileReader<'a> {
     fn read_and_encode(&mut self, t: usize, encode: &EncodeOptions) -> Result<WrittenTile, ConvertError> {
         let (first, end) = self.plan.tile_cells(t);
         let input = self.read(first, end)?;
-        let encode_err = |source| ConvertError::Encode { tile: t, first, end, source };
+        let encode_err = |source| ConvertError::Encode { tile: t, first, end, cause: source };
         // Names the global cell and gene of a count version 1 cannot hold, before compressing anything.
         self.csr.check_version(encode.version, first).map_err(encode_err)?;
         let blob = encode_canonical(&self.csr, encode).map_err(|source| ConvertError::Encode {
             tile: t,
             first,
             end,
-            source,
+            cause: source,
         })?;
         Ok(WrittenTile { tile: t, blob, nnz: self.csr.nnz() as u64, input })
     }

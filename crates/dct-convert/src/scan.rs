@@ -111,7 +111,7 @@ fn scan_file(dir: &Path, index: usize) -> PathBuf {
 }
 
 fn io_err(path: &Path) -> impl Fn(std::io::Error) -> ConvertError + '_ {
-    move |source| ConvertError::Io { path: path.display().to_string(), source }
+    move |source| ConvertError::Io { path: path.display().to_string(), cause: source }
 }
 
 fn mtime_ns(meta: &std::fs::Metadata) -> u64 {

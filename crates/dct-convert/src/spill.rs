@@ -111,7 +111,7 @@ impl Spill {
         let dir = match tempfile::Builder::new().prefix(&prefix).tempdir_in(&base) {
             Ok(d) => d,
             Err(_) if opts.dir.is_none() => return Ok(Spill::disabled()),
-            Err(source) => return Err(ConvertError::Io { path: base.display().to_string(), source }),
+            Err(source) => return Err(ConvertError::Io { path: base.display().to_string(), cause: source }),
         };
         let budget = opts.max_bytes.min(free_bytes(dir.path()).map_or(u64::MAX, |f| f / 4));
         Ok(Spill { dir: Some(dir), remaining: AtomicU64::new(budget), ..Spill::disabled() })

@@ -139,13 +139,12 @@ impl ManifestError {
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum DatasetError {
     /// The manifest is missing, unreadable or invalid.
-    #[error("{url}: {source}")]
+    #[error("{url}: {cause}")]
     Manifest {
         /// URL of `manifest.json`.
         url: String,
         /// What is wrong.
-        #[source]
-        source: ManifestError,
+        cause: ManifestError,
     },
     /// A tile object is missing, has the wrong size, or its header disagrees with the manifest.
     #[error("tile {tile} ({url}): {message}")]
@@ -160,15 +159,14 @@ pub enum DatasetError {
         message: String,
     },
     /// A tile's bytes are corrupt (CRC, structure or compressed contents).
-    #[error("tile {tile} ({url}) is corrupt: {source}; re-create the dataset or restore the tile")]
+    #[error("tile {tile} ({url}) is corrupt: {cause}; re-create the dataset or restore the tile")]
     Decode {
         /// Tile index.
         tile: usize,
         /// URL of the tile object.
         url: String,
         /// What the decoder found.
-        #[source]
-        source: DecodeError,
+        cause: DecodeError,
     },
     /// A side file (`gene_order.npy`, `var_names.txt`, `var.parquet`) the manifest names does not exist.
     #[error("{url}: the manifest says this file exists, but it does not: the dataset is incomplete")]
@@ -200,13 +198,12 @@ pub enum DatasetError {
     Store(StoreError),
     /// Fetching a tile failed (after its retries) for a reason other than its absence or size: the network, the
     /// service, permissions. The store error names the object, the attempts and what to do.
-    #[error("tile {tile}: {source}")]
+    #[error("tile {tile}: {cause}")]
     TileFetch {
         /// Tile index.
         tile: usize,
         /// The failed request.
-        #[source]
-        source: StoreError,
+        cause: StoreError,
     },
     /// A URL or path that cannot be opened (unknown scheme, backend not compiled in, bad option).
     #[error("cannot use {url}: {message}")]
@@ -227,13 +224,12 @@ pub enum DatasetError {
         n_cells: u64,
     },
     /// The writer's input cannot be stored (bad shape, not counts, too many exceptions).
-    #[error("{context}: {source}")]
+    #[error("{context}: {cause}")]
     Encode {
         /// Where: the tile and its global cell range.
         context: String,
         /// The encoder's error.
-        #[source]
-        source: EncodeError,
+        cause: EncodeError,
     },
     /// The destination of a writer already holds files.
     #[error("{url} already holds files ({example}); pass overwrite to replace the dataset there")]
@@ -255,9 +251,9 @@ impl DatasetError {
     /// The category of this error.
     pub fn category(&self) -> Category {
         match self {
-            DatasetError::Manifest { source, .. } => source.category,
+            DatasetError::Manifest { cause: source, .. } => source.category,
             DatasetError::Tile { category, .. } | DatasetError::Obs { category, .. } => *category,
-            DatasetError::Decode { source, .. } => decode_category(source),
+            DatasetError::Decode { cause: source, .. } => decode_category(source),
             DatasetError::SideFile { .. } | DatasetError::SideFileMissing { .. } => Category::SideFile,
             DatasetError::Store(_) | DatasetError::TileFetch { .. } | DatasetError::Internal(_) => Category::Io,
             DatasetError::Url { .. }

@@ -137,7 +137,7 @@ pub async fn finish_dataset(store: &Store, mut manifest: Manifest, side: SideFil
     manifest.has_gene_order = side.has_gene_order();
     manifest.has_var_names = side.has_var_names();
     manifest.has_var_table = side.has_var_table();
-    manifest.validate().map_err(|source| DatasetError::Manifest { url: store.url(MANIFEST_NAME), source })?;
+    manifest.validate().map_err(|source| DatasetError::Manifest { url: store.url(MANIFEST_NAME), cause: source })?;
     for (rel, bytes) in side.encoded() {
         store.put(&rel, bytes).await?;
     }

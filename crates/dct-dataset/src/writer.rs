@@ -273,7 +273,7 @@ impl DatasetWriter {
                         r,
                         r + take
                     ),
-                    source,
+                    cause: source,
                 };
                 return Err(self.fail(e));
             }
@@ -322,8 +322,10 @@ impl DatasetWriter {
             return bad(format!("the tile has {} genes but the dataset has {}", tile.n_genes, self.opts.n_genes));
         }
         let t = self.done.len() + self.pending.len();
-        tile.check_version(self.encode.version, self.n_cells)
-            .map_err(|source| DatasetError::Encode { context: format!("tile {t} of {}", self.store.root()), source })
+        tile.check_version(self.encode.version, self.n_cells).map_err(|source| DatasetError::Encode {
+            context: format!("tile {t} of {}", self.store.root()),
+            cause: source,
+        })
     }
 
     /// The format version being written.
@@ -475,7 +477,7 @@ async fn encode_and_store(
     let blob = on_pool(&pool, move || encode_canonical(&csr, &encode))
         .await
         .map_err(|m| DatasetError::Internal(format!("{}: {m}", context())))?
-        .map_err(|source| DatasetError::Encode { context: context(), source })?;
+        .map_err(|source| DatasetError::Encode { context: context(), cause: source })?;
     let bytes = blob.len() as u64;
     store.put(&tile_path(t), Bytes::from(blob)).await?;
     Ok(TileInfo { cells, nnz, bytes })

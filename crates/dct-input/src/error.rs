@@ -9,15 +9,14 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum InputError {
     /// The operating system could not read a file, or a gzip stream is corrupt or truncated.
-    #[error("{path}: {what}: {source}{hint}", path = path.display(), hint = io_hint(source))]
+    #[error("{path}: {what}: {cause}{hint}", path = path.display(), hint = io_hint(cause))]
     Io {
         /// The file.
         path: PathBuf,
         /// What was being done ("reading", "opening", ...).
         what: String,
         /// The underlying error.
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The HDF5 library could not read an object (corrupt file, unsupported HDF5 feature, ...).
     #[error(

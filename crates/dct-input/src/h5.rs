@@ -293,17 +293,17 @@ impl H5 {
     /// Opens `path` lazily: metadata and chunks are fetched as they are needed.
     pub(crate) fn open(path: &Path) -> Result<Self, InputError> {
         let size = std::fs::metadata(path)
-            .map_err(|source| InputError::Io { path: path.to_path_buf(), what: "opening".into(), source })?
+            .map_err(|source| InputError::Io { path: path.to_path_buf(), what: "opening".into(), cause: source })?
             .len();
         let handle = std::fs::File::open(path).map_err(|source| InputError::Io {
             path: path.to_path_buf(),
             what: "opening".into(),
-            source,
+            cause: source,
         })?;
         let raw = handle.try_clone().map_err(|source| InputError::Io {
             path: path.to_path_buf(),
             what: "opening".into(),
-            source,
+            cause: source,
         })?;
         let file = guard(path, "/", || File::from_source(BlockSource::new(handle, size)))?;
         Ok(H5 { file, path: path.to_path_buf(), size, raw })

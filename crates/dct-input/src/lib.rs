@@ -256,7 +256,7 @@ pub fn detect_kind(path: &Path) -> Result<InputKind, InputError> {
     let meta = std::fs::metadata(path).map_err(|source| InputError::Io {
         path: path.to_path_buf(),
         what: "opening".into(),
-        source,
+        cause: source,
     })?;
     if meta.is_dir() {
         return Ok(InputKind::MatrixMarket);
@@ -268,7 +268,7 @@ pub fn detect_kind(path: &Path) -> Result<InputKind, InputError> {
     let is_hdf5 = hdf5_pure::is_hdf5(path).map_err(|source| InputError::Io {
         path: path.to_path_buf(),
         what: "reading".into(),
-        source,
+        cause: source,
     })?;
     if !is_hdf5 {
         return Err(InputError::UnknownInput {

@@ -90,7 +90,7 @@ pub enum ObsError {
         message: String,
     },
     /// The parquet library could not decode (or encode) a shard.
-    #[error("{url}{}{}: parquet error: {source}; the shard is corrupt or not written by a compatible writer",
+    #[error("{url}{}{}: parquet error: {cause}; the shard is corrupt or not written by a compatible writer",
         tile.map(|t| format!(" (tile {t})")).unwrap_or_default(),
         column.as_ref().map(|c| format!(" (column {c:?})")).unwrap_or_default())]
     Parquet {
@@ -101,17 +101,15 @@ pub enum ObsError {
         /// The column concerned, if any.
         column: Option<String>,
         /// The parquet error.
-        #[source]
-        source: parquet::errors::ParquetError,
+        cause: parquet::errors::ParquetError,
     },
     /// An Arrow operation failed.
-    #[error("{context}: {source}")]
+    #[error("{context}: {cause}")]
     Arrow {
         /// What was being done.
         context: String,
         /// The Arrow error.
-        #[source]
-        source: arrow_schema::ArrowError,
+        cause: arrow_schema::ArrowError,
     },
     /// A column name that the schema does not have.
     #[error("obs has no column {name:?}; available columns: {available}")]
@@ -141,7 +139,7 @@ pub enum ObsError {
         message: String,
     },
     /// Local cache I/O failed.
-    #[error("obs cache {}: {message}: {source}; check that the cache directory is writable \
+    #[error("obs cache {}: {message}: {cause}; check that the cache directory is writable \
              (set DELTACELLS_CACHE or pass cache_dir to use another one)", path.display())]
     Cache {
         /// The file or directory.
@@ -149,8 +147,7 @@ pub enum ObsError {
         /// What was being done.
         message: String,
         /// The I/O error.
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// A cached column file is unusable even after being rebuilt.
     #[error("obs cache file {} is invalid: {message}; delete the cache directory and retry", path.display())]
@@ -191,11 +188,11 @@ impl ObsError {
     }
 
     pub(crate) fn cache(path: impl Into<PathBuf>, message: impl Into<String>, source: std::io::Error) -> Self {
-        ObsError::Cache { path: path.into(), message: message.into(), source }
+        ObsError::Cache { path: path.into(), message: message.into(), cause: source }
     }
 
     pub(crate) fn arrow(context: impl Into<String>, source: arrow_schema::ArrowError) -> Self {
-        ObsError::Arrow { context: context.into(), source }
+        ObsError::Arrow { context: context.into(), cause: source }
     }
 }
 

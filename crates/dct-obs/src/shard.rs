@@ -184,7 +184,7 @@ pub(crate) async fn fetch_metadata(
         url: url.to_string(),
         tile: None,
         column: None,
-        source,
+        cause: source,
     })?;
     Ok(Arc::new(md))
 }
@@ -369,7 +369,7 @@ pub(crate) async fn read_column_chunk(
         url: url.to_string(),
         tile: Some(tile),
         column: Some(column.name.clone()),
-        source,
+        cause: source,
     };
     let range = chunk_range(&meta.metadata, rg, col);
     let chunk = store.get_range(rel, range.clone()).await?;

@@ -160,7 +160,7 @@ pub fn encode_var_parquet(table: &VarTable) -> Result<Bytes> {
         .set_statistics_enabled(EnabledStatistics::None)
         .set_created_by(format!("deltacells dct-obs {}", env!("CARGO_PKG_VERSION")))
         .build();
-    let perr = |source| ObsError::Parquet { url: VAR_TABLE_NAME.into(), tile: None, column: None, source };
+    let perr = |source| ObsError::Parquet { url: VAR_TABLE_NAME.into(), tile: None, column: None, cause: source };
     let mut w = ArrowWriter::try_new(Vec::new(), batch.schema(), Some(props)).map_err(perr)?;
     w.write(&batch).map_err(perr)?;
     Ok(Bytes::from(w.into_inner().map_err(perr)?))
@@ -174,13 +174,13 @@ pub fn decode_var_parquet(bytes: Bytes, url: &str) -> Result<RecordBatch> {
             url: url.to_string(),
             tile: None,
             column: None,
-            source: parquet::errors::ParquetError::General("the decoder failed on malformed input".into()),
+            cause: parquet::errors::ParquetError::General("the decoder failed on malformed input".into()),
         })
     })
 }
 
 fn decode_var_inner(bytes: Bytes, url: &str) -> Result<RecordBatch> {
-    let perr = |source| ObsError::Parquet { url: url.to_string(), tile: None, column: None, source };
+    let perr = |source| ObsError::Parquet { url: url.to_string(), tile: None, column: None, cause: source };
     let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(perr)?;
     let schema = builder.schema().clone();
     let reader = builder.with_batch_size(64 << 10).build().map_err(perr)?;

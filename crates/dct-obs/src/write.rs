@@ -251,7 +251,7 @@ impl ObsShardEncoder {
         let t = self.next_tile;
         let batch = self.converter.convert(tile, rows, t)?;
         let name = shard_name(t / self.tiles_per_file as usize);
-        let perr = |source| ObsError::Parquet { url: name.clone(), tile: Some(t), column: None, source };
+        let perr = |source| ObsError::Parquet { url: name.clone(), tile: Some(t), column: None, cause: source };
         if self.writer.is_none() {
             let w =
                 ArrowWriter::try_new(Vec::new(), self.arrow_schema.clone(), Some(self.props.clone())).map_err(perr)?;
@@ -279,7 +279,7 @@ impl ObsShardEncoder {
     /// Closes shard `s` (the one being written).
     fn finish_shard(&mut self, s: usize) -> Result<EncodedShard> {
         let name = shard_name(s);
-        let perr = |source| ObsError::Parquet { url: name.clone(), tile: None, column: None, source };
+        let perr = |source| ObsError::Parquet { url: name.clone(), tile: None, column: None, cause: source };
         let mut w = self.writer.take().ok_or_else(|| ObsError::Internal(format!("{name} has no row group")))?;
         w.append_key_value_metadata(KeyValue::new(CHUNK_CRC32_KEY.to_string(), std::mem::take(&mut self.chunk_crc32)));
         let bytes = Bytes::from(w.into_inner().map_err(perr)?);

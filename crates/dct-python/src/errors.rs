@@ -43,7 +43,7 @@ pub(crate) fn dataset_error(e: DatasetError) -> PyErr {
     if let DatasetError::Store(e) = &e {
         return store_error(e);
     }
-    if let DatasetError::TileFetch { source, .. } = &e {
+    if let DatasetError::TileFetch { cause: source, .. } = &e {
         return if source.is_not_found() { PyFileNotFoundError::new_err(message) } else { PyOSError::new_err(message) };
     }
     match e {
@@ -97,10 +97,10 @@ pub(crate) fn convert_error(e: dct_convert::ConvertError) -> PyErr {
     use dct_convert::ConvertError;
     match e {
         ConvertError::Dataset(d) => dataset_error(d),
-        ConvertError::Obs { ref source, .. } if matches!(**source, dct_obs::ObsError::Input { .. }) => {
+        ConvertError::Obs { cause: ref source, .. } if matches!(**source, dct_obs::ObsError::Input { .. }) => {
             PyValueError::new_err(e.to_string())
         }
-        ConvertError::Io { ref source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+        ConvertError::Io { cause: ref source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
             PyFileNotFoundError::new_err(e.to_string())
         }
         ConvertError::Io { .. } => PyOSError::new_err(e.to_string()),
@@ -116,7 +116,7 @@ pub(crate) fn convert_error(e: dct_convert::ConvertError) -> PyErr {
 fn input_error(e: &dct_input::InputError, message: String) -> PyErr {
     use dct_input::InputError;
     match e {
-        InputError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+        InputError::Io { cause: source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
             PyFileNotFoundError::new_err(message)
         }
         InputError::MissingFile { .. } => PyFileNotFoundError::new_err(message),

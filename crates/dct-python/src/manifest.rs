@@ -9,7 +9,8 @@ use crate::errors::{dataset_error, value_error};
 /// filled in). `FormatError` naming the key for an invalid one.
 #[pyfunction]
 pub(crate) fn normalize_manifest(text: &[u8]) -> PyResult<String> {
-    let m = Manifest::from_json(text)
-        .map_err(|source| dataset_error(dct_dataset::DatasetError::Manifest { url: "manifest.json".into(), source }))?;
+    let m = Manifest::from_json(text).map_err(|source| {
+        dataset_error(dct_dataset::DatasetError::Manifest { url: "manifest.json".into(), cause: source })
+    })?;
     String::from_utf8(m.to_json_pretty()).map_err(|e| value_error(e.to_string()))
 }

@@ -101,7 +101,7 @@ impl Core {
     }
 
     pub(crate) fn decode_error(&self, t: usize, source: DecodeError) -> DatasetError {
-        DatasetError::Decode { tile: t, url: self.store.url(&tile_path(t)), source }
+        DatasetError::Decode { tile: t, url: self.store.url(&tile_path(t)), cause: source }
     }
 
     /// A decoder from the pool (or a new one) with `verify_crc`; [`Core::put_decoder`] returns it.

@@ -256,7 +256,7 @@ impl Core {
                 ),
             )),
             Err(StoreError::Url { url, message }) => Err(DatasetError::Url { url, message }),
-            Err(source) => Err(DatasetError::TileFetch { tile: t, source }),
+            Err(source) => Err(DatasetError::TileFetch { tile: t, cause: source }),
             Ok(blob) => {
                 add(&self.counters.bytes_fetched, blob.len() as u64);
                 Ok(blob)

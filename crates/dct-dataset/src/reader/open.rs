@@ -85,7 +85,7 @@ fn fetch_manifest(rt: &Rt, store: &Store, limit: u64) -> Result<Manifest, Datase
     let url = store.url(MANIFEST_NAME);
     let manifest_err = |category, message: String| DatasetError::Manifest {
         url: url.clone(),
-        source: ManifestError::new(category, None, message),
+        cause: ManifestError::new(category, None, message),
     };
     let bytes = match got {
         Ok(b) => b,
@@ -108,5 +108,5 @@ fn fetch_manifest(rt: &Rt, store: &Store, limit: u64) -> Result<Manifest, Datase
         }
         Err(e) => return Err(e.into()),
     };
-    Manifest::from_json(&bytes).map_err(|source| DatasetError::Manifest { url, source })
+    Manifest::from_json(&bytes).map_err(|source| DatasetError::Manifest { url, cause: source })
 }

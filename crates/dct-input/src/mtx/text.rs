@@ -18,7 +18,7 @@ pub(super) const MAX_LINE: u64 = 1 << 20;
 pub(super) fn open_text(path: &Path) -> Result<Box<dyn BufRead + Send>, InputError> {
     let io = |what: &str| {
         let what = what.to_string();
-        move |source| InputError::Io { path: path.to_path_buf(), what, source }
+        move |source| InputError::Io { path: path.to_path_buf(), what, cause: source }
     };
     let mut f = BufReader::with_capacity(1 << 16, File::open(path).map_err(io("opening"))?);
     let gz = f.fill_buf().map_err(io("reading"))?.starts_with(&[0x1f, 0x8b]);
@@ -51,7 +51,7 @@ impl<R: BufRead> Lines<R> {
         let n = (&mut self.r).take(MAX_LINE + 1).read_until(b'\n', &mut self.buf).map_err(|source| InputError::Io {
             path: self.path.clone(),
             what: format!("reading line {}", self.line + 1),
-            source,
+            cause: source,
         })?;
         if n == 0 {
             return Ok(None);
