@@ -73,11 +73,10 @@ pub(super) struct Cache {
 enum Keepness {
     /// Read by an earlier batch, and not asked for again.
     Done,
-    /// Read by an earlier batch and asked for again (a tile of the window being read that the latest batch
-    /// happened to miss).
-    ReadAndWanted,
-    /// Decoded ahead for the batches to come (prefetched, and not read yet).
-    Ahead,
+    /// Needed by the batches to come: decoded ahead and not read yet, or read before and asked for again (a tile
+    /// of the window being read that the latest batch happened to miss). Of these, the one the latest prefetch
+    /// requests need last goes first.
+    Wanted,
     /// Read by the latest batch.
     Latest,
 }
@@ -114,9 +113,20 @@ impl Cache {
         self.evict_over(capacity, Some(t))
     }
 
+    /// [`Cache::count_for_decode`] for a decode ahead, if it fits as [`Cache::has_room_to_decode_ahead`] says,
+    /// decided under the same lock as the count: batches read between the background decoder's look and its
+    /// decode may have changed which tiles are done with. `None`: no room, nothing changed.
+    pub(super) fn count_for_decode_ahead(&mut self, t: usize, capacity: usize) -> Option<Vec<Arc<Tile>>> {
+        let counted = matches!(self.slots.get(&t), Some(Slot::Ready { counted: true, .. }));
+        let fits = counted
+            || self.counted < capacity
+            || self.most_evictable(Some(t)).is_some_and(|(k, _)| k == Keepness::Done);
+        fits.then(|| self.count_for_decode(t, capacity))
+    }
+
     /// Evicts counted tiles (never `keep`) until at most `capacity` count, in the order of [`Keepness`]: tiles
-    /// done with first (the least recently used first), tiles decoded ahead and read by the latest batch last
-    /// (of those decoded ahead, the one needed last goes first). So a prefetch running ahead does not evict
+    /// done with first (the least recently used first), tiles wanted next (the one needed last first), tiles read
+    /// by the latest batch last. So a prefetch running ahead does not evict
     /// the tiles it fetched for the next batches while older ones are left, nor the tiles being read (with cells
     /// shuffled across a window of tiles, every batch reads most of the window's), which would be fetched again
     /// at once.
@@ -143,12 +153,12 @@ impl Cache {
             let kind = match (self.last_read.binary_search(&t).is_ok(), *used, wanted) {
                 (true, _, _) => Keepness::Latest,
                 (false, true, None) => Keepness::Done,
-                (false, true, Some(_)) => Keepness::ReadAndWanted,
-                (false, false, _) => Keepness::Ahead,
+                (false, _, _) => Keepness::Wanted,
             };
-            // Least recently used first, but of the tiles decoded ahead the one needed last (those the latest
-            // requests no longer name were asked for before them).
-            let order = if kind == Keepness::Ahead { usize::MAX - wanted.map_or(0, |&p| p + 1) } else { rank };
+            // Least recently used first; of the tiles wanted, the one needed last first, whether it was decoded
+            // ahead or read before (a window's tiles come before the next window's in a request). A tile decoded
+            // ahead that the latest requests no longer name was asked for before them: needed soonest.
+            let order = if kind == Keepness::Wanted { usize::MAX - wanted.map_or(0, |&p| p + 1) } else { rank };
             if best.is_none_or(|(k, o, _)| (kind, order) < (k, o)) {
                 best = Some((kind, order, t));
             }

@@ -81,9 +81,14 @@ impl Core {
                 }
                 let next = core.lock_to_decode().pop_first();
                 match next {
-                    Some((_, (t, tile))) => {
-                        if let Some(tile) = tile.upgrade() {
-                            core.decode_if_unlocked(t, &tile);
+                    Some((order, (t, weak))) => {
+                        if let Some(tile) = weak.upgrade()
+                            && !core.decode_if_unlocked(t, &tile)
+                        {
+                            // No room after all (batches read since the look above): the tile waits in the queue.
+                            core.lock_to_decode().insert(order, (t, weak));
+                            core.decoding_in_background.store(false, Ordering::Release);
+                            return;
                         }
                     }
                     None => {
@@ -208,18 +213,43 @@ impl Core {
     }
 
     /// [`Core::ensure_decoded`] for the background decoder: a tile whose lock is held (by a reader decoding or
-    /// reading it) is left to its holder rather than waited for.
-    pub(super) fn decode_if_unlocked(&self, t: usize, tile: &Arc<Tile>) {
+    /// reading it) is left to its holder rather than waited for. `false` if the tile no longer fits without
+    /// taking the place of a tile being read or wanted next (it is left undecoded).
+    pub(super) fn decode_if_unlocked(&self, t: usize, tile: &Arc<Tile>) -> bool {
         let data = match tile.data.try_lock() {
             Ok(guard) => guard,
             Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return,
+            Err(std::sync::TryLockError::WouldBlock) => return true,
         };
+        if !matches!(&*data, TileData::Raw { .. }) {
+            return true;
+        }
+        let Some(evicted) = self.lock_cache().count_for_decode_ahead(t, self.max_cached) else { return false };
+        evicted.into_iter().for_each(|old| self.recycle_tile(old));
         // A failure drops the tile from the cache; the next read fetches it again and reports.
-        let _ = self.decode_locked(t, tile, data, DecodeOn::Background);
+        let _ = self.decode_counted(t, tile, data, DecodeOn::Background);
+        true
     }
 
     pub(super) fn decode_locked(
+        &self,
+        t: usize,
+        tile: &Arc<Tile>,
+        data: MutexGuard<'_, TileData>,
+        on: DecodeOn,
+    ) -> Result<Arc<TilePlanes>, DatasetError> {
+        if let TileData::Decoded(d) = &*data {
+            return Ok(d.clone());
+        }
+        // The tile now counts toward the cache's capacity: the tiles that leave for it leave first, so that this
+        // decode can reuse their buffers.
+        let evicted = self.lock_cache().count_for_decode(t, self.max_cached);
+        evicted.into_iter().for_each(|old| self.recycle_tile(old));
+        self.decode_counted(t, tile, data, on)
+    }
+
+    /// Decodes a tile already counted toward the cache's capacity.
+    fn decode_counted(
         &self,
         t: usize,
         tile: &Arc<Tile>,
@@ -230,10 +260,6 @@ impl Core {
             TileData::Decoded(d) => return Ok(d.clone()),
             TileData::Raw { tile, .. } => tile,
         };
-        // The tile now counts toward the cache's capacity: the tiles that leave for it leave first, so that this
-        // decode can reuse their buffers.
-        let evicted = self.lock_cache().count_for_decode(t, self.max_cached);
-        evicted.into_iter().for_each(|old| self.recycle_tile(old));
         let decoded = match on {
             DecodeOn::Caller => self.decode_planes(t, parsed),
             DecodeOn::Background => self.decode_planes_in_background(t, parsed),
