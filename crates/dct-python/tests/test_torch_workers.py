@@ -270,17 +270,28 @@ def test_worker_slots_are_reused_once_freed(built):
 
 def test_the_training_process_reuses_its_slots_once_freed(built):
     """Without workers, batches are decoded into the process's own slots: a batch freed before the next is taken
-    leaves its slot for the next one, so a pass needs a few slots, not one per batch."""
+    leaves its slot for the next one, so every batch of a pass lives in one of a few slots."""
     from deltacells import _batch_slots
 
     root, full = built
     loader = make_loader(root, 16, seed=5)
-    before = len(_batch_slots.pool(shared=False).slots)  # the process's slots, some made by earlier tests
+    pool = _batch_slots.pool(shared=False)
+
+    def in_a_slot(t: torch.Tensor) -> bool:
+        spans = [(np.frombuffer(s.map, np.uint8).ctypes.data, s.capacity) for s in pool.slots]
+        return any(lo <= t.data_ptr() < lo + size for lo, size in spans)
+
     for _epoch in range(3):
         for b in loader:
             idx, dense = _rows_of(b)
             assert np.array_equal(dense, full[idx].toarray())
+            assert in_a_slot(b["X"].values()) and in_a_slot(b["index"]), "the batch was decoded into a slot"
             del b
-    pool = _batch_slots.pool(shared=False)
-    assert len(pool.slots) - before <= 4, f"{len(pool.slots) - before} new slots for {len(loader)} batches x 3 passes"
+    assert len(pool.slots) <= _batch_slots.MAX_LOCAL_SLOTS
     assert all(s.state[0] == 0 for s in pool.slots), "every slot is free once its batch is dropped"
+    # Holding more batches than there are slots: the rest are ordinary tensors, all intact.
+    held = list(loader)
+    assert sum(in_a_slot(b["X"].values()) for b in held) <= _batch_slots.MAX_LOCAL_SLOTS < len(held)
+    for b in held:
+        idx, dense = _rows_of(b)
+        assert np.array_equal(dense, full[idx].toarray())

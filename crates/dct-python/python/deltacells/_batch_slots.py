@@ -36,6 +36,10 @@ _PAGE = 1 << 16
 # Slots a worker makes at most; past them (the training process holds on to that many batches, or dropped them
 # unopened without freeing them) a batch goes as an ordinary tensor.
 MAX_SLOTS = 64
+# The training process's own slots: a training step holds a batch or two (and a pin-memory thread one more), so
+# a few slots serve every batch. They live as long as the process, so a caller that holds many batches at once
+# gets the rest as ordinary tensors rather than the process keeping that many batches' memory for good.
+MAX_LOCAL_SLOTS = 4
 
 AVAILABLE = hasattr(os, "memfd_create")
 
@@ -113,19 +117,27 @@ class SlotPool:
         self.slots: list[_Slot] = []
         self.pid = os.getpid()
         self.shared = shared
+        self.max_slots = MAX_SLOTS if shared else MAX_LOCAL_SLOTS
 
     def fill(self, ds: Any, cells: np.ndarray, values: Any, n_genes: int, obs: dict[str, Any]) -> SharedBatch | None:
         """Decodes the cells into a free slot (a new one if none is free and large enough); ``None`` when the
-        worker has :data:`MAX_SLOTS` slots and none is free."""
+        pool has its most slots (:data:`MAX_SLOTS` for a worker, :data:`MAX_LOCAL_SLOTS` in the training process)
+        and none is free."""
         nnz = ds.batch_nnz(cells)
         n = len(cells)
         c_cells, c_crow, c_col, c_val, used = layout(n, nnz)
         k = next((i for i, s in enumerate(self.slots) if s.capacity >= used and s.state[0] == 0), None)
         if k is None:
-            if len(self.slots) >= MAX_SLOTS:
-                return None
-            self.slots.append(_Slot(max(_PAGE, (used * 5 // 4 + _PAGE - 1) // _PAGE * _PAGE), self.shared))
-            k = len(self.slots) - 1
+            new = _Slot(max(_PAGE, (used * 5 // 4 + _PAGE - 1) // _PAGE * _PAGE), self.shared)
+            if len(self.slots) < self.max_slots:
+                self.slots.append(new)
+                k = len(self.slots) - 1
+            else:
+                # A free slot too small for this batch gives way to a larger one (sent anew to the training process).
+                k = next((i for i, s in enumerate(self.slots) if s.state[0] == 0), None)
+                if k is None:
+                    return None
+                self.slots[k] = new
         slot = self.slots[k]
         slot.state[0] = 1
         buf = slot.map
