@@ -26,7 +26,7 @@ pub fn data_dir() -> PathBuf {
 /// zstd level 19, 8 chunks. Built once and reused while its manifest exists.
 pub fn synthetic_dataset(tiles: u64, tile_size: u64) -> Result<PathBuf, Box<dyn std::error::Error>> {
     let dir = data_dir().join(format!("synth_{tiles}x{tile_size}_l19"));
-    if dir.join("manifest.json").exists() {
+    if dir.join(dct_dataset::manifest::MANIFEST_NAME).exists() {
         return Ok(dir);
     }
     eprintln!("building {} (once): {tiles} tiles of {tile_size} cells at level 19 ...", dir.display());

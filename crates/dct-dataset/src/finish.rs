@@ -115,7 +115,7 @@ impl SideFiles {
 fn check_path(rel: &str) -> Result<(), DatasetError> {
     let reserved = rel == MANIFEST_NAME || rel == GENE_ORDER_NAME || rel == VAR_NAMES_NAME;
     let valid = !rel.is_empty() && rel.split('/').all(|p| !p.is_empty() && p != "." && p != "..");
-    if reserved || rel.starts_with("tiles/") || !valid {
+    if reserved || rel.starts_with(dct_format::objects::TILES_DIR) || !valid {
         return Err(DatasetError::InvalidArgument(format!(
             "put_file({rel:?}): not an allowed side-file path (the writer stores the manifest, tiles, \
              gene_order.npy and var_names.txt itself)"

@@ -14,26 +14,10 @@ pub const WRITE_VERSION: u32 = 2;
 /// Largest `manifest.json` [`crate::Dataset::open`] reads by default (256 MiB; a manifest is about 30 bytes per
 /// tile, so this is millions of tiles).
 pub const DEFAULT_MAX_MANIFEST_BYTES: u64 = 256 << 20;
-/// Name of the manifest object inside a dataset.
-pub const MANIFEST_NAME: &str = "manifest.json";
-/// Name of the gene-order side file.
-pub const GENE_ORDER_NAME: &str = "gene_order.npy";
-/// Name of the gene-name side file.
-pub const VAR_NAMES_NAME: &str = "var_names.txt";
-/// Name of the gene table side file.
-pub const VAR_TABLE_NAME: &str = "var.parquet";
-/// Name of the obs schema file.
-pub const OBS_SCHEMA_NAME: &str = "obs/schema.json";
-
-/// Path of tile `tile` relative to the dataset root: `tiles/tile_NNNNNN.dct` (at least 6 digits).
-pub fn tile_path(tile: usize) -> String {
-    format!("tiles/tile_{tile:06}.dct")
-}
-
-/// Path of obs shard `shard` relative to the dataset root: `obs/obs_NNNN.parquet` (at least 4 digits).
-pub fn obs_shard_path(shard: usize) -> String {
-    format!("obs/obs_{shard:04}.parquet")
-}
+// The dataset's object names are defined in `dct_format::objects`, for every layer.
+pub use dct_format::objects::{
+    GENE_ORDER_NAME, MANIFEST_NAME, OBS_SCHEMA_NAME, VAR_NAMES_NAME, VAR_TABLE_NAME, obs_shard_path, tile_path,
+};
 
 /// The contents of `manifest.json` (see FORMAT-v2.md, "manifest.json").
 ///
@@ -433,10 +417,10 @@ impl Manifest {
 
     /// Number of obs shards the manifest implies (`ceil(n_tiles / obs_tiles_per_file)`; 0 without obs).
     pub fn n_obs_shards(&self) -> u64 {
-        if !self.has_obs || self.obs_tiles_per_file == 0 {
+        if !self.has_obs {
             return 0;
         }
-        (self.n_tiles() as u64).div_ceil(self.obs_tiles_per_file)
+        dct_format::objects::n_obs_shards(self.n_tiles(), self.obs_tiles_per_file) as u64
     }
 
     /// The tile format version (valid after [`Manifest::validate`]).

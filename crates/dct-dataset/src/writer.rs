@@ -493,8 +493,8 @@ async fn prepare_destination(store: &Store, overwrite: bool) -> Result<(), Datas
     store.delete(MANIFEST_NAME).await?;
     for object in store.list("").await? {
         let rel = object.path;
-        let ours = rel.starts_with("tiles/")
-            || rel.starts_with("obs/")
+        let ours = rel.starts_with(dct_format::objects::TILES_DIR)
+            || rel.starts_with(dct_format::objects::OBS_DIR)
             || [GENE_ORDER_NAME, VAR_NAMES_NAME, VAR_TABLE_NAME].contains(&rel.as_str());
         if ours {
             store.delete(&rel).await?;

@@ -27,6 +27,7 @@ mod chunk;
 mod error;
 mod header;
 mod layout;
+pub mod objects;
 mod parsed;
 
 pub use cells::{CellIndex, CellIndexError};

@@ -6,7 +6,7 @@ use crate::error::{ObsError, Result};
 use crate::fingerprint::{is_fingerprint, is_sha256_hex};
 
 /// Default number of tiles (row groups) per obs shard.
-pub const DEFAULT_TILES_PER_FILE: u64 = 1000;
+pub const DEFAULT_TILES_PER_FILE: u64 = dct_format::objects::DEFAULT_OBS_TILES_PER_FILE;
 
 /// The obs fields of a dataset manifest (plus `tile_cells`), handed in by the dataset layer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,8 +51,7 @@ impl ObsManifest {
 
     /// The shard holding tile `t` and its row group in that shard.
     pub fn shard_of(&self, t: usize) -> (usize, usize) {
-        let k = self.tiles_per_file.max(1) as usize;
-        (t / k, t % k)
+        dct_format::objects::obs_shard_of(t, self.tiles_per_file)
     }
 
     /// Checks that the fields agree (K ≥ 1, one size and hash per shard, hex formats, a cell count that fits
@@ -97,32 +96,11 @@ impl ObsManifest {
     }
 }
 
-/// `ceil(n_tiles / K)` (0 for K = 0).
-pub fn n_shards(n_tiles: usize, tiles_per_file: u64) -> usize {
-    if tiles_per_file == 0 {
-        return 0;
-    }
-    let k = usize::try_from(tiles_per_file).unwrap_or(usize::MAX);
-    n_tiles.div_ceil(k)
-}
-
-/// The tiles of shard `s`: `s*K .. min((s+1)*K, n_tiles)`.
-pub fn shard_tiles(n_tiles: usize, tiles_per_file: u64, s: usize) -> Range<usize> {
-    let k = usize::try_from(tiles_per_file.max(1)).unwrap_or(usize::MAX);
-    let lo = s.saturating_mul(k).min(n_tiles);
-    let hi = s.saturating_add(1).saturating_mul(k).min(n_tiles);
-    lo..hi
-}
-
-/// `obs/schema.json` relative to the dataset root.
-pub const SCHEMA_NAME: &str = "obs/schema.json";
-/// `var.parquet` relative to the dataset root.
-pub const VAR_TABLE_NAME: &str = "var.parquet";
-
-/// The relative name of shard `s`: `obs/obs_NNNN.parquet` (4-digit zero-padded index).
-pub fn shard_name(s: usize) -> String {
-    format!("obs/obs_{s:04}.parquet")
-}
+// The names and the shard arithmetic are the dataset's (`dct_format::objects`), under this crate's names.
+pub use dct_format::objects::{
+    OBS_SCHEMA_NAME as SCHEMA_NAME, VAR_TABLE_NAME, n_obs_shards as n_shards, obs_shard_path as shard_name,
+    obs_shard_tiles as shard_tiles,
+};
 
 #[cfg(test)]
 mod tests {

@@ -38,6 +38,24 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_GENES_V2", dct_format::Version::V2.max_genes())?;
     m.add("MAX_VALUE", dct_format::MAX_COUNT)?;
     m.add("MAGIC", pyo3::types::PyBytes::new(py, dct_format::MAGIC))?;
+    // The dataset's object names and obs shard arithmetic (`dct_format::objects`), for `deltacells.manifest`.
+    {
+        use dct_format::objects as o;
+        m.add("DATASET_FORMAT_NAME", dct_dataset::manifest::FORMAT_NAME)?;
+        m.add("MANIFEST_WRITE_VERSION", dct_dataset::manifest::WRITE_VERSION)?;
+        m.add("MANIFEST_NAME", o::MANIFEST_NAME)?;
+        m.add("GENE_ORDER_NAME", o::GENE_ORDER_NAME)?;
+        m.add("VAR_NAMES_NAME", o::VAR_NAMES_NAME)?;
+        m.add("VAR_TABLE_NAME", o::VAR_TABLE_NAME)?;
+        m.add("OBS_SCHEMA_NAME", o::OBS_SCHEMA_NAME)?;
+        m.add("TILE_NAME_PARTS", (o::TILE_PREFIX, o::TILE_DIGITS, o::TILE_SUFFIX))?;
+        m.add("OBS_SHARD_NAME_PARTS", (o::OBS_SHARD_PREFIX, o::OBS_SHARD_DIGITS, o::OBS_SHARD_SUFFIX))?;
+        m.add("DEFAULT_OBS_TILES_PER_FILE", o::DEFAULT_OBS_TILES_PER_FILE)?;
+    }
+    m.add_function(wrap_pyfunction!(manifest::tile_name, m)?)?;
+    m.add_function(wrap_pyfunction!(manifest::obs_shard_name, m)?)?;
+    m.add_function(wrap_pyfunction!(manifest::n_obs_shards, m)?)?;
+    m.add_function(wrap_pyfunction!(manifest::obs_shard_tiles, m)?)?;
     m.add_class::<tile::PyTile>()?;
     m.add_class::<dataset::PyDataset>()?;
     m.add_class::<obs::PyObs>()?;

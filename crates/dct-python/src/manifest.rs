@@ -14,3 +14,28 @@ pub(crate) fn normalize_manifest(text: &[u8]) -> PyResult<String> {
     })?;
     String::from_utf8(m.to_json_pretty()).map_err(|e| value_error(e.to_string()))
 }
+
+/// The name of tile `tile` (`tiles/tile_000003.dct`).
+#[pyfunction]
+pub(crate) fn tile_name(tile: usize) -> String {
+    dct_format::objects::tile_path(tile)
+}
+
+/// The name of obs shard `shard` (`obs/obs_0001.parquet`).
+#[pyfunction]
+pub(crate) fn obs_shard_name(shard: usize) -> String {
+    dct_format::objects::obs_shard_path(shard)
+}
+
+/// Obs shards of `n_tiles` tiles at `tiles_per_file` a shard (0 for 0).
+#[pyfunction]
+pub(crate) fn n_obs_shards(n_tiles: usize, tiles_per_file: u64) -> usize {
+    dct_format::objects::n_obs_shards(n_tiles, tiles_per_file)
+}
+
+/// `(first, end)` of the tiles obs shard `shard` holds.
+#[pyfunction]
+pub(crate) fn obs_shard_tiles(n_tiles: usize, tiles_per_file: u64, shard: usize) -> (usize, usize) {
+    let r = dct_format::objects::obs_shard_tiles(n_tiles, tiles_per_file, shard);
+    (r.start, r.end)
+}

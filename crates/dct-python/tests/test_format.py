@@ -119,3 +119,21 @@ def test_public_names():
 
     assert DeltaCellsDataset is deltacells.DeltaCellsDataset and callable(row_offsets)
     assert deltacells.__version__ == deltacells._core.__version__
+
+
+def test_object_names_and_shard_arithmetic_are_the_specification_s():
+    """The names and the shard arithmetic come from the Rust layout; checked here against the specification's
+    wording (tiles/tile_NNNNNN.dct, obs/obs_NNNN.parquet, shard s holds tiles s*K .. min((s+1)*K, n))."""
+    from deltacells.manifest import OBS_SHARD_PATTERN, TILE_PATTERN, Manifest
+
+    assert [Manifest.tile_name(i) for i in (0, 3, 1234567)] == [
+        "tiles/tile_000000.dct", "tiles/tile_000003.dct", "tiles/tile_1234567.dct"]
+    assert Manifest.obs_shard_name(12) == "obs/obs_0012.parquet" == OBS_SHARD_PATTERN.format(12)
+    assert TILE_PATTERN.format(42) == Manifest.tile_name(42)
+    for n, k in [(0, 3), (1, 1), (7, 3), (9, 3), (2500, 1000)]:
+        m = Manifest(n_genes=1, tile_size=1, n_cells=n, tile_cells=[1] * n, tile_nnz=[0] * n, tile_bytes=[64] * n,
+                     has_obs=True, obs_tiles_per_file=k)
+        shards = -(-n // k)
+        assert m.n_obs_shards == shards
+        assert [list(m.obs_shard_tiles(s)) for s in range(shards)] == [
+            list(range(s * k, min((s + 1) * k, n))) for s in range(shards)]

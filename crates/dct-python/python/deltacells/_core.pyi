@@ -17,6 +17,20 @@ __all__ = [
     "MAX_GENES_V2",
     "MAX_VALUE",
     "MAGIC",
+    "DATASET_FORMAT_NAME",
+    "MANIFEST_WRITE_VERSION",
+    "MANIFEST_NAME",
+    "GENE_ORDER_NAME",
+    "VAR_NAMES_NAME",
+    "VAR_TABLE_NAME",
+    "OBS_SCHEMA_NAME",
+    "TILE_NAME_PARTS",
+    "OBS_SHARD_NAME_PARTS",
+    "DEFAULT_OBS_TILES_PER_FILE",
+    "tile_name",
+    "obs_shard_name",
+    "n_obs_shards",
+    "obs_shard_tiles",
     "Tile",
     "Dataset",
     "Obs",
@@ -60,6 +74,21 @@ MAX_GENES_V1: int
 MAX_GENES_V2: int
 MAX_VALUE: int
 MAGIC: bytes
+DATASET_FORMAT_NAME: str
+MANIFEST_WRITE_VERSION: int
+MANIFEST_NAME: str
+GENE_ORDER_NAME: str
+VAR_NAMES_NAME: str
+VAR_TABLE_NAME: str
+OBS_SCHEMA_NAME: str
+TILE_NAME_PARTS: tuple[str, int, str]
+OBS_SHARD_NAME_PARTS: tuple[str, int, str]
+DEFAULT_OBS_TILES_PER_FILE: int
+
+def tile_name(tile: int) -> str: ...
+def obs_shard_name(shard: int) -> str: ...
+def n_obs_shards(n_tiles: int, tiles_per_file: int) -> int: ...
+def obs_shard_tiles(n_tiles: int, tiles_per_file: int, shard: int) -> tuple[int, int]: ...
 
 class FormatError(ValueError): ...
 

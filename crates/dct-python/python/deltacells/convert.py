@@ -68,7 +68,7 @@ def _progress(log: Log | None) -> Callable[[dict[str, Any]], None] | None:
 
 
 def _output_is_dataset(output: str) -> bool:
-    return "://" not in output and os.path.exists(os.path.join(output, "manifest.json"))
+    return "://" not in output and os.path.exists(os.path.join(output, _core.MANIFEST_NAME))
 
 
 def convert_h5ad(

@@ -7,7 +7,6 @@ invalid manifest raises :class:`~deltacells.format.FormatError` (a ``ValueError`
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -29,17 +28,19 @@ __all__ = [
     "Manifest",
 ]
 
-FORMAT_NAME = "deltacells-dataset"
+# The dataset's object names and layout are defined once, in Rust (dct_format::objects); these are its values.
+FORMAT_NAME: str = _core.DATASET_FORMAT_NAME
 #: The manifest version this package writes (it reads versions 1 and 2).
-FORMAT_VERSION = 2
-MANIFEST_NAME = "manifest.json"
-GENE_ORDER_NAME = "gene_order.npy"
-VAR_NAMES_NAME = "var_names.txt"
-VAR_TABLE_NAME = "var.parquet"
-TILE_PATTERN = "tiles/tile_{:06d}.dct"
-OBS_SHARD_PATTERN = "obs/obs_{:04d}.parquet"
-OBS_SCHEMA_NAME = "obs/schema.json"
-DEFAULT_OBS_TILES_PER_FILE = 1000
+FORMAT_VERSION: int = _core.MANIFEST_WRITE_VERSION
+MANIFEST_NAME: str = _core.MANIFEST_NAME
+GENE_ORDER_NAME: str = _core.GENE_ORDER_NAME
+VAR_NAMES_NAME: str = _core.VAR_NAMES_NAME
+VAR_TABLE_NAME: str = _core.VAR_TABLE_NAME
+OBS_SCHEMA_NAME: str = _core.OBS_SCHEMA_NAME
+#: ``str.format`` patterns of the names that ``Manifest.tile_name`` and ``Manifest.obs_shard_name`` give.
+TILE_PATTERN: str = "{}{{:0{}d}}{}".format(*_core.TILE_NAME_PARTS)
+OBS_SHARD_PATTERN: str = "{}{{:0{}d}}{}".format(*_core.OBS_SHARD_NAME_PARTS)
+DEFAULT_OBS_TILES_PER_FILE: int = _core.DEFAULT_OBS_TILES_PER_FILE
 
 
 @dataclass
@@ -89,22 +90,21 @@ class Manifest:
         """Obs shards (0 without obs)."""
         if not self.has_obs or self.obs_tiles_per_file < 1:
             return 0
-        return math.ceil(self.n_tiles / self.obs_tiles_per_file)
+        return _core.n_obs_shards(self.n_tiles, self.obs_tiles_per_file)
 
     @staticmethod
     def tile_name(i: int) -> str:
         """The object name of tile ``i`` (``tiles/tile_000003.dct``)."""
-        return TILE_PATTERN.format(int(i))
+        return _core.tile_name(int(i))
 
     @staticmethod
     def obs_shard_name(shard: int) -> str:
         """The object name of obs shard ``shard`` (``obs/obs_0001.parquet``)."""
-        return OBS_SHARD_PATTERN.format(int(shard))
+        return _core.obs_shard_name(int(shard))
 
     def obs_shard_tiles(self, shard: int) -> range:
         """The tiles whose obs shard ``shard`` holds."""
-        k = self.obs_tiles_per_file
-        return range(shard * k, min((shard + 1) * k, self.n_tiles))
+        return range(*_core.obs_shard_tiles(self.n_tiles, self.obs_tiles_per_file, int(shard)))
 
     def to_json(self) -> str:
         """The manifest as JSON text (as the Rust writer writes it: pretty-printed, keys in the specification's

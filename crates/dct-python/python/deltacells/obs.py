@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from deltacells import _core
 from deltacells._files import write_atomic
 from deltacells._obs_schema import (
     DEFAULT_MAX_CATEGORIES,
@@ -46,7 +47,7 @@ __all__ = [
 def write_var_table(root: str | os.PathLike[str], var: pd.DataFrame) -> None:
     """Writes ``var.parquet`` (the gene table, with its pandas index) into the dataset directory ``root``
     atomically."""
-    write_atomic(os.path.join(os.fspath(root), "var.parquet"), _var_bytes(var))
+    write_atomic(os.path.join(os.fspath(root), _core.VAR_TABLE_NAME), _var_bytes(var))
 
 
 def read_var_table(backend: Any) -> pd.DataFrame | None:

@@ -1,0 +1,108 @@
+//! The objects of a dataset: their names relative to the dataset root, and which tiles each obs shard holds.
+//! Defined here once for every layer (the reader and writer, the obs layer, the converter, the Python package).
+//!
+//! ```
+//! use dct_format::objects::{obs_shard_path, obs_shard_tiles, tile_path};
+//!
+//! assert_eq!(tile_path(3), "tiles/tile_000003.dct");
+//! assert_eq!(obs_shard_path(1), "obs/obs_0001.parquet");
+//! assert_eq!(obs_shard_tiles(25, 10, 2), 20..25);
+//! ```
+
+use std::ops::Range;
+
+/// The manifest: it describes the dataset, and is written last.
+pub const MANIFEST_NAME: &str = "manifest.json";
+/// The gene-order side file (stored column `j` is source column `gene_order[j]`).
+pub const GENE_ORDER_NAME: &str = "gene_order.npy";
+/// The gene-name side file, one name a line.
+pub const VAR_NAMES_NAME: &str = "var_names.txt";
+/// The gene table side file.
+pub const VAR_TABLE_NAME: &str = "var.parquet";
+/// The obs schema.
+pub const OBS_SCHEMA_NAME: &str = "obs/schema.json";
+/// The folder of the tiles (every object under it is a tile).
+pub const TILES_DIR: &str = "tiles/";
+/// The folder of the obs files (the schema and the shards).
+pub const OBS_DIR: &str = "obs/";
+/// Tile names: this prefix, the tile index with at least [`TILE_DIGITS`] digits, then [`TILE_SUFFIX`].
+pub const TILE_PREFIX: &str = "tiles/tile_"; // in TILES_DIR
+/// Least digits of a tile index in its name (zero-padded).
+pub const TILE_DIGITS: usize = 6;
+/// The end of a tile's name.
+pub const TILE_SUFFIX: &str = ".dct";
+/// Obs shard names: this prefix, the shard index with at least [`OBS_SHARD_DIGITS`] digits, then
+/// [`OBS_SHARD_SUFFIX`].
+pub const OBS_SHARD_PREFIX: &str = "obs/obs_"; // in OBS_DIR
+/// Least digits of a shard index in its name (zero-padded).
+pub const OBS_SHARD_DIGITS: usize = 4;
+/// The end of an obs shard's name.
+pub const OBS_SHARD_SUFFIX: &str = ".parquet";
+/// Tiles per obs shard (K, the manifest's `obs_tiles_per_file`) unless the writer is told otherwise.
+pub const DEFAULT_OBS_TILES_PER_FILE: u64 = 1000;
+
+/// The name of tile `tile`: `tiles/tile_NNNNNN.dct`.
+pub fn tile_path(tile: usize) -> String {
+    format!("{TILE_PREFIX}{tile:0TILE_DIGITS$}{TILE_SUFFIX}")
+}
+
+/// The name of obs shard `shard`: `obs/obs_NNNN.parquet`.
+pub fn obs_shard_path(shard: usize) -> String {
+    format!("{OBS_SHARD_PREFIX}{shard:0OBS_SHARD_DIGITS$}{OBS_SHARD_SUFFIX}")
+}
+
+/// Obs shards of a dataset of `n_tiles` tiles at `tiles_per_file` (K) tiles a shard: `ceil(n_tiles / K)` (0 for
+/// K = 0).
+pub fn n_obs_shards(n_tiles: usize, tiles_per_file: u64) -> usize {
+    if tiles_per_file == 0 {
+        return 0;
+    }
+    n_tiles.div_ceil(usize::try_from(tiles_per_file).unwrap_or(usize::MAX))
+}
+
+/// The tiles obs shard `shard` holds, one row group each: `shard*K .. min((shard+1)*K, n_tiles)`.
+pub fn obs_shard_tiles(n_tiles: usize, tiles_per_file: u64, shard: usize) -> Range<usize> {
+    let k = usize::try_from(tiles_per_file.max(1)).unwrap_or(usize::MAX);
+    let lo = shard.saturating_mul(k).min(n_tiles);
+    let hi = shard.saturating_add(1).saturating_mul(k).min(n_tiles);
+    lo..hi
+}
+
+/// The shard holding tile `tile`, and its row group there.
+pub fn obs_shard_of(tile: usize, tiles_per_file: u64) -> (usize, usize) {
+    let k = usize::try_from(tiles_per_file.max(1)).unwrap_or(usize::MAX);
+    (tile / k, tile % k)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_in_their_folders() {
+        assert!(TILE_PREFIX.starts_with(TILES_DIR) && OBS_SHARD_PREFIX.starts_with(OBS_DIR));
+        assert!(OBS_SCHEMA_NAME.starts_with(OBS_DIR));
+    }
+
+    #[test]
+    fn names_grow_past_their_padding() {
+        assert_eq!(tile_path(0), "tiles/tile_000000.dct");
+        assert_eq!(tile_path(1_234_567), "tiles/tile_1234567.dct");
+        assert_eq!(obs_shard_path(3), "obs/obs_0003.parquet");
+        assert_eq!(obs_shard_path(12345), "obs/obs_12345.parquet");
+    }
+
+    #[test]
+    fn every_tile_is_in_exactly_one_shard() {
+        for (n, k) in [(0, 3), (1, 1), (7, 3), (9, 3), (10, 1000)] {
+            let shards = n_obs_shards(n, k);
+            let tiles: Vec<usize> = (0..shards).flat_map(|s| obs_shard_tiles(n, k, s)).collect();
+            assert_eq!(tiles, (0..n).collect::<Vec<_>>(), "n={n} k={k}");
+            for t in 0..n {
+                let (s, g) = obs_shard_of(t, k);
+                assert_eq!(obs_shard_tiles(n, k, s).nth(g), Some(t));
+            }
+        }
+        assert_eq!(n_obs_shards(5, 0), 0);
+    }
+}
