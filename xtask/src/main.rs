@@ -63,9 +63,13 @@ fn ensure_cargo_tool(name: &str) -> Result<(), String> {
     run(&format!("install {package}"), cargo().args(["install", package.as_str(), "--locked"]))
 }
 
+/// Runs a step (from the workspace root unless the command names its own directory).
 fn run(step: &str, cmd: &mut Command) -> Result<(), String> {
     eprintln!("== {step}: {cmd:?}");
-    let status = cmd.current_dir(root()).status().map_err(|e| format!("{step}: cannot start: {e}"))?;
+    if cmd.get_current_dir().is_none() {
+        cmd.current_dir(root());
+    }
+    let status = cmd.status().map_err(|e| format!("{step}: cannot start: {e}"))?;
     if status.success() { Ok(()) } else { Err(format!("{step} failed ({status})")) }
 }
 

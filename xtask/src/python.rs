@@ -45,13 +45,28 @@ pub fn test() -> Result<(), String> {
 pub fn check(venv: &std::path::Path) -> Result<(), String> {
     let package = root().join("crates/dct-python");
     let bin = |tool: &str| venv.join("bin").join(tool);
+    // Paths from the workspace root (where `run` starts commands); the configuration is the package's, the
+    // caches beside the venv (outside the clone).
+    let config = package.join("pyproject.toml");
     super::run(
         "lint the Python package (ruff)",
-        Command::new(bin("ruff")).args(["check", "python", "tests", "benches"]).current_dir(&package),
+        Command::new(bin("ruff"))
+            .args(["check", "--config"])
+            .arg(&config)
+            .arg("--cache-dir")
+            .arg(venv.join("ruff-cache"))
+            .arg(package.join("python"))
+            .arg(package.join("tests"))
+            .arg(package.join("benches")),
     )?;
     super::run(
         "type-check the Python package (mypy)",
-        Command::new(bin("mypy")).args(["python/deltacells"]).current_dir(&package),
+        Command::new(bin("mypy"))
+            .arg("--config-file")
+            .arg(&config)
+            .arg("--cache-dir")
+            .arg(venv.join("mypy-cache"))
+            .arg(package.join("python/deltacells")),
     )?;
     // From a scratch directory, against the installed wheel.
     let scratch = std::env::temp_dir().join(format!("deltacells-stubtest-{}", std::process::id()));
