@@ -28,12 +28,41 @@ pub struct VarTable {
     pub index_name: Option<String>,
     /// The index values.
     pub index: Vec<String>,
-    /// The columns: strings, booleans, integers, float32 or float64 (nulls allowed).
+    /// The columns: strings, booleans, integers, float32 or float64 (nulls allowed), and categoricals as
+    /// dictionaries of strings with 8-, 16- or 32-bit keys ([`categorical_array`]).
     pub columns: Vec<(String, ArrayRef)>,
+}
+
+/// A categorical var column: `codes` index `categories` (-1 is missing), as an Arrow dictionary of strings,
+/// which pandas reads back as a categorical with these categories in this order.
+pub fn categorical_array(codes: &[i32], categories: &[String]) -> Result<ArrayRef> {
+    let keys: arrow_array::Int32Array = codes.iter().map(|&c| (c >= 0).then_some(c)).collect();
+    let values: ArrayRef = Arc::new(StringArray::from_iter_values(categories));
+    let array = arrow_array::DictionaryArray::<arrow_array::types::Int32Type>::try_new(keys, values)
+        .map_err(|e| ObsError::arrow("a categorical var column", e))?;
+    Ok(Arc::new(array))
+}
+
+/// The codes (-1 for missing) and categories of a dictionary-of-strings column; `None` for another type.
+pub fn categorical_parts(a: &dyn Array) -> Option<(Vec<i32>, Vec<String>)> {
+    let dict = a.as_any_dictionary_opt()?;
+    let values = dict.values().as_string_opt::<i32>()?;
+    let categories = values.iter().map(|v| v.unwrap_or_default().to_string()).collect();
+    let keys = arrow_cast::cast(dict.keys(), &DataType::Int32).ok()?;
+    let keys = keys.as_primitive::<arrow_array::types::Int32Type>();
+    let codes = (0..keys.len()).map(|i| if keys.is_null(i) { -1 } else { keys.value(i) }).collect();
+    Some((codes, categories))
 }
 
 fn pandas_types(t: &DataType) -> Option<(&'static str, &'static str)> {
     Some(match t {
+        // A categorical: its codes' numpy type, as pyarrow writes it.
+        DataType::Dictionary(key, value) if value.as_ref() == &DataType::Utf8 => match key.as_ref() {
+            DataType::Int8 => ("categorical", "int8"),
+            DataType::Int16 => ("categorical", "int16"),
+            DataType::Int32 => ("categorical", "int32"),
+            _ => return None,
+        },
         DataType::Utf8 => ("unicode", "object"),
         DataType::Boolean => ("bool", "bool"),
         DataType::Int8 => ("int8", "int8"),
@@ -65,10 +94,10 @@ impl VarTable {
             ", \"column_indexes\": [{\"name\": null, \"field_name\": null, \"pandas_type\": \"unicode\", \
              \"numpy_type\": \"object\", \"metadata\": {\"encoding\": \"UTF-8\"}}], \"columns\": [",
         );
-        let mut entries: Vec<(Option<&str>, &str, &DataType)> =
-            self.columns.iter().map(|(n, a)| (Some(n.as_str()), n.as_str(), a.data_type())).collect();
-        entries.push((self.index_name.as_deref(), self.index_field_name(), &DataType::Utf8));
-        for (i, (name, field, t)) in entries.into_iter().enumerate() {
+        let mut entries: Vec<(Option<&str>, &str, &DataType, Option<&ArrayRef>)> =
+            self.columns.iter().map(|(n, a)| (Some(n.as_str()), n.as_str(), a.data_type(), Some(a))).collect();
+        entries.push((self.index_name.as_deref(), self.index_field_name(), &DataType::Utf8, None));
+        for (i, (name, field, t, array)) in entries.into_iter().enumerate() {
             if i > 0 {
                 out.push_str(", ");
             }
@@ -80,7 +109,11 @@ impl VarTable {
             }
             out.push_str(", \"field_name\": ");
             pyjson::write_str(&mut out, field);
-            out.push_str(&format!(", \"pandas_type\": \"{pt}\", \"numpy_type\": \"{nt}\", \"metadata\": null}}"));
+            let metadata = match array.and_then(|a| a.as_any_dictionary_opt()) {
+                Some(d) => format!("{{\"num_categories\": {}, \"ordered\": false}}", d.values().len()),
+                None => "null".to_string(),
+            };
+            out.push_str(&format!(", \"pandas_type\": \"{pt}\", \"numpy_type\": \"{nt}\", \"metadata\": {metadata}}}"));
         }
         out.push_str("], \"attributes\": {}, \"creator\": {\"library\": \"deltacells\", \"version\": ");
         pyjson::write_str(&mut out, env!("CARGO_PKG_VERSION"));

@@ -355,6 +355,12 @@ pub(crate) fn column_file_name(name: &str) -> String {
 pub(crate) fn batch_to_py<'py>(py: Python<'py>, batch: &RecordBatch) -> PyResult<Bound<'py, PyTuple>> {
     let columns = PyList::empty(py);
     for (field, array) in batch.schema().fields().iter().zip(batch.columns()) {
+        // A categorical: ("categorical", codes with -1 for missing, categories), for pandas.Categorical.from_codes.
+        if let Some((codes, categories)) = dct_obs::categorical_parts(array.as_ref()) {
+            let parts = ("categorical", owned(py, codes), categories).into_pyobject(py)?;
+            columns.append((field.name(), parts))?;
+            continue;
+        }
         let kind = match field.data_type() {
             DataType::Utf8 | DataType::LargeUtf8 => ColumnKind::String,
             DataType::Boolean => ColumnKind::Bool,
@@ -383,9 +389,7 @@ pub(crate) fn encode_var_table<'py>(
     for (name, data) in frame.columns {
         match data {
             ColumnData::Array(a) => cols.push((name, a)),
-            ColumnData::Category(_) => {
-                return Err(value_error(format!("var column {name:?}: give categories as strings")));
-            }
+            ColumnData::Category(c) => cols.push((name, dct_obs::categorical_array(&c.codes, &c.categories).map_err(obs_error)?)),
         }
     }
     let table = dct_obs::VarTable { index_name, index, columns: cols };

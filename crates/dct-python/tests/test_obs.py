@@ -492,3 +492,48 @@ def test_parquet_through_a_range_file(built):
         1, columns=["n_counts"]
     )
     assert got.num_rows == 100 and got.column_names == ["n_counts"] and counting.n_reads == 0
+
+
+def test_var_keeps_categorical_columns_and_is_read_once(tmp_path):
+    """As the original's ``ds.var``: categorical gene-table columns come back categorical, with their categories in
+    their order (pyarrow, reading the file on its own, agrees); the table is read once (still there after
+    ``var.parquet`` is gone)."""
+    var = make_var(12)
+    var["feature_types"] = pd.Categorical(["Gene Expression"] * 10 + [None, "Antibody Capture"],
+                                          categories=["Gene Expression", "Antibody Capture", "Unused"])
+    root = str(tmp_path / "ds")
+    with DatasetWriter(root, n_genes=12, tile_size=10, level=3, var=var, var_names=list(var.index)) as w:
+        w.add_tile(make_counts(10, 12, seed=3))
+    by_pyarrow = pd.read_parquet(os.path.join(root, "var.parquet"))
+    ds = open_dataset(root)
+    got = ds.var
+    for frame in (got, by_pyarrow):
+        assert isinstance(frame["feature_types"].dtype, pd.CategoricalDtype)
+        assert list(frame["feature_types"].cat.categories) == ["Gene Expression", "Antibody Capture", "Unused"]
+        assert frame["feature_types"].tolist()[:10] == ["Gene Expression"] * 10
+        assert pd.isna(frame["feature_types"].iloc[10]) and frame["feature_types"].iloc[11] == "Antibody Capture"
+        assert frame.index.tolist() == var.index.tolist() and frame["gene_name"].tolist() == var["gene_name"].tolist()
+    os.remove(os.path.join(root, "var.parquet"))
+    assert ds.var is got
+
+
+def test_converted_var_keeps_the_input_s_categoricals(tmp_path):
+    """The converter keeps an h5ad's categorical var columns categorical: ``ds.var`` equals the source's var,
+    read with anndata, in the dataset's gene order."""
+    import anndata as ad
+    from deltacells.convert import convert_h5ad
+
+    x = make_counts(30, 12, seed=8)
+    var = make_var(12)
+    var["feature_types"] = pd.Categorical(["b", "a"] * 6, categories=["b", "a"])
+    src = tmp_path / "in.h5ad"
+    ad.AnnData(X=x, var=var).write_h5ad(src)
+    out = str(tmp_path / "ds")
+    convert_h5ad(str(src), out, tile_size=16, level=3, log=None)
+    want = ad.read_h5ad(src).var
+    ds = open_dataset(out)
+    order = ds.gene_order if ds.gene_order is not None else np.arange(12)
+    got = ds.var
+    assert isinstance(got["feature_types"].dtype, pd.CategoricalDtype)
+    assert list(got["feature_types"].cat.categories) == list(want["feature_types"].cat.categories)
+    assert got["feature_types"].tolist() == want["feature_types"].iloc[order].tolist()

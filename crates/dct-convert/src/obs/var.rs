@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use arrow_array::UInt32Array;
-use dct_input::GeneTable;
+use dct_input::{ColumnData as InputData, GeneTable};
 use dct_obs::VarTable;
 
 use super::convert::{cast_to, natural_array};
@@ -11,8 +11,8 @@ use super::schema::plain_type;
 use crate::error::ConvertError;
 
 /// The gene table of `source` in output column order (`gene_order[j]` is the source gene of column `j`), with its
-/// index (the gene names) and every var column the reader could type (categoricals as strings; NaN floats as
-/// nulls). Returns the var columns left out, with the reason.
+/// index (the gene names) and every var column the reader could type (categoricals kept categorical; NaN floats
+/// as nulls). Returns the var columns left out, with the reason.
 pub(crate) fn var_table(
     genes: &GeneTable,
     gene_order: &[u32],
@@ -33,8 +33,15 @@ pub(crate) fn var_table(
             skipped.push((c.name.clone(), format!("{} values for {} genes", c.data.len(), genes.names.len())));
             continue;
         }
-        let natural = natural_array(c.data.clone());
-        let stored = cast_to(natural, plain_type(c), &path.display().to_string(), &c.name)?;
+        let stored = match &c.data {
+            InputData::Categorical { codes, categories } => {
+                let bad = || ConvertError::Inputs(format!("{}: var column {:?}: codes out of range", path.display(), c.name));
+                let codes: Vec<i32> = codes.iter().map(|&k| i32::try_from(k).map_err(|_| bad())).collect::<Result<_, _>>()?;
+                dct_obs::categorical_array(&codes, categories)
+                    .map_err(|e| ConvertError::Inputs(format!("{}: var column {:?}: {e}", path.display(), c.name)))?
+            }
+            data => cast_to(natural_array(data.clone()), plain_type(c), &path.display().to_string(), &c.name)?,
+        };
         let ordered = arrow_select::take::take(&stored, &take, None)
             .map_err(|e| ConvertError::Inputs(format!("{}: var column {:?}: {e}", path.display(), c.name)))?;
         columns.push((c.name.clone(), ordered));

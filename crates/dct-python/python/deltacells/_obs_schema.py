@@ -313,9 +313,13 @@ def _var_frame(got: Any) -> pd.DataFrame | None:
     meta = json.loads(metadata.get("pandas", "null") or "null") or {}
     index_names = meta.get("index_columns") or []
     index_field = index_names[0] if index_names and isinstance(index_names[0], str) else None
-    data = {}
+    data: dict[str, Any] = {}
     index = None
     for name, values in columns:
+        if isinstance(values, tuple):  # ("categorical", codes, categories)
+            _, codes, categories = values
+            data[name] = pd.Categorical.from_codes(codes, categories=categories)
+            continue
         arr = np.asarray(values, dtype=object) if isinstance(values, list) else values
         if name == index_field:
             index = arr
@@ -325,13 +329,15 @@ def _var_frame(got: Any) -> pd.DataFrame | None:
     if index is not None:
         df.index = pd.Index(index, name=None if index_field == "__index_level_0__" else index_field)
     for entry in meta.get("columns", []):
-        if entry.get("pandas_type") == "categorical" and entry.get("name") in df.columns:
-            df[entry["name"]] = pd.Categorical(df[entry["name"]])
+        # Labels stored as strings but marked categorical (written by other tools): made categorical here.
+        name = entry.get("name")
+        if entry.get("pandas_type") == "categorical" and name in df.columns and df[name].dtype == object:
+            df[name] = pd.Categorical(df[name])
     return df
 
 
 def _var_bytes(var: pd.DataFrame) -> bytes:
-    """``var.parquet`` bytes of a gene table (categorical columns stored as their labels)."""
+    """``var.parquet`` bytes of a gene table (categorical columns kept categorical: codes and categories)."""
     import pandas as pd
 
     if var.index.nlevels != 1:
@@ -340,11 +346,7 @@ def _var_bytes(var: pd.DataFrame) -> bytes:
     columns = []
     for name in var.columns:
         s = var[name]
-        kind = _kind_of(str(name), s)
-        if kind == "category":
-            s = s.astype(object).where(s.notna(), None)
-            kind = "string"
-        columns.append(_column_tuple(str(name), s, kind))
+        columns.append(_column_tuple(str(name), s, _kind_of(str(name), s)))
     index_name = var.index.name if isinstance(var.index.name, str) else None
     del pd
     return bytes(_core.encode_var_table(index_name, index, columns))
