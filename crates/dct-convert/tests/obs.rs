@@ -68,7 +68,7 @@ fn arrow_values(a: &dyn Array, categories: Option<&[String]>) -> Vec<V> {
     match a.data_type() {
         DataType::Dictionary(..) => {
             let (codes, cats) = dct_obs::categorical_parts(a).unwrap();
-            codes.iter().map(|&k| if k < 0 { V::Null } else { V::Str(cats[k as usize].clone().into()) }).collect()
+            codes.iter().map(|&k| if k < 0 { V::Null } else { V::Str(cats[k as usize].clone()) }).collect()
         }
         DataType::Utf8 => a.as_string::<i32>().iter().map(|v| v.map_or(V::Null, |s| V::Str(s.into()))).collect(),
         DataType::Boolean => a.as_boolean().iter().map(|v| v.map_or(V::Null, V::Bool)).collect(),
@@ -326,9 +326,7 @@ fn var_parquet_keeps_typed_columns_and_the_index_name() {
         var.columns.iter().map(|(n, a): &(String, ArrayRef)| (n.clone(), a.data_type().clone())).collect();
     for (c, (_, t)) in source.genes().columns.iter().zip(&types) {
         let want = match &c.data {
-            ColumnData::Categorical { .. } => {
-                DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8))
-            }
+            ColumnData::Categorical { .. } => DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
             ColumnData::Str(_) | ColumnData::NullableStr { .. } => DataType::Utf8,
             ColumnData::Bool(_) | ColumnData::NullableBool { .. } => DataType::Boolean,
             ColumnData::Float(_) if c.stored_type == "f32" => DataType::Float32,

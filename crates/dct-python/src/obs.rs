@@ -389,7 +389,9 @@ pub(crate) fn encode_var_table<'py>(
     for (name, data) in frame.columns {
         match data {
             ColumnData::Array(a) => cols.push((name, a)),
-            ColumnData::Category(c) => cols.push((name, dct_obs::categorical_array(&c.codes, &c.categories).map_err(obs_error)?)),
+            ColumnData::Category(c) => {
+                cols.push((name, dct_obs::categorical_array(&c.codes, &c.categories).map_err(obs_error)?))
+            }
         }
     }
     let table = dct_obs::VarTable { index_name, index, columns: cols };

@@ -34,9 +34,11 @@ pub(crate) fn var_table(
             continue;
         }
         let stored = match &c.data {
-            InputData::Categorical { codes, categories } => {
-                let bad = || ConvertError::Inputs(format!("{}: var column {:?}: codes out of range", path.display(), c.name));
-                let codes: Vec<i32> = codes.iter().map(|&k| i32::try_from(k).map_err(|_| bad())).collect::<Result<_, _>>()?;
+            InputData::Categorical { codes, categories, .. } => {
+                let bad =
+                    || ConvertError::Inputs(format!("{}: var column {:?}: codes out of range", path.display(), c.name));
+                let codes: Vec<i32> =
+                    codes.iter().map(|&k| i32::try_from(k).map_err(|_| bad())).collect::<Result<_, _>>()?;
                 dct_obs::categorical_array(&codes, categories)
                     .map_err(|e| ConvertError::Inputs(format!("{}: var column {:?}: {e}", path.display(), c.name)))?
             }
