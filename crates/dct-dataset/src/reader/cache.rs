@@ -77,14 +77,14 @@ enum Keepness {
     /// of the window being read that the latest batch happened to miss). Of these, the one the latest prefetch
     /// requests need last goes first.
     Wanted,
-    /// Read by the latest batch.
+    /// Read by the latest batch (and named by the prefetch requests since, if any).
     Latest,
 }
 
 impl Cache {
     /// Caches `tile` as ready (`used` unless it was prefetched; `counted` unless it is a prefetched tile waiting
     /// to be decoded); returns the tiles evicted to stay within `capacity` (to be recycled by the caller, outside
-    /// the cache lock; see [`Cache::evict_over`]).
+    /// the cache lock; see [`Cache::evict_over`], where a tile a read loaded, `used`, makes room as a read does).
     pub(super) fn insert_ready(
         &mut self,
         t: usize,
@@ -98,19 +98,20 @@ impl Cache {
         self.slots.insert(t, Slot::Ready { tile, tick: self.tick, used, counted });
         self.lru.insert(self.tick, t);
         self.counted += usize::from(counted);
-        self.evict_over(capacity, None)
+        self.evict_over(capacity, None, used)
     }
 
     /// Counts tile `t`, whose decode is starting, toward the capacity, and returns the tiles evicted to make room
     /// for it: evicting before the decode lets it reuse their buffers instead of touching fresh memory.
-    pub(super) fn count_for_decode(&mut self, t: usize, capacity: usize) -> Vec<Arc<Tile>> {
+    /// `for_read`: the decode is for a read waiting on it, not ahead (see [`Cache::most_evictable`]).
+    pub(super) fn count_for_decode(&mut self, t: usize, capacity: usize, for_read: bool) -> Vec<Arc<Tile>> {
         if let Some(Slot::Ready { counted, .. }) = self.slots.get_mut(&t)
             && !*counted
         {
             *counted = true;
             self.counted += 1;
         }
-        self.evict_over(capacity, Some(t))
+        self.evict_over(capacity, Some(t), for_read)
     }
 
     /// [`Cache::count_for_decode`] for a decode ahead, if it fits as [`Cache::has_room_to_decode_ahead`] says,
@@ -120,8 +121,8 @@ impl Cache {
         let counted = matches!(self.slots.get(&t), Some(Slot::Ready { counted: true, .. }));
         let fits = counted
             || self.counted < capacity
-            || self.most_evictable(Some(t)).is_some_and(|(k, _)| k == Keepness::Done);
-        fits.then(|| self.count_for_decode(t, capacity))
+            || self.most_evictable(Some(t), false).is_some_and(|(k, _)| k == Keepness::Done);
+        fits.then(|| self.count_for_decode(t, capacity, false))
     }
 
     /// Evicts counted tiles (never `keep`) until at most `capacity` count, in the order of [`Keepness`]: tiles
@@ -130,10 +131,10 @@ impl Cache {
     /// the tiles it fetched for the next batches while older ones are left, nor the tiles being read (with cells
     /// shuffled across a window of tiles, every batch reads most of the window's), which would be fetched again
     /// at once.
-    pub(super) fn evict_over(&mut self, capacity: usize, keep: Option<usize>) -> Vec<Arc<Tile>> {
+    pub(super) fn evict_over(&mut self, capacity: usize, keep: Option<usize>, for_read: bool) -> Vec<Arc<Tile>> {
         let mut evicted = Vec::new();
         while self.counted > capacity {
-            let Some((_, old)) = self.most_evictable(keep) else { break };
+            let Some((_, old)) = self.most_evictable(keep, for_read) else { break };
             if let Some(tile) = self.remove_slot(old) {
                 evicted.push(tile);
             }
@@ -141,8 +142,8 @@ impl Cache {
         evicted
     }
 
-    /// The counted tile (not `keep`) to evict first, with its [`Keepness`].
-    fn most_evictable(&self, keep: Option<usize>) -> Option<(Keepness, usize)> {
+    /// The counted tile (not `keep`) to evict first, with its [`Keepness`]; `for_read`: to make room for a read.
+    fn most_evictable(&self, keep: Option<usize>, for_read: bool) -> Option<(Keepness, usize)> {
         let mut best: Option<(Keepness, usize, usize)> = None; // (keepness, order within it, tile)
         for (rank, &t) in self.lru.values().enumerate() {
             let Some(Slot::Ready { counted: true, used, .. }) = self.slots.get(&t) else { continue };
@@ -150,7 +151,13 @@ impl Cache {
                 continue;
             }
             let wanted = self.wanted.get(&t);
+            // For a read's decode, a prefetch request made since the latest batch says which tiles are needed
+            // next: a tile of that batch it does not name is done with (at a window's start, the last window's
+            // tiles), and the read's own window goes first. Otherwise (a decode ahead, or no such request) the
+            // latest batch's tiles are kept above all.
+            let fresh_request = for_read && !self.wanted_stale && !self.wanted.is_empty();
             let kind = match (self.last_read.binary_search(&t).is_ok(), *used, wanted) {
+                (true, _, None) if fresh_request => Keepness::Done,
                 (true, _, _) => Keepness::Latest,
                 (false, true, None) => Keepness::Done,
                 (false, _, _) => Keepness::Wanted,
@@ -170,7 +177,7 @@ impl Cache {
     /// asked for again): a decode ahead never takes the place of the tiles being read or of those decoded for
     /// the next batches.
     pub(super) fn has_room_to_decode_ahead(&self, capacity: usize) -> bool {
-        self.counted < capacity || self.most_evictable(None).is_some_and(|(k, _)| k == Keepness::Done)
+        self.counted < capacity || self.most_evictable(None, false).is_some_and(|(k, _)| k == Keepness::Done)
     }
 
     /// Records `tiles` as those of the latest batch: they are no longer wanted ahead, and the next prefetch
@@ -226,5 +233,64 @@ impl Cache {
         {
             self.remove_slot(t);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decoded() -> Arc<Tile> {
+        Arc::new(Tile { data: Mutex::new(TileData::Decoded(Arc::new(TilePlanes::default()))) })
+    }
+
+    /// Tiles 0..4 read by the window that ended (the latest batch read 2 and 3), 4 and 5 decoded ahead, a fresh
+    /// request for the new window 4..8 and beyond; five places.
+    fn at_a_window_start() -> Cache {
+        let mut c = Cache::default();
+        for t in 0..4 {
+            assert!(c.insert_ready(t, decoded(), 5, true, true).is_empty());
+        }
+        c.mark_read(&[2, 3]);
+        c.insert_ready(4, decoded(), 6, false, true);
+        c.insert_ready(5, decoded(), 6, false, true); // 6 counted: tile 0 or 1 leaves below
+        c.want(&(4..12).collect::<Vec<_>>());
+        c
+    }
+
+    fn cached(c: &Cache) -> Vec<usize> {
+        let mut v: Vec<usize> = c.slots.keys().copied().collect();
+        v.sort_unstable();
+        v
+    }
+
+    #[test]
+    fn a_read_makes_room_from_the_last_window_before_the_tiles_of_its_own() {
+        let mut c = at_a_window_start();
+        assert_eq!(c.evict_over(5, None, true).len(), 1);
+        // The read loads and decodes tiles 6 and 7 of its window: the last window's tiles go, the latest batch's
+        // included, since the request made since that batch does not name them; 4 and 5, decoded ahead for this
+        // window, stay.
+        for t in [6, 7] {
+            c.insert_ready(t, decoded(), 5, true, true);
+        }
+        let left = cached(&c);
+        assert!([4, 5, 6, 7].iter().all(|t| left.contains(t)), "{left:?}");
+    }
+
+    #[test]
+    fn a_decode_ahead_keeps_the_latest_batch_s_tiles() {
+        let mut c = at_a_window_start();
+        c.evict_over(5, None, true);
+        // Tiles 8 and 9 prefetched, waiting (uncounted) to be decoded ahead.
+        for t in [8, 9] {
+            assert!(c.insert_ready(t, decoded(), 5, false, false).is_empty());
+        }
+        // Room for a decode ahead only in the place of a tile done with and not read by the latest batch.
+        let room = c.count_for_decode_ahead(8, 5);
+        assert!(room.is_some(), "tile 0 or 1 is done with");
+        let left = cached(&c);
+        assert!([2, 3, 4, 5].iter().all(|t| left.contains(t)), "{left:?}");
+        assert!(c.count_for_decode_ahead(9, 5).is_none(), "only the latest batch's and wanted tiles are left");
     }
 }

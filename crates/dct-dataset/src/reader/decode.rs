@@ -243,7 +243,7 @@ impl Core {
         }
         // The tile now counts toward the cache's capacity: the tiles that leave for it leave first, so that this
         // decode can reuse their buffers.
-        let evicted = self.lock_cache().count_for_decode(t, self.max_cached);
+        let evicted = self.lock_cache().count_for_decode(t, self.max_cached, on == DecodeOn::Caller);
         evicted.into_iter().for_each(|old| self.recycle_tile(old));
         self.decode_counted(t, tile, data, on)
     }
