@@ -174,6 +174,10 @@ DDP = textwrap.dedent(
         weights = [p.detach().flatten().tolist() for p in model.parameters()]
         json.dump({"rank": dist.get_rank(), "seen": seen, "n": len(loader), "weights": weights},
                   open(f"{out}/{rank}.json", "w"))
+        # Both ranks done before the group goes: a rank tearing gloo down while the other still talks to it can
+        # abort the process ("terminate called without an active exception").
+        del loader, batch, model, opt
+        dist.barrier()
         dist.destroy_process_group()
 
     if __name__ == "__main__":
