@@ -3,6 +3,7 @@
 //! * `ci` — what CI runs: format check, clippy with warnings denied, every Rust test, then the Python package
 //!   built into a venv outside the clone, linted, type-checked and its pytest suite run against the installed
 //!   wheel (see `python.rs`), and last the crates meant for crates.io packaged and built from their packages.
+//! * `package` — the crates meant for crates.io packaged and built from their packages (the last step of `ci`).
 //! * `conformance [DIR]` — the public conformance set through the release CLI (needs python3 and the shared
 //!   tools; skipped with a message when they are absent).
 //! * `fuzz --smoke | --minutes M` — cargo-fuzz targets (see `fuzz.rs`).
@@ -23,12 +24,13 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
         Some("conformance") => conformance(args.get(1).map(PathBuf::from)),
+        Some("package") => package(),
         Some("fuzz") => fuzz::run(&args[1..]),
         Some("deny") => deny::run(&args[1..]),
         Some("python") => python::run(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <ci | conformance [DIR] | fuzz (--smoke | --minutes M) | deny [--advisories] | \
+                "usage: cargo xtask <ci | conformance [DIR] | package | fuzz (--smoke | --minutes M) | deny [--advisories] | \
                  python [--release] [PYTEST ARGS...]>"
             );
             return ExitCode::from(2);
@@ -91,11 +93,41 @@ fn ci() -> Result<(), String> {
     package()
 }
 
+/// Removes the copies of this workspace's packages that an earlier `cargo package` unpacked into cargo's registry
+/// sources (the local registry it verifies against): cargo does not unpack a name and version again, so the
+/// verification would build today's packages against yesterday's sources of their dependencies.
+fn forget_unpacked_packages() -> Result<(), String> {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+        .ok_or("neither CARGO_HOME nor HOME is set")?;
+    let Ok(registries) = std::fs::read_dir(home.join("registry/src")) else { return Ok(()) };
+    for registry in registries.flatten() {
+        // crates.io's own sources are left alone; only the local registries `cargo package` makes.
+        if registry.file_name().to_string_lossy().starts_with("index.crates.io") {
+            continue;
+        }
+        for name in PUBLISHED {
+            let unpacked = registry.path().join(format!("{name}-{}", env!("CARGO_PKG_VERSION")));
+            if unpacked.exists() {
+                std::fs::remove_dir_all(&unpacked).map_err(|e| format!("{}: {e}", unpacked.display()))?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Packages the published crates as crates.io would receive them and builds each from its package (against the
 /// others' packages), so a file a crate needs but does not hold (e.g. an `include_bytes!` outside it) fails here.
 fn package() -> Result<(), String> {
+    forget_unpacked_packages()?;
+    // A target directory of its own, emptied first: cargo reuses a registry crate's build by name and version, so
+    // a build left from an earlier packaging would stand in for today's sources.
+    let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| root().join("target"));
+    let verify = target.join("package-verify");
+    let _ = std::fs::remove_dir_all(&verify);
     let mut cmd = cargo();
-    cmd.args(["package", "--allow-dirty"]);
+    cmd.env("CARGO_TARGET_DIR", &verify).args(["package", "--allow-dirty"]);
     for name in PUBLISHED {
         cmd.args(["-p", name]);
     }
