@@ -45,6 +45,11 @@ fn main() -> ExitCode {
     }
 }
 
+/// Where cargo builds: `$CARGO_TARGET_DIR`, else `target/` in the workspace.
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"))
+}
+
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
 }
@@ -123,8 +128,7 @@ fn package() -> Result<(), String> {
     forget_unpacked_packages()?;
     // A target directory of its own, emptied first: cargo reuses a registry crate's build by name and version, so
     // a build left from an earlier packaging would stand in for today's sources.
-    let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| root().join("target"));
-    let verify = target.join("package-verify");
+    let verify = target_dir().join("package-verify");
     let _ = std::fs::remove_dir_all(&verify);
     let mut cmd = cargo();
     cmd.env("CARGO_TARGET_DIR", &verify).args(["package", "--allow-dirty"]);
@@ -143,7 +147,6 @@ fn conformance(dir: Option<PathBuf>) -> Result<(), String> {
         return Ok(());
     }
     run("build CLI", cargo().args(["build", "--release", "-p", "dct-cli"]))?;
-    let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| root().join("target"));
-    let bin = target.join("release/deltacells");
+    let bin = target_dir().join("release/deltacells");
     run("conformance", Command::new("python3").arg(&script).arg(&bin).arg(&dir))
 }

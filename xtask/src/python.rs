@@ -15,7 +15,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use super::root;
+use super::{root, target_dir};
 
 /// `cargo xtask python ARGS`.
 pub fn run(args: &[String]) -> Result<(), String> {
@@ -89,10 +89,6 @@ pub fn venv_dir() -> PathBuf {
     }
     let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
     home.join(".cache/deltacells-venv")
-}
-
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"))
 }
 
 /// Makes the venv (if needed), installs the test requirements, builds the wheel and installs it; returns the venv.

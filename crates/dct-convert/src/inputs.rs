@@ -33,7 +33,8 @@ pub fn resolve_inputs<S: AsRef<str>>(patterns: &[S], sort: bool) -> Result<Vec<S
     let mut seen = std::collections::HashSet::new();
     for pattern in patterns {
         let pattern = pattern.as_ref();
-        let mut matched: Vec<String> = if pattern.contains(['*', '?', '[']) {
+        let is_glob = pattern.contains(['*', '?', '[']);
+        let mut matched: Vec<String> = if is_glob {
             let bad = |e: glob::PatternError| ConvertError::Inputs(format!("bad pattern {pattern:?}: {e}"));
             let compiled = glob::Pattern::new(pattern).map_err(bad)?;
             let paths = glob::glob_with(pattern, walk).map_err(bad)?;
@@ -55,7 +56,7 @@ pub fn resolve_inputs<S: AsRef<str>>(patterns: &[S], sort: bool) -> Result<Vec<S
             Vec::new()
         };
         if matched.is_empty() {
-            let what = if pattern.contains(['*', '?', '[']) { "matches nothing" } else { "does not exist" };
+            let what = if is_glob { "matches nothing" } else { "does not exist" };
             return Err(ConvertError::Io {
                 path: pattern.to_string(),
                 cause: std::io::Error::new(std::io::ErrorKind::NotFound, format!("{what}; check the path")),

@@ -119,10 +119,7 @@ impl Cache {
     /// decode may have changed which tiles are done with. `None`: no room, nothing changed.
     pub(super) fn count_for_decode_ahead(&mut self, t: usize, capacity: usize) -> Option<Vec<Arc<Tile>>> {
         let counted = matches!(self.slots.get(&t), Some(Slot::Ready { counted: true, .. }));
-        let fits = counted
-            || self.counted < capacity
-            || self.most_evictable(Some(t), false).is_some_and(|(k, _)| k == Keepness::Done);
-        fits.then(|| self.count_for_decode(t, capacity, false))
+        (counted || self.room_ahead(capacity, Some(t))).then(|| self.count_for_decode(t, capacity, false))
     }
 
     /// Evicts counted tiles (never `keep`) until at most `capacity` count, in the order of [`Keepness`]: tiles
@@ -177,7 +174,12 @@ impl Cache {
     /// asked for again): a decode ahead never takes the place of the tiles being read or of those decoded for
     /// the next batches.
     pub(super) fn has_room_to_decode_ahead(&self, capacity: usize) -> bool {
-        self.counted < capacity || self.most_evictable(None, false).is_some_and(|(k, _)| k == Keepness::Done)
+        self.room_ahead(capacity, None)
+    }
+
+    /// A free place, or one of a tile done with (never `keep`).
+    fn room_ahead(&self, capacity: usize, keep: Option<usize>) -> bool {
+        self.counted < capacity || self.most_evictable(keep, false).is_some_and(|(k, _)| k == Keepness::Done)
     }
 
     /// Records `tiles` as those of the latest batch: they are no longer wanted ahead, and the next prefetch
