@@ -76,9 +76,10 @@ def test_persistent_workers_fetch_each_tile_once_per_epoch_and_the_next_epoch_ah
     assert len(tiles) <= 4 * 10, f"{len(tiles)} fetches for 3 epochs of 10 tiles"
 
 
-@pytest.mark.parametrize("context", ["fork", "spawn"])
-def test_int32_values_and_obs_come_through_worker_slots(tmp_path, context):
-    """The slots carry int32 values as well as float32, and each batch's obs beside them."""
+@pytest.mark.parametrize(("workers", "context"), [(0, None), (2, "fork"), (2, "spawn")])
+def test_int32_values_and_obs_come_through_worker_slots(tmp_path, workers, context):
+    """The slots carry int32 values as well as float32, and each batch's obs beside them: the training process's
+    own slots and the workers'."""
     import pandas as pd
     from deltacells.obs import ObsSchema
 
@@ -89,7 +90,7 @@ def test_int32_values_and_obs_come_through_worker_slots(tmp_path, context):
     with DatasetWriter(root, n_genes=G, tile_size=TILE, level=3, obs_schema=ObsSchema.infer([obs])) as w:
         for lo in range(0, N, TILE):
             w.add_tile(full[lo : lo + TILE], obs=obs.iloc[lo : lo + TILE])
-    loader = make_loader(root, 32, num_workers=2, values_dtype=torch.int32, obs_columns=["cell_type", "depth"],
+    loader = make_loader(root, 32, num_workers=workers, values_dtype=torch.int32, obs_columns=["cell_type", "depth"],
                          cache_dir=str(tmp_path / "c"), multiprocessing_context=context, seed=6)
     vocab = loader.dataset.categories("cell_type")
     seen = []
