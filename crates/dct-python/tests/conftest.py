@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -100,3 +101,15 @@ def require(module: str):
         if in_ci():
             raise
         pytest.skip(f"{module} is not installed")
+
+
+def s3_or_skip():
+    """A fresh S3 prefix on the test server and the options to reach it; skips without the server, except in CI."""
+    endpoint, bucket = os.environ.get("DCT_S3_ENDPOINT"), os.environ.get("DCT_S3_BUCKET")
+    if not endpoint or not bucket:
+        if in_ci():
+            pytest.fail("DCT_S3_ENDPOINT / DCT_S3_BUCKET are not set (scripts/test-services.sh start)")
+        pytest.skip("no S3 server (scripts/test-services.sh start)")
+    options = {"aws_endpoint": endpoint, "aws_allow_http": "true", "aws_region": "us-east-1",
+               "aws_access_key_id": "test", "aws_secret_access_key": "test"}
+    return f"s3://{bucket}/py-{uuid.uuid4().hex[:12]}", options

@@ -75,11 +75,19 @@ def test_empty_and_invalid_indices(built):
     ds = open_dataset(built[0])
     b = ds.get_batch([])
     assert b.n_rows == 0 and list(b.indptr) == [0] and b.shape == (0, N_GENES)
-    for bad in ([-1], [N_CELLS], [10**6]):
-        with pytest.raises(IndexError):
+    # One check, the reader's, gives one message naming the cell and its place in the request, whichever way
+    # the cells come in (get_batch, batch_nnz, indexing, obs.take).
+    for bad, cell, position in (([-1], -1, 0), ([0, N_CELLS], N_CELLS, 1), ([10**6], 10**6, 0),
+                                (np.array([3, 2**64 - 1], np.uint64), 2**64 - 1, 1)):
+        want = rf"cell {cell} \(position {position} of the request\) is out of range: the dataset has {N_CELLS} cells"
+        with pytest.raises(IndexError, match=want):
             ds.get_batch(bad)
-    with pytest.raises(IndexError):
-        ds[N_CELLS]
+        if cell < 2**63:
+            with pytest.raises(IndexError, match=want):
+                ds.batch_nnz(bad)
+    for key, cell in ((N_CELLS, N_CELLS), (-N_CELLS - 2, -N_CELLS - 2)):
+        with pytest.raises(IndexError, match=rf"cell {cell} \(position 0 of the request\) is out of range"):
+            ds[key]
     with pytest.raises(IndexError):
         ds.prefetch([99])
     with pytest.raises(IndexError):

@@ -2,11 +2,10 @@
 writer's gene order fixed by its first tile."""
 
 import os
-import uuid
 
 import numpy as np
 import pytest
-from conftest import in_ci, make_counts, require, same
+from conftest import make_counts, require, s3_or_skip, same
 from deltacells import DatasetWriter, StoreBackend, open_dataset
 
 N, G, TILE = 120, 30, 50
@@ -84,17 +83,6 @@ def test_gene_order_cannot_change_after_the_first_tile(tmp_path):
     late.add_tile(full[:20])
     with pytest.raises(ValueError, match="first tile"):
         late.gene_order = order
-
-
-def s3_or_skip():
-    endpoint, bucket = os.environ.get("DCT_S3_ENDPOINT"), os.environ.get("DCT_S3_BUCKET")
-    if not endpoint or not bucket:
-        if in_ci():
-            pytest.fail("DCT_S3_ENDPOINT / DCT_S3_BUCKET are not set (scripts/test-services.sh start)")
-        pytest.skip("no S3 server (scripts/test-services.sh start)")
-    options = {"aws_endpoint": endpoint, "aws_allow_http": "true", "aws_region": "us-east-1",
-               "aws_access_key_id": "test", "aws_secret_access_key": "test"}
-    return f"s3://{bucket}/py-{uuid.uuid4().hex[:12]}", options
 
 
 def test_a_store_backend_s_options_reach_the_reader(built, tmp_path):

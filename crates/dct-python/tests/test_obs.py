@@ -281,8 +281,9 @@ def test_take_basics(built, cache):
     assert_column_equal(store.take([5], "age")["age"], obs["age"].to_numpy()[[5]], "age")
     with pytest.raises(KeyError, match="unknown obs columns"):
         store.take([1], ["nope"])
-    for bad in ([-1], [N], [0, 10**6]):
-        with pytest.raises(IndexError):
+    for bad, cell, position in (([-1], -1, 0), ([N], N, 0), ([0, 10**6], 10**6, 1)):
+        want = rf"cell {cell} \(position {position} of the request\) is out of range: the dataset has {N} cells"
+        with pytest.raises(IndexError, match=want):
             store.take(bad, ["age"])
     assert store.kind("cell_type") == "category" and store.categories("cell_type") == ["alpha", "beta", "gamma"]
     with pytest.raises(ValueError, match="not categorical"):

@@ -1,0 +1,65 @@
+//! `deltacells corpus info` against what the members' own files say: their gene names (var_names.txt), counted
+//! and intersected here.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn testdata(rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata").join(rel)
+}
+
+fn deltacells(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_deltacells")).args(args).output().expect("run deltacells")
+}
+
+fn convert(input: &Path, out: &Path) {
+    let o = deltacells(&["convert", input.to_str().unwrap(), "--output", out.to_str().unwrap(), "--level", "3"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+fn genes(dataset: &Path) -> Vec<String> {
+    std::fs::read_to_string(dataset.join("var_names.txt")).unwrap().lines().map(str::to_string).collect()
+}
+
+#[test]
+fn corpus_info_counts_cells_shared_genes_and_coverage() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("wu"), tmp.path().join("pbmc"));
+    convert(&testdata("inputs/wu2020_200.h5ad"), &a);
+    convert(&testdata("inputs/pbmc200/pbmc200.h5ad"), &b);
+    let (ga, gb) = (genes(&a), genes(&b));
+    let union: HashSet<&String> = ga.iter().chain(&gb).collect();
+    let shared = ga.iter().filter(|g| gb.contains(g)).count();
+    let o = deltacells(&["corpus", "info", a.to_str().unwrap(), b.to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(report["members"], 2);
+    assert_eq!(report["cells"], 400);
+    assert_eq!(report["vocabulary"], union.len());
+    assert_eq!(report["genes_shared_by_all"], shared);
+    assert_eq!(report["per_member"][0]["genes_in_vocabulary"], ga.len());
+    assert_eq!(report["per_member"][1]["genes"], gb.len());
+    let columns: Vec<&str> =
+        report["obs_columns"].as_array().unwrap().iter().map(|c| c["column"].as_str().unwrap()).collect();
+    assert!(columns.contains(&"obs_names") && columns.contains(&"depth_bin"), "{columns:?}");
+    let obs_names = report["obs_columns"].as_array().unwrap().iter().find(|c| c["column"] == "obs_names").unwrap();
+    assert_eq!(obs_names["members"], 2, "both members name their cells");
+
+    let vocabulary = tmp.path().join("vocabulary.txt");
+    std::fs::write(&vocabulary, format!("{}\nNOT_A_GENE\n{}\n", ga[0], gb[1])).unwrap();
+    let o = deltacells(&[
+        "corpus",
+        "info",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        "--genes",
+        vocabulary.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(text.contains("vocabulary 3 genes"), "{text}");
+    let o = deltacells(&["corpus", "info", a.to_str().unwrap(), "--gene-key", "nope"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("\"nope\""));
+}

@@ -1,0 +1,281 @@
+//! Conversion against independent truth: the source rows (read by the input readers), the conformance
+//! Matrix Market statistics, and byte-identity across input splits, parts and interrupted runs.
+
+use crate::support;
+
+use support::*;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use dct_convert::{ConvertOptions, GeneSort, RunOptions, convert, finalize, make_plan, run_part};
+use dct_dataset::{Dataset, ReadOptions, SparseRows};
+use dct_input::{CountSource, open_input};
+use serde_json::Value;
+
+type Rows = Vec<Vec<(u32, u32)>>;
+
+fn source_rows(source: &mut dyn CountSource) -> Rows {
+    let block = source.read_rows(0..source.n_cells()).unwrap();
+    (0..block.n_rows())
+        .map(|r| {
+            let (g, v) = block.row(r);
+            g.iter().copied().zip(v.iter().copied()).collect()
+        })
+        .collect()
+}
+
+/// Every row of a dataset, with genes mapped back to source indices through gene_order.npy and re-sorted.
+fn dataset_rows_in_source_order(url: &str) -> Rows {
+    let ds = Dataset::open(url, ReadOptions::default()).unwrap();
+    let order = ds.gene_order().unwrap().expect("gene_order.npy");
+    let cells: Vec<u64> = (0..ds.n_cells()).collect();
+    let b = ds.get_batch_as::<u32>(&cells).unwrap();
+    (0..b.n_rows())
+        .map(|r| {
+            let (g, v) = b.row(r);
+            let mut row: Vec<(u32, u32)> = g.iter().zip(v).map(|(&g, &v)| (order[g as usize] as u32, v)).collect();
+            row.sort_unstable();
+            row
+        })
+        .collect()
+}
+
+fn tiles_only(f: &BTreeMap<String, Vec<u8>>) -> BTreeMap<String, Vec<u8>> {
+    f.iter().filter(|(k, _)| k.starts_with("tiles/")).map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+fn options(out: &Path, tile_size: u64) -> ConvertOptions {
+    ConvertOptions { tile_size, level: 3, n_chunks: 4, ..ConvertOptions::new(out.to_str().unwrap()) }
+}
+
+fn run_one(inputs: &[PathBuf], opts: &ConvertOptions) {
+    convert(inputs, opts, &RunOptions::default(), false, |_| {}).unwrap();
+}
+
+#[test]
+fn h5ad_converts_exactly_and_three_formats_give_identical_tiles() {
+    let tmp = tempfile::tempdir().unwrap();
+    let h5ad = testdata("inputs/pbmc200/pbmc200.h5ad");
+    let truth = source_rows(open_input(&h5ad).unwrap().as_mut());
+    let mut tiles = Vec::new();
+    for (name, input) in [
+        ("h5ad", h5ad.clone()),
+        ("tenx", testdata("inputs/pbmc200/pbmc200_10x.h5")),
+        ("mtx", testdata("inputs/pbmc200/mtx")),
+    ] {
+        let out = tmp.path().join(name);
+        run_one(&[input], &options(&out, 64));
+        let url = out.to_str().unwrap();
+        assert_eq!(dataset_rows_in_source_order(url), truth, "{name}: cells differ from the source");
+        let report = dct_dataset::verify_url(url, ReadOptions::default(), &Default::default(), |_, _| {});
+        assert!(report.is_ok(), "{name}: {:?}", report.problems);
+        let all = files(&out);
+        for side in ["var.parquet", "obs/schema.json", "obs/obs_0000.parquet", "gene_order.npy", "var_names.txt"] {
+            assert!(all.contains_key(side), "{name}: {side} is written");
+        }
+        tiles.push(tiles_only(&all));
+    }
+    assert_eq!(tiles[0].len(), 4, "200 cells in tiles of 64");
+    assert_eq!(tiles[0], tiles[1], "h5ad and 10x h5 give different tiles");
+    assert_eq!(tiles[0], tiles[2], "h5ad and Matrix Market give different tiles");
+}
+
+#[test]
+fn gene_order_is_by_decreasing_total_and_exceptions_survive() {
+    let tmp = tempfile::tempdir().unwrap();
+    for case in ["tenx_v3", "tenx_v2_plain"] {
+        let exp: Value =
+            serde_json::from_slice(&std::fs::read(testdata(&format!("conformance/mtx/{case}.expected.json"))).unwrap())
+                .unwrap();
+        let out = tmp.path().join(case);
+        run_one(&[testdata(&format!("conformance/mtx/{case}"))], &options(&out, 7));
+        let ds = Dataset::open(out.to_str().unwrap(), ReadOptions::default()).unwrap();
+        let order: Vec<u64> = ds.gene_order().unwrap().unwrap().iter().map(|&g| g as u64).collect();
+        let want: Vec<u64> =
+            exp["gene_order_by_decreasing_total"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+        assert_eq!(order, want, "{case}: gene order");
+        let cells: Vec<u64> = (0..ds.n_cells()).collect();
+        let b = ds.get_batch_as::<u64>(&cells).unwrap();
+        let n_genes = exp["n_genes"].as_u64().unwrap() as usize;
+        let (mut gene_totals, mut gene_nnz) = (vec![0u64; n_genes], vec![0u64; n_genes]);
+        let mut cell_totals = Vec::new();
+        for r in 0..b.n_rows() {
+            let (g, v) = b.row(r);
+            for (&g, &v) in g.iter().zip(v) {
+                gene_totals[order[g as usize] as usize] += v;
+                gene_nnz[order[g as usize] as usize] += 1;
+            }
+            cell_totals.push(v.iter().sum::<u64>());
+        }
+        let ints = |k: &str| -> Vec<u64> { exp[k].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect() };
+        assert_eq!(gene_totals, ints("gene_totals"), "{case}");
+        assert_eq!(gene_nnz, ints("gene_nnz"), "{case}");
+        assert_eq!(cell_totals, ints("cell_totals"), "{case}");
+        if case == "tenx_v2_plain" {
+            assert!(b.values.contains(&70_000), "the count of 70000 comes back exactly");
+        }
+        let names = ds.var_names().unwrap().unwrap();
+        let src_names: Vec<&str> =
+            exp["feature_names"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
+        for (j, &g) in order.iter().enumerate() {
+            assert_eq!(names[j], src_names[g as usize], "{case}: var_names follow the output order");
+        }
+    }
+}
+
+#[test]
+fn input_splits_parts_and_resumes_give_identical_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut source = open_input(testdata("inputs/pbmc200/pbmc200.h5ad")).unwrap();
+    let rows = source_rows(source.as_mut());
+    // The same 200 cells as one file, as an even split, and as a jagged split (one file of a single cell).
+    let mut layouts: Vec<Vec<PathBuf>> = Vec::new();
+    for (name, cuts) in [("one", vec![0, 200]), ("even", vec![0, 100, 200]), ("jagged", vec![0, 1, 77, 78, 200])] {
+        let mut inputs = Vec::new();
+        for (i, w) in cuts.windows(2).enumerate() {
+            let dir = tmp.path().join(format!("in_{name}/part{}", i + 1));
+            write_mtx(&dir, source.as_ref(), &rows[w[0]..w[1]], w[0]);
+            inputs.push(dir);
+        }
+        layouts.push(inputs);
+    }
+    let mut results = Vec::new();
+    for (k, inputs) in layouts.iter().enumerate() {
+        let out = tmp.path().join(format!("out{k}"));
+        run_one(inputs, &options(&out, 48));
+        results.push(tiles_only(&files(&out)));
+    }
+    assert_eq!(results[0].len(), 5);
+    assert_eq!(results[0], results[1], "even split changes the tiles");
+    assert_eq!(results[0], results[2], "jagged split changes the tiles");
+
+    // Plan + 3 parts (run out of order) + finalize equals the one-shot conversion, byte for byte.
+    let inputs = &layouts[2];
+    let one_shot = tmp.path().join("oneshot");
+    run_one(inputs, &options(&one_shot, 48));
+    let parted = tmp.path().join("parted");
+    let plan = make_plan(inputs, &options(&parted, 48)).unwrap();
+    let plan_file = tmp.path().join("plan.json");
+    plan.save(&plan_file).unwrap();
+    let plan = dct_convert::Plan::load(&plan_file).unwrap();
+    for part in [2, 0, 1, 0] {
+        run_part(&plan, part, 3, &RunOptions::default(), |_| {}).unwrap();
+    }
+    assert!(!parted.join("manifest.json").exists(), "no manifest before finalize");
+    finalize(&plan, &RunOptions::default()).unwrap();
+    let (a, b) = (files(&one_shot), files(&parted));
+    assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+    for (k, v) in &a {
+        if k != "manifest.json" && k != "convert-plan.json" {
+            assert_eq!(v, &b[k], "{k} differs between one-shot and parts");
+        }
+    }
+    let strip = |bytes: &[u8]| {
+        let mut m: Value = serde_json::from_slice(bytes).unwrap();
+        m["metadata"] = Value::Null;
+        m
+    };
+    assert_eq!(strip(&a["manifest.json"]), strip(&b["manifest.json"]), "manifests differ beyond the output URL");
+
+    // Interrupted after k tiles: no manifest; finalize refuses; resuming gives the same dataset.
+    for k in [0usize, 1, 3] {
+        let out = tmp.path().join(format!("interrupted{k}"));
+        let opts = options(&out, 48);
+        let plan = make_plan(inputs, &opts).unwrap();
+        let stop = RunOptions { stop_after_tiles: Some(k), ..RunOptions::default() };
+        let report = run_part(&plan, 0, 1, &stop, |_| {}).unwrap();
+        assert_eq!(report.written, k);
+        assert!(!out.join("manifest.json").exists());
+        assert!(finalize(&plan, &RunOptions::default()).is_err(), "finalize must refuse missing tiles");
+        // Corrupt one written tile: the resume must rewrite it.
+        if k > 0 {
+            let t = out.join("tiles/tile_000000.dct");
+            let mut bytes = std::fs::read(&t).unwrap();
+            let n = bytes.len();
+            bytes[n - 1] ^= 0xff;
+            std::fs::write(&t, bytes).unwrap();
+        }
+        let resumed = convert(inputs, &opts, &RunOptions::default(), false, |_| {}).unwrap();
+        assert_eq!(resumed.n_cells, 200);
+        assert_eq!(tiles_only(&files(&out)), tiles_only(&a), "resume after {k} tiles");
+    }
+}
+
+#[test]
+fn bad_inputs_fail_clearly_and_leave_no_manifest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let check = |inputs: &[PathBuf], opts: ConvertOptions, want: &str| {
+        let out = PathBuf::from(&opts.output);
+        let err = convert(inputs, &opts, &RunOptions::default(), false, |_| {}).unwrap_err().to_string();
+        assert!(err.contains(want), "expected {want:?} in: {err}");
+        assert!(!out.join("manifest.json").exists(), "{err}: a manifest was left");
+    };
+    // Gene lists that differ: name the file and gene.
+    let a = testdata("inputs/pbmc200/mtx");
+    let b = testdata("conformance/mtx/tenx_v3");
+    check(&[a.clone(), b], options(&tmp.path().join("o1"), 64), "genes");
+    // Not counts (a normalized layer).
+    let layouts = testdata("inputs/layouts.h5ad");
+    let opts = ConvertOptions {
+        matrix: dct_input::H5adMatrix::Layer("normalized".into()),
+        ..options(&tmp.path().join("o2"), 16)
+    };
+    check(&[layouts], opts, "not a count");
+    // A legacy h5ad.
+    check(&[testdata("inputs/legacy.h5ad")], options(&tmp.path().join("o3"), 16), "anndata");
+    // A truncated gzip and a missing barcodes file.
+    let broken = tmp.path().join("broken");
+    std::fs::create_dir_all(&broken).unwrap();
+    for f in ["features.tsv.gz", "barcodes.tsv.gz"] {
+        std::fs::copy(a.join(f), broken.join(f)).unwrap();
+    }
+    let gz = std::fs::read(a.join("matrix.mtx.gz")).unwrap();
+    std::fs::write(broken.join("matrix.mtx.gz"), &gz[..gz.len() / 2]).unwrap();
+    check(std::slice::from_ref(&broken), options(&tmp.path().join("o4"), 16), "truncated");
+    std::fs::write(broken.join("matrix.mtx.gz"), &gz).unwrap();
+    std::fs::remove_file(broken.join("barcodes.tsv.gz")).unwrap();
+    check(&[broken], options(&tmp.path().join("o5"), 16), "barcodes");
+}
+
+/// A finished dataset holds only the spec's files (the plan marker is removed after the manifest); converting,
+/// running a part or finalizing the same plan again finds it finished and writes nothing.
+#[test]
+fn a_finished_conversion_leaves_no_plan_marker_and_is_found_finished() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("o");
+    let input = testdata("inputs/pbmc200/mtx");
+    let opts = options(&out, 64);
+    let first = convert(std::slice::from_ref(&input), &opts, &RunOptions::default(), false, |_| {}).unwrap();
+    assert!(!out.join("convert-plan.json").exists(), "the plan marker outlived finalize");
+    let before = files(&out);
+    let again = convert(std::slice::from_ref(&input), &opts, &RunOptions::default(), false, |_| {}).unwrap();
+    assert_eq!(again.to_json_pretty(), first.to_json_pretty());
+    let plan = make_plan(std::slice::from_ref(&input), &opts).unwrap();
+    let report = run_part(&plan, 0, 1, &RunOptions::default(), |_| {}).unwrap();
+    assert_eq!((report.written, report.skipped), (0, plan.n_tiles));
+    assert_eq!(finalize(&plan, &RunOptions::default()).unwrap().to_json_pretty(), first.to_json_pretty());
+    assert_eq!(files(&out), before, "a finished dataset was rewritten");
+    assert!(!out.join("convert-plan.json").exists());
+}
+
+#[test]
+fn an_output_holding_another_dataset_is_refused_unless_overwrite() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("o");
+    let input = testdata("inputs/pbmc200/mtx");
+    run_one(std::slice::from_ref(&input), &options(&out, 64));
+    // Different options: a different plan for the same output.
+    let other = ConvertOptions { gene_sort: GeneSort::Keep, ..options(&out, 64) };
+    let err = convert(std::slice::from_ref(&input), &other, &RunOptions::default(), false, |_| {}).unwrap_err();
+    assert!(err.to_string().contains("already holds a dataset"), "{err}");
+    assert!(out.join("obs/obs_0000.parquet").exists() && out.join("var.parquet").exists());
+    let other = ConvertOptions { write_obs: false, ..other };
+    convert(std::slice::from_ref(&input), &other, &RunOptions::default(), true, |_| {}).unwrap();
+    assert!(!out.join("obs/obs_0000.parquet").exists(), "--overwrite removed the old obs");
+    assert!(out.join("var.parquet").exists());
+    let ds = Dataset::open(out.to_str().unwrap(), ReadOptions::default()).unwrap();
+    assert!(!ds.manifest().has_obs);
+    let order = ds.gene_order().unwrap().unwrap();
+    assert!(order.iter().enumerate().all(|(j, &g)| j as i32 == g), "--no-sort-genes keeps the source order");
+}

@@ -1,0 +1,10 @@
+//! The integration tests of `dct-convert`, one module per subject, in one test binary (one link of the
+//! dependencies instead of one per file).
+
+mod convert;
+mod obs;
+mod obs_bench;
+mod spill;
+mod split_scan;
+mod support;
+mod writer_agrees;

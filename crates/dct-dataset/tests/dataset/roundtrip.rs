@@ -1,0 +1,315 @@
+//! Writer -> reader round trips against an in-memory source matrix, and the writer's atomicity rules.
+
+use crate::common;
+
+use common::{Truth, append_all, assert_batch, create_in, open_in, random_batches, random_truth};
+use dct_codec::{CsrMatrix, ExceptionPolicy};
+use dct_dataset::{
+    Batch, Category, Dataset, DatasetError, DatasetWriter, LocalReads, ReadOptions, SparseRows, Store, StoreOptions,
+    VerifyOptions, WriterOptions,
+};
+use dct_store::testing::counted;
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+
+fn opts(n_genes: u64, tile_size: u64) -> WriterOptions {
+    WriterOptions { tile_size, n_chunks: 3, zstd_level: 3, encode_threads: 2, ..WriterOptions::new(n_genes) }
+}
+
+fn check_all(ds: &Dataset, truth: &Truth, seed: u64) {
+    for batch in random_batches(seed, truth.n_cells(), 40, 250) {
+        assert_batch(&ds.get_batch_as::<u32>(&batch).unwrap(), truth, &batch);
+        assert_eq!(ds.batch_nnz(&batch).unwrap(), truth.nnz_of(&batch));
+    }
+    // Every cell once, in a shuffled order, into one reused buffer.
+    let mut all: Vec<u64> = (0..truth.n_cells()).collect();
+    all.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(seed));
+    let mut buf = Batch::<u32>::default();
+    for chunk in all.chunks(97) {
+        ds.get_batch_into(chunk, &mut buf).unwrap();
+        assert_batch(&buf, truth, chunk);
+    }
+}
+
+#[test]
+fn local_round_trip_with_short_last_tile_and_side_files() {
+    let truth = random_truth(1, 1003, 700, 0.03, false);
+    let dir = tempfile::tempdir().unwrap();
+    let url = dir.path().join("nested/ds");
+    let url = url.to_str().unwrap();
+    let mut w = DatasetWriter::create(url, opts(700, 100)).unwrap();
+    append_all(&mut w, &truth, 2, 250);
+    let mut order: Vec<i32> = (0..700).collect();
+    order.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(3));
+    let names: Vec<String> = (0..700).map(|g| format!("GENE{g}")).collect();
+    w.set_gene_order(order.clone()).unwrap();
+    w.set_var_names(names.clone()).unwrap();
+    w.set_metadata(serde_json::json!({"source": "test"}));
+    assert_eq!(w.n_cells(), 1003);
+    let written = w.finish().unwrap();
+
+    let ds = Dataset::open(url, ReadOptions { max_cached_tiles: 4, ..ReadOptions::default() }).unwrap();
+    let m = ds.manifest();
+    assert_eq!(m, &written);
+    assert_eq!(m.version, 2);
+    assert_eq!(m.tile_cells, [vec![100; 10], vec![3]].concat());
+    assert_eq!(m.nnz(), truth.nnz());
+    for t in 0..ds.n_tiles() {
+        let (lo, hi) = ds.tile_bounds(t).unwrap();
+        assert_eq!(m.tile_nnz[t], truth.nnz_of(&(lo..hi).collect::<Vec<_>>()));
+        let len = std::fs::metadata(dir.path().join(format!("nested/ds/tiles/tile_{t:06}.dct"))).unwrap().len();
+        assert_eq!(m.tile_bytes[t], len);
+    }
+    assert_eq!(m.metadata["source"], "test");
+    assert_eq!(*ds.gene_order().unwrap().unwrap(), order);
+    assert_eq!(*ds.var_names().unwrap().unwrap(), names);
+    check_all(&ds, &truth, 4);
+    assert!(ds.verify(&VerifyOptions::default(), |_, _| {}).is_ok());
+    // No temporary files are left behind.
+    let mut files: Vec<String> = walk(dir.path());
+    files.sort();
+    assert_eq!(files.len(), 11 + 3, "{files:?}");
+    assert!(files.iter().all(|f| !f.contains('#')), "{files:?}");
+}
+
+#[test]
+fn local_tiles_read_the_same_mapped_or_read_and_a_truncated_or_missing_tile_is_named() {
+    let truth = random_truth(5, 420, 300, 0.05, false);
+    let dir = tempfile::tempdir().unwrap();
+    let url = dir.path().join("ds");
+    let url = url.to_str().unwrap();
+    let mut w = DatasetWriter::create(url, opts(300, 100)).unwrap();
+    append_all(&mut w, &truth, 6, 90);
+    w.finish().unwrap();
+    let open = |local_reads| {
+        let store = StoreOptions { local_reads, ..StoreOptions::default() };
+        Dataset::open(url, ReadOptions { max_cached_tiles: 2, store, ..ReadOptions::default() }).unwrap()
+    };
+    for mode in [LocalReads::MemoryMap, LocalReads::Read] {
+        check_all(&open(mode), &truth, 7);
+    }
+    // Tile 1 loses its last byte (rewritten, as a copy would be, so no live map is affected); tile 3 disappears.
+    let tile = |t: usize| dir.path().join(format!("ds/tiles/tile_{t:06}.dct"));
+    let bytes = std::fs::read(tile(1)).unwrap();
+    std::fs::remove_file(tile(1)).unwrap();
+    std::fs::write(tile(1), &bytes[..bytes.len() - 1]).unwrap();
+    std::fs::remove_file(tile(3)).unwrap();
+    for mode in [LocalReads::MemoryMap, LocalReads::Read] {
+        let ds = open(mode);
+        let (lo, _) = ds.tile_bounds(1).unwrap();
+        match ds.get_batch(&[lo]) {
+            Err(DatasetError::Tile { category: Category::TileBytes, tile: 1, url: u, message }) => {
+                assert!(u.ends_with("tiles/tile_000001.dct"), "{mode:?}: {u}");
+                assert!(message.contains(&format!("{} bytes", bytes.len() - 1)), "{mode:?}: {message}");
+            }
+            other => panic!("{mode:?}: truncated tile gave {other:?}"),
+        }
+        let (lo, _) = ds.tile_bounds(3).unwrap();
+        match ds.get_batch(&[lo]) {
+            Err(DatasetError::Tile { category: Category::TileMissing, tile: 3, .. }) => {}
+            other => panic!("{mode:?}: missing tile gave {other:?}"),
+        }
+        // The intact tiles still read.
+        let cells: Vec<u64> = (0..100).chain(200..300).collect();
+        assert_batch(&ds.get_batch_as::<u32>(&cells).unwrap(), &truth, &cells);
+    }
+}
+
+fn walk(p: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(p).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            out.extend(walk(&e.path()));
+        } else {
+            out.push(e.path().display().to_string());
+        }
+    }
+    out
+}
+
+#[test]
+fn in_memory_round_trip_with_exceptions_and_float_input() {
+    // 100000 genes: gaps above 65535; some counts above 65535.
+    let truth = random_truth(5, 333, 100_000, 0.0002, true);
+    let store = Store::memory("test");
+    let mut w = create_in(
+        store.clone(),
+        "a/b",
+        WriterOptions { exception_policy: ExceptionPolicy::Unlimited, ..opts(100_000, 64) },
+    )
+    .unwrap();
+    append_all(&mut w, &truth, 6, 100);
+    w.finish().unwrap();
+    let ds = open_in(store.clone(), "a/b", ReadOptions::default()).unwrap();
+    assert_eq!(ds.n_tiles(), 6);
+    check_all(&ds, &truth, 7);
+    let cells: Vec<u64> = (0..truth.n_cells()).collect();
+    let wide = ds.get_batch_as::<f64>(&cells).unwrap();
+    let exact = ds.get_batch_as::<u32>(&cells).unwrap();
+    assert!(wide.values.iter().zip(&exact.values).all(|(&f, &u)| f == f64::from(u)));
+    assert!(exact.values.iter().any(|&v| v > 65_535), "the test data has value exceptions");
+
+    // f32 input (integral floats) gives the same dataset.
+    let store2 = Store::memory("test");
+    let mut w = create_in(store2.clone(), "", opts(5, 2)).unwrap();
+    let m = CsrMatrix {
+        n_rows: 3,
+        n_cols: 5,
+        indptr: &[0i64, 2, 2, 4],
+        indices: &[4i32, 1, 0, 0],
+        values: &[2.0f32, 1.0, 3.0, 4.0],
+    };
+    w.append(&m).unwrap();
+    w.finish().unwrap();
+    let ds = open_in(store2, "", ReadOptions::default()).unwrap();
+    let b = ds.get_batch_as::<u32>(&[0, 1, 2]).unwrap();
+    assert_eq!(b.row(0), (&[1, 4][..], &[1, 2][..]));
+    assert_eq!(b.row(1), (&[][..], &[][..]));
+    assert_eq!(b.row(2), (&[0][..], &[7][..])); // repeats summed
+}
+
+#[test]
+fn manifest_is_the_last_put() {
+    let truth = random_truth(8, 250, 50, 0.1, false);
+    let (store, counter) = counted(&Store::memory("test"));
+    let mut w = create_in(store.clone(), "ds", opts(50, 30)).unwrap();
+    append_all(&mut w, &truth, 9, 80);
+    w.set_var_names((0..50).map(|g| g.to_string()).collect()).unwrap();
+    w.put_file("var.parquet", bytes::Bytes::from_static(b"not really parquet")).unwrap();
+    let m = w.finish().unwrap();
+    assert!(m.has_var_table && m.has_var_names && !m.has_gene_order);
+    let counts = counter.counts();
+    assert_eq!(counts.puts, 9 + 2 + 1, "one PUT per tile, per side file, and the manifest");
+    assert_eq!(counts.put_paths.last().unwrap(), "ds/manifest.json");
+    assert_eq!(counts.put_paths.iter().filter(|p| p.contains("manifest")).count(), 1);
+}
+
+#[test]
+fn existing_destination_is_refused_unless_overwrite() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = dir.path().to_str().unwrap();
+    let big = random_truth(10, 500, 40, 0.1, false);
+    let mut w = DatasetWriter::create(url, opts(40, 100)).unwrap();
+    append_all(&mut w, &big, 11, 500);
+    w.set_var_names((0..40).map(|g| g.to_string()).collect()).unwrap();
+    w.finish().unwrap();
+
+    let e = DatasetWriter::create(url, opts(40, 100)).unwrap_err();
+    assert_eq!(e.category(), Category::AlreadyExists, "{e}");
+    assert!(e.to_string().contains("overwrite"), "{e}");
+
+    // An unrelated file is enough to refuse a location.
+    let other = tempfile::tempdir().unwrap();
+    std::fs::write(other.path().join("notes.txt"), "hi").unwrap();
+    let e = DatasetWriter::create(other.path().to_str().unwrap(), opts(40, 100)).unwrap_err();
+    assert_eq!(e.category(), Category::AlreadyExists);
+
+    let small = random_truth(12, 150, 40, 0.1, false);
+    let mut w = DatasetWriter::create(url, WriterOptions { overwrite: true, ..opts(40, 100) }).unwrap();
+    // The old manifest is gone as soon as the new writer starts.
+    assert_eq!(Dataset::open(url, ReadOptions::default()).unwrap_err().category(), Category::ManifestMissing);
+    append_all(&mut w, &small, 13, 60);
+    w.finish().unwrap();
+    let ds = Dataset::open(url, ReadOptions::default()).unwrap();
+    assert_eq!(ds.n_tiles(), 2);
+    assert!(ds.var_names().unwrap().is_none());
+    check_all(&ds, &small, 14);
+    assert!(!dir.path().join("tiles/tile_000004.dct").exists(), "old tiles are removed");
+    assert!(!dir.path().join("var_names.txt").exists(), "old side files are removed");
+}
+
+#[test]
+fn dropped_or_failed_writer_leaves_no_manifest() {
+    let truth = random_truth(15, 300, 30, 0.1, false);
+    let store = Store::memory("test");
+    {
+        let mut w = create_in(store.clone(), "dropped", opts(30, 50)).unwrap();
+        append_all(&mut w, &truth, 16, 100);
+    }
+    let e = open_in(store.clone(), "dropped", ReadOptions::default()).unwrap_err();
+    assert_eq!(e.category(), Category::ManifestMissing);
+
+    // Invalid data: the append fails, and so does everything after it.
+    let mut w = create_in(store.clone(), "bad", opts(30, 50)).unwrap();
+    append_all(&mut w, &truth, 17, 100);
+    let bad = CsrMatrix { n_rows: 1, n_cols: 30, indptr: &[0u32, 1], indices: &[3u32], values: &[-1i32] };
+    let e = w.append(&bad).unwrap_err();
+    assert!(matches!(e, DatasetError::Encode { .. }), "{e}");
+    assert!(e.to_string().contains("negative"), "{e}");
+    let good = CsrMatrix { n_rows: 1, n_cols: 30, indptr: &[0u32, 1], indices: &[3u32], values: &[1u32] };
+    assert!(w.append(&good).is_err());
+    assert!(w.finish().is_err());
+    assert!(block_on_head(&store, "bad/manifest.json").is_none());
+
+    // An encoding failure inside a background tile task surfaces later and stops the writer.
+    let mut w = create_in(
+        store.clone(),
+        "exceptions",
+        WriterOptions { exception_policy: ExceptionPolicy::AtMost(0), max_tiles_in_flight: 1, ..opts(30, 2) },
+    )
+    .unwrap();
+    let big = CsrMatrix { n_rows: 2, n_cols: 30, indptr: &[0u32, 1, 1], indices: &[0u32], values: &[70_000u32] };
+    let first = w.append(&big);
+    let e = match first {
+        Err(e) => e,
+        Ok(()) => w.finish().unwrap_err(),
+    };
+    assert!(e.to_string().contains("tile 0"), "{e}");
+    assert!(block_on_head(&store, "exceptions/manifest.json").is_none());
+}
+
+fn block_on_head(store: &Store, path: &str) -> Option<u64> {
+    let (store, path) = (store.clone(), path.to_string());
+    dct_store::runtime::block_on(async move { store.size(&path).await }).unwrap().ok()
+}
+
+#[test]
+fn writer_refuses_bad_side_data_but_keeps_going() {
+    let store = Store::memory("test");
+    let mut w = create_in(store.clone(), "", opts(3, 10)).unwrap();
+    assert!(w.set_var_names(vec!["a".into(), "b\nc".into(), "d".into()]).is_err());
+    assert!(w.set_var_names(vec!["a".into()]).is_err());
+    assert!(w.set_gene_order(vec![0, 0, 1]).is_err());
+    assert!(w.set_gene_order(vec![0, 1, 3]).is_err());
+    assert!(w.put_file("tiles/tile_000000.dct", bytes::Bytes::new()).is_err());
+    assert!(w.put_file("manifest.json", bytes::Bytes::new()).is_err());
+    assert!(w.put_file("../x", bytes::Bytes::new()).is_err());
+    let wrong = CsrMatrix { n_rows: 1, n_cols: 4, indptr: &[0u32, 0], indices: &[] as &[u32], values: &[] as &[u32] };
+    assert_eq!(w.append(&wrong).unwrap_err().category(), Category::InvalidArgument);
+    // Still usable.
+    w.set_gene_order(vec![2, 0, 1]).unwrap();
+    let m = CsrMatrix { n_rows: 1, n_cols: 3, indptr: &[0u32, 1], indices: &[2u32], values: &[9u32] };
+    w.append(&m).unwrap();
+    w.finish().unwrap();
+    let ds = open_in(store, "", ReadOptions::default()).unwrap();
+    assert_eq!(*ds.gene_order().unwrap().unwrap(), vec![2, 0, 1]);
+    assert_eq!(ds.get_batch(&[0]).unwrap().row(0), (&[2][..], &[9.0][..]));
+}
+
+#[test]
+fn empty_dataset() {
+    let store = Store::memory("test");
+    let w = create_in(store.clone(), "", opts(10, 10)).unwrap();
+    let m = w.finish().unwrap();
+    assert_eq!(m.n_tiles(), 0);
+    let ds = open_in(store, "", ReadOptions::default()).unwrap();
+    assert_eq!(ds.n_cells(), 0);
+    assert_eq!(ds.get_batch(&[]).unwrap().n_rows(), 0);
+    assert!(ds.get_batch(&[0]).is_err());
+    assert!(ds.verify(&VerifyOptions::default(), |_, _| {}).is_ok());
+}
+
+#[test]
+fn invalid_writer_options() {
+    let store = Store::memory("test");
+    for o in [
+        opts(0, 10),
+        opts(10, 0),
+        WriterOptions { n_chunks: 0, ..opts(10, 10) },
+        WriterOptions { zstd_level: 99, ..opts(10, 10) },
+    ] {
+        let e = create_in(store.clone(), "", o).unwrap_err();
+        assert_eq!(e.category(), Category::InvalidArgument, "{e}");
+    }
+}
