@@ -12,7 +12,7 @@
 #
 # Then:
 #   eval "$(scripts/test-services.sh start)"
-#   cargo test -p dct-cli --test backends
+#   cargo test -p dct-cli --test cli backends::
 #
 # Without the variables the cloud tests skip themselves, so `cargo test` passes without servers; with CI=true a
 # missing variable fails them instead.

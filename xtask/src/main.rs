@@ -1,8 +1,9 @@
 //! Developer tasks for the deltacells workspace: `cargo xtask <task>`.
 //!
-//! * `ci` — what CI runs: format check, clippy with warnings denied, every Rust test, then the Python package
-//!   built into a venv outside the clone, linted, type-checked and its pytest suite run against the installed
-//!   wheel (see `python.rs`), and last the crates meant for crates.io packaged and built from their packages.
+//! * `ci` — what CI runs: format check, clippy with warnings denied, every Rust test, rustdoc with warnings denied,
+//!   then the Python package built into a venv outside the clone, linted, type-checked and its pytest suite run
+//!   against the installed wheel (see `python.rs`), and last the crates meant for crates.io packaged and built from
+//!   their packages.
 //! * `package` — the crates meant for crates.io packaged and built from their packages (the last step of `ci`).
 //! * `conformance [DIR]` — the public conformance set through the release CLI (needs python3 and the shared
 //!   tools; skipped with a message when they are absent).
@@ -86,14 +87,25 @@ fn cargo() -> Command {
 
 /// The crates meant for crates.io, in dependency order (the README says so too); every other crate of the
 /// workspace has `publish = false`.
-const PUBLISHED: [&str; 8] =
-    ["dct-format", "dct-codec", "dct-store", "dct-obs", "dct-dataset", "dct-input", "dct-convert", "dct-cli"];
+const PUBLISHED: [&str; 9] = [
+    "dct-format",
+    "dct-codec",
+    "dct-store",
+    "dct-obs",
+    "dct-dataset",
+    "dct-corpus",
+    "dct-input",
+    "dct-convert",
+    "dct-cli",
+];
 
 fn ci() -> Result<(), String> {
     run("format", cargo().args(["fmt", "--all", "--", "--check"]))?;
     run("clippy", cargo().args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
     run("tests", cargo().args(["test", "--workspace", "--all-targets"]))?;
     run("doc tests", cargo().args(["test", "--workspace", "--doc"]))?;
+    // Rustdoc's own checks (broken intra-doc links, bare URLs) as errors, so the API docs stay whole.
+    run("docs", cargo().env("RUSTDOCFLAGS", "-D warnings").args(["doc", "--workspace", "--no-deps"]))?;
     python::test()?;
     package()
 }

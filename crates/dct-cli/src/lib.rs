@@ -6,6 +6,15 @@
 //!
 //! Exit status: 0 when all is well, 1 when problems were found (bad input, failed verification), 2 for usage
 //! errors. Bad input never panics; the message says what is wrong and where.
+//!
+//! # Modules
+//!
+//! * This library: `dct_cli::run(args) -> exit status`, and `VERSION`, which carries the commit it was built from
+//!   (set by `build.rs`).
+//! * The binary over it, with the subcommands `demo`, `convert`, `info`, `verify`, `export`, `inspect-tile`,
+//!   `bench` and `obs info/localize/show`.
+//! * The demo sample is in `crates/dct-cli/demo/`, inside the crate that embeds it.
+//! * Exit status: 0, 1 (problems) or 2 (usage).
 
 #![forbid(unsafe_code)]
 
@@ -54,6 +63,8 @@ enum Command {
     Verify(commands::verify::Args),
     /// Per-cell metadata: columns and their sizes, localize columns into the node cache, show cells' values.
     Obs(commands::obs::Args),
+    /// Many datasets as one corpus: cells, the gene vocabulary and each member's coverage, obs columns.
+    Corpus(commands::corpus::Args),
     /// Write decoded rows as Matrix Market or CSV.
     Export(commands::export::Args),
     /// Show the header, chunk table, per-chunk sizes and exception counts of one tile file.
@@ -84,6 +95,7 @@ where
         Command::Info(args) => commands::info::run(args, &store),
         Command::Verify(args) => commands::verify::run(args, &store),
         Command::Obs(args) => commands::obs::run(args, &store),
+        Command::Corpus(args) => commands::corpus::run(args, &store),
         Command::Export(args) => commands::export::run(args, &store),
         Command::InspectTile(args) => commands::inspect::run(args),
         Command::Bench(args) => commands::bench::run(args, &store),

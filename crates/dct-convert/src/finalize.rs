@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use dct_dataset::manifest::VAR_TABLE_NAME;
-use dct_dataset::{Manifest, SideFiles, finish_dataset};
+use dct_dataset::{Manifest, ManifestSettings, SideFiles, TileStats, finish_dataset};
 use dct_input::H5adSource;
 use dct_obs::{ObsWriteOptions, ObsWriteSummary, ObsWriter, encode_var_parquet};
 use rayon::prelude::*;
@@ -118,16 +118,13 @@ pub fn finalize(plan: &Plan, opts: &RunOptions) -> Result<Manifest, ConvertError
             )));
         }
     }
-    let mut manifest = Manifest::new(plan.n_genes, plan.tile_size);
-    manifest.version = plan.tile_version()?.number();
+    let mut tiles = Vec::with_capacity(plan.n_tiles);
     let mut problems = Vec::new();
     for t in 0..plan.n_tiles {
         match check_tile(&out, plan, t)? {
             TileState::Valid { nnz, bytes } => {
                 let (first, end) = plan.tile_cells(t);
-                manifest.tile_cells.push(end - first);
-                manifest.tile_nnz.push(nnz);
-                manifest.tile_bytes.push(bytes);
+                tiles.push(TileStats { cells: end - first, nnz, bytes });
             }
             TileState::Missing => problems.push(format!("tile {t} is missing")),
             TileState::Invalid(why) => problems.push(format!("tile {t} is invalid: {why}")),
@@ -136,9 +133,7 @@ pub fn finalize(plan: &Plan, opts: &RunOptions) -> Result<Manifest, ConvertError
     if !problems.is_empty() {
         return Err(ConvertError::Incomplete { output: out.store.root().to_string(), problems });
     }
-    manifest.n_cells = plan.n_cells;
-    manifest.n_chunks = Some(plan.n_chunks as u64);
-    manifest.zstd_level = Some(i64::from(plan.zstd_level));
+    let tile_cells: Vec<u64> = tiles.iter().map(|t| t.cells).collect();
     let mut side = SideFiles::new(plan.n_genes);
     side.set_gene_order(plan.gene_order.iter().map(|&g| g as i32).collect())?;
     side.set_var_names(plan.var_names.clone())?;
@@ -148,17 +143,7 @@ pub fn finalize(plan: &Plan, opts: &RunOptions) -> Result<Manifest, ConvertError
         side.add_file(VAR_TABLE_NAME, var_bytes)?;
         var_skipped = skipped;
     }
-    if let Some(obs) = write_obs(&out, plan, &manifest.tile_cells)? {
-        manifest.has_obs = true;
-        manifest.obs_tiles_per_file = obs.tiles_per_file;
-        manifest.obs_shard_bytes = obs.shard_bytes;
-        manifest.obs_shard_sha256 = obs.shard_sha256;
-        manifest.obs_fingerprint = obs.fingerprint;
-        // A version-1 manifest carries only the keys the original reader knows: it refuses any other.
-        if manifest.version != 1 {
-            manifest.obs_shard_footer_crc32 = Some(obs.shard_footer_crc32);
-        }
-    }
+    let obs = write_obs(&out, plan, &tile_cells)?.map(|summary| summary.fields);
     let mut metadata = json!({
         "converter": format!("deltacells {}", env!("CARGO_PKG_VERSION")),
         "inputs": plan.inputs.iter().map(|i| &i.path).collect::<Vec<_>>(),
@@ -176,7 +161,14 @@ pub fn finalize(plan: &Plan, opts: &RunOptions) -> Result<Manifest, ConvertError
     if !var_skipped.is_empty() {
         metadata["var_columns_left_out"] = json!(var_skipped);
     }
-    manifest.metadata = metadata;
+    let settings = ManifestSettings {
+        version: plan.tile_version()?,
+        n_genes: plan.n_genes,
+        tile_size: plan.tile_size,
+        n_chunks: plan.n_chunks as u64,
+        zstd_level: i64::from(plan.zstd_level),
+    };
+    let manifest = Manifest::build(settings, &tiles, obs, metadata);
     // The side files, then the manifest, last: it makes the dataset visible. Then the marker goes: a finished
     // dataset holds only the spec's files, and its manifest's `metadata.convert_plan` still ties it to the plan (a
     // re-run finds it finished).

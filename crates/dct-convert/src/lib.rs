@@ -33,6 +33,25 @@
 //! (datetimes, nested data) is an error naming it and its file. The schema's exact `obs/schema.json` text is part of
 //! the [`Plan`] (so its fingerprint covers it). [`finalize`] writes the shards, one row group per tile, tiles
 //! crossing input boundaries (memory and reasons: see [`finalize`]).
+//!
+//! # Modules
+//!
+//! * `inputs.rs`: `resolve_inputs`, which files the arguments name (globs with `**`, hidden names left out, each
+//!   path once, in natural order by `natural_cmp`), for the CLI and Python alike.
+//! * `make_plan`: scans the inputs in parallel, checks the gene lists, and fixes the gene order and the obs schema.
+//! * `scan_inputs_part` and `make_plan_with_scans`: the same first pass split over machines, with one checked
+//!   per-input scan file each in `PLAN.json.d/scan-<i>.json`, merged into the same plan; stale or corrupt files are
+//!   scanned again.
+//! * `run.rs`: `run_part`, a contiguous share of the tiles, skipping complete ones; one tile worker per core reads,
+//!   renumbers and encodes whole tiles.
+//! * `finalize.rs`: `finalize` checks the tiles, then the obs shards, then calls `dct_dataset::finish_dataset` for
+//!   the side files, `var.parquet` and the manifest, last; then the plan marker `convert-plan.json` is removed, and
+//!   a re-run finds the dataset finished by the manifest's `metadata.convert_plan`.
+//! * `output.rs`: tile checks, the plan marker, a finished dataset, and clearing.
+//! * `oneshot.rs`: `convert` / `convert_with`, all three steps; `convert_with` reports each `Stage` and returns a
+//!   `ConvertReport`, which the CLI prints.
+//! * `spill.rs`: the `Spill`, the inputs the plan decoded, kept in a private temporary folder within a budget and
+//!   read back by the tiles instead of decoding the inputs twice.
 
 #![forbid(unsafe_code)]
 

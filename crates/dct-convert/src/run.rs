@@ -30,7 +30,7 @@ pub struct RunOptions {
     pub store: StoreOptions,
     /// Stop after writing this many tiles (tests of interrupted conversions; `None` in normal use).
     pub stop_after_tiles: Option<usize>,
-    /// The copy of decoded inputs that [`convert`] keeps between its plan and its tiles (parts run on their own do
+    /// The copy of decoded inputs that [`convert`](crate::convert) keeps between its plan and its tiles (parts run on their own do
     /// not use it).
     pub spill: SpillOptions,
 }

@@ -214,15 +214,8 @@ pub enum DatasetError {
         message: String,
     },
     /// A requested cell does not exist.
-    #[error("cell {cell} (position {position} of the request) is out of range: the dataset has {n_cells} cells")]
-    CellOutOfRange {
-        /// The cell index asked for.
-        cell: u64,
-        /// Its position in the request.
-        position: usize,
-        /// Cells in the dataset.
-        n_cells: u64,
-    },
+    #[error(transparent)]
+    CellOutOfRange(#[from] dct_format::CellOutOfRange),
     /// The writer's input cannot be stored (bad shape, not counts, too many exceptions).
     #[error("{context}: {cause}")]
     Encode {
@@ -257,7 +250,7 @@ impl DatasetError {
             DatasetError::SideFile { .. } | DatasetError::SideFileMissing { .. } => Category::SideFile,
             DatasetError::Store(_) | DatasetError::TileFetch { .. } | DatasetError::Internal(_) => Category::Io,
             DatasetError::Url { .. }
-            | DatasetError::CellOutOfRange { .. }
+            | DatasetError::CellOutOfRange(_)
             | DatasetError::Encode { .. }
             | DatasetError::InvalidArgument(_) => Category::InvalidArgument,
             DatasetError::AlreadyExists { .. } => Category::AlreadyExists,

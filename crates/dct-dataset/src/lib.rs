@@ -50,6 +50,29 @@
 //! assert_eq!(b.row(1), (&[0, 3][..], &[1, 5][..])); // sorted by gene
 //! # Ok(()) }
 //! ```
+//!
+//! # Modules
+//!
+//! * `manifest.json`: parse, validate and write.
+//! * Opening datasets by URL or `Store`; the cloud backends are behind the features `aws`, `gcp`, `azure` and
+//!   `http`, passed on to `dct-store`.
+//! * The writer, which re-blocks rows into tiles.
+//! * `finish.rs`: the one way a dataset is finished, by the writer and the converter alike: `SideFiles` are checked
+//!   as they are set, and `finish_dataset` stores them, then the manifest, last.
+//! * `reader/`: the random-access reader.
+//!   * `mod.rs`: the `Dataset` API and batch planning (cell → tile via `CellIndex`).
+//!   * `open.rs`: opening (the manifest is fetched once) and `Dataset::reopened`.
+//!   * `options.rs`: settings and counters.
+//!   * `batch.rs`: the rows a read hands out.
+//!   * `cache.rs`: the LRU of tiles kept as decompressed planes, and its eviction order (`Keepness`).
+//!   * `load.rs`: the state shared with background tasks, and loading tiles (`Requester::Read` / `Prefetch`,
+//!     `Keep::Decoded` / `Raw`).
+//!   * `decode.rs`: decoding on the caller's threads or in the background, and buffer reuse.
+//!   * `obs.rs`: the bridge to `dct-obs`.
+//! * `side_files.rs`: `var_names.txt` and `gene_order.npy`: limits, parsing, and the permutation check shared by
+//!   the reader, the verifier and the writer.
+//! * `verify/`: the verifier, which reports every problem, not only the first.
+//! * Feature `obs` (default): links `dct-obs` for obs verification and `Dataset::obs`.
 
 #![forbid(unsafe_code)]
 
@@ -63,17 +86,19 @@ mod rt;
 mod side_files;
 mod verify;
 mod writer;
+#[cfg(feature = "obs")]
+mod writer_obs;
 
 pub use dct_codec::{CountValue, CsrMatrix, SparseRows};
 #[cfg(feature = "obs")]
 pub use dct_obs;
 pub use dct_store::{LocalReads, RetryPolicy, Store, StoreError, StoreOptions};
-pub use epoch::{EpochOptions, EpochPlan, Remainder};
+pub use epoch::{EpochOptions, EpochPlan, EpochUnit, Remainder};
 pub use error::{Category, DatasetError, ManifestError};
 pub use finish::{SideFiles, finish_dataset};
-pub use manifest::Manifest;
+pub use manifest::{Manifest, ManifestSettings, ObsFields, TileStats};
 pub use reader::{Batch, DECODED_BYTES_PER_NONZERO, Dataset, ReadOptions, ReadStats, TileBudget};
 #[cfg(feature = "obs")]
 pub use verify::obs_fingerprint;
 pub use verify::{Problem, VerifyOptions, VerifyReport, verify, verify_url};
-pub use writer::{DatasetWriter, ObsFields, WriterOptions};
+pub use writer::{DatasetWriter, WriterOptions};

@@ -16,7 +16,8 @@ pub const WRITE_VERSION: u32 = 2;
 pub const DEFAULT_MAX_MANIFEST_BYTES: u64 = 256 << 20;
 // The dataset's object names are defined in `dct_format::objects`, for every layer.
 pub use dct_format::objects::{
-    GENE_ORDER_NAME, MANIFEST_NAME, OBS_SCHEMA_NAME, VAR_NAMES_NAME, VAR_TABLE_NAME, obs_shard_path, tile_path,
+    GENE_ORDER_NAME, MANIFEST_NAME, OBS_SCHEMA_NAME, ObsFields, VAR_NAMES_NAME, VAR_TABLE_NAME, obs_shard_path,
+    tile_path,
 };
 
 /// The contents of `manifest.json` (see FORMAT-v2.md, "manifest.json").
@@ -25,7 +26,7 @@ pub use dct_format::objects::{
 /// [`Manifest::to_json_pretty`]. Keys this crate does not know are kept in [`Manifest::extra`] and written back
 /// unchanged. Missing optional keys take their defaults (`false`, `0`, empty); `n_chunks` and `zstd_level` are
 /// informational and may be absent.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Manifest {
     /// Always [`FORMAT_NAME`].
     pub format: String,
@@ -44,10 +45,8 @@ pub struct Manifest {
     /// Size in bytes of each tile object.
     pub tile_bytes: Vec<u64>,
     /// Chunks per tile requested by the writer (informational).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub n_chunks: Option<u64>,
     /// zstd level used by the writer (informational).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub zstd_level: Option<i64>,
     /// Whether `gene_order.npy` exists.
     pub has_gene_order: bool,
@@ -57,23 +56,98 @@ pub struct Manifest {
     pub has_var_table: bool,
     /// Free-form JSON (an object when written by this crate).
     pub metadata: Value,
-    /// Whether the dataset has obs shards; if so the four `obs_*` fields below are meaningful.
+    /// Whether the dataset has obs shards; if so [`Manifest::obs`] describes them.
     pub has_obs: bool,
-    /// Tiles (row groups) per obs shard.
-    pub obs_tiles_per_file: u64,
-    /// 24 hex characters identifying the obs content.
-    pub obs_fingerprint: String,
-    /// Size of each obs shard in bytes.
-    pub obs_shard_bytes: Vec<u64>,
-    /// SHA-256 (hex) of each obs shard.
-    pub obs_shard_sha256: Vec<String>,
-    /// CRC-32 of each obs shard's footer: a key beyond the spec's (which allows more), written by this project so
-    /// that obs localization, which reads shards by range, can check what it fetched (see `dct_obs::footer_crc32`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub obs_shard_footer_crc32: Option<Vec<u32>>,
+    /// The `obs_*` keys (see [`ObsFields`]); the default when there is no obs.
+    pub obs: ObsFields,
     /// Keys this crate does not know, preserved on rewrite.
-    #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+/// The keys of `manifest.json` in the order they are written, borrowed from a [`Manifest`].
+#[derive(Serialize)]
+struct ManifestKeys<'a> {
+    format: &'a str,
+    version: u32,
+    n_cells: u64,
+    n_genes: u64,
+    tile_size: u64,
+    tile_cells: &'a [u64],
+    tile_nnz: &'a [u64],
+    tile_bytes: &'a [u64],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    n_chunks: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    zstd_level: Option<i64>,
+    has_gene_order: bool,
+    has_var_names: bool,
+    has_var_table: bool,
+    metadata: &'a Value,
+    has_obs: bool,
+    obs_tiles_per_file: u64,
+    obs_fingerprint: &'a str,
+    obs_shard_bytes: &'a [u64],
+    obs_shard_sha256: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    obs_shard_footer_crc32: Option<&'a [u32]>,
+    #[serde(flatten)]
+    extra: &'a Map<String, Value>,
+}
+
+impl Serialize for Manifest {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let obs = &self.obs;
+        ManifestKeys {
+            format: &self.format,
+            version: self.version,
+            n_cells: self.n_cells,
+            n_genes: self.n_genes,
+            tile_size: self.tile_size,
+            tile_cells: &self.tile_cells,
+            tile_nnz: &self.tile_nnz,
+            tile_bytes: &self.tile_bytes,
+            n_chunks: self.n_chunks,
+            zstd_level: self.zstd_level,
+            has_gene_order: self.has_gene_order,
+            has_var_names: self.has_var_names,
+            has_var_table: self.has_var_table,
+            metadata: &self.metadata,
+            has_obs: self.has_obs,
+            obs_tiles_per_file: obs.tiles_per_file,
+            obs_fingerprint: &obs.fingerprint,
+            obs_shard_bytes: &obs.shard_bytes,
+            obs_shard_sha256: &obs.shard_sha256,
+            obs_shard_footer_crc32: obs.shard_footer_crc32.as_deref(),
+            extra: &self.extra,
+        }
+        .serialize(serializer)
+    }
+}
+
+/// What a writer knows of one tile it stored, for [`Manifest::build`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TileStats {
+    /// Cells (`tile_cells`).
+    pub cells: u64,
+    /// Stored nonzeros (`tile_nnz`).
+    pub nnz: u64,
+    /// Size of the tile object in bytes (`tile_bytes`).
+    pub bytes: u64,
+}
+
+/// The writer settings a manifest records, for [`Manifest::build`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ManifestSettings {
+    /// Version of the tiles and the manifest.
+    pub version: Version,
+    /// Genes (columns).
+    pub n_genes: u64,
+    /// Cells per tile.
+    pub tile_size: u64,
+    /// Chunks per tile (`n_chunks`).
+    pub n_chunks: u64,
+    /// zstd level (`zstd_level`).
+    pub zstd_level: i64,
 }
 
 fn type_name(v: &Value) -> String {
@@ -135,13 +209,36 @@ impl Manifest {
             has_var_table: false,
             metadata: Value::Object(Map::new()),
             has_obs: false,
-            obs_tiles_per_file: 0,
-            obs_fingerprint: String::new(),
-            obs_shard_bytes: Vec::new(),
-            obs_shard_sha256: Vec::new(),
-            obs_shard_footer_crc32: None,
+            obs: ObsFields::default(),
             extra: Map::new(),
         }
+    }
+
+    /// The manifest of a dataset just written, from its settings, its tiles in order, the obs fields (if it has
+    /// obs) and `metadata`: the one place manifests are assembled, for [`crate::DatasetWriter`] and the converter
+    /// alike. The side files' `has_*` flags are set when they are stored ([`crate::finish_dataset`]), which also
+    /// validates the result.
+    ///
+    /// A version-1 manifest carries only the keys the original reader knows (it refuses any other), so it leaves
+    /// out `obs_shard_footer_crc32`.
+    pub fn build(settings: ManifestSettings, tiles: &[TileStats], obs: Option<ObsFields>, metadata: Value) -> Self {
+        let mut m = Manifest::new(settings.n_genes, settings.tile_size);
+        m.version = settings.version.number();
+        m.tile_cells = tiles.iter().map(|t| t.cells).collect();
+        m.tile_nnz = tiles.iter().map(|t| t.nnz).collect();
+        m.tile_bytes = tiles.iter().map(|t| t.bytes).collect();
+        m.n_cells = m.tile_cells.iter().fold(0u64, |a, &b| a.saturating_add(b));
+        m.n_chunks = Some(settings.n_chunks);
+        m.zstd_level = Some(settings.zstd_level);
+        m.metadata = metadata;
+        if let Some(mut obs) = obs {
+            if settings.version == Version::V1 {
+                obs.shard_footer_crc32 = None;
+            }
+            m.has_obs = true;
+            m.obs = obs;
+        }
+        m
     }
 
     /// Parses and [validates](Manifest::validate) the bytes of a `manifest.json`.
@@ -260,11 +357,13 @@ impl Manifest {
             has_var_table,
             metadata,
             has_obs,
-            obs_tiles_per_file: tiles_per_file.and_then(|v| v.as_u64()).unwrap_or(0),
-            obs_fingerprint: fingerprint.and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),
-            obs_shard_bytes: shard_bytes.and_then(|v| serde_json::from_value(v).ok()).unwrap_or_default(),
-            obs_shard_sha256: shard_sha.and_then(|v| serde_json::from_value(v).ok()).unwrap_or_default(),
-            obs_shard_footer_crc32: footer_crc,
+            obs: ObsFields {
+                tiles_per_file: tiles_per_file.and_then(|v| v.as_u64()).unwrap_or(0),
+                fingerprint: fingerprint.and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),
+                shard_bytes: shard_bytes.and_then(|v| serde_json::from_value(v).ok()).unwrap_or_default(),
+                shard_sha256: shard_sha.and_then(|v| serde_json::from_value(v).ok()).unwrap_or_default(),
+                shard_footer_crc32: footer_crc,
+            },
             extra: map,
         };
         manifest.validate()?;
@@ -350,44 +449,44 @@ impl Manifest {
 
     fn validate_obs(&self) -> Result<(), ManifestError> {
         let err = |key: &str, msg: String| Err(ManifestError::new(Category::ObsFields, Some(key), msg));
-        let k = self.obs_tiles_per_file;
+        let k = self.obs.tiles_per_file;
         if k == 0 {
             return err("obs_tiles_per_file", "has_obs is true but obs_tiles_per_file is missing or 0".into());
         }
-        if !is_hex(&self.obs_fingerprint, 24) {
+        if !is_hex(&self.obs.fingerprint, 24) {
             return err(
                 "obs_fingerprint",
                 format!(
                     "has_obs is true but obs_fingerprint is {:?}; it must be 24 hex characters",
-                    self.obs_fingerprint
+                    self.obs.fingerprint
                 ),
             );
         }
         let shards = self.n_obs_shards();
-        if self.obs_shard_bytes.len() as u64 != shards {
+        if self.obs.shard_bytes.len() as u64 != shards {
             return err(
                 "obs_shard_bytes",
                 format!(
                     "obs_shard_bytes has {} entries; {} tiles in shards of {k} need {shards}",
-                    self.obs_shard_bytes.len(),
+                    self.obs.shard_bytes.len(),
                     self.n_tiles()
                 ),
             );
         }
-        if self.obs_shard_sha256.len() as u64 != shards {
+        if self.obs.shard_sha256.len() as u64 != shards {
             return err(
                 "obs_shard_sha256",
                 format!(
                     "obs_shard_sha256 has {} entries; {} tiles in shards of {k} need {shards}",
-                    self.obs_shard_sha256.len(),
+                    self.obs.shard_sha256.len(),
                     self.n_tiles()
                 ),
             );
         }
-        if let Some((s, h)) = self.obs_shard_sha256.iter().enumerate().find(|(_, h)| !is_hex(h, 64)) {
+        if let Some((s, h)) = self.obs.shard_sha256.iter().enumerate().find(|(_, h)| !is_hex(h, 64)) {
             return err("obs_shard_sha256", format!("obs_shard_sha256[{s}] is {h:?}; it must be 64 hex characters"));
         }
-        if let Some(crcs) = &self.obs_shard_footer_crc32
+        if let Some(crcs) = &self.obs.shard_footer_crc32
             && crcs.len() as u64 != shards
         {
             return err(
@@ -420,7 +519,7 @@ impl Manifest {
         if !self.has_obs {
             return 0;
         }
-        dct_format::objects::n_obs_shards(self.n_tiles(), self.obs_tiles_per_file) as u64
+        self.obs.n_shards(self.n_tiles()) as u64
     }
 
     /// The tile format version (valid after [`Manifest::validate`]).

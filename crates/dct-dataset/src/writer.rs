@@ -13,8 +13,12 @@ use tokio::task::JoinHandle;
 
 use crate::error::DatasetError;
 use crate::finish::{SideFiles, finish_dataset};
-use crate::manifest::{GENE_ORDER_NAME, MANIFEST_NAME, Manifest, VAR_NAMES_NAME, VAR_TABLE_NAME, tile_path};
+use crate::manifest::{
+    GENE_ORDER_NAME, MANIFEST_NAME, Manifest, ManifestSettings, TileStats, VAR_NAMES_NAME, VAR_TABLE_NAME, tile_path,
+};
 use crate::rt::{default_threads, on_pool};
+#[cfg(feature = "obs")]
+use crate::writer_obs::ObsShards;
 use dct_store::runtime::Runtime as Rt;
 use dct_store::{Store, StoreOptions};
 
@@ -75,29 +79,6 @@ impl WriterOptions {
     }
 }
 
-/// The manifest's obs fields, for a writer whose caller also wrote the obs shards (with
-/// [`DatasetWriter::put_file`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ObsFields {
-    /// Tiles (row groups) per shard.
-    pub tiles_per_file: u64,
-    /// Size of each shard in bytes.
-    pub shard_bytes: Vec<u64>,
-    /// SHA-256 (hex) of each shard.
-    pub shard_sha256: Vec<String>,
-    /// The obs fingerprint (see [`crate::obs_fingerprint`]).
-    pub fingerprint: String,
-    /// CRC-32 of each shard's footer (`obs_shard_footer_crc32`), when the shards were written by `dct-obs`.
-    pub shard_footer_crc32: Option<Vec<u32>>,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct TileInfo {
-    cells: u64,
-    nnz: u64,
-    bytes: u64,
-}
-
 /// Writes a dataset: append CSR blocks of any size; they are re-chunked into tiles of exactly `tile_size`
 /// cells, encoded in parallel (at most `max_tiles_in_flight` at a time) and stored as they complete;
 /// [`DatasetWriter::finish`] stores the last tile, the side files and then, last, `manifest.json`.
@@ -117,10 +98,12 @@ pub struct DatasetWriter {
     max_in_flight: usize,
     current: CanonicalCsr,
     n_cells: u64,
-    pending: VecDeque<JoinHandle<Result<TileInfo, DatasetError>>>,
-    done: Vec<TileInfo>,
+    pending: VecDeque<JoinHandle<Result<TileStats, DatasetError>>>,
+    done: Vec<TileStats>,
     side: SideFiles,
-    obs: Option<ObsFields>,
+    /// The obs being written with the tiles ([`DatasetWriter::set_obs_schema`]).
+    #[cfg(feature = "obs")]
+    obs: Option<ObsShards>,
     failed: Option<DatasetError>,
     finished: bool,
     /// A tile of fewer than `tile_size` cells was pushed ([`DatasetWriter::push_tile`]): no more may follow.
@@ -193,6 +176,7 @@ impl DatasetWriter {
             pending: VecDeque::new(),
             done: Vec::new(),
             side: SideFiles::new(options.n_genes),
+            #[cfg(feature = "obs")]
             obs: None,
             failed: None,
             finished: false,
@@ -246,6 +230,13 @@ impl DatasetWriter {
         m: &CsrMatrix<'_, P, I, V>,
     ) -> Result<(), DatasetError> {
         self.usable()?;
+        #[cfg(feature = "obs")]
+        if self.obs.is_some() {
+            return Err(DatasetError::InvalidArgument(format!(
+                "append to {}: the dataset has obs, which goes tile by tile: add tiles with push_tile_with_obs",
+                self.store.root()
+            )));
+        }
         if self.short_tile_pushed {
             return Err(DatasetError::InvalidArgument(format!(
                 "append to {}: a tile of fewer than tile_size cells was pushed, so it is the last",
@@ -292,6 +283,17 @@ impl DatasetWriter {
     /// [`DatasetWriter::check_tile`].
     pub fn push_tile(&mut self, tile: CanonicalCsr) -> Result<usize, DatasetError> {
         self.check_tile(&tile)?;
+        #[cfg(feature = "obs")]
+        if self.obs.is_some() {
+            return Err(DatasetError::InvalidArgument(format!(
+                "tile for {}: the dataset has obs; add each tile with its obs (push_tile_with_obs)",
+                self.store.root()
+            )));
+        }
+        self.take_tile(tile)
+    }
+
+    fn take_tile(&mut self, tile: CanonicalCsr) -> Result<usize, DatasetError> {
         let t = self.done.len() + self.pending.len();
         let rows = tile.n_rows() as u64;
         self.short_tile_pushed = rows < self.opts.tile_size;
@@ -404,10 +406,44 @@ impl DatasetWriter {
         self.side.add_file(rel, bytes)
     }
 
-    /// Sets the manifest's obs fields (and `has_obs`); the shards and schema are stored with
-    /// [`DatasetWriter::put_file`]. Checked against the tiles at [`DatasetWriter::finish`].
-    pub fn set_obs(&mut self, obs: ObsFields) {
-        self.obs = Some(obs);
+    /// Writes obs with the dataset: the columns of `schema`, one row group per tile, in shards of
+    /// `options.tiles_per_file` tiles stored as they fill; `obs/schema.json` and the manifest's obs fields follow
+    /// at [`DatasetWriter::finish`]. Call it before the first tile; every tile is then added with its obs by
+    /// [`DatasetWriter::push_tile_with_obs`] ([`DatasetWriter::append`] and [`DatasetWriter::push_tile`] are
+    /// refused, since obs goes tile by tile).
+    #[cfg(feature = "obs")]
+    pub fn set_obs_schema(
+        &mut self,
+        schema: dct_obs::ObsSchema,
+        options: &dct_obs::ObsWriteOptions,
+    ) -> Result<(), DatasetError> {
+        self.usable()?;
+        let root = self.store.root().to_string();
+        if self.n_tiles() > 0 || self.current.n_rows() > 0 {
+            return Err(DatasetError::InvalidArgument(format!(
+                "obs for {root}: the obs schema must be set before the first tile"
+            )));
+        }
+        self.obs = Some(ObsShards::new(schema, options).map_err(|e| crate::reader::obs_error(&root, e))?);
+        Ok(())
+    }
+
+    /// Adds one whole tile (as [`DatasetWriter::push_tile`]) with its obs: a column per schema column (a missing
+    /// column is written as missing values), `tile.n_rows()` values each. Both are checked before anything is
+    /// stored: a refused tile changes nothing. Returns the tile's index.
+    #[cfg(feature = "obs")]
+    pub fn push_tile_with_obs(&mut self, tile: CanonicalCsr, obs: &dct_obs::TileObs) -> Result<usize, DatasetError> {
+        self.check_tile(&tile)?;
+        let root = self.store.root().to_string();
+        let Some(shards) = self.obs.as_mut() else {
+            return Err(DatasetError::InvalidArgument(format!(
+                "tile for {root}: obs was given but the writer has no obs schema (set_obs_schema)"
+            )));
+        };
+        if let Some(shard) = shards.push(obs, tile.n_rows()).map_err(|e| crate::reader::obs_error(&root, e))? {
+            self.store_file(&shard.name, shard.bytes)?;
+        }
+        self.take_tile(tile)
     }
 
     /// Stores the last (short) tile, waits for every tile, stores the side files and then `manifest.json`, and
@@ -420,7 +456,8 @@ impl DatasetWriter {
         while !self.pending.is_empty() {
             self.wait_oldest()?;
         }
-        let manifest = self.build_manifest().map_err(|e| self.fail(e))?;
+        let obs = self.finish_obs()?;
+        let manifest = self.build_manifest(obs);
         let (store, side) = (self.store.clone(), std::mem::take(&mut self.side));
         let finished = self.rt.block_on(async move { finish_dataset(&store, manifest, side).await });
         let manifest = finished.map_err(|e| self.fail(e))?;
@@ -428,28 +465,41 @@ impl DatasetWriter {
         Ok(manifest)
     }
 
-    fn build_manifest(&self) -> Result<Manifest, DatasetError> {
-        let mut m = Manifest::new(self.opts.n_genes, self.opts.tile_size);
-        m.version = self.encode.version.number();
-        m.n_cells = self.n_cells;
-        m.tile_cells = self.done.iter().map(|t| t.cells).collect();
-        m.tile_nnz = self.done.iter().map(|t| t.nnz).collect();
-        m.tile_bytes = self.done.iter().map(|t| t.bytes).collect();
-        m.n_chunks = Some(self.opts.n_chunks as u64);
-        m.zstd_level = Some(i64::from(self.encode.base_level()));
-        m.metadata = self.opts.metadata.clone();
-        if let Some(obs) = &self.obs {
-            m.has_obs = true;
-            m.obs_tiles_per_file = obs.tiles_per_file;
-            m.obs_shard_bytes = obs.shard_bytes.clone();
-            m.obs_shard_sha256 = obs.shard_sha256.clone();
-            m.obs_fingerprint = obs.fingerprint.clone();
-            // A version-1 manifest carries only the keys the original reader knows: it refuses any other.
-            if m.version != 1 {
-                m.obs_shard_footer_crc32 = obs.shard_footer_crc32.clone();
-            }
+    /// Stores the last obs shard and puts `obs/schema.json` with the side files; returns the manifest's obs
+    /// fields (`None` without obs).
+    #[cfg(feature = "obs")]
+    fn finish_obs(&mut self) -> Result<Option<crate::manifest::ObsFields>, DatasetError> {
+        let Some(shards) = self.obs.take() else { return Ok(None) };
+        let root = self.store.root().to_string();
+        if shards.n_tiles() != self.n_tiles() {
+            return Err(DatasetError::Internal(format!(
+                "{root}: {} tiles but obs for {}",
+                self.n_tiles(),
+                shards.n_tiles()
+            )));
         }
-        Ok(m)
+        let (last, summary) = shards.finish().map_err(|e| self.fail(crate::reader::obs_error(&root, e)))?;
+        if let Some(shard) = last {
+            self.store_file(&shard.name, shard.bytes)?;
+        }
+        self.side.add_file(crate::manifest::OBS_SCHEMA_NAME, Bytes::from(summary.schema_json.into_bytes()))?;
+        Ok(Some(summary.fields))
+    }
+
+    #[cfg(not(feature = "obs"))]
+    fn finish_obs(&mut self) -> Result<Option<crate::manifest::ObsFields>, DatasetError> {
+        Ok(None)
+    }
+
+    fn build_manifest(&self, obs: Option<crate::manifest::ObsFields>) -> Manifest {
+        let settings = ManifestSettings {
+            version: self.encode.version,
+            n_genes: self.opts.n_genes,
+            tile_size: self.opts.tile_size,
+            n_chunks: self.opts.n_chunks as u64,
+            zstd_level: i64::from(self.encode.base_level()),
+        };
+        Manifest::build(settings, &self.done, obs, self.opts.metadata.clone())
     }
 }
 
@@ -470,7 +520,7 @@ async fn encode_and_store(
     t: usize,
     first: u64,
     encode: EncodeOptions,
-) -> Result<TileInfo, DatasetError> {
+) -> Result<TileStats, DatasetError> {
     let cells = csr.n_rows() as u64;
     let nnz = csr.nnz() as u64;
     let context = || format!("tile {t} (cells {first}..{}) of {}", first + cells, store.root());
@@ -480,7 +530,7 @@ async fn encode_and_store(
         .map_err(|source| DatasetError::Encode { context: context(), cause: source })?;
     let bytes = blob.len() as u64;
     store.put(&tile_path(t), Bytes::from(blob)).await?;
-    Ok(TileInfo { cells, nnz, bytes })
+    Ok(TileStats { cells, nnz, bytes })
 }
 
 /// Refuses a destination holding files (unless `overwrite`); with `overwrite`, deletes the old manifest first,

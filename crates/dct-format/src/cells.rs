@@ -6,6 +6,33 @@ pub enum CellIndexError {
     Overflow,
 }
 
+/// A requested cell the dataset does not have: the one error for a cell index out of range, whichever layer meets
+/// it (the reader of the counts, the obs reader, or the Python binding handing over a negative index).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("cell {cell} (position {position} of the request) is out of range: the dataset has {n_cells} cells")]
+pub struct CellOutOfRange {
+    /// The cell index asked for (signed: callers such as numpy may ask for a negative one).
+    pub cell: i128,
+    /// Its position in the request.
+    pub position: usize,
+    /// Cells in the dataset.
+    pub n_cells: u64,
+}
+
+impl CellOutOfRange {
+    /// Unsigned cell indices from signed ones (as numpy hands them over): a negative one is out of range. Whether
+    /// the others are below `n_cells` is left to the reader that locates them.
+    pub fn unsigned(indices: &[i64], n_cells: u64) -> Result<Vec<u64>, CellOutOfRange> {
+        indices
+            .iter()
+            .enumerate()
+            .map(|(position, &i)| {
+                u64::try_from(i).map_err(|_| CellOutOfRange { cell: i128::from(i), position, n_cells })
+            })
+            .collect()
+    }
+}
+
 /// Maps global cell indices to tiles, from the per-tile cell counts of a manifest.
 ///
 /// `limits[i]` is the cumulative number of cells up to and including tile `i`; global cell `c` lives in tile

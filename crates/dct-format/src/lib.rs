@@ -16,6 +16,22 @@
 //! assert_eq!(index.locate(250), None);
 //! # Ok::<(), dct_format::CellIndexError>(())
 //! ```
+//!
+//! # Modules
+//!
+//! * Tile header: `TileHeader` and `Version`.
+//! * Chunk table: `ChunkEntry`, `FrameRef` and `FrameKind`.
+//! * `layout.rs`: structural validation with `TileLayout::parse` / `parse_from` (the header regions first, then each
+//!   chunk entry), and `IndptrView`.
+//! * `parsed.rs`: `ParsedTile`, a blob paired with the layout parsed from it, so that a tile is parsed once;
+//!   `TileBytes` lets a decoder take either bytes or a parsed tile.
+//! * Field offsets (`header_offset`, `entry_offset`), the CRC (`compute_crc`, `verify_crc`) and `align8`.
+//! * Cell→tile arithmetic: `CellIndex`.
+//! * `objects.rs`: the dataset's layout, that is the object names (manifest, tiles, side files, obs schema and obs
+//!   shards) and which tiles each obs shard holds. They are defined here once, for `dct-dataset`, `dct-obs`, the
+//!   converter and the Python package's `manifest.py`.
+//! * Errors: `FormatError`, naming the field and the byte offset.
+//! * No unsafe code: the crate root declares `#![forbid(unsafe_code)]`.
 
 #![forbid(unsafe_code)]
 
@@ -30,7 +46,7 @@ mod layout;
 pub mod objects;
 mod parsed;
 
-pub use cells::{CellIndex, CellIndexError};
+pub use cells::{CellIndex, CellIndexError, CellOutOfRange};
 pub use chunk::{ChunkEntry, FrameKind, FrameRef, entry_offset};
 pub use error::{Field, FormatError};
 pub use header::{HEADER_LEN, MAGIC, TileHeader, Version, header_offset};

@@ -74,6 +74,45 @@ pub fn obs_shard_of(tile: usize, tiles_per_file: u64) -> (usize, usize) {
     (tile / k, tile % k)
 }
 
+/// The manifest's obs fields (`obs_tiles_per_file`, `obs_fingerprint`, `obs_shard_bytes`, `obs_shard_sha256` and
+/// `obs_shard_footer_crc32`): one type for every layer. The dataset's `Manifest` embeds it, the obs layer reads
+/// shards by it and its writers return it.
+///
+/// They describe the shards only when the manifest's `has_obs` is true; a dataset without obs has the default
+/// (every field empty).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ObsFields {
+    /// Tiles (row groups) per shard: K, `obs_tiles_per_file`.
+    pub tiles_per_file: u64,
+    /// The obs fingerprint, 24 hex digits (`obs_fingerprint`).
+    pub fingerprint: String,
+    /// Size of each shard in bytes (`obs_shard_bytes`).
+    pub shard_bytes: Vec<u64>,
+    /// SHA-256 of each shard, 64 hex digits (`obs_shard_sha256`).
+    pub shard_sha256: Vec<String>,
+    /// CRC-32 of each shard's footer (`obs_shard_footer_crc32`): a key beyond the spec's, written by this project
+    /// in version-2 manifests so that obs localization, which reads shards by range, can check what it fetched.
+    /// Absent from datasets of the original implementation and from version-1 manifests.
+    pub shard_footer_crc32: Option<Vec<u32>>,
+}
+
+impl ObsFields {
+    /// Shards of a dataset of `n_tiles` tiles ([`n_obs_shards`] at this K).
+    pub fn n_shards(&self, n_tiles: usize) -> usize {
+        n_obs_shards(n_tiles, self.tiles_per_file)
+    }
+
+    /// The tiles shard `shard` holds ([`obs_shard_tiles`] at this K).
+    pub fn shard_tiles(&self, n_tiles: usize, shard: usize) -> Range<usize> {
+        obs_shard_tiles(n_tiles, self.tiles_per_file, shard)
+    }
+
+    /// The shard holding tile `tile` and its row group there ([`obs_shard_of`] at this K).
+    pub fn shard_of(&self, tile: usize) -> (usize, usize) {
+        obs_shard_of(tile, self.tiles_per_file)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

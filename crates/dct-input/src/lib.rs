@@ -21,6 +21,25 @@
 //!
 //! Obs (per-cell metadata) is a separate concern: [`CountSource::obs`] says where it lives, and
 //! [`H5adSource::read_obs`] reads an h5ad obs data frame with the same typed-column reader used for var.
+//!
+//! # Modules
+//!
+//! * The sources stream cell-major CSR row windows, plus gene and cell metadata and obs frames, from AnnData
+//!   `.h5ad`, 10x `.h5` and Matrix Market folders.
+//! * HDF5 is read in pure Rust (`hdf5-pure`), with no libhdf5; gzip goes through `flate2` (Matrix Market) and
+//!   `libdeflater` (HDF5 chunks).
+//! * `h5.rs`: wraps `hdf5-pure`.
+//! * `fast.rs`: reads 1-D chunked `data` / `indices` itself, the chunks inflated and converted to `u32` counts and
+//!   genes in rayon tasks.
+//! * `vlstr.rs`: reads variable-length strings one global-heap collection at a time. Both `fast.rs` and `vlstr.rs`
+//!   fall back to `hdf5-pure` on anything unexpected.
+//! * `mtx/`: the Matrix Market folder. `text.rs` is the text parser, also the fuzz target's entry point; `mod.rs` is
+//!   the two-pass source.
+//! * `cell_major.rs`: `CellMajorBuilder`, for entries listed in another order (Matrix Market's coordinates and
+//!   h5ad's CSC): they are placed into the cells a counting pass sized, then each cell is canonicalized by
+//!   `canonicalize_row` in `block.rs`.
+//! * `CountSource` sources give their `Axes` (gene table, cell names) once.
+//! * Counts are validated here, where the file name is known.
 
 #![forbid(unsafe_code)]
 

@@ -123,13 +123,8 @@ pub enum ObsError {
     #[error("obs column {0:?} is not localized yet; call localize([{0:?}]) first")]
     NotLocalized(String),
     /// A cell index at or past the number of cells.
-    #[error("cell {cell} is out of range: the dataset has {n_cells} cells")]
-    CellOutOfRange {
-        /// The requested cell.
-        cell: u64,
-        /// The number of cells.
-        n_cells: u64,
-    },
+    #[error(transparent)]
+    CellOutOfRange(#[from] dct_format::CellOutOfRange),
     /// Input handed to the writer or the schema builder is unusable.
     #[error("invalid obs input{}: {message}", column.as_ref().map(|c| format!(" (column {c:?})")).unwrap_or_default())]
     Input {

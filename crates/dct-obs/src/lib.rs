@@ -13,6 +13,16 @@
 //!   [`Obs::table`].
 //! * Verifying: [`verify_obs`], or [`check_shard_bytes`] and [`check_fingerprint`] for callers that fetch the
 //!   shards themselves.
+//!
+//! # Modules
+//!
+//! * Obs parquet shards and `obs/schema.json`, kept byte-exact with the original.
+//! * The fingerprint, the vocabularies and the code widths.
+//! * The node-local Arrow IPC column cache: a ranged-read localize with one GET per column chunk, the footer and
+//!   column-chunk CRC-32s checked before decoding, and atomic per-column files written under a lock, CRC-checked
+//!   and memory-mapped.
+//! * `take`, `var.parquet` and obs verification.
+//! * Everything takes a store, a prefix and facts from the manifest.
 
 #![deny(unsafe_code)] // allowed in `cache` only (memory-mapping cached columns)
 
@@ -41,7 +51,7 @@ pub use fingerprint::{FINGERPRINT_LEN, fingerprint_json, is_fingerprint, obs_fin
 pub use infer::{DEFAULT_MAX_CATEGORIES, ObsSchemaBuilder, VocabularyBuilder, arrow_type_of, promote};
 pub use labels::category_labels;
 pub use manifest::{
-    DEFAULT_TILES_PER_FILE, ObsManifest, SCHEMA_NAME, VAR_TABLE_NAME, n_shards, shard_name, shard_tiles,
+    DEFAULT_TILES_PER_FILE, ObsFields, ObsManifest, SCHEMA_NAME, VAR_TABLE_NAME, n_shards, shard_name, shard_tiles,
 };
 pub use reader::{ColumnSize, LocalizeReport, Obs, ObsOptions, read_schema};
 pub use schema::{

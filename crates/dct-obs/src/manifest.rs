@@ -8,24 +8,15 @@ use crate::fingerprint::{is_fingerprint, is_sha256_hex};
 /// Default number of tiles (row groups) per obs shard.
 pub const DEFAULT_TILES_PER_FILE: u64 = dct_format::objects::DEFAULT_OBS_TILES_PER_FILE;
 
-/// The obs fields of a dataset manifest (plus `tile_cells`), handed in by the dataset layer.
+/// What obs needs of a dataset's manifest: `tile_cells` and the obs fields, handed in by the dataset layer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObsManifest {
     /// Cells per tile (`tile_cells`).
     pub tile_cells: Vec<u64>,
-    /// Tiles per shard (`obs_tiles_per_file`, K).
-    pub tiles_per_file: u64,
-    /// Size of each shard in bytes (`obs_shard_bytes`).
-    pub shard_bytes: Vec<u64>,
-    /// SHA-256 of each shard, hex (`obs_shard_sha256`).
-    pub shard_sha256: Vec<String>,
-    /// The obs fingerprint (`obs_fingerprint`, 24 hex digits).
-    pub fingerprint: String,
-    /// CRC-32 of each shard's footer (`obs_shard_footer_crc32`, an extra manifest key this project writes; see
-    /// [`footer_crc32`](crate::footer_crc32)). With it, localize trusts neither a footer nor a column chunk it
-    /// fetched until the checksums agree; without it (datasets of the original implementation) only the layout is
-    /// checked.
-    pub shard_footer_crc32: Option<Vec<u32>>,
+    /// The manifest's `obs_*` fields. With `shard_footer_crc32`, localize trusts neither a footer nor a column
+    /// chunk it fetched until the checksums agree (see [`footer_crc32`](crate::footer_crc32)); without it
+    /// (datasets of the original implementation) only the layout is checked.
+    pub fields: ObsFields,
 }
 
 impl ObsManifest {
@@ -36,7 +27,7 @@ impl ObsManifest {
 
     /// Number of shards implied by the tile count and K: `ceil(n_tiles / K)`.
     pub fn n_shards(&self) -> usize {
-        n_shards(self.tile_cells.len(), self.tiles_per_file)
+        self.fields.n_shards(self.tile_cells.len())
     }
 
     /// Total cells.
@@ -46,18 +37,18 @@ impl ObsManifest {
 
     /// The tiles of shard `s`.
     pub fn shard_tiles(&self, s: usize) -> Range<usize> {
-        shard_tiles(self.tile_cells.len(), self.tiles_per_file, s)
+        self.fields.shard_tiles(self.tile_cells.len(), s)
     }
 
     /// The shard holding tile `t` and its row group in that shard.
     pub fn shard_of(&self, t: usize) -> (usize, usize) {
-        dct_format::objects::obs_shard_of(t, self.tiles_per_file)
+        self.fields.shard_of(t)
     }
 
     /// Checks that the fields agree (K ≥ 1, one size and hash per shard, hex formats, a cell count that fits
     /// 64 bits); the fingerprint is lowercased.
     pub fn validate(&mut self) -> Result<()> {
-        if self.tiles_per_file == 0 {
+        if self.fields.tiles_per_file == 0 {
             return Err(ObsError::Manifest("obs_tiles_per_file is 0".into()));
         }
         self.tile_cells
@@ -65,16 +56,16 @@ impl ObsManifest {
             .try_fold(0u64, |a, &b| a.checked_add(b))
             .ok_or_else(|| ObsError::Manifest("tile_cells add up to more than 2^64 - 1".into()))?;
         let n = self.n_shards();
-        if self.shard_bytes.len() != n || self.shard_sha256.len() != n {
+        if self.fields.shard_bytes.len() != n || self.fields.shard_sha256.len() != n {
             return Err(ObsError::Manifest(format!(
                 "{} tiles in shards of {} need {n} shards, but obs_shard_bytes has {} entries and obs_shard_sha256 {}",
                 self.tile_cells.len(),
-                self.tiles_per_file,
-                self.shard_bytes.len(),
-                self.shard_sha256.len()
+                self.fields.tiles_per_file,
+                self.fields.shard_bytes.len(),
+                self.fields.shard_sha256.len()
             )));
         }
-        if let Some(crcs) = &self.shard_footer_crc32
+        if let Some(crcs) = &self.fields.shard_footer_crc32
             && crcs.len() != n
         {
             return Err(ObsError::Manifest(format!(
@@ -82,14 +73,17 @@ impl ObsManifest {
                 crcs.len()
             )));
         }
-        if let Some((i, h)) = self.shard_sha256.iter().enumerate().find(|(_, h)| !is_sha256_hex(h)) {
+        if let Some((i, h)) = self.fields.shard_sha256.iter().enumerate().find(|(_, h)| !is_sha256_hex(h)) {
             return Err(ObsError::Manifest(format!("obs_shard_sha256[{i}] = {h:?} is not 64 hex digits")));
         }
-        if !is_fingerprint(&self.fingerprint) {
-            return Err(ObsError::Manifest(format!("obs_fingerprint {:?} is not 24 hex digits", self.fingerprint)));
+        if !is_fingerprint(&self.fields.fingerprint) {
+            return Err(ObsError::Manifest(format!(
+                "obs_fingerprint {:?} is not 24 hex digits",
+                self.fields.fingerprint
+            )));
         }
-        self.fingerprint.make_ascii_lowercase();
-        for h in &mut self.shard_sha256 {
+        self.fields.fingerprint.make_ascii_lowercase();
+        for h in &mut self.fields.shard_sha256 {
             h.make_ascii_lowercase();
         }
         Ok(())
@@ -98,7 +92,7 @@ impl ObsManifest {
 
 // The names and the shard arithmetic are the dataset's (`dct_format::objects`), under this crate's names.
 pub use dct_format::objects::{
-    OBS_SCHEMA_NAME as SCHEMA_NAME, VAR_TABLE_NAME, n_obs_shards as n_shards, obs_shard_path as shard_name,
+    OBS_SCHEMA_NAME as SCHEMA_NAME, ObsFields, VAR_TABLE_NAME, n_obs_shards as n_shards, obs_shard_path as shard_name,
     obs_shard_tiles as shard_tiles,
 };
 

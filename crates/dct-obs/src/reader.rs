@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::Schema;
-use dct_format::CellIndex;
+use dct_format::{CellIndex, CellOutOfRange};
 use dct_store::Store;
 use dct_store::runtime::AbortOnDrop;
 use futures::StreamExt;
@@ -90,7 +90,7 @@ impl std::fmt::Debug for Obs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Obs")
             .field("dataset", &self.inner.store.root())
-            .field("fingerprint", &self.inner.manifest.fingerprint)
+            .field("fingerprint", &self.inner.manifest.fields.fingerprint)
             .field("columns", &self.inner.schema.columns.len())
             .field("cache", &self.inner.dir)
             .finish()
@@ -115,15 +115,15 @@ impl Obs {
         manifest.validate()?;
         let cells = CellIndex::from_tile_cells(&manifest.tile_cells).map_err(|e| ObsError::Manifest(e.to_string()))?;
         let (schema, schema_text) = read_schema(&store).await?;
-        let fp = obs_fingerprint(&schema_text, &manifest.tile_cells, &manifest.shard_sha256);
-        if fp != manifest.fingerprint {
+        let fp = obs_fingerprint(&schema_text, &manifest.tile_cells, &manifest.fields.shard_sha256);
+        if fp != manifest.fields.fingerprint {
             return Err(ObsError::Fingerprint {
                 url: store.url(SCHEMA_NAME),
                 computed: fp,
-                expected: manifest.fingerprint.clone(),
+                expected: manifest.fields.fingerprint.clone(),
             });
         }
-        let dir = cache_root(options.cache_dir.as_deref())?.join(&manifest.fingerprint).join("obs");
+        let dir = cache_root(options.cache_dir.as_deref())?.join(&manifest.fields.fingerprint).join("obs");
         let uniform_tile = uniform_tile(&manifest.tile_cells);
         Ok(Obs {
             inner: Arc::new(Inner {
@@ -304,22 +304,26 @@ impl Obs {
 
     fn locate(&self, cells: &[u64]) -> Result<Vec<(usize, usize)>> {
         let n_cells = self.n_cells();
-        let out_of_range = |cell| ObsError::CellOutOfRange { cell, n_cells };
+        let out_of_range =
+            |position, cell| ObsError::from(CellOutOfRange { cell: i128::from(cell), position, n_cells });
         match self.inner.uniform_tile {
             Some(k) => cells
                 .iter()
-                .map(|&cell| {
+                .enumerate()
+                .map(|(position, &cell)| {
                     if cell < n_cells {
                         Ok(((cell / k) as usize, (cell % k) as usize))
                     } else {
-                        Err(out_of_range(cell))
+                        Err(out_of_range(position, cell))
                     }
                 })
                 .collect(),
             None => cells
                 .iter()
-                .map(|&cell| {
-                    self.inner.cells.locate(cell).map(|(t, r)| (t, r as usize)).ok_or_else(|| out_of_range(cell))
+                .enumerate()
+                .map(|(position, &cell)| {
+                    let located = self.inner.cells.locate(cell).map(|(t, r)| (t, r as usize));
+                    located.ok_or_else(|| out_of_range(position, cell))
                 })
                 .collect(),
         }
@@ -378,8 +382,8 @@ impl Inner {
 
     async fn load_shard_meta(&self, s: usize) -> Result<Arc<ShardMeta>> {
         let (path, url) = self.shard_url(s);
-        let size = self.manifest.shard_bytes[s];
-        let footer_crc = self.manifest.shard_footer_crc32.as_ref().and_then(|c| c.get(s).copied());
+        let size = self.manifest.fields.shard_bytes[s];
+        let footer_crc = self.manifest.fields.shard_footer_crc32.as_ref().and_then(|c| c.get(s).copied());
         let md = self
             .store
             .retry()

@@ -98,7 +98,7 @@ pub fn check_shard_bytes(
     let mut problems = Vec::new();
     let sha = sha256_hex(bytes);
     let size = bytes.len() as u64;
-    if let Some(&expected) = manifest.shard_bytes.get(s)
+    if let Some(&expected) = manifest.fields.shard_bytes.get(s)
         && size != expected
     {
         problems.push(problem(
@@ -107,7 +107,7 @@ pub fn check_shard_bytes(
             format!("{url} is {size} bytes but obs_shard_bytes[{s}] is {expected}"),
         ));
     }
-    if let Some(expected) = manifest.shard_sha256.get(s)
+    if let Some(expected) = manifest.fields.shard_sha256.get(s)
         && !sha.eq_ignore_ascii_case(expected)
     {
         problems.push(problem(
@@ -184,7 +184,7 @@ pub fn check_shard_tail(
 /// the manifest's.
 pub fn check_fingerprint(schema_text: &str, manifest: &ObsManifest, shard_sha256: &[String]) -> Option<ObsProblem> {
     let fp = obs_fingerprint(schema_text, &manifest.tile_cells, shard_sha256);
-    if fp.eq_ignore_ascii_case(&manifest.fingerprint) {
+    if fp.eq_ignore_ascii_case(&manifest.fields.fingerprint) {
         return None;
     }
     Some(problem(
@@ -193,7 +193,7 @@ pub fn check_fingerprint(schema_text: &str, manifest: &ObsManifest, shard_sha256
         format!(
             "obs_fingerprint is {} but obs/schema.json, tile_cells and the shards give {fp}: the obs changed after \
              the manifest was written",
-            manifest.fingerprint
+            manifest.fields.fingerprint
         ),
     ))
 }
@@ -206,7 +206,7 @@ pub async fn verify_obs(store: &Store, manifest: &ObsManifest, concurrency: usiz
     if let Err(e) = m.validate() {
         report.problems.push(problem(ObsProblemKind::Manifest, None, e.to_string()));
         // Check what can be checked with the shard count the manifest implies.
-        if m.tiles_per_file == 0 {
+        if m.fields.tiles_per_file == 0 {
             return report;
         }
     }
@@ -230,7 +230,7 @@ pub async fn verify_obs(store: &Store, manifest: &ObsManifest, concurrency: usiz
             async move {
                 let rel = shard_name(s);
                 let url = store.url(&rel);
-                let expected = m.shard_bytes.get(s).copied().unwrap_or(0);
+                let expected = m.fields.shard_bytes.get(s).copied().unwrap_or(0);
                 let bytes = match store.get_exact(&rel, expected).await {
                     Ok(b) => b,
                     Err(StoreError::NotFound { .. }) => {

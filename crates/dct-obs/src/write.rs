@@ -14,6 +14,7 @@ use crate::convert::TileConverter;
 use crate::data::TileObs;
 use crate::error::{ObsError, Result};
 use crate::fingerprint::{obs_fingerprint, sha256_hex};
+use crate::manifest::ObsFields;
 use crate::manifest::{DEFAULT_TILES_PER_FILE, ObsManifest, SCHEMA_NAME, n_shards, shard_name, shard_tiles};
 use crate::schema::ObsSchema;
 use crate::shard::{CHUNK_CRC32_KEY, footer_crc32};
@@ -49,21 +50,13 @@ pub struct EncodedShard {
     pub footer_crc32: u32,
 }
 
-/// What the dataset writer puts in the manifest (and `schema.json`).
+/// What an obs writer gives the dataset writer: the text of `obs/schema.json` and the manifest's obs fields.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObsWriteSummary {
     /// The exact text written to `obs/schema.json`.
     pub schema_json: String,
-    /// Tiles per shard (`obs_tiles_per_file`).
-    pub tiles_per_file: u64,
-    /// Size of each shard (`obs_shard_bytes`).
-    pub shard_bytes: Vec<u64>,
-    /// SHA-256 of each shard (`obs_shard_sha256`).
-    pub shard_sha256: Vec<String>,
-    /// CRC-32 of each shard's footer (`obs_shard_footer_crc32`, an extra manifest key).
-    pub shard_footer_crc32: Vec<u32>,
-    /// The fingerprint (`obs_fingerprint`).
-    pub fingerprint: String,
+    /// The manifest's `obs_*` fields, the fingerprint computed.
+    pub fields: ObsFields,
 }
 
 impl ObsWriteSummary {
@@ -78,19 +71,19 @@ impl ObsWriteSummary {
         shard_footer_crc32: Vec<u32>,
     ) -> Self {
         let fingerprint = obs_fingerprint(&schema_json, tile_cells, &shard_sha256);
-        ObsWriteSummary { schema_json, tiles_per_file, shard_bytes, shard_sha256, shard_footer_crc32, fingerprint }
+        let fields = ObsFields {
+            tiles_per_file,
+            fingerprint,
+            shard_bytes,
+            shard_sha256,
+            shard_footer_crc32: Some(shard_footer_crc32),
+        };
+        ObsWriteSummary { schema_json, fields }
     }
 
     /// The manifest facts for a reader.
     pub fn manifest(&self, tile_cells: &[u64]) -> ObsManifest {
-        ObsManifest {
-            tile_cells: tile_cells.to_vec(),
-            tiles_per_file: self.tiles_per_file,
-            shard_bytes: self.shard_bytes.clone(),
-            shard_sha256: self.shard_sha256.clone(),
-            fingerprint: self.fingerprint.clone(),
-            shard_footer_crc32: Some(self.shard_footer_crc32.clone()),
-        }
+        ObsManifest { tile_cells: tile_cells.to_vec(), fields: self.fields.clone() }
     }
 }
 

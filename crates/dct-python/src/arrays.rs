@@ -28,21 +28,28 @@ pub(crate) fn owned<T: numpy::Element>(py: Python<'_>, v: Vec<T>) -> Bound<'_, P
     v.into_pyarray(py)
 }
 
-/// Global cell or row indices from an int64 array, refusing negative ones (with the position of the first).
-pub(crate) fn indices_u64(indices: &PyReadonlyArray1<'_, i64>, what: &str, bound: u64) -> PyResult<Vec<u64>> {
-    let slice = indices.as_slice().map_err(|e| value_error(format!("{what}: {e}")))?;
-    let mut out = Vec::with_capacity(slice.len());
-    for (position, &i) in slice.iter().enumerate() {
-        match u64::try_from(i) {
-            Ok(u) if u < bound => out.push(u),
-            _ => {
-                return Err(crate::errors::index_error(format!(
-                    "{what} index {i} (position {position}) out of range [0, {bound})"
-                )));
-            }
-        }
-    }
-    Ok(out)
+/// Global cell indices from an int64 array, as the readers take them. A negative one is the readers' own
+/// out-of-range error ([`dct_format::CellOutOfRange`], an `IndexError`); the readers check the rest, once.
+pub(crate) fn cell_ids(indices: &PyReadonlyArray1<'_, i64>, n_cells: u64) -> PyResult<Vec<u64>> {
+    let slice = indices.as_slice().map_err(|e| value_error(format!("cell indices: {e}")))?;
+    dct_format::CellOutOfRange::unsigned(slice, n_cells)
+        .map_err(|e| crate::errors::dataset_error(dct_dataset::DatasetError::from(e)))
+}
+
+/// A batch read's output buffers: column indices and values.
+pub(crate) type OutBuffers<'py, V> = (Bound<'py, PyArray1<i32>>, Bound<'py, PyArray1<V>>);
+
+/// The caller's output buffers of a batch read (`out_indices` int32, `out_values` of `V`, named `dtype` in
+/// messages), writable and contiguous, or the original package's message.
+pub(crate) fn out_buffers<'py, V: numpy::Element>(
+    out_indices: Bound<'py, PyAny>,
+    out_values: Bound<'py, PyAny>,
+    dtype: &str,
+) -> PyResult<OutBuffers<'py, V>> {
+    let bad = |name: &str, t: &str| value_error(format!("{name} must be a writable contiguous 1-D {t} numpy array"));
+    let oi = out_indices.cast_into::<PyArray1<i32>>().map_err(|_| bad("out_indices", "int32"))?;
+    let ov = out_values.cast_into::<PyArray1<V>>().map_err(|_| bad("out_values", dtype))?;
+    Ok((oi, ov))
 }
 
 /// Mutable access to a caller's contiguous output buffer, with the original package's message when it is not one.

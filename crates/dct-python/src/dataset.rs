@@ -9,7 +9,7 @@ use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
-use crate::arrays::{Values, indices_u64, owned, writable};
+use crate::arrays::{Values, cell_ids, out_buffers, owned, writable};
 use crate::backend::PyBackend;
 use crate::errors::{dataset_error, index_error, value_error};
 use crate::obs::PyObs;
@@ -34,6 +34,11 @@ pub(crate) fn store_options(options: Option<&Bound<'_, PyDict>>) -> PyResult<Sto
 }
 
 impl PyDataset {
+    /// The reader (refused in a forked child of the process that opened it).
+    pub(crate) fn dataset(&self) -> PyResult<&Arc<Dataset>> {
+        self.get()
+    }
+
     fn get(&self) -> PyResult<&Arc<Dataset>> {
         self.inner.get().ok_or_else(|| {
             pyo3::exceptions::PyRuntimeError::new_err(
@@ -44,7 +49,38 @@ impl PyDataset {
 }
 
 /// The reader's settings from the arguments the Python wrapper passes.
-fn read_options(
+/// Reader counters as the Python API names them, summed over `stats` (one reader's, or a corpus's members').
+pub(crate) fn stats_dict<'py>(py: Python<'py>, stats: &[dct_dataset::ReadStats]) -> PyResult<Bound<'py, PyDict>> {
+    let sum = |f: fn(&dct_dataset::ReadStats) -> u64| stats.iter().map(f).sum::<u64>();
+    let secs = |f: fn(&dct_dataset::ReadStats) -> std::time::Duration| {
+        stats.iter().map(f).sum::<std::time::Duration>().as_secs_f64()
+    };
+    let d = PyDict::new(py);
+    let counts = [
+        ("tiles_fetched", sum(|s| s.tiles_fetched)),
+        ("tiles_decoded", sum(|s| s.tiles_decoded)),
+        ("tile_cache_hits", sum(|s| s.inflight_joins)),
+        ("decoded_cache_hits", sum(|s| s.cache_hits)),
+        ("bytes_fetched", sum(|s| s.bytes_fetched)),
+        ("failed_loads", sum(|s| s.failed_loads)),
+        ("cache_misses", sum(|s| s.cache_misses)),
+        ("prefetched", sum(|s| s.prefetched)),
+    ];
+    let times = [
+        ("fetch_seconds", secs(|s| s.fetch_time)),
+        ("stall_seconds", secs(|s| s.stall_time)),
+        ("decode_seconds", secs(|s| s.decode_time)),
+    ];
+    for (key, n) in counts {
+        d.set_item(key, n)?;
+    }
+    for (key, t) in times {
+        d.set_item(key, t)?;
+    }
+    Ok(d)
+}
+
+pub(crate) fn read_options(
     max_cached_tiles: usize,
     max_prefetch_tiles: usize,
     io_threads: usize,
@@ -146,7 +182,7 @@ impl PyDataset {
         out_values: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let ds = self.get()?.clone();
-        let cells = indices_u64(&indices, "cell", ds.n_cells())?;
+        let cells = cell_ids(&indices, ds.n_cells())?;
         drop(indices);
         match Values::parse(values)? {
             Values::Float32 => batch_as::<f32>(py, &ds, &cells, out_indices, out_values, "float32"),
@@ -157,7 +193,7 @@ impl PyDataset {
     /// The nonzeros `get_batch` would return for `indices` (tiles fetched, not decoded).
     fn batch_nnz(&self, py: Python<'_>, indices: PyReadonlyArray1<'_, i64>) -> PyResult<u64> {
         let ds = self.get()?.clone();
-        let cells = indices_u64(&indices, "cell", ds.n_cells())?;
+        let cells = cell_ids(&indices, ds.n_cells())?;
         py.detach(|| ds.batch_nnz(&cells)).map_err(dataset_error)
     }
 
@@ -201,27 +237,7 @@ impl PyDataset {
 
     /// The counters as a dict (the original package's keys plus ours).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = self.get()?.stats();
-        let d = PyDict::new(py);
-        let counts = [
-            ("tiles_fetched", s.tiles_fetched),
-            ("tiles_decoded", s.tiles_decoded),
-            ("tile_cache_hits", s.inflight_joins),
-            ("decoded_cache_hits", s.cache_hits),
-            ("bytes_fetched", s.bytes_fetched),
-            ("failed_loads", s.failed_loads),
-            ("cache_misses", s.cache_misses),
-            ("prefetched", s.prefetched),
-        ];
-        let times =
-            [("fetch_seconds", s.fetch_time), ("stall_seconds", s.stall_time), ("decode_seconds", s.decode_time)];
-        for (key, n) in counts {
-            d.set_item(key, n)?;
-        }
-        for (key, t) in times {
-            d.set_item(key, t.as_secs_f64())?;
-        }
-        Ok(d)
+        stats_dict(py, &[self.get()?.stats()])
     }
 
     /// Sets every counter to zero.
@@ -257,10 +273,7 @@ fn batch_as<'py, V: dct_codec::CountValue + numpy::Element>(
 ) -> PyResult<Bound<'py, PyTuple>> {
     match (out_indices, out_values) {
         (Some(oi), Some(ov)) => {
-            let bad =
-                |name: &str, t: &str| value_error(format!("{name} must be a writable contiguous 1-D {t} numpy array"));
-            let oi = oi.cast_into::<PyArray1<i32>>().map_err(|_| bad("out_indices", "int32"))?;
-            let ov = ov.cast_into::<PyArray1<V>>().map_err(|_| bad("out_values", dtype))?;
+            let (oi, ov) = out_buffers::<V>(oi, ov, dtype)?;
             let mut wi = writable(&oi, "out_indices", "int32")?;
             let mut wv = writable(&ov, "out_values", dtype)?;
             let (si, sv) = (wi.as_slice_mut()?, wv.as_slice_mut()?);

@@ -3,7 +3,7 @@
 
 use std::sync::Mutex;
 
-use dct_dataset::{EpochOptions, EpochPlan, Remainder};
+use dct_dataset::{EpochOptions, EpochPlan, EpochUnit, Remainder};
 use numpy::PyArray1;
 use pyo3::prelude::*;
 
@@ -19,9 +19,9 @@ pub(crate) struct PyEpochPlan {
 #[pymethods]
 impl PyEpochPlan {
     /// The plan of `epoch` over tiles of `tile_cells` cells (see `dct_dataset::EpochPlan`); `remainder` is `"drop"`
-    /// or `"wrap"`.
+    /// or `"wrap"`; `units` (`(tile, take, pass)` triples, from `Corpus.weighted_units`) for a weighted epoch.
     #[new]
-    #[pyo3(signature = (tile_cells, batch_size, shuffle, shuffle_tiles, seed, drop_last, remainder, rank, world_size, worker, num_workers, first_batch, epoch))]
+    #[pyo3(signature = (tile_cells, batch_size, shuffle, shuffle_tiles, seed, drop_last, remainder, rank, world_size, worker, num_workers, first_batch, epoch, units = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         tile_cells: Vec<u64>,
@@ -37,6 +37,7 @@ impl PyEpochPlan {
         num_workers: usize,
         first_batch: usize,
         epoch: u64,
+        units: Option<Vec<(usize, u64, u64)>>,
     ) -> PyResult<Self> {
         let remainder = match remainder {
             "drop" => Remainder::Drop,
@@ -56,7 +57,14 @@ impl PyEpochPlan {
             num_workers,
             first_batch,
         };
-        let plan = EpochPlan::new(&tile_cells, &opts, epoch).map_err(dataset_error)?;
+        let plan = match units {
+            None => EpochPlan::new(&tile_cells, &opts, epoch),
+            Some(units) => {
+                let units = units.into_iter().map(|(tile, take, pass)| EpochUnit { tile, take, pass }).collect();
+                EpochPlan::with_units(&tile_cells, units, &opts, epoch)
+            }
+        }
+        .map_err(dataset_error)?;
         Ok(PyEpochPlan { plan: Mutex::new(plan) })
     }
 

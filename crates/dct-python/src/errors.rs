@@ -47,7 +47,7 @@ pub(crate) fn dataset_error(e: DatasetError) -> PyErr {
         return if source.is_not_found() { PyFileNotFoundError::new_err(message) } else { PyOSError::new_err(message) };
     }
     match e {
-        DatasetError::CellOutOfRange { .. } => return PyIndexError::new_err(message),
+        DatasetError::CellOutOfRange(_) => return PyIndexError::new_err(message),
         DatasetError::Internal(_) => return PyRuntimeError::new_err(message),
         DatasetError::SideFileMissing { .. } => return PyFileNotFoundError::new_err(message),
         _ => {}
@@ -81,7 +81,7 @@ pub(crate) fn obs_error(e: dct_obs::ObsError) -> PyErr {
     let message = e.to_string();
     match &e {
         ObsError::UnknownColumn { .. } => PyKeyError::new_err(message),
-        ObsError::CellOutOfRange { .. } => PyIndexError::new_err(message),
+        ObsError::CellOutOfRange(_) => PyIndexError::new_err(message),
         ObsError::NotFound { .. } => PyFileNotFoundError::new_err(message),
         ObsError::Store(e) => store_error(e),
         ObsError::Cache { .. } | ObsError::NoCacheDir => PyOSError::new_err(message),

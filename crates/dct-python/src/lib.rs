@@ -4,7 +4,39 @@
 //!
 //! Everything that reads, decodes, writes, hashes or caches runs here, with the GIL released; arrays handed to
 //! Python are numpy arrays that own the Rust buffers (or views of the caller's). Errors become the Python
-//! exceptions the API names ([`errors`]); nothing here panics on bad input.
+//! exceptions the API names (`errors.rs`); nothing here panics on bad input.
+//!
+//! # Modules
+//!
+//! * This extension, `deltacells._core`, is built with PyO3 (abi3-py39). Its modules, in `src/`:
+//!   * `tile.rs`: parse, decode and gather.
+//!   * `dataset.rs`: the reader.
+//!   * `backend.rs`: a Python `Backend` object as a `dct_store::ReadSource`.
+//!   * `store.rs`: store reads for `StoreBackend`.
+//!   * `writer.rs`: `encode_tile` and the dataset writer.
+//!   * `obs.rs`: the obs reader, schema inference and encoding.
+//!   * `convert.rs`: the converter and its split form.
+//!   * `corpus.rs`: corpora (`dct_corpus`): reads through a gene vocabulary, selections, obs across members,
+//!     weighted epochs.
+//!   * `cli.rs`: the command line, in-process.
+//!   * `errors.rs`: Rust errors as the API's exception classes.
+//!   * `process.rs`: what survives `fork`.
+//! * The pure-Python modules of the original package's API, in `python/deltacells/`, hold the argument checks, the
+//!   pandas and scipy conversions and the dataclasses:
+//!   * `dataset.py`: the reader, over `_tiles.py` (tiles, batches), `_obs_store.py` (the obs cache reader, over an
+//!     `ObsHost` protocol) and `_obs_schema.py` (schemas, frames, the gene table).
+//!   * `reader.py` and `obs.py`: the original package's module faces over those and `dataset.py`, so that no module
+//!     imports one that imports it.
+//!   * `_files.py`: atomic file writes.
+//!   * `_indices.py`: cell indices as numpy means them (integers, or a boolean mask of one entry per cell).
+//!   * `torch.py`: the training loader (over a dataset or a corpus); `_batch_slots.py`: the reused memory its
+//!     batches are decoded into, shared with the training process when DataLoader workers hand them over.
+//!   * `corpus.py`: `open_corpus`, `Corpus` and `CorpusObs` over `_core.Corpus`; `lightning.py`: the Lightning
+//!     `DeltaCellsDataModule` (an optional extra).
+//! * Arrays cross as numpy arrays owning the Rust vectors, or as views of the caller's buffers; obs columns cross as
+//!   numpy arrays and lists (no Arrow C interface).
+//! * The crate is outside `default-members`, so a plain `cargo build` needs no Python; `cargo xtask python` builds
+//!   the wheel into a venv and runs `tests/`.
 
 #![forbid(unsafe_code)]
 
@@ -12,6 +44,7 @@ mod arrays;
 mod backend;
 mod cli;
 mod convert;
+mod corpus;
 mod dataset;
 mod epoch;
 mod errors;
@@ -58,6 +91,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(manifest::obs_shard_tiles, m)?)?;
     m.add_class::<tile::PyTile>()?;
     m.add_class::<dataset::PyDataset>()?;
+    m.add_class::<corpus::PyCorpus>()?;
+    m.add_class::<corpus::PyCorpusObs>()?;
     m.add_class::<obs::PyObs>()?;
     m.add_class::<writer::PyDatasetWriter>()?;
     m.add_class::<store::PyStore>()?;

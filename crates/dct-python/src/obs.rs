@@ -20,7 +20,7 @@ use numpy::PyReadonlyArray1;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
-use crate::arrays::{indices_u64, owned};
+use crate::arrays::{cell_ids, owned};
 use crate::errors::{format_error, obs_error, value_error};
 
 /// A dataset's obs opened for reading (bound to the dataset's store).
@@ -102,7 +102,7 @@ impl PyObs {
         cells: PyReadonlyArray1<'py, i64>,
         columns: Vec<String>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let cells = indices_u64(&cells, "cell", self.obs.n_cells())?;
+        let cells = cell_ids(&cells, self.obs.n_cells())?;
         let refs: Vec<&str> = columns.iter().map(String::as_str).collect();
         let batch = py.detach(|| self.obs.take(&cells, &refs)).map_err(obs_error)?;
         self.columns_to_py(py, &batch)
@@ -140,7 +140,7 @@ impl PyObs {
 /// One Arrow column as Python values: numbers and category codes as numpy arrays (missing codes as -1, missing
 /// numbers as NaN in float64), booleans as a bool array (a list with `None` when some are missing), strings as a
 /// list of `str` / `None`.
-fn array_to_py<'py>(py: Python<'py>, a: &ArrayRef, kind: ColumnKind) -> PyResult<Bound<'py, PyAny>> {
+pub(crate) fn array_to_py<'py>(py: Python<'py>, a: &ArrayRef, kind: ColumnKind) -> PyResult<Bound<'py, PyAny>> {
     fn primitive<'py, T: ArrowPrimitiveType>(py: Python<'py>, a: &ArrayRef, kind: ColumnKind) -> Bound<'py, PyAny>
     where
         T::Native: numpy::Element + num_like::AsF64 + num_like::MinusOne,

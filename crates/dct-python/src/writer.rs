@@ -6,9 +6,9 @@
 
 use bytes::Bytes;
 use dct_codec::{CanonicalCsr, CountLike, CsrMatrix, EncodeOptions, encode_canonical};
-use dct_dataset::{DatasetWriter, ObsFields, WriterOptions};
+use dct_dataset::{DatasetWriter, WriterOptions};
 use dct_format::Version;
-use dct_obs::{ObsSchema, ObsShardEncoder, ObsWriteOptions, ObsWriteSummary};
+use dct_obs::{ObsSchema, ObsWriteOptions};
 use numpy::PyReadonlyArray1;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
@@ -124,31 +124,13 @@ pub(crate) fn check_gene_order(order: Vec<i64>) -> PyResult<()> {
     Ok(())
 }
 
-/// The open writer and the obs encoder beside it.
+/// The open writer.
 struct Writing {
     writer: DatasetWriter,
-    obs: Option<ObsShards>,
+    /// Whether the dataset has obs (every tile then comes with its frame).
+    has_obs: bool,
     /// Stored column of each source column, once a gene order is set.
     new_column: Option<Vec<u32>>,
-}
-
-/// The obs shards of a dataset being written: the encoder and what the manifest needs of the shards stored.
-struct ObsShards {
-    encoder: ObsShardEncoder,
-    tiles_per_file: u64,
-    bytes: Vec<u64>,
-    sha256: Vec<String>,
-    footer_crc32: Vec<u32>,
-}
-
-impl ObsShards {
-    /// Records a completed shard and stores it.
-    fn store(&mut self, writer: &mut DatasetWriter, shard: dct_obs::EncodedShard) -> PyResult<()> {
-        self.bytes.push(shard.bytes.len() as u64);
-        self.sha256.push(shard.sha256.clone());
-        self.footer_crc32.push(shard.footer_crc32);
-        writer.store_file(&shard.name, shard.bytes).map_err(dataset_error)
-    }
 }
 
 /// A dataset being written (bound to the process that made it).
@@ -194,21 +176,9 @@ impl PyDatasetWriter {
         check_level(level)?;
         let metadata: serde_json::Value =
             serde_json::from_str(metadata_json).map_err(|e| value_error(format!("metadata: {e}")))?;
-        let obs = match obs_schema_json {
-            None => None,
-            Some(text) => {
-                let schema = ObsSchema::parse(text.as_bytes(), "obs_schema").map_err(obs_error)?;
-                let options = ObsWriteOptions { tiles_per_file: obs_tiles_per_file, zstd_level: obs_compression_level };
-                let encoder = ObsShardEncoder::streaming(schema, &options).map_err(obs_error)?;
-                Some(ObsShards {
-                    encoder,
-                    tiles_per_file: obs_tiles_per_file,
-                    bytes: Vec::new(),
-                    sha256: Vec::new(),
-                    footer_crc32: Vec::new(),
-                })
-            }
-        };
+        let obs_schema = obs_schema_json
+            .map(|text| ObsSchema::parse(text.as_bytes(), "obs_schema").map_err(obs_error))
+            .transpose()?;
         let options = WriterOptions {
             tile_size,
             n_chunks,
@@ -220,8 +190,19 @@ impl PyDatasetWriter {
             store: crate::dataset::store_options(storage_options.as_ref())?,
             ..WriterOptions::new(n_genes)
         };
-        let writer = py.detach(|| DatasetWriter::create(&url, options)).map_err(dataset_error)?;
-        let writing = Writing { writer, obs, new_column: None };
+        let has_obs = obs_schema.is_some();
+        let writer = py
+            .detach(|| {
+                let mut writer = DatasetWriter::create(&url, options)?;
+                if let Some(schema) = obs_schema {
+                    let options =
+                        ObsWriteOptions { tiles_per_file: obs_tiles_per_file, zstd_level: obs_compression_level };
+                    writer.set_obs_schema(schema, &options)?;
+                }
+                Ok(writer)
+            })
+            .map_err(dataset_error)?;
+        let writing = Writing { writer, has_obs, new_column: None };
         Ok(PyDatasetWriter { state: ProcessBound::new(std::sync::Mutex::new(Some(writing))), n_genes })
     }
 
@@ -267,24 +248,17 @@ impl PyDatasetWriter {
         let n_genes = self.n_genes;
         self.with(|w| {
             let csr = canonical(&indptr, &indices, &data, n_rows, n_genes, w.new_column.as_deref())?;
-            // Every check of the tile first, so that obs is added only for a tile that will be taken.
-            w.writer.check_tile(&csr).map_err(dataset_error)?;
-            match (&mut w.obs, &frame) {
-                (Some(shards), Some(frame)) => {
-                    if let Some(shard) = shards.encoder.push_streaming(frame, n_rows).map_err(obs_error)? {
-                        let writer = &mut w.writer;
-                        py.detach(|| shards.store(writer, shard))?;
-                    }
-                }
-                (None, None) => {}
+            let writer = &mut w.writer;
+            match (w.has_obs, frame) {
+                (true, Some(frame)) => py.detach(|| writer.push_tile_with_obs(csr, &frame)),
+                (false, None) => py.detach(|| writer.push_tile(csr)),
                 _ => {
                     return Err(value_error(
                         "obs must be given for every tile if (and only if) the writer was created with an obs_schema",
                     ));
                 }
             }
-            let writer = &mut w.writer;
-            py.detach(|| writer.push_tile(csr)).map_err(dataset_error)
+            .map_err(dataset_error)
         })
     }
 
@@ -308,33 +282,8 @@ impl PyDatasetWriter {
                 Some(_) => guard.take().expect("checked above"),
             }
         };
-        let Writing { mut writer, obs, .. } = taken;
-        let manifest = py.detach(move || -> PyResult<_> {
-            if let Some(mut shards) = obs {
-                if let Some(shard) = shards.encoder.finish_streaming().map_err(obs_error)? {
-                    shards.store(&mut writer, shard)?;
-                }
-                let summary = ObsWriteSummary::new(
-                    shards.encoder.schema().to_json(),
-                    shards.tiles_per_file,
-                    shards.encoder.tile_cells(),
-                    shards.bytes,
-                    shards.sha256,
-                    shards.footer_crc32,
-                );
-                writer
-                    .put_file(dct_obs::SCHEMA_NAME, Bytes::from(summary.schema_json.clone().into_bytes()))
-                    .map_err(dataset_error)?;
-                writer.set_obs(ObsFields {
-                    tiles_per_file: summary.tiles_per_file,
-                    shard_bytes: summary.shard_bytes,
-                    shard_sha256: summary.shard_sha256,
-                    fingerprint: summary.fingerprint,
-                    shard_footer_crc32: Some(summary.shard_footer_crc32),
-                });
-            }
-            writer.finish().map_err(dataset_error)
-        })?;
+        let Writing { writer, .. } = taken;
+        let manifest = py.detach(move || writer.finish()).map_err(dataset_error)?;
         String::from_utf8(manifest.to_json_pretty()).map_err(|e| value_error(e.to_string()))
     }
 

@@ -34,6 +34,25 @@
 //! });
 //! assert_eq!(&got.unwrap().unwrap()[..], b"bytes");
 //! ```
+//!
+//! # Modules
+//!
+//! * `Store`: a location on a backend (local files, memory, S3, GCS, Azure, HTTP), opened by URL with
+//!   `StoreOptions` and the `key=value` settings of `object_store`, plus `max_requests`. It is the one I/O layer
+//!   every crate reads and writes objects through, and this is the only crate that names `object_store`.
+//! * Retries: every request is retried (`RetryPolicy`, full-jitter exponential backoff) on transient failures and on
+//!   bodies of the wrong length.
+//! * Request cap: requests in flight are capped by `max_requests` (default 64), with one semaphore per backend
+//!   shared by all its children.
+//! * Sizes: an object is sized before any buffer is (`get_limited`, `get_exact`, and a bounded `get_tail` for
+//!   footers).
+//! * `mapped.rs`: local tiles, memory-mapped; this is the crate's only unsafe code.
+//! * `StoreError`: what failed, the URL, the cause (once) and what to do; whether it is transient, and the attempts.
+//! * `runtime`: the shared, fork-aware tokio runtime and `block_on`.
+//! * `ReadSource`: a read-only backend implemented outside this crate, e.g. a Python object.
+//! * Feature `testing`: the layers the tests and benchmarks share (`counted`, `faulty`, `throttled`); each
+//!   implements `ObjectStore` through `object_store_layer!`, which writes the methods it passes on unchanged.
+//! * Cloud backends are behind the features `aws`, `gcp`, `azure` and `http`.
 
 #![deny(unsafe_code)] // allowed in `mapped` only (memory-mapping local tiles)
 

@@ -23,15 +23,15 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
     let nnz = m.nnz();
     let per_nnz = bytes as f64 / nnz.max(1) as f64;
     let kb_per_cell = bytes as f64 / 1000.0 / m.n_cells.max(1) as f64;
-    let obs_bytes: u64 = m.obs_shard_bytes.iter().sum();
+    let obs_bytes: u64 = m.obs.shard_bytes.iter().sum();
     if args.json {
         print_json(&json!({
             "dataset": args.dataset, "version": m.version, "n_cells": m.n_cells, "n_genes": m.n_genes,
             "n_tiles": m.n_tiles(), "tile_size": m.tile_size, "nnz": nnz, "tile_bytes_total": bytes,
             "bytes_per_nnz": per_nnz, "kb_per_cell": kb_per_cell, "n_chunks": m.n_chunks, "zstd_level": m.zstd_level,
             "has_gene_order": m.has_gene_order, "has_var_names": m.has_var_names, "has_var_table": m.has_var_table,
-            "has_obs": m.has_obs, "obs_shards": m.obs_shard_bytes.len(), "obs_bytes": obs_bytes,
-            "obs_fingerprint": m.has_obs.then(|| m.obs_fingerprint.clone()),
+            "has_obs": m.has_obs, "obs_shards": m.obs.shard_bytes.len(), "obs_bytes": obs_bytes,
+            "obs_fingerprint": m.has_obs.then(|| m.obs.fingerprint.clone()),
         }));
         return Ok(0);
     }
@@ -53,10 +53,10 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
     if m.has_obs {
         println!(
             "obs       {} shards of {} tiles, {}, fingerprint {}",
-            m.obs_shard_bytes.len(),
-            m.obs_tiles_per_file,
+            m.obs.shard_bytes.len(),
+            m.obs.tiles_per_file,
             human_bytes(obs_bytes),
-            m.obs_fingerprint
+            m.obs.fingerprint
         );
     } else {
         println!("obs       none");

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod convert;
+pub mod corpus;
 pub mod demo;
 pub mod export;
 pub mod info;

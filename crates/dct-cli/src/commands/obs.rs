@@ -106,7 +106,7 @@ fn info(args: InfoArgs, store: &StoreOptions) -> anyhow::Result<u8> {
     let n_cells = ds.n_cells();
     let per_100m = |bytes: u64| (bytes as f64 * 1e8 / n_cells.max(1) as f64).round() as u64;
     let m = ds.manifest();
-    let shard_bytes: u64 = m.obs_shard_bytes.iter().sum();
+    let shard_bytes: u64 = m.obs.shard_bytes.iter().sum();
     let stored: u64 = sizes.iter().map(|s| s.compressed_bytes).sum();
     let rows: Vec<Value> = obs
         .schema()
@@ -126,8 +126,8 @@ fn info(args: InfoArgs, store: &StoreOptions) -> anyhow::Result<u8> {
     if args.json {
         print_json(&json!({
             "dataset": args.source.dataset, "n_cells": n_cells, "n_tiles": m.n_tiles(),
-            "tiles_per_file": m.obs_tiles_per_file, "shards": m.obs_shard_bytes.len(), "shard_bytes": shard_bytes,
-            "fingerprint": m.obs_fingerprint, "stored_bytes": stored, "bytes_per_100m_cells": per_100m(stored),
+            "tiles_per_file": m.obs.tiles_per_file, "shards": m.obs.shard_bytes.len(), "shard_bytes": shard_bytes,
+            "fingerprint": m.obs.fingerprint, "stored_bytes": stored, "bytes_per_100m_cells": per_100m(stored),
             "columns": rows,
         }));
         return Ok(0);
@@ -137,11 +137,11 @@ fn info(args: InfoArgs, store: &StoreOptions) -> anyhow::Result<u8> {
         "obs          {} columns, {} cells, {} shard(s) of up to {} tiles, {} ({} per 100M cells), fingerprint {}",
         rows.len(),
         n_cells,
-        m.obs_shard_bytes.len(),
-        m.obs_tiles_per_file,
+        m.obs.shard_bytes.len(),
+        m.obs.tiles_per_file,
         human_bytes(shard_bytes),
         human_bytes(per_100m(shard_bytes)),
-        m.obs_fingerprint
+        m.obs.fingerprint
     );
     let width = obs.schema().columns.iter().map(|c| c.name.len()).max().unwrap_or(0).max(6);
     println!(

@@ -33,7 +33,7 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
             return Ok(1);
         }
     };
-    let total = ds.n_tiles() as u64 + ds.manifest().obs_shard_bytes.len() as u64;
+    let total = ds.n_tiles() as u64 + ds.manifest().obs.shard_bytes.len() as u64;
     let bar = progress(total, "verifying");
     let report = verify(&ds, &VerifyOptions { parallel: args.threads * 2, ..VerifyOptions::default() }, |done, _| {
         bar.set_position(done)

@@ -2,7 +2,7 @@
 //! by every process from `(seed, epoch)` alone, so that ranks agree without talking and a resumed run yields the
 //! batches an uninterrupted one would have.
 //!
-//! An epoch, for a dataset's tiles:
+//! An epoch, for a dataset's tiles (or a corpus's, some of which may hold no selected cell: those are left out):
 //! 1. the tiles in shuffled order (seeded by seed and epoch; in order without `shuffle`);
 //! 2. cut into *windows* of `shuffle_tiles` consecutive tiles of that order, and the cells of each window shuffled
 //!    (seeded by seed, epoch and window): the global stream, every cell exactly once. Sequential I/O: a window's
@@ -96,10 +96,23 @@ impl EpochOptions {
     }
 }
 
-/// One window of the stream: consecutive tiles of the epoch's tile order and where its cells start in the stream.
+/// What an epoch draws from one tile: `take` of its cells (all of them, or a seeded sample of that many), in the
+/// `pass`-th pass over them. A dataset's epoch draws each tile whole once; a weighted epoch over a corpus draws a
+/// member's tiles as many times as its share asks, and part of a tile to make the share exact.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EpochUnit {
+    /// The tile.
+    pub tile: usize,
+    /// Cells drawn from it (at most its cells).
+    pub take: u64,
+    /// Which pass over the tile this is (seeds the sample when `take` is less than the tile's cells).
+    pub pass: u64,
+}
+
+/// One window of the stream: consecutive units of the epoch's unit order and where its cells start in the stream.
 #[derive(Debug, Clone)]
 struct Window {
-    tiles: Vec<usize>,
+    units: Vec<EpochUnit>,
     start: u64,
     cells: u64,
 }
@@ -126,8 +139,21 @@ pub struct EpochPlan {
 }
 
 impl EpochPlan {
-    /// The plan of epoch `epoch` of a dataset whose tiles hold `tile_cells` cells.
+    /// The plan of epoch `epoch` of a dataset whose tiles hold `tile_cells` cells: every cell once.
     pub fn new(tile_cells: &[u64], opts: &EpochOptions, epoch: u64) -> Result<EpochPlan, DatasetError> {
+        let units: Vec<EpochUnit> =
+            tile_cells.iter().enumerate().map(|(tile, &take)| EpochUnit { tile, take, pass: 0 }).collect();
+        EpochPlan::with_units(tile_cells, units, opts, epoch)
+    }
+
+    /// The plan of epoch `epoch` drawing `units` from tiles of `tile_cells` cells (a weighted epoch over a corpus:
+    /// see [`EpochUnit`]); the units are shuffled, windowed and split as a dataset's tiles are.
+    pub fn with_units(
+        tile_cells: &[u64],
+        units: Vec<EpochUnit>,
+        opts: &EpochOptions,
+        epoch: u64,
+    ) -> Result<EpochPlan, DatasetError> {
         let bad = |m: String| Err(DatasetError::InvalidArgument(format!("epoch plan: {m}")));
         if opts.batch_size == 0 || opts.shuffle_tiles == 0 || opts.world_size == 0 || opts.num_workers == 0 {
             return bad("batch_size, shuffle_tiles, world_size and num_workers must be at least 1".into());
@@ -139,27 +165,34 @@ impl EpochPlan {
             return bad(format!("worker {} is outside 0..{} (num_workers)", opts.worker, opts.num_workers));
         }
         let mut tile_start = Vec::with_capacity(tile_cells.len() + 1);
-        let mut n_cells = 0u64;
+        let mut total = 0u64;
         tile_start.push(0);
         for &c in tile_cells {
-            n_cells = n_cells.checked_add(c).ok_or_else(|| {
+            total = total.checked_add(c).ok_or_else(|| {
                 DatasetError::InvalidArgument("epoch plan: the tiles hold more than 2^64 cells".into())
             })?;
-            tile_start.push(n_cells);
+            tile_start.push(total);
         }
-        let mut order: Vec<usize> = (0..tile_cells.len()).collect();
+        if let Some(u) = units.iter().find(|u| tile_cells.get(u.tile).is_none_or(|&c| u.take > c)) {
+            return bad(format!("a unit draws {} cells of tile {} of {} tiles", u.take, u.tile, tile_cells.len()));
+        }
+        let mut order: Vec<usize> = (0..units.len()).collect();
         if opts.shuffle {
             order.shuffle(&mut rng(opts.seed, epoch, u64::MAX));
         }
+        // Units without cells (a selection's tiles, never a dataset's) take no place in a window: a window's tiles
+        // are all fetched, and these hold nothing to read.
+        order.retain(|&u| units[u].take > 0);
         let mut windows = Vec::new();
         let mut start = 0u64;
-        for tiles in order.chunks(opts.shuffle_tiles) {
-            let cells: u64 = tiles.iter().map(|&t| tile_cells[t]).sum();
-            if cells > 0 {
-                windows.push(Window { tiles: tiles.to_vec(), start, cells });
-            }
-            start += cells;
+        for chunk in order.chunks(opts.shuffle_tiles) {
+            let cells: u64 = chunk.iter().map(|&u| units[u].take).sum();
+            windows.push(Window { units: chunk.iter().map(|&u| units[u]).collect(), start, cells });
+            start = start.checked_add(cells).ok_or_else(|| {
+                DatasetError::InvalidArgument("epoch plan: the epoch draws more than 2^64 cells".into())
+            })?;
         }
+        let n_cells = start;
         let mut plan = EpochPlan {
             opts: opts.clone(),
             epoch,
@@ -301,9 +334,9 @@ impl EpochPlan {
                 (self.window_of(first)..=self.window_of(last)).collect()
             };
             for w in windows {
-                for &t in &self.windows[w].tiles {
-                    if !out.contains(&t) && out.len() < max_tiles {
-                        out.push(t);
+                for u in &self.windows[w].units {
+                    if !out.contains(&u.tile) && out.len() < max_tiles {
+                        out.push(u.tile);
                     }
                 }
             }
@@ -323,8 +356,17 @@ impl EpochPlan {
         if self.cached.as_ref().is_none_or(|(i, _)| *i != w) {
             let window = &self.windows[w];
             let mut cells: Vec<u64> = Vec::with_capacity(window.cells as usize);
-            for &t in &window.tiles {
-                cells.extend(self.tile_start[t]..self.tile_start[t + 1]);
+            for u in &window.units {
+                let (lo, hi) = (self.tile_start[u.tile], self.tile_start[u.tile + 1]);
+                if u.take == hi - lo {
+                    cells.extend(lo..hi);
+                } else {
+                    // Part of a tile: a sample of `take` of its cells, seeded by the tile and the pass.
+                    let mut all: Vec<u64> = (lo..hi).collect();
+                    let mut sampler = sample_rng(self.opts.seed, self.epoch, u.tile as u64, u.pass);
+                    let (picked, _) = all.partial_shuffle(&mut sampler, u.take as usize);
+                    cells.extend_from_slice(picked);
+                }
             }
             if self.opts.shuffle {
                 cells.shuffle(&mut rng(self.opts.seed, self.epoch, w as u64));
@@ -336,7 +378,20 @@ impl EpochPlan {
     }
 }
 
-/// The generator of one shuffle of an epoch: `stream` is the window (or `u64::MAX` for the tile order).
+/// The generator of the sample drawn from part of tile `tile` in pass `pass` of an epoch.
+fn sample_rng(seed: u64, epoch: u64, tile: u64, pass: u64) -> ChaCha8Rng {
+    let mut key = [0u8; 32];
+    key[..8].copy_from_slice(&seed.to_le_bytes());
+    key[8..16].copy_from_slice(&epoch.to_le_bytes());
+    key[16..24].copy_from_slice(&tile.to_le_bytes());
+    key[24..].copy_from_slice(&pass.to_le_bytes());
+    // Distinct from every shuffle's key, which ends in the tag "dctepoch": here the last byte is 0x80 for any pass
+    // below 2^56, never the tag's 'h'.
+    key[31] ^= 0x80;
+    ChaCha8Rng::from_seed(key)
+}
+
+/// The generator of one shuffle of an epoch: `stream` is the window (or `u64::MAX` for the unit order).
 fn rng(seed: u64, epoch: u64, stream: u64) -> ChaCha8Rng {
     let mut key = [0u8; 32];
     key[..8].copy_from_slice(&seed.to_le_bytes());

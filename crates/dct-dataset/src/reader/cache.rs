@@ -139,6 +139,18 @@ impl Cache {
         evicted
     }
 
+    /// Removes every ready tile (decoded, or fetched and waiting) but those of `keep`; returns them, to be
+    /// recycled by the caller. Tiles being loaded stay.
+    pub(super) fn release_except(&mut self, keep: &[usize]) -> Vec<Arc<Tile>> {
+        let gone: Vec<usize> = self
+            .slots
+            .iter()
+            .filter(|(t, slot)| matches!(slot, Slot::Ready { .. }) && !keep.contains(t))
+            .map(|(&t, _)| t)
+            .collect();
+        gone.into_iter().filter_map(|t| self.remove_slot(t)).collect()
+    }
+
     /// The counted tile (not `keep`) to evict first, with its [`Keepness`]; `for_read`: to make room for a read.
     fn most_evictable(&self, keep: Option<usize>, for_read: bool) -> Option<(Keepness, usize)> {
         let mut best: Option<(Keepness, usize, usize)> = None; // (keepness, order within it, tile)
@@ -264,6 +276,18 @@ mod tests {
         let mut v: Vec<usize> = c.slots.keys().copied().collect();
         v.sort_unstable();
         v
+    }
+
+    #[test]
+    fn releasing_keeps_only_the_tiles_named() {
+        let mut c = at_a_window_start();
+        let before = cached(&c);
+        assert!(before.len() >= 3, "{before:?}");
+        let keep = [before[1]];
+        let released = c.release_except(&keep);
+        assert_eq!(released.len(), before.len() - 1);
+        assert_eq!(cached(&c), keep);
+        assert_eq!(c.counted, 1, "the capacity count follows");
     }
 
     #[test]

@@ -20,7 +20,7 @@ pub use batch::Batch;
 pub use budget::{DECODED_BYTES_PER_NONZERO, TileBudget};
 pub(crate) use load::Core;
 #[cfg(feature = "obs")]
-pub(crate) use obs::obs_manifest;
+pub(crate) use obs::{obs_error, obs_manifest};
 pub use options::{ReadOptions, ReadStats};
 
 use std::collections::HashMap;
@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use dct_codec::{CountValue, DecodeError, TilePlanes, WriteMode};
-use dct_format::CellIndex;
+use dct_format::{CellIndex, CellOutOfRange};
 
 use crate::error::DatasetError;
 use crate::manifest::{GENE_ORDER_NAME, Manifest, VAR_NAMES_NAME};
@@ -101,7 +101,8 @@ type Plan = (Vec<usize>, Vec<(u32, u64)>);
 /// ```
 pub struct Dataset {
     core: Arc<Core>,
-    rt: Rt,
+    /// The I/O runtime, shared by the readers made with [`Dataset::reopened_sharing`].
+    rt: Arc<Rt>,
 }
 
 impl Drop for Dataset {
@@ -375,6 +376,17 @@ impl Dataset {
         Ok(started.count())
     }
 
+    /// Drops every cached tile (decoded, or fetched and waiting to be decoded) but those of `keep`, and returns how
+    /// many it dropped; loads in flight go on. For a caller that reads many datasets in turn (a corpus's loader)
+    /// and so knows which tiles of this one it will not need soon: their memory is given back now instead of when
+    /// this reader next needs the room.
+    pub fn release_tiles_except(&self, keep: &[usize]) -> usize {
+        let released = self.core.lock_cache().release_except(keep);
+        let n = released.len();
+        released.into_iter().for_each(|tile| self.core.recycle_tile(tile));
+        n
+    }
+
     /// Starts fetching the tiles holding `cells` (see [`Dataset::prefetch`]); returns the number of tiles whose
     /// loading it started.
     pub fn prefetch_cells(&self, cells: &[u64]) -> Result<usize, DatasetError> {
@@ -450,8 +462,8 @@ impl Dataset {
         let mut slot_of: HashMap<usize, u32> = HashMap::new();
         let mut rows = Vec::with_capacity(cells.len());
         for (position, &cell) in cells.iter().enumerate() {
-            let (t, r) =
-                index.locate(cell).ok_or(DatasetError::CellOutOfRange { cell, position, n_cells: index.n_cells() })?;
+            let out_of_range = || CellOutOfRange { cell: i128::from(cell), position, n_cells: index.n_cells() };
+            let (t, r) = index.locate(cell).ok_or_else(out_of_range)?;
             let s = *slot_of.entry(t).or_insert_with(|| {
                 tiles.push(t);
                 (tiles.len() - 1) as u32

@@ -6,14 +6,7 @@ use crate::manifest::Manifest;
 
 /// The obs facts of a manifest, as `dct-obs` takes them.
 pub(crate) fn obs_manifest(m: &Manifest) -> dct_obs::ObsManifest {
-    dct_obs::ObsManifest {
-        tile_cells: m.tile_cells.clone(),
-        tiles_per_file: m.obs_tiles_per_file,
-        shard_bytes: m.obs_shard_bytes.clone(),
-        shard_sha256: m.obs_shard_sha256.clone(),
-        fingerprint: m.obs_fingerprint.clone(),
-        shard_footer_crc32: m.obs_shard_footer_crc32.clone(),
-    }
+    dct_obs::ObsManifest { tile_cells: m.tile_cells.clone(), fields: m.obs.clone() }
 }
 
 impl Dataset {
@@ -75,9 +68,10 @@ pub(crate) fn obs_error(dataset: &str, e: dct_obs::ObsError) -> DatasetError {
         ObsError::Manifest(_) => Category::ObsFields,
         ObsError::Fingerprint { .. } => Category::ObsSha256,
         ObsError::Cache { .. } | ObsError::NoCacheDir | ObsError::Internal(_) => Category::Io,
-        ObsError::UnknownColumn { .. } | ObsError::NotLocalized(_) | ObsError::CellOutOfRange { .. } => {
-            Category::InvalidArgument
-        }
+        ObsError::UnknownColumn { .. }
+        | ObsError::NotLocalized(_)
+        | ObsError::CellOutOfRange(_)
+        | ObsError::Input { .. } => Category::InvalidArgument,
         _ => Category::ObsShard,
     };
     DatasetError::Obs { category, url: dataset.to_string(), message: e.to_string() }

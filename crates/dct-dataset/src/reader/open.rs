@@ -34,7 +34,9 @@ impl Dataset {
     pub fn open_store(store: Store, options: ReadOptions) -> Result<Dataset, DatasetError> {
         let rt = Rt::new(options.io_threads, "dct-io")?;
         let manifest = fetch_manifest(&rt, &store, options.max_manifest_bytes)?;
-        Dataset::from_parts(store, manifest, rt, &options)
+        let decode_threads = if options.decode_threads == 0 { default_threads() } else { options.decode_threads };
+        let pool = Arc::new(crate::rt::pool(decode_threads, "dct-decode")?);
+        Dataset::from_parts(store, manifest, Arc::new(rt), pool, &options)
     }
 
     /// Another reader of this dataset with other `options` (cache, prefetch, threads, CRC checks), on the same
@@ -44,12 +46,33 @@ impl Dataset {
     /// `options.store` and `options.max_manifest_bytes` are not used.
     pub fn reopened(&self, options: ReadOptions) -> Result<Dataset, DatasetError> {
         let rt = Rt::new(options.io_threads, "dct-io")?;
-        Dataset::from_parts(self.core.store.clone(), self.core.manifest.clone(), rt, &options)
-    }
-
-    fn from_parts(store: Store, manifest: Manifest, rt: Rt, options: &ReadOptions) -> Result<Dataset, DatasetError> {
         let decode_threads = if options.decode_threads == 0 { default_threads() } else { options.decode_threads };
         let pool = Arc::new(crate::rt::pool(decode_threads, "dct-decode")?);
+        Dataset::from_parts(self.core.store.clone(), self.core.manifest.clone(), Arc::new(rt), pool, &options)
+    }
+
+    /// [`Dataset::reopened`] with the I/O runtime and the decode threads of `threads_of` (another dataset's
+    /// reader, or this one's) instead of threads of its own: for a caller reading many datasets side by side (a
+    /// corpus), whose threads would otherwise grow with the number of datasets. `options.io_threads` and
+    /// `options.decode_threads` are not used.
+    pub fn reopened_sharing(&self, options: ReadOptions, threads_of: &Dataset) -> Result<Dataset, DatasetError> {
+        Dataset::from_parts(
+            self.core.store.clone(),
+            self.core.manifest.clone(),
+            threads_of.rt.clone(),
+            threads_of.core.pool.clone(),
+            &options,
+        )
+    }
+
+    fn from_parts(
+        store: Store,
+        manifest: Manifest,
+        rt: Arc<Rt>,
+        pool: Arc<rayon::ThreadPool>,
+        options: &ReadOptions,
+    ) -> Result<Dataset, DatasetError> {
+        let decode_threads = pool.current_num_threads();
         let core = Core {
             index: manifest.cell_index(),
             manifest,

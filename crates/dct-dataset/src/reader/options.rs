@@ -7,6 +7,11 @@ use crate::manifest::DEFAULT_MAX_MANIFEST_BYTES;
 use dct_store::StoreOptions;
 
 /// Settings of a [`Dataset`](crate::Dataset).
+///
+/// Three sets of defaults exist, each for its callers: [`ReadOptions::default`] here (the CLI and Rust callers);
+/// the Python `DeltaCellsDataset`'s keyword defaults, which are the original Python package's documented values
+/// (`python/deltacells/dataset.py`); and the training loader's, which sizes the cache and prefetch from its memory
+/// budget through [`TileBudget`](crate::TileBudget) and [`ReadOptions::with_budget`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReadOptions {
     /// Decoded tiles kept in the LRU cache (default 16; 0 disables caching). Prefetched tiles waiting to be

@@ -221,7 +221,7 @@ async fn check_shard(core: Arc<Core>, s: usize, schema: Option<obs::Schema>) -> 
     let m = &core.manifest;
     let rel = obs_shard_path(s);
     let url = core.store.url(&rel);
-    let expected = m.obs_shard_bytes[s];
+    let expected = m.obs.shard_bytes[s];
     let problem = |category, message: String| Problem { category, tile: None, message: format!("{url}: {message}") };
     match stream_shard(&core.store, &rel, expected, SHARD_TAIL_KEEP).await {
         Err(StoreError::NotFound { .. }) => {
@@ -234,12 +234,12 @@ async fn check_shard(core: Arc<Core>, s: usize, schema: Option<obs::Schema>) -> 
         Err(e) => out.problems.push(Problem::from_error(&e.into())),
         Ok(shard) => {
             out.bytes = expected;
-            if !shard.sha256.eq_ignore_ascii_case(&m.obs_shard_sha256[s]) {
+            if !shard.sha256.eq_ignore_ascii_case(&m.obs.shard_sha256[s]) {
                 out.problems.push(problem(
                     Category::ObsSha256,
                     format!(
                         "SHA-256 is {} but obs_shard_sha256[{s}] is {}: the shard or the manifest was changed",
-                        shard.sha256, m.obs_shard_sha256[s]
+                        shard.sha256, m.obs.shard_sha256[s]
                     ),
                 ));
             }
@@ -403,7 +403,7 @@ mod obs {
         schema: &Schema,
     ) -> Vec<Problem> {
         let m = obs_manifest(&core.manifest);
-        let size = core.manifest.obs_shard_bytes[s];
+        let size = core.manifest.obs.shard_bytes[s];
         let schema = &schema.0;
         let found = match check_shard_tail(s, &shard.head, &shard.tail, size, url, &m, schema) {
             Ok(found) => found,

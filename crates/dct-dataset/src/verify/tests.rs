@@ -151,7 +151,7 @@ mod obs_checks {
         };
         assert!(problems.is_empty());
         let schema = schema.unwrap();
-        let size = core.manifest.obs_shard_bytes[0];
+        let size = core.manifest.obs.shard_bytes[0];
         let c = core.clone();
         let found = rt.block_on(async move {
             let shard = stream_shard(&c.store, "obs/obs_0000.parquet", size, 16).await.ok().unwrap();

@@ -151,7 +151,7 @@ pub struct MtxText {
 }
 
 /// Parses a Matrix Market coordinate text held in memory (uncompressed): banner, comment and blank lines, size line
-/// and every entry, with the same code [`MtxSource`] runs on `matrix.mtx[.gz]`. `path` only names the text in
+/// and every entry, with the same code [`MtxSource`](crate::MtxSource) runs on `matrix.mtx[.gz]`. `path` only names the text in
 /// error messages.
 ///
 /// Accepted: `%%MatrixMarket matrix coordinate integer|real|double general`, then `rows columns entries`, then

@@ -1,8 +1,9 @@
 """deltacells: compact, cloud-friendly tiles of single-cell count matrices.
 
 The Rust reader, decoder, writer, obs cache and converter behind the original package's API: ``open_dataset`` and
-``DeltaCellsDataset.get_batch`` for random batches by global cell index, ``Tile`` / ``read_tile`` for single tiles,
-``DatasetWriter`` / ``encode_tile`` for writing, ``deltacells.obs`` for per-cell metadata, ``deltacells.convert``
+``DeltaCellsDataset.get_batch`` for random batches by global cell index, ``open_corpus`` for many datasets read
+through one gene vocabulary, ``Tile`` / ``read_tile`` for single tiles, ``DatasetWriter`` / ``encode_tile`` for
+writing, ``deltacells.obs`` for per-cell metadata, ``deltacells.convert``
 for h5ad conversion and ``deltacells.cli`` (``python -m deltacells``) for the command line.
 """
 
@@ -17,6 +18,7 @@ from deltacells.backends import (
     ThrottledBackend,
     open_backend,
 )
+from deltacells.corpus import Corpus, open_corpus
 from deltacells.dataset import DeltaCellsDataset, open_dataset
 from deltacells.format import FormatError, TileInfo
 from deltacells.manifest import Manifest
@@ -27,6 +29,7 @@ __version__: str = _core.__version__
 
 __all__ = [
     "Backend",
+    "Corpus",
     "CountingBackend",
     "DatasetWriter",
     "DecodedTile",
@@ -43,6 +46,7 @@ __all__ = [
     "TileInfo",
     "encode_tile",
     "open_backend",
+    "open_corpus",
     "open_dataset",
     "permute_columns",
     "read_tile",

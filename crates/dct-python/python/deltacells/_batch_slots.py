@@ -73,6 +73,11 @@ class SharedBatch:
     nnz: int
     values: str  # "float32" or "int32"
     obs: dict[str, Any]
+    #: Nonzeros the batch holds, when fewer than the room laid out for (``nnz``): a corpus's rows whose member genes
+    #: outside the vocabulary were dropped. -1: ``nnz``.
+    stored: int = -1
+    #: The member of each row (a corpus's batch), else ``None``.
+    members: Any = None
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -149,7 +154,10 @@ class SlotPool:
         fd = None
         if self.shared and not slot.sent:
             fd, slot.sent = DupFd(slot.fd), True
-        return SharedBatch(os.getpid(), k, fd, slot.capacity, n, n_genes, nnz, dtype.name, obs)
+        stored = int(batch.indptr[-1]) if n else 0
+        members = getattr(ds, "last_members", None)
+        return SharedBatch(os.getpid(), k, fd, slot.capacity, n, n_genes, nnz, dtype.name, obs,
+                           stored if stored != nnz else -1, None if members is None else np.asarray(members))
 
     def take(self, ds: Any, cells: np.ndarray, values: Any, n_genes: int, obs: dict[str, Any]) -> dict[str, Any] | None:
         """The batch ``{"X", "obs", "index"}`` decoded into one of this process's slots, its tensors views of it
@@ -181,14 +189,18 @@ def _views(buf: mmap.mmap, b: SharedBatch) -> dict[str, Any]:
     t = torch.from_numpy(whole)
     del whole
     vtype = torch.float32 if b.values == "float32" else torch.int32
+    stored = b.nnz if b.stored < 0 else b.stored
     x = torch.sparse_csr_tensor(
         t[c_crow : c_crow + 4 * (b.n_rows + 1)].view(torch.int32),
-        t[c_col : c_col + 4 * b.nnz].view(torch.int32),
-        t[c_val : c_val + 4 * b.nnz].view(vtype),
+        t[c_col : c_col + 4 * stored].view(torch.int32),
+        t[c_val : c_val + 4 * stored].view(vtype),
         size=(b.n_rows, b.n_genes),
         check_invariants=False,
     )
-    return {"X": x, "obs": b.obs, "index": t[c_cells : c_cells + 8 * b.n_rows].view(torch.int64)}
+    out = {"X": x, "obs": b.obs, "index": t[c_cells : c_cells + 8 * b.n_rows].view(torch.int64)}
+    if b.members is not None:
+        out["dataset"] = torch.from_numpy(b.members)
+    return out
 
 
 class SlotMaps:

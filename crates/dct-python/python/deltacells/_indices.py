@@ -8,11 +8,12 @@ import numpy as np
 
 
 def cell_indices(indices: Any, n_cells: int) -> np.ndarray:
-    """``indices`` as a contiguous int64 array of cells in ``[0, n_cells)``.
+    """``indices`` as a contiguous int64 array of cell indices, for the Rust readers.
 
     A boolean array (or list of booleans) of length ``n_cells`` selects the cells where it is true; a boolean mask
     of any other length is an ``IndexError``, as in numpy. Floats (and other non-integer values) are a
-    ``TypeError`` rather than being truncated. Out-of-range cells are an ``IndexError``.
+    ``TypeError`` rather than being truncated. Whether each cell is in ``[0, n_cells)`` is checked once, by the
+    reader that takes them (an ``IndexError`` naming the cell and its position).
     """
     if isinstance(indices, range):
         idx = np.arange(indices.start, indices.stop, indices.step, dtype=np.int64)
@@ -33,15 +34,17 @@ def cell_indices(indices: Any, n_cells: int) -> np.ndarray:
         elif arr.size == 0:
             idx = np.zeros(0, np.int64)
         elif arr.dtype.kind in "iu":
-            if arr.dtype == np.uint64 and int(arr.max()) >= n_cells:
-                raise IndexError(f"cell index {int(arr.max())} out of range [0, {n_cells})")
+            if arr.dtype == np.uint64 and int(arr.max()) > np.iinfo(np.int64).max:
+                # Not representable as int64 (so past any dataset's end): said as the readers say it.
+                position = int(np.argmax(arr > np.iinfo(np.int64).max))
+                raise IndexError(
+                    f"cell {int(arr[position])} (position {position} of the request) is out of range: the dataset "
+                    f"has {n_cells} cells"
+                )
             idx = np.ascontiguousarray(arr, dtype=np.int64)
         else:
             raise TypeError(
                 f"cell indices must be integers or a boolean mask, not {arr.dtype} (e.g. {arr[0]!r}); convert them "
                 "with .astype(int) if truncation is what you mean"
             )
-    if len(idx) and (int(idx.min()) < 0 or int(idx.max()) >= n_cells):
-        bad = int(idx.min()) if int(idx.min()) < 0 else int(idx.max())
-        raise IndexError(f"cell index {bad} out of range [0, {n_cells})")
     return idx

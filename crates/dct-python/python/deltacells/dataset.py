@@ -68,6 +68,11 @@ class DeltaCellsDataset:
             obs).
         storage_options: extra store options (``object_store`` keys, as ``--store-option`` of the CLI).
 
+    Defaults: the reader settings above default to the original package's documented values (2 cached tiles, 8
+    prefetched, 4 I/O threads, 1 decode thread), so scripts written against it behave as they did. The Rust reader's
+    own defaults (``dct_dataset::ReadOptions::default``, used by the CLI and Rust callers) are larger, and the
+    training loader sizes the reader from its memory budget instead (``dct_dataset::TileBudget``).
+
     Beyond the original package: ``get_batch`` releases the GIL for fetching, decoding and gathering and may be
     called from many Python threads at once; arrays are handed to numpy without copying. The object pickles to
     what is needed to reopen it (and reopens lazily), so it can go to ``multiprocessing`` and ``DataLoader``
@@ -350,11 +355,10 @@ class DeltaCellsDataset:
 
     def __getitem__(self, key: Any) -> SparseBatch:
         if isinstance(key, (int, np.integer)):
+            # Negative keys count from the end, as in numpy; the reader checks the range.
             k = int(key)
-            if k < 0:
+            if -self.n_cells <= k < 0:
                 k += self.n_cells
-            if not 0 <= k < self.n_cells:
-                raise IndexError(f"cell index {int(key)} out of range for {self.n_cells} cells")
             return self.get_batch([k])
         if isinstance(key, slice):
             return self.get_batch(np.arange(*key.indices(self.n_cells)))

@@ -38,7 +38,8 @@ import inspect
 import multiprocessing
 import multiprocessing.context
 import os
-from collections.abc import Iterator, Sequence
+import weakref
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -87,14 +88,24 @@ def _spawning() -> bool:
 _Ticket = tuple[int, int, int, int, int, int]
 # The settings a resumed epoch must share with the interrupted one for its order to be the same.
 _ORDER_KEYS = ("seed", "batch_size", "shuffle_tiles", "shuffle", "drop_last", "remainder", "world_size", "tiles",
-               "manifest")
+               "manifest", "weights", "epoch_cells")
 
 
 class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
     """Batches of a deltacells dataset for training: ``{"X": tensor, "obs": {column: tensor}, "index": tensor}``.
 
     Args:
-        uri: the dataset (a path, a store URL or a :class:`deltacells.Backend`).
+        uri: the dataset (a path, a store URL or a :class:`deltacells.Backend`), or a :class:`deltacells.Corpus`
+            (many datasets read through one gene vocabulary, or a selection of their cells): its cells are served
+            with the same guarantees, ``"index"`` holds corpus cell indices, and batches gain ``"dataset"``, the
+            member index of each cell (int64); obs columns are the corpus's (:attr:`deltacells.Corpus.obs`: one
+            vocabulary per category column, missing where a member lacks the column).
+        weights: for a corpus, each member's share of an epoch: a mapping ``member name -> weight`` or a sequence
+            in member order. An epoch then draws ``epoch_cells`` cells (default: the corpus's cells), each member's
+            share in proportion to its weight (exactly, up to rounding); a member drawn beyond its size starts
+            another pass over its cells, the part of a pass taken from its tiles whole in a seeded order and a
+            sample of one more, so that only tiles with drawn cells are fetched. Deterministic in (seed, epoch).
+        epoch_cells: cells a weighted epoch draws.
         batch_size: cells per batch.
         shuffle: shuffle tiles and cells each epoch (``False``: cell order).
         shuffle_tiles: tiles per shuffling window; that many decoded tiles are held at once.
@@ -144,6 +155,8 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         verify: bool | None = None,
         cache_dir: str | None = None,
         storage_options: dict[str, str] | None = None,
+        weights: Mapping[str, float] | Sequence[float] | None = None,
+        epoch_cells: int | None = None,
     ) -> None:
         super().__init__()
         if output not in ("csr", "dense"):
@@ -189,8 +202,37 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         self._parts = 1
         self._handoff: _Ticket | None = None
         self._shared: Any = None
-        self._ds: deltacells.DeltaCellsDataset | None = None
+        self._ds: Any = None
         self._pid = -1
+        self.weights: list[float] | None = None
+        self.epoch_cells: int | None = None
+        if (weights is not None or epoch_cells is not None) and not isinstance(uri, deltacells.Corpus):
+            raise ValueError("weights and epoch_cells weigh the members of a Corpus; this is one dataset")
+        if isinstance(uri, deltacells.Corpus) and weights is not None:
+            if isinstance(weights, Mapping):
+                unknown = [k for k in weights if k not in uri.members]
+                if unknown:
+                    raise ValueError(f"weights name members the corpus does not have: {unknown}; it has {uri.members}")
+                self.weights = [float(weights.get(m, 0.0)) for m in uri.members]
+            else:
+                self.weights = [float(w) for w in weights]
+            self.epoch_cells = int(epoch_cells) if epoch_cells is not None else uri.n_cells
+            uri._core.weighted_units(self.weights, self.epoch_cells, self.seed, 0)  # refused here, not in a worker
+        elif epoch_cells is not None:
+            raise ValueError("epoch_cells sets the size of a weighted epoch: give weights too")
+        if isinstance(uri, deltacells.Corpus):
+            if self.obs_columns:
+                for c in self.obs_columns:
+                    uri.obs.kind(c)  # KeyError for a column no member has
+                uri.obs.localize(self.obs_columns)
+            self.tile_cells = uri.tile_cells
+            self.n_genes = uri.n_genes
+            manifests = "".join(d._core.manifest_json() for d in uri.datasets) + "\n".join(uri.genes)
+            self._identity = {
+                "tiles": hashlib.sha256(np.asarray(self.tile_cells, np.int64).tobytes()).hexdigest()[:16],
+                "manifest": hashlib.sha256(manifests.encode()).hexdigest()[:16],
+            }
+            return
         probe = self._dataset(1)  # opened now: a bad URI fails here, not in a worker
         self.tile_cells = list(probe.manifest.tile_cells)
         self.n_genes = probe.n_genes
@@ -226,9 +268,12 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
     def _plan(self, worker: int, parts: int, first_batch: int, epoch: int, ranks: tuple[int, int] | None = None
               ) -> _core.EpochPlan:
         rank, world = ranks if ranks is not None else self._resolve_ranks()
+        units = None
+        if self.weights is not None:
+            units = self.uri._core.weighted_units(self.weights, self.epoch_cells, self.seed, epoch)
         return _core.EpochPlan(
             self.tile_cells, self.batch_size, self.shuffle, self.shuffle_tiles, self.seed, self.drop_last,
-            self.remainder, rank, world, worker, parts, first_batch, epoch,
+            self.remainder, rank, world, worker, parts, first_batch, epoch, units,
         )
 
     def _rank_batches(self, epoch: int, parts: int) -> int:
@@ -258,7 +303,8 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         rank, world = self._resolve_ranks()
         return {"epoch": epoch, "batches": done, "seed": self.seed, "batch_size": self.batch_size,
                 "shuffle_tiles": self.shuffle_tiles, "shuffle": self.shuffle, "drop_last": self.drop_last,
-                "remainder": self.remainder, "world_size": world, "num_workers": parts, **self._identity}
+                "remainder": self.remainder, "world_size": world, "num_workers": parts, "weights": self.weights,
+                "epoch_cells": self.epoch_cells, **self._identity}
 
     def state_dict(self) -> dict[str, Any]:
         """Where the epoch is: its number and the batches of this rank yielded so far (counted before each batch
@@ -332,14 +378,23 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         state = dict(self.__dict__)
         if not _spawning():
             state["_shared"] = None
+        if isinstance(self.uri, deltacells.Corpus):
+            state["_ds"] = None  # a corpus's readers are rebuilt in each process
         return state
 
     # ------------------------------------------------------------------ reading
 
-    def _dataset(self, workers: int) -> deltacells.DeltaCellsDataset:
+    def _dataset(self, workers: int) -> Any:
         if self._ds is not None and self._pid == os.getpid():
             return self._ds
         threads = self.decode_threads or max(1, (os.cpu_count() or 1) // max(1, workers))
+        if isinstance(self.uri, deltacells.Corpus):
+            # One set of threads for every member; the cache and prefetch sized from all members' tiles.
+            self._ds = self.uri._reader(self.memory_budget // max(1, workers), self.shuffle_tiles,
+                                        io_threads=self.io_threads, decode_threads=threads, verify=self.verify)
+            self._ahead = self._ds.ahead
+            self._pid = os.getpid()
+            return self._ds
         probe = deltacells.DeltaCellsDataset(
             self.uri, decode_threads=threads, io_threads=self.io_threads, verify=self.verify,
             cache_dir=self.cache_dir, storage_options=self.storage_options,
@@ -354,13 +409,15 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         return self._ds
 
     @property
-    def dataset(self) -> deltacells.DeltaCellsDataset:
-        """The reader of this process."""
+    def dataset(self) -> Any:
+        """The reader of this process (a :class:`deltacells.DeltaCellsDataset`, or a corpus's readers)."""
         return self._dataset(1)
 
     def categories(self, column: str) -> list[str]:
         """The vocabulary of a category obs column (its codes index it)."""
-        obs = self.dataset.obs
+        if isinstance(self.uri, deltacells.Corpus):
+            return self.uri.obs.categories(column)
+        obs = getattr(self.dataset, "obs", None)
         if obs is None:
             raise ValueError("the dataset has no obs")
         return obs.categories(column)
@@ -377,12 +434,16 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
     def _obs(self, cells: np.ndarray) -> dict[str, Any]:
         if not self.obs_columns:
             return {}
-        # Not None: __init__ refuses obs_columns for a dataset without obs.
-        obs = cast("ObsStore", self.dataset.obs)
-        got = obs.take(cells, self.obs_columns, warn=False)
+        got: dict[str, Any]
+        if isinstance(self.uri, deltacells.Corpus):
+            got = self.uri.obs.take(cells, self.obs_columns)
+        else:
+            # Not None: __init__ refuses obs_columns for a dataset without obs.
+            obs = cast("ObsStore", self.dataset.obs)
+            got = obs.take(cells, self.obs_columns, warn=False)
         out: dict[str, Any] = {}
         for name, values in got.items():
-            if values.dtype == object:
+            if isinstance(values, list) or values.dtype == object:
                 out[name] = list(values)
             else:
                 out[name] = torch.from_numpy(values)
@@ -403,30 +464,65 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         values = np.float32 if self.values_dtype == torch.float32 else np.int32
         budget = self._ahead + self.shuffle_tiles
         next_epoch = None
+        corpus = isinstance(self.uri, deltacells.Corpus)
+        window_start = -1
         for j in range(plan.n_batches()):
             # The tiles of this batch's window and of the windows ahead, within the budget, in flight (tiles cached
             # or on their way are skipped, so asking again each batch costs little).
             ahead = plan.tiles_ahead(j, budget)
-            ds.prefetch(ahead)
+            following: list[int] = []
             if len(ahead) < budget and self.shuffle and lasting:
                 # The epoch's last windows leave room: it goes to the first tiles of the next epoch (the order the
                 # next pass takes), so that epoch starts without waiting on the store. Not reading them costs only
                 # their fetches.
                 if next_epoch is None:
                     next_epoch = self._plan(worker, workers, 0, epoch + 1, (rank, world))
-                ds.prefetch(next_epoch.tiles_ahead(0, budget - len(ahead)))
+                following = list(next_epoch.tiles_ahead(0, budget - len(ahead)))
+            if corpus and ahead and ahead[0] != window_start:
+                # A new window: the members' readers give back the tiles no window ahead needs, so their caches
+                # together stay within the budget however many members the windows visit.
+                window_start = ahead[0]
+                ds.release_tiles_except(list(ahead) + following)
+            ds.prefetch(ahead)
+            if following:
+                ds.prefetch(following)
             cells = plan.batch(j)
             out: Any = None
             if self.output == "csr" and info is None:
                 out = _batch_slots.pool(shared=False).take(ds, cells, values, self.n_genes, self._obs(cells))
             elif self.output == "csr" and slots:
                 out = _batch_slots.pool().fill(ds, cells, values, self.n_genes, self._obs(cells))
-            if out is None:
+            if out is None and corpus:
+                batch, member = ds.get_batch_with_members(cells, values)
+                out = {"X": self._tensor(batch), "obs": self._obs(cells), "index": torch.from_numpy(cells),
+                       "dataset": torch.from_numpy(member)}
+            elif out is None:
                 batch = ds.get_batch(cells, values_dtype=values)
                 out = {"X": self._tensor(batch), "obs": self._obs(cells), "index": torch.from_numpy(cells)}
             # Counted before it is handed over: a state taken while the caller holds this batch includes it.
             self._yielded += 1
             yield out
+
+
+class _EpochSampler:
+    """The sampler a :class:`DeltaCellsDataLoader` shows: the ``DataLoader``'s own (an iterable dataset's constant
+    sampler), plus ``set_epoch``, which trainers (Lightning's fit loop, for one) call on a loader's sampler at the
+    start of every epoch; it goes to the loader, so their epoch numbers are the loader's."""
+
+    def __init__(self, inner: Any, loader: DeltaCellsDataLoader) -> None:
+        self._inner = inner
+        # Weak: a cycle would keep a dropped loader, and its persistent workers, alive until the garbage collector
+        # runs.
+        self._loader = weakref.ref(loader)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._inner)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Sets the loader's epoch (see :meth:`DeltaCellsIterableDataset.set_epoch`)."""
+        loader = self._loader()
+        if loader is not None:
+            loader.set_epoch(epoch)
 
 
 class DeltaCellsDataLoader(torch.utils.data.DataLoader):
@@ -486,6 +582,15 @@ class DeltaCellsDataLoader(torch.utils.data.DataLoader):
     def __len__(self) -> int:
         ds: DeltaCellsIterableDataset = self.dataset  # type: ignore[assignment]
         return ds._rank_batches(ds.epoch, max(1, self.num_workers))
+
+    @property  # type: ignore[override]
+    def sampler(self) -> _EpochSampler:
+        """The ``DataLoader``'s sampler with ``set_epoch`` (see :class:`_EpochSampler`)."""
+        return self._epoch_sampler
+
+    @sampler.setter
+    def sampler(self, value: Any) -> None:
+        self._epoch_sampler = _EpochSampler(value, self)
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the dataset's epoch (see :meth:`DeltaCellsIterableDataset.set_epoch`)."""
