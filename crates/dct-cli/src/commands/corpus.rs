@@ -1,0 +1,161 @@
+//! `deltacells corpus info MEMBER...`: datasets read as one corpus: cells, the gene vocabulary and each member's
+//! coverage of it, obs columns and the members that have them, and conflicts.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use dct_corpus::{Corpus, CorpusError, GeneKey, GeneSpace, Member};
+use dct_dataset::dct_obs::ObsOptions;
+use dct_dataset::{Dataset, ReadOptions, StoreOptions};
+use serde_json::{Value, json};
+
+use crate::output::print_json;
+
+/// Arguments of `corpus`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Cells, genes shared, each member's coverage of the vocabulary, obs columns and their conflicts.
+    Info(InfoArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct InfoArgs {
+    /// Member datasets, in cell order (paths or store URLs).
+    #[arg(required = true, num_args = 1..)]
+    members: Vec<String>,
+    /// The vocabulary: `union`, `intersection`, or a file of gene identifiers, one a line.
+    #[arg(long, default_value = "union")]
+    genes: String,
+    /// A column of each member's gene table naming its genes (e.g. `gene_ids`); default: the gene names.
+    #[arg(long = "gene-key", value_name = "COLUMN")]
+    gene_key: Option<String>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `corpus`.
+pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
+    match args.command {
+        Command::Info(a) => info(a, store),
+    }
+}
+
+fn info(a: InfoArgs, store: &StoreOptions) -> anyhow::Result<u8> {
+    let space = match a.genes.as_str() {
+        "union" => GeneSpace::Union,
+        "intersection" => GeneSpace::Intersection,
+        path => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading the vocabulary {path}"))?;
+            GeneSpace::Given(text.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_string).collect())
+        }
+    };
+    let key = a.gene_key.clone().map_or(GeneKey::VarNames, GeneKey::Column);
+    let options = ReadOptions { store: store.clone(), ..ReadOptions::default() };
+    let members = a
+        .members
+        .iter()
+        .map(|url| {
+            let dataset = Dataset::open(url, options.clone()).with_context(|| format!("opening member {url}"))?;
+            Ok(Member { name: url.clone(), dataset: Arc::new(dataset) })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let corpus = Corpus::open(members.clone(), &key, &space)?;
+    let shared = match Corpus::open(members, &key, &GeneSpace::Intersection) {
+        Ok(c) => c.n_genes(),
+        Err(CorpusError::InvalidArgument(_)) => 0,
+        Err(e) => return Err(e.into()),
+    };
+    let vocabulary = corpus.n_genes();
+    let per_member: Vec<Value> = corpus
+        .members()
+        .iter()
+        .enumerate()
+        .map(|(m, member)| {
+            let kept = corpus.gene_map().member(m).kept();
+            json!({
+                "member": member.name,
+                "cells": member.dataset.n_cells(),
+                "genes": member.dataset.n_genes(),
+                "genes_in_vocabulary": kept,
+                "vocabulary_covered": kept as f64 / vocabulary as f64,
+            })
+        })
+        .collect();
+    let (columns, conflicts) = match corpus.obs(&ObsOptions::default()) {
+        Ok(obs) => {
+            // Each member's obs columns, read once.
+            let mut member_columns: Vec<Vec<String>> = Vec::new();
+            for m in corpus.members().iter().filter(|m| m.dataset.manifest().has_obs) {
+                let o = m.dataset.obs(ObsOptions::default()).with_context(|| format!("the obs of {}", m.name))?;
+                member_columns.push(o.schema().columns.iter().map(|c| c.name.clone()).collect());
+            }
+            let columns: Vec<Value> = obs
+                .columns()
+                .iter()
+                .map(|c| {
+                    json!({
+                        "column": c.name,
+                        "kind": c.kind.as_str(),
+                        "categories": c.categories.as_ref().map(Vec::len),
+                        "members": member_columns.iter().filter(|cols| cols.contains(&c.name)).count(),
+                    })
+                })
+                .collect();
+            (columns, Vec::new())
+        }
+        Err(e @ CorpusError::ObsConflict { .. }) => (Vec::new(), vec![e.to_string()]),
+        Err(e) => return Err(e.into()),
+    };
+    let report = json!({
+        "members": corpus.members().len(),
+        "cells": corpus.n_cells(),
+        "vocabulary": vocabulary,
+        "genes_shared_by_all": shared,
+        "per_member": per_member,
+        "obs_columns": columns,
+        "obs_conflicts": conflicts,
+    });
+    if a.json {
+        print_json(&report);
+        return Ok(0);
+    }
+    println!(
+        "{} members, {} cells; vocabulary {} genes ({}), {} shared by every member",
+        corpus.members().len(),
+        corpus.n_cells(),
+        vocabulary,
+        a.genes,
+        shared
+    );
+    for m in &per_member {
+        println!(
+            "  {}: {} cells, {} genes, {} in the vocabulary ({:.1}% of it)",
+            m["member"].as_str().unwrap_or_default(),
+            m["cells"],
+            m["genes"],
+            m["genes_in_vocabulary"],
+            100.0 * m["vocabulary_covered"].as_f64().unwrap_or(0.0)
+        );
+    }
+    for c in &columns {
+        println!(
+            "  obs {}: {}{}, in {} of {} members",
+            c["column"].as_str().unwrap_or_default(),
+            c["kind"].as_str().unwrap_or_default(),
+            c["categories"].as_u64().map(|n| format!(" ({n} categories)")).unwrap_or_default(),
+            c["members"],
+            corpus.members().len()
+        );
+    }
+    for c in &conflicts {
+        println!("  obs conflict: {c}");
+    }
+    Ok(if conflicts.is_empty() { 0 } else { 1 })
+}

@@ -1,0 +1,469 @@
+//! [`Corpus`]: member datasets read as one matrix in the corpus's gene vocabulary.
+
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, ArrayRef};
+use arrow_schema::DataType;
+use dct_dataset::dct_obs::VarTable;
+use dct_dataset::{Batch, CountValue, Dataset, ReadOptions, TileBudget};
+
+use crate::error::CorpusError;
+use crate::genes::{GeneKey, GeneMap, GeneSpace, RowScratch};
+use crate::selection::Selection;
+use rayon::prelude::*;
+
+/// One dataset of a corpus.
+#[derive(Debug, Clone)]
+pub struct Member {
+    /// Its name (unique in the corpus).
+    pub name: String,
+    /// The dataset.
+    pub dataset: Arc<Dataset>,
+}
+
+/// Rows of a corpus: a [`Batch`] in the corpus's columns, and the member each row comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CorpusBatch<V = f32> {
+    /// The rows, in request order; column indices are corpus columns, increasing within each row.
+    pub batch: Batch<V>,
+    /// The member index of each row.
+    pub member: Vec<u32>,
+}
+
+/// Member datasets, each with its own genes, read as one matrix whose columns are the corpus's gene vocabulary,
+/// over all their cells (member 0's, then member 1's, ...) or a selection of them.
+///
+/// Nothing is copied or re-encoded: a read fetches the members' tiles as a read of each member would, then moves
+/// each row's genes to the vocabulary's columns (dropping the genes outside it, sorting the row where the member's
+/// order differs). Selections ([`Corpus::select`]) are new corpora over the same members, sharing their readers.
+#[derive(Debug, Clone)]
+pub struct Corpus {
+    members: Arc<[Member]>,
+    map: Arc<GeneMap>,
+    /// First base cell of each member, then the total.
+    starts: Arc<[u64]>,
+    /// First corpus tile of each member (members' tiles laid end to end), then the total.
+    tile_starts: Arc<[usize]>,
+    selection: Selection,
+    /// Member batches given back by reads, for the next reads to fill again.
+    spare: Arc<SpareBatches>,
+}
+
+/// Batches of any count type that reads give back and take again (at most [`SpareBatches::MAX`] kept).
+#[derive(Debug, Default)]
+struct SpareBatches {
+    batches: std::sync::Mutex<Vec<Box<dyn std::any::Any + Send>>>,
+}
+
+impl SpareBatches {
+    const MAX: usize = 16;
+
+    fn take<V: CountValue>(&self) -> Batch<V> {
+        let mut batches = self.batches.lock().unwrap_or_else(|e| e.into_inner());
+        match batches.iter().position(|b| b.is::<Batch<V>>()) {
+            Some(i) => *batches.swap_remove(i).downcast::<Batch<V>>().expect("checked above"),
+            None => Batch::default(),
+        }
+    }
+
+    fn give<V: CountValue>(&self, batch: Batch<V>) {
+        let mut batches = self.batches.lock().unwrap_or_else(|e| e.into_inner());
+        if batches.len() < Self::MAX {
+            batches.push(Box::new(batch));
+        }
+    }
+}
+
+impl Corpus {
+    /// A corpus of `members` (in cell order), genes identified by `key`, with the vocabulary `space`.
+    pub fn open(members: Vec<Member>, key: &GeneKey, space: &GeneSpace) -> Result<Corpus, CorpusError> {
+        if members.is_empty() {
+            return Err(CorpusError::InvalidArgument("a corpus needs at least one member".into()));
+        }
+        let mut seen = std::collections::HashSet::new();
+        if let Some(m) = members.iter().find(|m| !seen.insert(m.name.as_str())) {
+            return Err(CorpusError::InvalidArgument(format!(
+                "two members are named {:?}; give each a name of its own",
+                m.name
+            )));
+        }
+        let genes = members.iter().map(|m| member_genes(m, key)).collect::<Result<Vec<_>, _>>()?;
+        let names: Vec<String> = members.iter().map(|m| m.name.clone()).collect();
+        let map = GeneMap::build(&names, &genes, space)?;
+        let mut starts = Vec::with_capacity(members.len() + 1);
+        let mut tile_starts = Vec::with_capacity(members.len() + 1);
+        let (mut total, mut tiles) = (0u64, 0usize);
+        for m in &members {
+            starts.push(total);
+            tile_starts.push(tiles);
+            total += m.dataset.n_cells();
+            tiles += m.dataset.n_tiles();
+        }
+        starts.push(total);
+        tile_starts.push(tiles);
+        Ok(Corpus {
+            members: members.into(),
+            map: Arc::new(map),
+            starts: starts.into(),
+            tile_starts: tile_starts.into(),
+            selection: Selection::all(total),
+            spare: Arc::default(),
+        })
+    }
+
+    /// Tiles of all members, laid end to end: corpus tile `k` is tile `k - first` of the member whose tiles start
+    /// at `first`.
+    pub fn n_tiles(&self) -> usize {
+        *self.tile_starts.last().expect("a corpus has a total")
+    }
+
+    /// The corpus tiles of member `m`.
+    pub fn member_tiles(&self, m: usize) -> std::ops::Range<usize> {
+        self.tile_starts[m]..self.tile_starts[m + 1]
+    }
+
+    /// The member and member tile of corpus tile `k`.
+    pub fn tile_of(&self, k: usize) -> Option<(usize, usize)> {
+        if k >= self.n_tiles() {
+            return None;
+        }
+        let m = self.tile_starts.partition_point(|&s| s <= k) - 1;
+        Some((m, k - self.tile_starts[m]))
+    }
+
+    /// Selected cells in each corpus tile. A tile's selected cells are consecutive corpus cells, so these counts
+    /// describe the corpus to an epoch planner as a dataset's `tile_cells` do (tiles with no selected cell count
+    /// 0, and a plan never reads them).
+    pub fn tile_cells(&self) -> Vec<u64> {
+        let mut out = Vec::with_capacity(self.n_tiles());
+        for (m, member) in self.members.iter().enumerate() {
+            let base = self.starts[m];
+            let mut lo = 0u64;
+            for &hi in member.dataset.limits() {
+                out.push(self.selection.count_in(base + lo, base + hi));
+                lo = hi;
+            }
+        }
+        out
+    }
+
+    /// Starts fetching and decoding corpus tiles `tiles` in the background (each member's in the order given;
+    /// see [`Dataset::prefetch`]); returns how many loads started.
+    pub fn prefetch(&self, tiles: &[usize]) -> Result<usize, CorpusError> {
+        let mut by_member: Vec<Vec<usize>> = vec![Vec::new(); self.members.len()];
+        for &k in tiles {
+            let (m, t) = self.tile_of(k).ok_or_else(|| {
+                CorpusError::InvalidArgument(format!("prefetch of tile {k}: the corpus has {} tiles", self.n_tiles()))
+            })?;
+            by_member[m].push(t);
+        }
+        let mut started = 0;
+        for (m, member_tiles) in by_member.iter().enumerate() {
+            if !member_tiles.is_empty() {
+                let member = &self.members[m];
+                started += member.dataset.prefetch(member_tiles).map_err(|e| CorpusError::member(&member.name, e))?;
+            }
+        }
+        Ok(started)
+    }
+
+    /// Drops the cached tiles of every member but corpus tiles `keep` (see [`Dataset::release_tiles_except`]):
+    /// a loader moving from one window to the next gives back the tiles of the members it has left, so the members'
+    /// caches together hold what the windows ahead need. Returns how many tiles were dropped.
+    pub fn release_tiles_except(&self, keep: &[usize]) -> usize {
+        let mut by_member: Vec<Vec<usize>> = vec![Vec::new(); self.members.len()];
+        for (m, t) in keep.iter().filter_map(|&k| self.tile_of(k)) {
+            by_member[m].push(t);
+        }
+        self.members.iter().zip(&by_member).map(|(member, keep)| member.dataset.release_tiles_except(keep)).sum()
+    }
+
+    /// The cache and prefetch sizes that keep the corpus's readers serving windows of `window` tiles within
+    /// `budget` bytes ([`TileBudget::split_sizes`] over every member's tiles).
+    pub fn tile_budget(&self, budget: u64, window: usize) -> TileBudget {
+        let nnz: Vec<u64> = self.members.iter().flat_map(|m| m.dataset.manifest().tile_nnz.iter().copied()).collect();
+        let bytes: Vec<u64> =
+            self.members.iter().flat_map(|m| m.dataset.manifest().tile_bytes.iter().copied()).collect();
+        TileBudget::split_sizes(budget, window, &nnz, &bytes)
+    }
+
+    /// The corpus with every member's reader reopened with `options` (no request is made; see
+    /// [`Dataset::reopened`]), all sharing member 0's new I/O runtime and decode threads, so the threads do not
+    /// grow with the number of members. The gene map and the selection are kept.
+    pub fn reopened(&self, options: &ReadOptions) -> Result<Corpus, CorpusError> {
+        let first = &self.members[0];
+        let lead = first.dataset.reopened(options.clone()).map_err(|e| CorpusError::member(&first.name, e))?;
+        let lead = Arc::new(lead);
+        let mut members = Vec::with_capacity(self.members.len());
+        members.push(Member { name: first.name.clone(), dataset: lead.clone() });
+        for m in &self.members[1..] {
+            let d = m.dataset.reopened_sharing(options.clone(), &lead).map_err(|e| CorpusError::member(&m.name, e))?;
+            members.push(Member { name: m.name.clone(), dataset: Arc::new(d) });
+        }
+        Ok(Corpus { members: members.into(), ..self.clone() })
+    }
+
+    /// Cells (selected).
+    pub fn n_cells(&self) -> u64 {
+        self.selection.n_cells()
+    }
+
+    /// Genes: the vocabulary's length.
+    pub fn n_genes(&self) -> usize {
+        self.map.genes().len()
+    }
+
+    /// The gene identifiers, in column order.
+    pub fn genes(&self) -> &[String] {
+        self.map.genes()
+    }
+
+    /// The members, in cell order.
+    pub fn members(&self) -> &[Member] {
+        &self.members
+    }
+
+    /// The gene map (each member's columns in the vocabulary).
+    pub fn gene_map(&self) -> &GeneMap {
+        &self.map
+    }
+
+    /// Selected cells of each member.
+    pub fn member_cells(&self) -> Vec<u64> {
+        self.starts.windows(2).map(|w| self.selection.count_in(w[0], w[1])).collect()
+    }
+
+    /// The selection, as ranges of the members' cells laid end to end.
+    pub fn selection(&self) -> &Selection {
+        &self.selection
+    }
+
+    /// The corpus over the same members with another selection of their cells (ranges of cells laid end to end).
+    pub fn with_selection(&self, selection: Selection) -> Result<Corpus, CorpusError> {
+        let total = *self.starts.last().expect("a corpus has a total");
+        if selection.ranges().1.last().is_some_and(|&e| e > total) {
+            return Err(CorpusError::InvalidArgument(format!("the selection reaches past the corpus's {total} cells")));
+        }
+        Ok(Corpus { selection, ..self.clone() })
+    }
+
+    /// The cells `cells` (indices into this corpus, any order) as a corpus of their own, in corpus order.
+    pub fn select(&self, cells: &[u64]) -> Result<Corpus, CorpusError> {
+        let selection = self.selection.select(cells)?;
+        Ok(Corpus { selection, ..self.clone() })
+    }
+
+    /// The cells where `mask` (one entry per cell) is true, as a corpus of their own.
+    pub fn select_mask(&self, mask: &[bool]) -> Result<Corpus, CorpusError> {
+        let selection = self.selection.select_mask(mask).map_err(CorpusError::InvalidArgument)?;
+        Ok(Corpus { selection, ..self.clone() })
+    }
+
+    /// The member and the member's own cell index of each of `cells`.
+    pub fn locate(&self, cells: &[u64]) -> Result<Vec<(u32, u64)>, CorpusError> {
+        cells
+            .iter()
+            .enumerate()
+            .map(|(position, &c)| {
+                let base = self.selection.base_cell(c, position)?;
+                let m = self.starts.partition_point(|&s| s <= base) - 1;
+                Ok((m as u32, base - self.starts[m]))
+            })
+            .collect()
+    }
+
+    /// The member index of each of `cells`.
+    pub fn member_of(&self, cells: &[u64]) -> Result<Vec<u32>, CorpusError> {
+        Ok(self.locate(cells)?.into_iter().map(|(m, _)| m).collect())
+    }
+
+    /// The rows of `cells` (corpus indices, any order, repeats allowed) in the corpus's columns, with counts of
+    /// type `V`, and the member of each row. Each member's rows are read with one call of its reader.
+    pub fn get_batch_as<V: CountValue>(&self, cells: &[u64]) -> Result<CorpusBatch<V>, CorpusError> {
+        let mut out = Batch::<V> { n_genes: self.n_genes() as u64, ..Batch::default() };
+        let (indices, values) = (&mut out.indices, &mut out.values);
+        let member = self.read_rows(cells, &mut out.indptr, |total| {
+            indices.resize(total, 0);
+            values.resize(total, V::default());
+            Ok((indices.as_mut_slice(), values.as_mut_slice()))
+        })?;
+        Ok(CorpusBatch { batch: out, member })
+    }
+
+    /// The rows of `cells` into the caller's buffers (shared or pinned memory, say), as
+    /// [`Dataset::get_batch_to`] does: row offsets into `indptr`, column indices and counts into the first `nnz`
+    /// elements of `indices` and `values`, which must hold at least that many ([`Corpus::batch_nnz`] gives a
+    /// size that is enough). Returns `nnz` and the member of each row.
+    pub fn get_batch_to<V: CountValue>(
+        &self,
+        cells: &[u64],
+        indptr: &mut Vec<i64>,
+        indices: &mut [i32],
+        values: &mut [V],
+    ) -> Result<(usize, Vec<u32>), CorpusError> {
+        let members = self.read_rows(cells, indptr, |total| {
+            if indices.len() < total || values.len() < total {
+                return Err(CorpusError::InvalidArgument(format!(
+                    "the output buffers hold {} and {} elements but the batch has {total} nonzeros; pass buffers of \
+                     at least batch_nnz elements",
+                    indices.len(),
+                    values.len()
+                )));
+            }
+            Ok((&mut indices[..total], &mut values[..total]))
+        })?;
+        Ok((indptr.last().copied().unwrap_or(0) as usize, members))
+    }
+
+    /// Enough room for the nonzeros of `cells` ([`Dataset::batch_nnz`] of each member's rows: tiles fetched, not
+    /// decoded); exact unless members have genes outside the vocabulary.
+    pub fn batch_nnz(&self, cells: &[u64]) -> Result<u64, CorpusError> {
+        let (_, member_cells, _) = self.plan_read(cells)?;
+        let mut total = 0u64;
+        for (m, locals) in member_cells.iter().enumerate() {
+            if !locals.is_empty() {
+                let member = &self.members[m];
+                total += member.dataset.batch_nnz(locals).map_err(|e| CorpusError::member(&member.name, e))?;
+            }
+        }
+        Ok(total)
+    }
+
+    /// Where each of `cells` is: its member and local cell, each member's cells in request order, and each
+    /// request's row in its member's batch.
+    #[allow(clippy::type_complexity)]
+    fn plan_read(&self, cells: &[u64]) -> Result<(Vec<(u32, u64)>, Vec<Vec<u64>>, Vec<usize>), CorpusError> {
+        let located = self.locate(cells)?;
+        let mut member_cells: Vec<Vec<u64>> = vec![Vec::new(); self.members.len()];
+        let mut row_in_member = Vec::with_capacity(cells.len());
+        for &(m, local) in &located {
+            let list = &mut member_cells[m as usize];
+            row_in_member.push(list.len());
+            list.push(local);
+        }
+        Ok((located, member_cells, row_in_member))
+    }
+
+    /// Reads the rows of `cells`: each member's rows with one call of its reader, then every row moved to the
+    /// corpus's columns straight into its place in the output (rows in parallel on the rayon pool); fills `indptr`,
+    /// asks `output` for the `nnz`-long slices. Returns the member of each row.
+    fn read_rows<'o, V: CountValue>(
+        &self,
+        cells: &[u64],
+        indptr: &mut Vec<i64>,
+        output: impl FnOnce(usize) -> Result<(&'o mut [i32], &'o mut [V]), CorpusError>,
+    ) -> Result<Vec<u32>, CorpusError> {
+        let (located, member_cells, row_in_member) = self.plan_read(cells)?;
+        let mut read: Vec<Option<Batch<V>>> = vec![None; self.members.len()];
+        for (m, locals) in member_cells.iter().enumerate() {
+            if !locals.is_empty() {
+                let member = &self.members[m];
+                // Into a batch an earlier read gave back: its memory is already faulted in.
+                let mut batch = self.spare.take::<V>();
+                member.dataset.get_batch_into(locals, &mut batch).map_err(|e| CorpusError::member(&member.name, e))?;
+                read[m] = Some(batch);
+            }
+        }
+        let row = |i: usize| -> (&Batch<V>, usize, usize) {
+            let b = read[located[i].0 as usize].as_ref().expect("read above");
+            let r = row_in_member[i];
+            (b, b.indptr[r] as usize, b.indptr[r + 1] as usize)
+        };
+        // Each row's entries in the vocabulary (counted in parallel: a lookup per entry), then the offsets.
+        let mut kept = vec![0usize; cells.len()];
+        kept.par_iter_mut().enumerate().with_min_len(64).for_each(|(i, k)| {
+            let (b, lo, hi) = row(i);
+            *k = self.map.member(located[i].0 as usize).kept_in(&b.indices[lo..hi]);
+        });
+        indptr.clear();
+        indptr.reserve(cells.len() + 1);
+        indptr.push(0);
+        let mut total = 0usize;
+        for k in kept {
+            total += k;
+            indptr.push(total as i64);
+        }
+        let (out_indices, out_values) = output(total)?;
+        // Each row's own place in the output, then the rows filled in parallel.
+        let mut places: Vec<(usize, &mut [i32], &mut [V])> = Vec::with_capacity(cells.len());
+        let (mut rest_i, mut rest_v) = (out_indices, out_values);
+        for i in 0..cells.len() {
+            let len = (indptr[i + 1] - indptr[i]) as usize;
+            let (head_i, tail_i) = std::mem::take(&mut rest_i).split_at_mut(len);
+            let (head_v, tail_v) = std::mem::take(&mut rest_v).split_at_mut(len);
+            places.push((i, head_i, head_v));
+            (rest_i, rest_v) = (tail_i, tail_v);
+        }
+        let n_genes = self.n_genes();
+        places.par_iter_mut().with_min_len(64).for_each(|(i, oi, ov)| {
+            let (b, lo, hi) = row(*i);
+            let columns = self.map.member(located[*i].0 as usize);
+            RowScratch::with(n_genes, |scratch| {
+                columns.write_row(&b.indices[lo..hi], &b.values[lo..hi], oi, ov, scratch)
+            });
+        });
+        for batch in read.into_iter().flatten() {
+            self.spare.give(batch);
+        }
+        Ok(located.into_iter().map(|(m, _)| m).collect())
+    }
+}
+
+/// A member's gene identifiers in stored column order, as `key` names them.
+pub fn member_genes(member: &Member, key: &GeneKey) -> Result<Vec<String>, CorpusError> {
+    let ds = &member.dataset;
+    let fail = |message: String| CorpusError::GeneKey { member: member.name.clone(), message };
+    let table = || -> Result<Option<VarTable>, CorpusError> {
+        let Some(batch) = ds.var_table().map_err(|e| CorpusError::member(&member.name, e))? else {
+            return Ok(None);
+        };
+        VarTable::from_record_batch(&batch).map(Some).map_err(|e| fail(format!("its var.parquet: {e}")))
+    };
+    let genes = match key {
+        GeneKey::VarNames => match ds.var_names().map_err(|e| CorpusError::member(&member.name, e))? {
+            Some(names) => names.as_ref().clone(),
+            None => match table()? {
+                Some(t) => t.index,
+                None => {
+                    return Err(fail(
+                        "the dataset has no gene names (var_names.txt or var.parquet); convert it with its gene \
+                         table, or name the genes by another member's order"
+                            .into(),
+                    ));
+                }
+            },
+        },
+        GeneKey::Column(column) => {
+            let Some(t) = table()? else {
+                return Err(fail(format!(
+                    "the dataset has no gene table (var.parquet), so it has no column {column:?}; identify genes by \
+                     var_names (gene_key=None) or convert it with its gene table"
+                )));
+            };
+            if t.index_name.as_deref() == Some(column.as_str()) {
+                t.index
+            } else {
+                let Some((_, array)) = t.columns.iter().find(|(n, _)| n == column) else {
+                    let names: Vec<&str> = t.columns.iter().map(|(n, _)| n.as_str()).collect();
+                    return Err(fail(format!("its gene table has no column {column:?} (it has {names:?})")));
+                };
+                strings(array).map_err(|why| fail(format!("gene table column {column:?} {why}")))?
+            }
+        }
+    };
+    if genes.len() as u64 != ds.n_genes() {
+        return Err(fail(format!("it names {} genes but has {}", genes.len(), ds.n_genes())));
+    }
+    Ok(genes)
+}
+
+/// The values of a gene-table column as strings (categories by their labels); a missing value is refused.
+fn strings(array: &ArrayRef) -> Result<Vec<String>, String> {
+    let as_text = arrow_cast::cast(array, &DataType::Utf8).map_err(|e| format!("cannot be read as text: {e}"))?;
+    let text = as_text.as_string::<i32>();
+    if let Some(i) = (0..text.len()).find(|&i| text.is_null(i)) {
+        return Err(format!("has no value for gene {i}; every gene needs an identifier"));
+    }
+    Ok(text.iter().map(|v| v.unwrap_or_default().to_string()).collect())
+}

@@ -1,0 +1,306 @@
+//! The corpus's gene vocabulary and, for each member, where each of its stored columns goes in it.
+
+use std::collections::HashMap;
+
+use crate::error::CorpusError;
+
+/// Which genes the corpus has, in its column order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GeneSpace {
+    /// Every gene of any member, in order of first appearance (member 0's genes, then member 1's new ones, ...).
+    Union,
+    /// The genes every member has, in member 0's order.
+    Intersection,
+    /// A given vocabulary (a model's), in its order: genes no member has are empty columns, and member genes
+    /// outside it are dropped when rows are read.
+    Given(Vec<String>),
+}
+
+/// How genes are identified across members.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum GeneKey {
+    /// Each member's `var_names` (its gene names, in stored column order).
+    #[default]
+    VarNames,
+    /// A column of each member's gene table (`var.parquet`), e.g. `gene_ids` for Ensembl IDs.
+    Column(String),
+}
+
+/// Marks a member column that the vocabulary leaves out.
+const DROPPED: u32 = u32::MAX;
+
+/// Where one member's stored columns go in the corpus's columns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberColumns {
+    /// Corpus column of each stored column of the member (`None`: not in the vocabulary).
+    to_corpus: Vec<u32>,
+    /// Whether the kept columns keep their relative order, so a row's sorted indices stay sorted.
+    increasing: bool,
+    /// Member columns in the vocabulary.
+    kept: usize,
+}
+
+impl MemberColumns {
+    /// The corpus column of stored column `j` of the member (`None` if the vocabulary leaves it out).
+    pub fn corpus_column(&self, j: usize) -> Option<u32> {
+        self.to_corpus.get(j).copied().filter(|&c| c != DROPPED)
+    }
+
+    /// The member's genes in the vocabulary.
+    pub fn kept(&self) -> usize {
+        self.kept
+    }
+
+    /// The member's genes.
+    pub fn n_genes(&self) -> usize {
+        self.to_corpus.len()
+    }
+
+    /// Whether the member's genes are the vocabulary's, in its order (rows then need no re-indexing).
+    pub fn is_identity(&self, corpus_genes: usize) -> bool {
+        self.kept == corpus_genes
+            && self.to_corpus.len() == corpus_genes
+            && self.to_corpus.iter().enumerate().all(|(j, &c)| c as usize == j)
+    }
+
+    /// Entries of a member row (`indices`, stored columns) that the vocabulary keeps.
+    pub(crate) fn kept_in(&self, indices: &[i32]) -> usize {
+        if self.kept == self.to_corpus.len() {
+            return indices.len();
+        }
+        // Branch-free: genes outside the vocabulary are DROPPED (all ones), whose top bit no corpus column has.
+        indices.iter().map(|&g| 1 - (self.to_corpus[g as usize] >> 31) as usize).sum()
+    }
+
+    /// Writes one member row (`indices` in stored column order, increasing) moved to the corpus's columns into
+    /// `out_indices` / `out_values` ([`MemberColumns::kept_in`] entries): genes outside the vocabulary dropped,
+    /// the rest in increasing corpus column. `scratch` is reused across rows (of any member).
+    pub(crate) fn write_row<V: Copy>(
+        &self,
+        indices: &[i32],
+        values: &[V],
+        out_indices: &mut [i32],
+        out_values: &mut [V],
+        scratch: &mut RowScratch,
+    ) {
+        if self.increasing {
+            let kept = indices.iter().zip(values).filter_map(|(&g, &v)| {
+                // The reader hands out only indices below the member's gene count.
+                let c = self.to_corpus[g as usize];
+                (c != DROPPED).then_some((c as i32, v))
+            });
+            for ((c, v), (oi, ov)) in kept.zip(out_indices.iter_mut().zip(out_values.iter_mut())) {
+                *oi = c;
+                *ov = v;
+            }
+            return;
+        }
+        scratch.place(&self.to_corpus, indices, values, out_indices, out_values);
+    }
+}
+
+/// A thread's scratch for re-ordering rows: a bit per corpus column and, per corpus column, the position in the
+/// row of the entry that lands there, so a row is placed by its corpus columns and read back in order in time
+/// linear in the row and the vocabulary's words, instead of being sorted. Kept per thread and reused.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RowScratch {
+    bits: Vec<u64>,
+    position: Vec<u32>,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<RowScratch> = std::cell::RefCell::new(RowScratch::default());
+}
+
+impl RowScratch {
+    /// Runs `f` with this thread's scratch, sized for a vocabulary of `n_genes` genes.
+    pub(crate) fn with<R>(n_genes: usize, f: impl FnOnce(&mut RowScratch) -> R) -> R {
+        SCRATCH.with(|cell| {
+            let mut scratch = cell.borrow_mut();
+            if scratch.position.len() < n_genes {
+                scratch.bits.resize(n_genes.div_ceil(64), 0);
+                scratch.position.resize(n_genes, 0);
+            }
+            f(&mut scratch)
+        })
+    }
+
+    fn place<V: Copy>(&mut self, to_corpus: &[u32], indices: &[i32], values: &[V], out_i: &mut [i32], out_v: &mut [V]) {
+        let (mut lo, mut hi) = (usize::MAX, 0usize);
+        for (k, &g) in indices.iter().enumerate() {
+            let c = to_corpus[g as usize];
+            if c != DROPPED {
+                let w = (c >> 6) as usize;
+                self.bits[w] |= 1u64 << (c & 63);
+                self.position[c as usize] = k as u32;
+                lo = lo.min(w);
+                hi = hi.max(w);
+            }
+        }
+        if lo > hi {
+            return;
+        }
+        let mut k = 0;
+        for w in lo..=hi {
+            let mut word = std::mem::take(&mut self.bits[w]);
+            while word != 0 {
+                let c = (w << 6) + word.trailing_zeros() as usize;
+                out_i[k] = c as i32;
+                out_v[k] = values[self.position[c] as usize];
+                k += 1;
+                word &= word - 1;
+            }
+        }
+    }
+}
+
+/// The corpus's genes and each member's columns in them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GeneMap {
+    genes: Vec<String>,
+    members: Vec<MemberColumns>,
+}
+
+impl GeneMap {
+    /// The vocabulary `space` over members whose genes (identifiers in stored column order) are `member_genes`;
+    /// `names` name the members in errors. A member naming one gene twice is refused, naming the member and the
+    /// gene; so is an empty vocabulary (an intersection of disjoint members, say).
+    pub fn build(names: &[String], member_genes: &[Vec<String>], space: &GeneSpace) -> Result<GeneMap, CorpusError> {
+        let mut positions: Vec<HashMap<&str, u32>> = Vec::with_capacity(member_genes.len());
+        for (name, genes) in names.iter().zip(member_genes) {
+            let mut seen = HashMap::with_capacity(genes.len());
+            for (j, g) in genes.iter().enumerate() {
+                if seen.insert(g.as_str(), j as u32).is_some() {
+                    return Err(CorpusError::DuplicateGene { member: name.clone(), gene: g.clone() });
+                }
+            }
+            positions.push(seen);
+        }
+        let genes: Vec<String> = match space {
+            GeneSpace::Union => {
+                let mut seen = std::collections::HashSet::new();
+                member_genes.iter().flatten().filter(|g| seen.insert(g.as_str())).cloned().collect()
+            }
+            GeneSpace::Intersection => match member_genes.first() {
+                None => Vec::new(),
+                Some(first) => {
+                    first.iter().filter(|g| positions.iter().all(|p| p.contains_key(g.as_str()))).cloned().collect()
+                }
+            },
+            GeneSpace::Given(vocabulary) => {
+                let mut seen = std::collections::HashSet::with_capacity(vocabulary.len());
+                if let Some(g) = vocabulary.iter().find(|g| !seen.insert(g.as_str())) {
+                    return Err(CorpusError::InvalidArgument(format!(
+                        "the gene vocabulary lists {g:?} twice; each gene must appear once"
+                    )));
+                }
+                vocabulary.clone()
+            }
+        };
+        if genes.is_empty() {
+            return Err(CorpusError::InvalidArgument(
+                "the corpus's gene vocabulary is empty (no gene common to every member, or an empty list given)".into(),
+            ));
+        }
+        if genes.len() > i32::MAX as usize {
+            return Err(CorpusError::InvalidArgument(format!("{} genes are more than 2^31 - 1", genes.len())));
+        }
+        let column_of: HashMap<&str, u32> = genes.iter().enumerate().map(|(c, g)| (g.as_str(), c as u32)).collect();
+        let members = member_genes
+            .iter()
+            .map(|member| {
+                let to_corpus: Vec<u32> =
+                    member.iter().map(|g| column_of.get(g.as_str()).copied().unwrap_or(DROPPED)).collect();
+                let kept: Vec<u32> = to_corpus.iter().copied().filter(|&c| c != DROPPED).collect();
+                let increasing = kept.windows(2).all(|w| w[0] < w[1]);
+                MemberColumns { kept: kept.len(), to_corpus, increasing }
+            })
+            .collect();
+        Ok(GeneMap { genes, members })
+    }
+
+    /// The corpus's genes, in column order.
+    pub fn genes(&self) -> &[String] {
+        &self.genes
+    }
+
+    /// Member `m`'s columns in the corpus.
+    pub fn member(&self, m: usize) -> &MemberColumns {
+        &self.members[m]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn names(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("m{i}")).collect()
+    }
+
+    #[test]
+    fn union_intersection_and_given() {
+        let members = vec![strings(&["a", "b", "c"]), strings(&["c", "d", "a"])];
+        let u = GeneMap::build(&names(2), &members, &GeneSpace::Union).unwrap();
+        assert_eq!(u.genes(), strings(&["a", "b", "c", "d"]));
+        assert_eq!((0..3).map(|j| u.member(1).corpus_column(j)).collect::<Vec<_>>(), [Some(2), Some(3), Some(0)]);
+        assert!(u.member(0).is_identity(3) && !u.member(0).is_identity(4));
+        let i = GeneMap::build(&names(2), &members, &GeneSpace::Intersection).unwrap();
+        assert_eq!(i.genes(), strings(&["a", "c"]));
+        assert_eq!(i.member(0).corpus_column(1), None);
+        let g = GeneMap::build(&names(2), &members, &GeneSpace::Given(strings(&["z", "d", "b"]))).unwrap();
+        assert_eq!(g.member(1).kept(), 1);
+        assert_eq!(g.member(0).corpus_column(1), Some(2));
+    }
+
+    #[test]
+    fn rows_come_out_sorted_without_dropped_genes() {
+        let members = vec![strings(&["a", "b"]), strings(&["c", "b", "x", "a"])];
+        let m = GeneMap::build(&names(2), &members, &GeneSpace::Given(strings(&["a", "b", "c"]))).unwrap();
+        let columns = m.member(1);
+        assert_eq!(columns.kept_in(&[0, 1, 2, 3]), 3);
+        let (mut i, mut v) = (vec![0; 3], vec![0u32; 3]);
+        RowScratch::with(3, |scratch| {
+            columns.write_row(&[0, 1, 2, 3], &[10u32, 20, 30, 40], &mut i, &mut v, scratch);
+            assert_eq!((&i, &v), (&vec![0, 1, 2], &vec![40, 20, 10]));
+            // The scratch is clean for the next row.
+            let (mut i, mut v) = (vec![0; 1], vec![0u32; 1]);
+            columns.write_row(&[1], &[7u32], &mut i, &mut v, scratch);
+            assert_eq!((i, v), (vec![1], vec![7]));
+        });
+    }
+
+    #[test]
+    fn long_rows_over_many_words_match_a_sort() {
+        let n: i32 = 300;
+        let member: Vec<String> = (0..n).rev().map(|g| format!("g{g}")).collect();
+        let vocabulary: Vec<String> = (0..n).filter(|g| g % 3 != 0).map(|g| format!("g{g}")).collect();
+        let m = GeneMap::build(&names(1), &[member], &GeneSpace::Given(vocabulary)).unwrap();
+        let indices: Vec<i32> = (0..n).filter(|j| j % 2 == 0).collect();
+        let values: Vec<u32> = indices.iter().map(|&j| j as u32 + 1).collect();
+        let k = m.member(0).kept_in(&indices);
+        let (mut i, mut v) = (vec![0; k], vec![0u32; k]);
+        RowScratch::with(m.genes().len(), |scratch| m.member(0).write_row(&indices, &values, &mut i, &mut v, scratch));
+        let mut want: Vec<(i32, u32)> = indices
+            .iter()
+            .zip(&values)
+            .filter_map(|(&j, &x)| m.member(0).corpus_column(j as usize).map(|c| (c as i32, x)))
+            .collect();
+        want.sort_unstable();
+        assert_eq!(i.iter().copied().zip(v.iter().copied()).collect::<Vec<_>>(), want);
+    }
+
+    #[test]
+    fn refusals_name_the_member_and_gene() {
+        let e = GeneMap::build(&names(2), &[strings(&["a"]), strings(&["b", "b"])], &GeneSpace::Union).unwrap_err();
+        assert!(matches!(&e, CorpusError::DuplicateGene { member, gene } if member == "m1" && gene == "b"), "{e}");
+        let e = GeneMap::build(&names(2), &[strings(&["a"]), strings(&["b"])], &GeneSpace::Intersection);
+        assert!(e.unwrap_err().to_string().contains("empty"));
+        let e = GeneMap::build(&names(1), &[strings(&["a"])], &GeneSpace::Given(strings(&["a", "a"])));
+        assert!(e.unwrap_err().to_string().contains("twice"));
+    }
+}

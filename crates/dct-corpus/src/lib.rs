@@ -1,0 +1,40 @@
+//! Corpora: many deltacells datasets, each with its own genes, read as one matrix in one gene vocabulary.
+//!
+//! A training corpus is hundreds of datasets whose gene lists differ (subsets, orders, symbols or Ensembl IDs),
+//! read through a model's fixed vocabulary. A [`Corpus`] opens its members' readers side by side, identifies each
+//! member's genes by its `var_names` or a column of its gene table ([`GeneKey`]), builds the vocabulary
+//! ([`GeneSpace`]: union, intersection or a given list) and reads rows of any members in the vocabulary's column
+//! order, column indices sorted within each row, counts exactly the members' counts. Cells can be chosen
+//! ([`Corpus::select`]); a selection is kept as ranges of cells, so its memory grows with the runs of selected
+//! cells, never with the corpus.
+//!
+//! The Python package's `deltacells.open_corpus` wraps this crate (see the corpus specification).
+//!
+//! # Modules
+//!
+//! * `genes.rs`: [`GeneSpace`], [`GeneKey`], [`GeneMap`] (the vocabulary and each member's columns in it, with the
+//!   re-indexing of one row).
+//! * `selection.rs`: [`Selection`], sorted ranges of the members' cells laid end to end.
+//! * `corpus.rs`: [`Corpus`] (opening, reading, choosing cells, the tiles an epoch plans over) and [`member_genes`].
+//! * `obs.rs`: [`CorpusObs`], the members' obs as one set of columns with one vocabulary per category column.
+//! * `choose.rs`: [`Corpus::filter`] (conditions on obs columns) and [`Corpus::split`] (seeded parts, whole
+//!   groups to one part), reading the columns a block of cells at a time.
+//! * `weights.rs`: [`Corpus::weighted_units`], what a weighted epoch draws of each member.
+//! * `error.rs`: [`CorpusError`].
+
+#![forbid(unsafe_code)]
+
+mod choose;
+mod corpus;
+mod error;
+mod genes;
+mod obs;
+mod selection;
+mod weights;
+
+pub use choose::{Condition, ObsValue};
+pub use corpus::{Corpus, CorpusBatch, Member, member_genes};
+pub use error::CorpusError;
+pub use genes::{GeneKey, GeneMap, GeneSpace, MemberColumns};
+pub use obs::{CorpusObs, CorpusObsColumn};
+pub use selection::{Selection, SelectionBuilder};

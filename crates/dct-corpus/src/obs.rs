@@ -1,0 +1,210 @@
+//! The obs of a corpus: the members' columns as one set, category columns with one vocabulary across members.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int32Type;
+use arrow_array::{Array, ArrayRef, Int32Array, new_null_array};
+use arrow_schema::DataType;
+use dct_dataset::dct_obs::{ColumnKind, Obs, ObsOptions};
+
+use crate::corpus::Corpus;
+use crate::error::CorpusError;
+
+/// One obs column of a corpus.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CorpusObsColumn {
+    /// Its name.
+    pub name: String,
+    /// Its kind (the same in every member that has it).
+    pub kind: ColumnKind,
+    /// For a category column, the corpus's vocabulary: every member's categories, in order of first appearance.
+    /// Codes refer to it.
+    pub categories: Option<Vec<String>>,
+    /// The Arrow type values come in: `Int32` codes for categories; a number column whose members store
+    /// different types comes as `Float64`.
+    pub data_type: DataType,
+    /// Per member: whether it has the column, and for categories its codes' places in the corpus's vocabulary.
+    members: Vec<Option<Option<Vec<i32>>>>,
+}
+
+/// The members' obs as one table (see [`Corpus::obs`]): a column a member lacks is missing (null) for its cells.
+#[derive(Debug)]
+pub struct CorpusObs {
+    members: Vec<Option<Obs>>,
+    columns: Vec<CorpusObsColumn>,
+}
+
+impl Corpus {
+    /// The members' obs as one set of columns: the union of the members' columns (in order of first
+    /// appearance), category columns with one vocabulary (the members' categories in order of first appearance),
+    /// a column a member lacks missing for its cells. A column whose kind differs between members is refused,
+    /// naming both. Members without obs have every column missing.
+    pub fn obs(&self, options: &ObsOptions) -> Result<CorpusObs, CorpusError> {
+        let members: Vec<Option<Obs>> = self
+            .members()
+            .iter()
+            .map(|m| {
+                if !m.dataset.manifest().has_obs {
+                    return Ok(None);
+                }
+                m.dataset.obs(options.clone()).map(Some).map_err(|e| CorpusError::member(&m.name, e))
+            })
+            .collect::<Result<_, _>>()?;
+        let n = members.len();
+        let mut columns: Vec<CorpusObsColumn> = Vec::new();
+        let mut first_member: Vec<usize> = Vec::new();
+        let mut position: HashMap<String, usize> = HashMap::new();
+        for (m, obs) in members.iter().enumerate() {
+            let Some(obs) = obs else { continue };
+            for c in &obs.schema().columns {
+                let data_type = c.arrow_type.data_type();
+                let at = match position.get(&c.name) {
+                    Some(&at) => at,
+                    None => {
+                        position.insert(c.name.clone(), columns.len());
+                        first_member.push(m);
+                        columns.push(CorpusObsColumn {
+                            name: c.name.clone(),
+                            kind: c.kind,
+                            categories: (c.kind == ColumnKind::Category).then(Vec::new),
+                            data_type: if c.kind == ColumnKind::Category { DataType::Int32 } else { data_type.clone() },
+                            members: vec![None; n],
+                        });
+                        columns.len() - 1
+                    }
+                };
+                let column = &mut columns[at];
+                if column.kind != c.kind {
+                    return Err(CorpusError::ObsConflict {
+                        column: c.name.clone(),
+                        first: self.members()[first_member[at]].name.clone(),
+                        first_kind: column.kind.as_str(),
+                        member: self.members()[m].name.clone(),
+                        kind: c.kind.as_str(),
+                    });
+                }
+                if column.kind == ColumnKind::Numeric && column.data_type != data_type {
+                    column.data_type = DataType::Float64;
+                }
+                let codes = column.categories.as_mut().map(|vocabulary| {
+                    let mut index: HashMap<String, i32> =
+                        vocabulary.iter().enumerate().map(|(i, l)| (l.clone(), i as i32)).collect();
+                    c.categories
+                        .iter()
+                        .flatten()
+                        .map(|label| {
+                            *index.entry(label.clone()).or_insert_with(|| {
+                                vocabulary.push(label.clone());
+                                (vocabulary.len() - 1) as i32
+                            })
+                        })
+                        .collect()
+                });
+                column.members[m] = Some(codes);
+            }
+        }
+        Ok(CorpusObs { members, columns })
+    }
+}
+
+impl CorpusObs {
+    /// The columns, in order of first appearance.
+    pub fn columns(&self) -> &[CorpusObsColumn] {
+        &self.columns
+    }
+
+    /// The column `name`.
+    pub fn column(&self, name: &str) -> Result<&CorpusObsColumn, CorpusError> {
+        self.columns.iter().find(|c| c.name == name).ok_or_else(|| CorpusError::UnknownObsColumn {
+            column: name.to_string(),
+            available: self.columns.iter().map(|c| c.name.clone()).collect(),
+        })
+    }
+
+    /// Makes `columns` local in every member that has them (see `dct_obs::Obs::localize`).
+    pub fn localize(&self, corpus: &Corpus, columns: &[&str]) -> Result<(), CorpusError> {
+        for &name in columns {
+            self.column(name)?;
+        }
+        for (m, obs) in self.members.iter().enumerate() {
+            let Some(obs) = obs else { continue };
+            let present: Vec<&str> = columns.iter().copied().filter(|&c| obs.schema().column(c).is_some()).collect();
+            if !present.is_empty() {
+                obs.localize_blocking(&present).map_err(|e| obs_error(corpus, m, e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The values of `columns` (localized) at corpus `cells`, in request order: category columns as `Int32` codes
+    /// into the corpus's vocabulary, the others in the column's [`data_type`](CorpusObsColumn::data_type); null
+    /// where a cell's member lacks the column or its value is missing.
+    pub fn take(
+        &self,
+        corpus: &Corpus,
+        cells: &[u64],
+        columns: &[&str],
+    ) -> Result<Vec<(String, ArrayRef)>, CorpusError> {
+        let wanted = columns.iter().map(|&c| self.column(c)).collect::<Result<Vec<_>, _>>()?;
+        let located = corpus.locate(cells)?;
+        let mut member_cells: Vec<Vec<u64>> = vec![Vec::new(); self.members.len()];
+        let mut place = Vec::with_capacity(cells.len());
+        for &(m, local) in &located {
+            place.push((m as usize, member_cells[m as usize].len()));
+            member_cells[m as usize].push(local);
+        }
+        let mut out = Vec::with_capacity(wanted.len());
+        for column in wanted {
+            let mut parts: Vec<ArrayRef> = Vec::with_capacity(self.members.len());
+            for (m, locals) in member_cells.iter().enumerate() {
+                parts.push(self.member_part(corpus, m, column, locals)?);
+            }
+            let refs: Vec<&dyn Array> = parts.iter().map(|a| a.as_ref()).collect();
+            let array = arrow_select::interleave::interleave(&refs, &place)
+                .map_err(|e| CorpusError::InvalidArgument(format!("obs column {:?}: {e}", column.name)))?;
+            out.push((column.name.clone(), array));
+        }
+        Ok(out)
+    }
+
+    /// Member `m`'s values of `column` at its cells `locals`, in the column's corpus type.
+    fn member_part(
+        &self,
+        corpus: &Corpus,
+        m: usize,
+        column: &CorpusObsColumn,
+        locals: &[u64],
+    ) -> Result<ArrayRef, CorpusError> {
+        let (Some(obs), Some(codes)) = (&self.members[m], &column.members[m]) else {
+            return Ok(new_null_array(&column.data_type, locals.len()));
+        };
+        if locals.is_empty() {
+            return Ok(new_null_array(&column.data_type, 0));
+        }
+        let batch = obs.take(locals, &[column.name.as_str()]).map_err(|e| obs_error(corpus, m, e))?;
+        let values = batch.column(0);
+        let cast = |a: &ArrayRef, t: &DataType| {
+            arrow_cast::cast(a, t)
+                .map_err(|e| CorpusError::InvalidArgument(format!("obs column {:?}: {e}", column.name)))
+        };
+        match codes {
+            Some(map) => {
+                let local = cast(values, &DataType::Int32)?;
+                let local = local.as_primitive::<Int32Type>();
+                let remapped: Int32Array = local
+                    .iter()
+                    .map(|c| c.and_then(|c| usize::try_from(c).ok().and_then(|i| map.get(i).copied())))
+                    .collect();
+                Ok(Arc::new(remapped))
+            }
+            None if values.data_type() == &column.data_type => Ok(values.clone()),
+            None => cast(values, &column.data_type),
+        }
+    }
+}
+
+fn obs_error(corpus: &Corpus, m: usize, e: dct_dataset::dct_obs::ObsError) -> CorpusError {
+    CorpusError::Obs { member: corpus.members()[m].name.clone(), message: e.to_string() }
+}

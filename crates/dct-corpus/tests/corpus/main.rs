@@ -1,0 +1,4 @@
+//! The integration tests of `dct-corpus`, one module per subject, in one test binary.
+
+mod obs;
+mod read;

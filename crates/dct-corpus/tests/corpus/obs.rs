@@ -1,0 +1,242 @@
+//! A corpus's obs, `filter` and `split` against the values each member was written with.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Float64Type, Int32Type};
+use arrow_array::{ArrayRef, Float32Array, Int64Array};
+use dct_corpus::{Condition, Corpus, CorpusError, GeneKey, GeneSpace, Member, ObsValue};
+use dct_dataset::dct_obs::{ArrowType, ColumnData, ObsOptions, ObsSchemaBuilder, ObsWriteOptions, TileObs};
+use dct_dataset::{CsrMatrix, DatasetWriter, WriterOptions};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::read::open;
+
+/// What the test wrote for one member: per cell its cell type, donor, count (as f64) and flag.
+#[derive(Default)]
+struct Written {
+    cell_type: Vec<Option<String>>,
+    donor: Vec<String>,
+    n_counts: Vec<f64>,
+}
+
+/// A member of `n` cells over genes g0..g4 with obs: `cell_type` (a category over `types`, some missing),
+/// `donor` (a category), `n_counts` (int64 when `int_counts`, else float32) and, when `flag`, a bool column.
+fn member(dir: &Path, n: usize, types: &[&str], donors: &[&str], int_counts: bool, seed: u64) -> Written {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let tile = 8usize;
+    let options = WriterOptions { tile_size: tile as u64, n_chunks: 1, zstd_level: 3, ..WriterOptions::new(5) };
+    let mut w = DatasetWriter::create(dir.to_str().unwrap(), options).unwrap();
+    w.set_var_names((0..5).map(|g| format!("g{g}")).collect()).unwrap();
+    let mut b = ObsSchemaBuilder::new();
+    b.add_category("cell_type", types).unwrap();
+    b.add_category("donor", donors).unwrap();
+    b.add_plain("n_counts", if int_counts { ArrowType::Int64 } else { ArrowType::Float }).unwrap();
+    let schema = b.finish();
+    let labels = |name: &str| -> Arc<[String]> { schema.column(name).unwrap().categories.clone().unwrap().into() };
+    let (type_labels, donor_labels) = (labels("cell_type"), labels("donor"));
+    w.set_obs_schema(schema.clone(), &ObsWriteOptions { tiles_per_file: 2, zstd_level: 3 }).unwrap();
+    let mut written = Written::default();
+    for lo in (0..n).step_by(tile) {
+        let rows = tile.min(n - lo);
+        let indptr: Vec<i64> = (0..=rows as i64).collect();
+        let indices: Vec<i32> = (0..rows).map(|r| (r % 5) as i32).collect();
+        let values: Vec<u32> = vec![1; rows];
+        let csr = dct_codec_csr(&indptr, &indices, &values, rows);
+        let type_codes: Vec<i32> = (0..rows)
+            .map(|_| if rng.random_bool(0.1) { -1 } else { rng.random_range(0..type_labels.len() as i32) })
+            .collect();
+        let donor_codes: Vec<i32> = (0..rows).map(|_| rng.random_range(0..donor_labels.len() as i32)).collect();
+        let counts: Vec<f64> = (0..rows).map(|_| f64::from(rng.random_range(0..50u8))).collect();
+        let counts_array: ArrayRef = if int_counts {
+            Arc::new(Int64Array::from_iter_values(counts.iter().map(|&c| c as i64)))
+        } else {
+            Arc::new(Float32Array::from_iter_values(counts.iter().map(|&c| c as f32)))
+        };
+        for r in 0..rows {
+            let t = type_codes[r];
+            written.cell_type.push((t >= 0).then(|| type_labels[t as usize].clone()));
+            written.donor.push(donor_labels[donor_codes[r] as usize].clone());
+            written.n_counts.push(counts[r]);
+        }
+        let obs = TileObs::new()
+            .with("cell_type", ColumnData::category(type_codes, type_labels.clone()))
+            .with("donor", ColumnData::category(donor_codes, donor_labels.clone()))
+            .with("n_counts", counts_array);
+        w.push_tile_with_obs(csr, &obs).unwrap();
+    }
+    w.finish().unwrap();
+    written
+}
+
+fn dct_codec_csr(indptr: &[i64], indices: &[i32], values: &[u32], rows: usize) -> dct_codec::CanonicalCsr {
+    dct_codec::CanonicalCsr::from_csr(&CsrMatrix { n_rows: rows, n_cols: 5, indptr, indices, values }).unwrap()
+}
+
+struct Setup {
+    _tmp: tempfile::TempDir,
+    corpus: Corpus,
+    written: Vec<Written>,
+}
+
+fn setup() -> Setup {
+    let tmp = tempfile::tempdir().unwrap();
+    let specs: [(usize, &[&str], &[&str], bool); 3] = [
+        (30, &["T", "B"], &["d1", "d2"], true),
+        (21, &["B", "NK", "T"], &["d3"], false),
+        (27, &["Mono", "T"], &["d2", "d4", "d5"], true),
+    ];
+    let mut members = Vec::new();
+    let mut written = Vec::new();
+    for (i, (n, types, donors, ints)) in specs.iter().enumerate() {
+        let dir = tmp.path().join(format!("m{i}"));
+        written.push(member(&dir, *n, types, donors, *ints, i as u64 + 10));
+        members.push(open(&dir, &format!("m{i}")));
+    }
+    let corpus = Corpus::open(members, &GeneKey::VarNames, &GeneSpace::Union).unwrap();
+    Setup { _tmp: tmp, corpus, written }
+}
+
+fn options(dir: &Path) -> ObsOptions {
+    ObsOptions { cache_dir: Some(dir.join("cache")), ..Default::default() }
+}
+
+/// Every cell's written values, in corpus order.
+fn all<T: Clone>(written: &[Written], f: impl Fn(&Written) -> &Vec<T>) -> Vec<T> {
+    written.iter().flat_map(|w| f(w).iter().cloned()).collect()
+}
+
+fn labels(codes: &ArrayRef, vocabulary: &[String]) -> Vec<Option<String>> {
+    codes.as_primitive::<Int32Type>().iter().map(|c| c.map(|c| vocabulary[c as usize].clone())).collect()
+}
+
+#[test]
+fn columns_vocabularies_and_values_across_members() {
+    let s = setup();
+    let obs = s.corpus.obs(&options(s._tmp.path())).unwrap();
+    let names: Vec<&str> = obs.columns().iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["cell_type", "donor", "n_counts"]);
+    let cell_type = obs.column("cell_type").unwrap();
+    let vocabulary = cell_type.categories.clone().unwrap();
+    let mut sorted = vocabulary.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["B", "Mono", "NK", "T"], "one vocabulary: every member's categories once");
+    assert_eq!(obs.column("n_counts").unwrap().data_type, arrow_schema::DataType::Float64, "int64 and float32");
+    let cells: Vec<u64> = vec![77, 0, 40, 31, 55, 29, 30];
+    obs.localize(&s.corpus, &["cell_type", "donor", "n_counts"]).unwrap();
+    let got = obs.take(&s.corpus, &cells, &["cell_type", "donor", "n_counts"]).unwrap();
+    let want_types = all(&s.written, |w| &w.cell_type);
+    let want_donors = all(&s.written, |w| &w.donor);
+    let want_counts = all(&s.written, |w| &w.n_counts);
+    let pick = |v: &[Option<String>]| cells.iter().map(|&c| v[c as usize].clone()).collect::<Vec<_>>();
+    assert_eq!(labels(&got[0].1, &vocabulary), pick(&want_types));
+    let donors = obs.column("donor").unwrap().categories.clone().unwrap();
+    let donor_values: Vec<Option<String>> = want_donors.into_iter().map(Some).collect();
+    assert_eq!(labels(&got[1].1, &donors), pick(&donor_values));
+    let counts = got[2].1.as_primitive::<Float64Type>();
+    assert_eq!(counts.values().to_vec(), cells.iter().map(|&c| want_counts[c as usize]).collect::<Vec<_>>());
+    let e = obs.take(&s.corpus, &[0], &["nope"]).unwrap_err();
+    assert!(matches!(e, CorpusError::UnknownObsColumn { .. }) && e.to_string().contains("cell_type"), "{e}");
+}
+
+#[test]
+fn filter_keeps_the_cells_meeting_every_condition() {
+    let s = setup();
+    let obs = s.corpus.obs(&options(s._tmp.path())).unwrap();
+    let conditions = vec![
+        ("cell_type".to_string(), Condition::OneOf(vec![ObsValue::Text("T".into()), ObsValue::Text("NK".into())])),
+        ("n_counts".to_string(), Condition::Range(Some(10.0), None)),
+    ];
+    let chosen = s.corpus.filter(&obs, &conditions).unwrap();
+    let types = all(&s.written, |w| &w.cell_type);
+    let counts = all(&s.written, |w| &w.n_counts);
+    let want: Vec<u64> = (0..s.corpus.n_cells())
+        .filter(|&c| matches!(types[c as usize].as_deref(), Some("T" | "NK")) && counts[c as usize] >= 10.0)
+        .collect();
+    assert!(!want.is_empty() && (want.len() as u64) < s.corpus.n_cells());
+    assert_eq!(chosen.n_cells(), want.len() as u64);
+    let picked = s.corpus.select(&want).unwrap();
+    assert_eq!(chosen.selection(), picked.selection());
+    let range_on_category = vec![("cell_type".to_string(), Condition::Range(Some(1.0), None))];
+    assert!(s.corpus.filter(&obs, &range_on_category).unwrap_err().to_string().contains("number column"));
+}
+
+#[test]
+fn split_keeps_groups_whole_and_stays_put_when_members_are_added() {
+    let s = setup();
+    let obs = s.corpus.obs(&options(s._tmp.path())).unwrap();
+    let fractions = vec![("train".to_string(), 0.6), ("val".to_string(), 0.2), ("test".to_string(), 0.2)];
+    let parts = s.corpus.split(&obs, &fractions, Some("donor"), 7).unwrap();
+    let donors = all(&s.written, |w| &w.donor);
+    let mut owner: std::collections::HashMap<String, usize> = Default::default();
+    let mut covered = Vec::new();
+    for (p, (_, part)) in parts.iter().enumerate() {
+        let (starts, ends) = part.selection().ranges();
+        for (&a, &b) in starts.iter().zip(ends) {
+            for c in a..b {
+                covered.push(c);
+                let d = &donors[c as usize];
+                assert_eq!(*owner.entry(d.clone()).or_insert(p), p, "donor {d} in two parts");
+            }
+        }
+    }
+    covered.sort_unstable();
+    assert_eq!(covered, (0..s.corpus.n_cells()).collect::<Vec<_>>(), "disjoint and covering");
+    let again = s.corpus.split(&obs, &fractions, Some("donor"), 7).unwrap();
+    assert!(parts.iter().zip(&again).all(|(a, b)| a.1.selection() == b.1.selection()), "deterministic");
+    // By cell, the same seed keeps every old cell in its part when a member is added at the end.
+    let by_cell = s.corpus.split(&obs, &fractions, None, 3).unwrap();
+    let dir = s._tmp.path().join("late");
+    member(&dir, 12, &["T"], &["d9"], true, 99);
+    let mut grown: Vec<Member> = s.corpus.members().to_vec();
+    grown.push(open(&dir, "late"));
+    let bigger = Corpus::open(grown, &GeneKey::VarNames, &GeneSpace::Union).unwrap();
+    let bigger_obs = bigger.obs(&options(s._tmp.path())).unwrap();
+    let grown_parts = bigger.split(&bigger_obs, &fractions, None, 3).unwrap();
+    let old = s.corpus.n_cells();
+    for ((_, a), (_, b)) in by_cell.iter().zip(&grown_parts) {
+        let inside: Vec<(u64, u64)> = b
+            .selection()
+            .ranges()
+            .0
+            .iter()
+            .zip(b.selection().ranges().1)
+            .map(|(&x, &y)| (x, y.min(old)))
+            .filter(|(x, y)| x < y)
+            .collect();
+        let mine: Vec<(u64, u64)> =
+            a.selection().ranges().0.iter().copied().zip(a.selection().ranges().1.iter().copied()).collect();
+        assert_eq!(inside, mine);
+    }
+    assert!(s.corpus.split(&obs, &[("a".into(), 0.5)], None, 0).is_err(), "fractions must add up to 1");
+}
+
+#[test]
+fn a_column_of_two_kinds_is_refused_naming_both_members() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = tmp.path().join("a");
+    member(&a, 9, &["T"], &["d1"], true, 1);
+    let b = tmp.path().join("b");
+    // `donor` as numbers here.
+    {
+        let options = WriterOptions { tile_size: 8, n_chunks: 1, zstd_level: 3, ..WriterOptions::new(5) };
+        let mut w = DatasetWriter::create(b.to_str().unwrap(), options).unwrap();
+        w.set_var_names((0..5).map(|g| format!("g{g}")).collect()).unwrap();
+        let mut sb = ObsSchemaBuilder::new();
+        sb.add_plain("donor", ArrowType::Int64).unwrap();
+        w.set_obs_schema(sb.finish(), &ObsWriteOptions { tiles_per_file: 2, zstd_level: 3 }).unwrap();
+        let csr = dct_codec_csr(&[0, 1], &[0], &[1], 1);
+        let donors: ArrayRef = Arc::new(Int64Array::from(vec![4i64]));
+        w.push_tile_with_obs(csr, &TileObs::new().with("donor", donors)).unwrap();
+        w.finish().unwrap();
+    }
+    let corpus = Corpus::open(vec![open(&a, "a"), open(&b, "b")], &GeneKey::VarNames, &GeneSpace::Union).unwrap();
+    let e = corpus.obs(&options(tmp.path())).unwrap_err();
+    assert!(
+        matches!(&e, CorpusError::ObsConflict { column, first, member, .. } if column == "donor" && first == "a" && member == "b"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("category") && e.to_string().contains("numeric"), "{e}");
+}

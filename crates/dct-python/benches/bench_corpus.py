@@ -1,0 +1,132 @@
+"""A corpus against one dataset: the training loader's cells per second through a gene vocabulary.
+
+    python bench_corpus.py prepare WORKDIR [--source ~/.cache/dct-loaders/million.dct] [--members 20]
+    python bench_corpus.py run WORKDIR [--source ...] [--rounds 3] [--batch-sizes 1024,5000]
+
+``prepare`` cuts the source dataset's cells (by default the 1,080,000-cell PBMC benchmark dataset of
+``bench_loaders.py workers``) into ``members`` datasets of consecutive cells, each with a gene list of its own: a
+seeded random 80-95% of the source's genes in a seeded random order (stored columns re-indexed accordingly), gene
+names and a gene table whose ``gene_ids`` column holds the source's Ensembl IDs, and an obs column ``batch``
+(``a`` or ``b``, one half of each member's cells each) so that ``where`` can choose half the cells. Written at level
+3, tiles of 10,000 cells.
+
+``run`` measures, round after round in alternating order, one whole epoch of ``deltacells.torch.make_loader``
+(``num_workers=0``, shuffled, windows of 4 tiles, X as torch sparse CSR float32) over:
+
+* ``single``: the source dataset itself (the same cells, its own genes: no re-indexing);
+* ``corpus``: the members through a 20,000-gene vocabulary (the source's first 20,000 genes, by Ensembl ID), so
+  every row is re-indexed and a member's genes outside it are dropped;
+* ``weighted``: the same with member weights 1, 2, 3 (cycling), an epoch of as many cells as the corpus has;
+* ``half``: the corpus's cells of batch ``a`` (``corpus.where(batch=["a"])``), unweighted.
+
+Figures are cells per second into torch (opening excluded), medians over rounds, with each corpus configuration's
+ratio to ``single`` in the same round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import deltacells
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+from deltacells.obs import ObsSchema
+from deltacells.torch import make_loader
+
+SOURCE = Path.home() / ".cache/dct-loaders/million.dct"
+VOCABULARY = 20_000
+
+
+def prepare(workdir: Path, source: Path, members: int) -> None:
+    ds = deltacells.open_dataset(str(source), max_cached_tiles=4, decode_threads=2)
+    ids = list(ds.var["gene_ids"])
+    n_genes, n_cells = ds.n_genes, ds.n_cells
+    per = n_cells // members
+    rng = np.random.default_rng(2026)
+    schema = ObsSchema.infer([pd.DataFrame({"batch": pd.Categorical(["a", "b"])})])
+    for m in range(members):
+        root = workdir / f"member_{m:02d}"
+        if (root / "manifest.json").exists():
+            continue
+        keep = rng.permutation(n_genes)[: int(n_genes * rng.uniform(0.80, 0.95))]
+        new_column = np.full(n_genes, -1, np.int64)
+        new_column[keep] = np.arange(len(keep))
+        lo, hi = m * per, (m + 1) * per
+        var = pd.DataFrame({"gene_ids": [ids[g] for g in keep]}, index=[ds.var_names[g] for g in keep])
+        with deltacells.DatasetWriter(str(root), n_genes=len(keep), tile_size=10_000, level=3, n_chunks=8,
+                                      var_names=list(var.index), var=var, obs_schema=schema) as w:
+            for a in range(lo, hi, 10_000):
+                b = min(a + 10_000, hi)
+                x = ds.get_batch(np.arange(a, b)).to_scipy().tocoo()
+                kept = new_column[x.col] >= 0
+                block = sp.csr_matrix((x.data[kept], (x.row[kept], new_column[x.col[kept]])), shape=(b - a, len(keep)))
+                labels = np.where(rng.random(b - a) < 0.5, "a", "b")
+                w.add_tile(block, obs=pd.DataFrame({"batch": pd.Categorical(labels, categories=["a", "b"])}))
+        print(f"member {m}: cells {lo}..{hi}, {len(keep)} genes", flush=True)
+
+
+def epoch_rate(source: object, batch_size: int, **options: object) -> float:
+    loader = make_loader(source, batch_size, seed=1, **options)
+    start = time.perf_counter()
+    cells = 0
+    for b in loader:
+        cells += int(b["index"].shape[0])
+    return cells / (time.perf_counter() - start)
+
+
+def run(workdir: Path, source: Path, rounds: int, batch_sizes: list[int]) -> dict[str, object]:
+    roots = sorted(str(p) for p in workdir.glob("member_*"))
+    single_ds = deltacells.open_dataset(str(source))
+    vocabulary = list(single_ds.var["gene_ids"])[:VOCABULARY]
+    corpus = deltacells.open_corpus(roots, genes=vocabulary, gene_key="gene_ids", cache_dir=str(workdir / "cache"))
+    half = corpus.where(batch=["a"])
+    weights = [float(1 + i % 3) for i in range(len(roots))]
+    configs = {
+        "single": (str(source), {}),
+        "corpus": (corpus, {}),
+        "weighted": (corpus, {"weights": weights}),
+        "half": (half, {}),
+    }
+    results: dict[str, object] = {"members": len(roots), "cells": corpus.n_cells, "half_cells": half.n_cells,
+                                  "vocabulary": len(vocabulary)}
+    for b in batch_sizes:
+        rates: dict[str, list[float]] = {k: [] for k in configs}
+        for r in range(rounds):
+            order = list(configs) if r % 2 == 0 else list(reversed(configs))
+            for k in order:
+                src, opts = configs[k]
+                rates[k].append(epoch_rate(src, b, **opts))
+            print(f"batch {b} round {r}: " + ", ".join(f"{k} {rates[k][-1]:,.0f}" for k in configs), flush=True)
+        results[f"batch_{b}"] = {
+            k: {"median_cells_per_s": statistics.median(v), "rounds": v,
+                "ratio_to_single": None if k == "single" else statistics.median(
+                    x / s for x, s in zip(v, rates["single"]))}
+            for k, v in rates.items()
+        }
+    print(json.dumps(results, indent=2))
+    return results
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("command", choices=["prepare", "run"])
+    p.add_argument("workdir", type=Path)
+    p.add_argument("--source", type=Path, default=SOURCE)
+    p.add_argument("--members", type=int, default=20)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--batch-sizes", default="1024,5000")
+    a = p.parse_args()
+    a.workdir.mkdir(parents=True, exist_ok=True)
+    if a.command == "prepare":
+        prepare(a.workdir, a.source, a.members)
+    else:
+        run(a.workdir, a.source, a.rounds, [int(x) for x in a.batch_sizes.split(",")])
+
+
+if __name__ == "__main__":
+    main()

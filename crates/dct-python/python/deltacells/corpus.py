@@ -1,0 +1,376 @@
+"""Corpora: many datasets with different genes, read as one matrix in one gene vocabulary.
+
+``open_corpus(members, genes=..., gene_key=...)`` opens every member's reader and places each member's genes in the
+corpus's vocabulary (the union of the members' genes, their intersection, or a given list such as a model's);
+``Corpus.get_batch`` then reads cells of any members as rows in the vocabulary's column order. The gene map, the
+reading and the selections are Rust's (``dct_corpus``); this module opens the members and holds the pieces so a
+corpus can be pickled into ``DataLoader`` workers and rebuilt after ``fork``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Union
+
+import numpy as np
+
+from deltacells import _core
+from deltacells._indices import cell_indices
+from deltacells._tiles import SparseBatch, as_values_dtype
+from deltacells.backends import Backend
+from deltacells.dataset import DeltaCellsDataset
+
+__all__ = ["Corpus", "CorpusObs", "open_corpus"]
+
+#: A member as given: a path, a store URL or a :class:`~deltacells.backends.Backend`.
+MemberUri = Union[str, "os.PathLike[str]", Backend]
+
+# Members opened at once: opening reads a manifest (one request each), so a corpus of many members on an object
+# store opens in the time of a few round trips rather than one per member.
+_OPEN_THREADS = 16
+
+
+def _member_name(uri: MemberUri) -> str:
+    if isinstance(uri, Backend):
+        return uri.describe()
+    return os.fspath(uri)
+
+
+class Corpus:
+    """Member datasets read as one matrix whose columns are the corpus's gene vocabulary (see
+    :func:`open_corpus`).
+
+    Attributes: ``n_cells`` (selected cells), ``n_genes``, ``genes`` (the vocabulary, in column order),
+    ``members`` (member names, in cell order), ``member_cells`` (selected cells of each member), and ``len()``.
+    Cell ``i`` of a corpus is the ``i``-th selected cell in member order: member 0's cells, then member 1's, ...
+
+    A selection (:meth:`select`) is a new ``Corpus`` over the same member readers; nothing is copied. It is kept
+    as ranges of cells, so its memory grows with the number of runs of selected cells, not with the corpus.
+    """
+
+    def __init__(
+        self,
+        datasets: Sequence[DeltaCellsDataset],
+        names: Sequence[str],
+        gene_key: str | None,
+        genes: str | Sequence[str],
+        selection: tuple[np.ndarray, np.ndarray] | None = None,
+        cache_dir: str | None = None,
+    ) -> None:
+        """Use :func:`open_corpus`; this builds a corpus of datasets already open."""
+        self._cache_dir = cache_dir
+        self._obs: CorpusObs | None = None
+        self._datasets = list(datasets)
+        self._names = list(names)
+        self._gene_key = gene_key
+        self._genes_spec: str | list[str] = genes if isinstance(genes, str) else [str(g) for g in genes]
+        self._selection = selection
+        self._pid = -1
+        self._core_obj: Any = None
+        core = self._core
+        self.genes: list[str] = list(core.genes())
+        self.members: list[str] = list(core.members())
+        self.n_genes: int = len(self.genes)
+
+    @property
+    def _core(self) -> Any:
+        """The Rust corpus of this process (rebuilt from the members after a fork or unpickling)."""
+        if self._core_obj is None or self._pid != os.getpid():
+            cores = [d._core for d in self._datasets]
+            core = _core.Corpus(cores, self._names, self._gene_key, self._genes_spec)
+            if self._selection is not None:
+                starts, ends = self._selection
+                core = core.with_selection([int(s) for s in starts], [int(e) for e in ends])
+            self._core_obj, self._pid = core, os.getpid()
+        return self._core_obj
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_core_obj"] = None
+        state["_pid"] = -1
+        state["_obs"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    @property
+    def n_cells(self) -> int:
+        """Cells (selected)."""
+        return int(self._core.n_cells())
+
+    def __len__(self) -> int:
+        return self.n_cells
+
+    @property
+    def member_cells(self) -> list[int]:
+        """Selected cells of each member, in member order."""
+        return [int(n) for n in self._core.member_cells()]
+
+    @property
+    def datasets(self) -> list[DeltaCellsDataset]:
+        """The members' readers, in member order."""
+        return list(self._datasets)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(repr(n) for n in self.members[:3]) + (", ..." if len(self.members) > 3 else "")
+        return (
+            f"Corpus({len(self.members)} members [{shown}], {self.n_cells} cells, {self.n_genes} genes, "
+            f"genes={self._genes_spec if isinstance(self._genes_spec, str) else 'given'!r}, "
+            f"gene_key={self._gene_key!r})"
+        )
+
+    def member_of(self, cells: Sequence[int] | np.ndarray | Iterable[int]) -> np.ndarray:
+        """The member index of each of ``cells`` (int64). Out-of-range cells raise ``IndexError``."""
+        return self._core.member_of(cell_indices(cells, self.n_cells))
+
+    def get_batch(
+        self, cells: Sequence[int] | np.ndarray | Iterable[int], *, values_dtype: Any = np.float32
+    ) -> SparseBatch:
+        """The rows of ``cells`` (corpus indices, any order, repeats allowed, or a boolean mask) as a
+        :class:`~deltacells.SparseBatch` in request order: columns are the vocabulary's (``corpus.genes``), column
+        indices sorted within each row, counts exactly the members'. ``values_dtype`` is float32 or int32.
+        Out-of-range cells raise ``IndexError``. The GIL is released while members' tiles are read."""
+        dt = as_values_dtype(values_dtype)
+        idx = cell_indices(cells, self.n_cells)
+        indptr, indices, values, _member = self._core.get_batch(idx, str(dt))
+        return SparseBatch(indptr, indices, values, self.n_genes)
+
+    def get_batch_with_members(
+        self, cells: Sequence[int] | np.ndarray | Iterable[int], *, values_dtype: Any = np.float32
+    ) -> tuple[SparseBatch, np.ndarray]:
+        """:meth:`get_batch` and the member index (int64) of each row, from one read."""
+        dt = as_values_dtype(values_dtype)
+        idx = cell_indices(cells, self.n_cells)
+        indptr, indices, values, member = self._core.get_batch(idx, str(dt))
+        return SparseBatch(indptr, indices, values, self.n_genes), member
+
+    @property
+    def tile_cells(self) -> list[int]:
+        """Selected cells in each tile of the members, their tiles laid end to end (what an epoch plans over)."""
+        return [int(n) for n in self._core.tile_cells()]
+
+    @property
+    def stats(self) -> dict[str, float]:
+        """The members' reader counters, summed (the keys of :attr:`deltacells.DeltaCellsDataset.stats`)."""
+        return dict(self._core.stats())
+
+    def _reader(self, memory_budget: int, window: int, *, io_threads: int, decode_threads: int, verify: bool
+                ) -> _CorpusReader:
+        """Readers of the members for a training loader: cache and prefetch sized for windows of ``window`` tiles
+        within ``memory_budget`` bytes (``dct_dataset::TileBudget`` over every member's tiles), all members on one
+        set of threads."""
+        cached, ahead = self._core.budget_split(int(memory_budget), int(window))
+        core = self._core.reopened(cached, ahead, int(io_threads), int(decode_threads), bool(verify))
+        return _CorpusReader(core, self.n_genes, ahead)
+
+    def select(self, cells: Sequence[int] | np.ndarray | Iterable[int]) -> Corpus:
+        """The cells ``cells`` (corpus indices or a boolean mask of ``n_cells`` entries) as a corpus of their own,
+        in corpus order (repeats count once). Nothing is copied; the members' readers are shared."""
+        return self._selected(self._core.select(cell_indices(cells, self.n_cells)))
+
+    @property
+    def obs(self) -> CorpusObs:
+        """The members' obs as one set of columns (:class:`CorpusObs`): the union of the members' columns, one
+        vocabulary per category column (the members' categories in order of first appearance), a column a member
+        lacks missing for its cells. A column of another kind in another member is a ``ValueError`` naming both."""
+        if self._obs is None or self._obs._pid != os.getpid():
+            self._obs = CorpusObs(self._core.obs(self._cache_dir), self.n_cells)
+        return self._obs
+
+    def where(self, **conditions: Any) -> Corpus:
+        """The cells whose obs meet every condition, as a corpus of their own (in corpus order). A list means "one
+        of these values" (category labels, strings, numbers, booleans), a pair ``(low, high)`` the numbers from
+        ``low`` to ``high`` inclusive, ``None`` leaving that end open::
+
+            corpus.where(tissue=["lung", "blood"], n_genes=(200, None))
+
+        An unknown column is a ``KeyError``; a condition that does not fit its column (a range on a category
+        column) a ``ValueError``. The columns are read a block of cells at a time."""
+        core = self.obs._core.filter(list(conditions.items()))
+        return self._selected(core)
+
+    def split(self, fractions: Mapping[str, float], *, by: str | None = None, seed: int = 0) -> dict[str, Corpus]:
+        """Disjoint parts covering every cell, ``{name: Corpus}``, one per ``fractions`` entry (summing to 1). With
+        ``by`` (an obs column, e.g. ``"donor_id"``) whole groups of cells sharing its value go to one part, so no
+        group is in two parts; parts then come as close to the fractions as the groups' sizes allow. The same
+        ``(fractions, by, seed)`` always gives the same parts, also after members are added at the end (a group's
+        part depends on its value alone, a cell's on its member's name and its place there)."""
+        parts = self.obs._core.split([(str(k), float(v)) for k, v in fractions.items()], by, int(seed))
+        return {name: self._selected(core) for name, core in parts}
+
+    def _selected(self, core: Any) -> Corpus:
+        starts, ends = core.selection()
+        return self._with_selection((np.asarray(starts, np.uint64), np.asarray(ends, np.uint64)), core)
+
+    def _with_selection(self, selection: tuple[np.ndarray, np.ndarray], core: Any) -> Corpus:
+        out = object.__new__(Corpus)
+        out.__dict__.update(self.__dict__)
+        out._selection = selection
+        out._core_obj, out._pid = core, os.getpid()
+        out._obs = None
+        return out
+
+
+class CorpusObs:
+    """The obs of a :class:`Corpus` (its ``obs`` attribute): ``columns``, ``kind``, ``categories``, ``localize``,
+    ``take`` and ``take_pandas``, as a dataset's obs has them, over every member."""
+
+    def __init__(self, core: Any, n_cells: int) -> None:
+        self._core = core
+        self._n_cells = int(n_cells)
+        self._pid = os.getpid()
+        self._kinds: dict[str, str] = dict(core.columns())
+        self._local: set[str] = set()
+
+    @property
+    def columns(self) -> list[str]:
+        """The columns, in order of first appearance across members."""
+        return list(self._kinds)
+
+    def kind(self, column: str) -> str:
+        """``"category"``, ``"numeric"``, ``"bool"`` or ``"string"``; ``KeyError`` for an unknown column."""
+        if column not in self._kinds:
+            raise KeyError(f"unknown obs column {column!r}; the corpus has {self.columns}")
+        return self._kinds[column]
+
+    def categories(self, column: str) -> list[str]:
+        """The corpus's vocabulary of a category column (codes index it)."""
+        cats = self._core.categories(column)
+        if cats is None:
+            raise ValueError(f"obs column {column!r} is not categorical (it is {self.kind(column)})")
+        return list(cats)
+
+    def localize(self, columns: str | Sequence[str]) -> None:
+        """Makes ``columns`` local in every member that has them (once per node)."""
+        cols = [columns] if isinstance(columns, str) else list(columns)
+        self._core.localize(cols)
+        self._local.update(cols)
+
+    def take(self, cells: Sequence[int] | np.ndarray, columns: str | Sequence[str]) -> dict[str, Any]:
+        """The values of ``columns`` at corpus ``cells`` (localized first), in request order: category columns as
+        codes into the corpus's vocabulary (-1 missing, also for cells whose member lacks the column), numbers
+        (NaN missing), booleans, strings as lists (``None`` missing)."""
+        cols = [columns] if isinstance(columns, str) else list(columns)
+        for c in cols:
+            self.kind(c)
+        missing = [c for c in cols if c not in self._local]
+        if missing:
+            self.localize(missing)
+        got = self._core.take(cell_indices(cells, self._n_cells), cols)
+        return {c: got[c] for c in cols}
+
+    def take_pandas(self, cells: Sequence[int] | np.ndarray, columns: str | Sequence[str]) -> Any:
+        """:meth:`take` as a pandas DataFrame in request order; category columns are pandas categoricals with the
+        corpus's vocabulary."""
+        import pandas as pd
+
+        cols = [columns] if isinstance(columns, str) else list(columns)
+        got = self.take(cells, cols)
+        frame: dict[str, Any] = {}
+        for c in cols:
+            if self.kind(c) == "category":
+                dtype = pd.CategoricalDtype(self.categories(c), ordered=False)
+                frame[c] = pd.Categorical.from_codes(np.asarray(got[c]).astype(np.int64), dtype=dtype)
+            else:
+                frame[c] = got[c]
+        return pd.DataFrame(frame)
+
+
+class _CorpusReader:
+    """A corpus's readers as a training loader uses them (one per process; not pickled)."""
+
+    def __init__(self, core: Any, n_genes: int, ahead: int) -> None:
+        self._core = core
+        self.n_genes = n_genes
+        #: Tiles the members fetch ahead (the loader's prefetch depth).
+        self.ahead = ahead
+        #: The member of each row of the latest :meth:`get_batch` into buffers.
+        self.last_members: np.ndarray = np.zeros(0, np.int64)
+
+    def prefetch(self, tiles: Sequence[int]) -> int:
+        """Starts loading corpus tiles ``tiles``."""
+        return int(self._core.prefetch([int(t) for t in tiles]))
+
+    def release_tiles_except(self, keep: Sequence[int]) -> int:
+        """Gives back the members' cached tiles but ``keep``."""
+        return int(self._core.release_tiles_except([int(t) for t in keep]))
+
+    def get_batch_with_members(self, cells: np.ndarray, values_dtype: Any) -> tuple[SparseBatch, np.ndarray]:
+        """The rows of ``cells`` and the member of each."""
+        dt = as_values_dtype(values_dtype)
+        indptr, indices, values, member = self._core.get_batch(np.ascontiguousarray(cells, np.int64), str(dt))
+        return SparseBatch(indptr, indices, values, self.n_genes), member
+
+    def batch_nnz(self, cells: np.ndarray) -> int:
+        """Room enough for the nonzeros of ``cells``."""
+        return int(self._core.batch_nnz(np.ascontiguousarray(cells, np.int64)))
+
+    def get_batch(self, cells: np.ndarray, *, values_dtype: Any, out_indices: np.ndarray, out_values: np.ndarray
+                  ) -> SparseBatch:
+        """The rows of ``cells`` decoded into ``out_indices`` / ``out_values`` (at least :meth:`batch_nnz` long);
+        the member of each row is kept in :attr:`last_members`."""
+        dt = as_values_dtype(values_dtype)
+        indptr, nnz, member = self._core.get_batch(np.ascontiguousarray(cells, np.int64), str(dt), out_indices,
+                                                   out_values)
+        self.last_members = member
+        return SparseBatch(indptr, out_indices[:nnz], out_values[:nnz], self.n_genes)
+
+    @property
+    def stats(self) -> dict[str, float]:
+        """The members' reader counters, summed."""
+        return dict(self._core.stats())
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a corpus's loader readers belong to their process; pickle the Corpus instead")
+
+
+def open_corpus(
+    members: Sequence[MemberUri] | Mapping[str, MemberUri],
+    *,
+    genes: str | Sequence[str] | None = None,
+    gene_key: str | None = None,
+    storage_options: dict[str, str] | None = None,
+    cache_dir: str | None = None,
+    **reader_options: Any,
+) -> Corpus:
+    """Opens datasets as one corpus.
+
+    Args:
+        members: dataset URIs (paths, store URLs, :class:`~deltacells.backends.Backend` objects) in cell order, or
+            a mapping ``name -> URI`` (names default to the URI).
+        genes: the vocabulary, in column order: ``None`` or ``"union"`` (every gene of any member, in order of first
+            appearance), ``"intersection"`` (genes every member has, in member 0's order), or a sequence of
+            identifiers (a model's vocabulary: genes no member has are all-zero columns; member genes outside it are
+            dropped when rows are read).
+        gene_key: how genes are identified across members: ``None`` uses each member's ``var_names``; a string
+            names a column of each member's gene table (``var.parquet``), e.g. ``"gene_ids"`` for Ensembl IDs. A
+            member that lacks it, or names one gene twice, is refused with ``ValueError`` naming the member (and
+            the gene).
+        storage_options, cache_dir, reader_options: passed to each member's
+            :class:`~deltacells.DeltaCellsDataset`.
+    """
+    if isinstance(members, Mapping):
+        names = [str(n) for n in members]
+        uris = list(members.values())
+    else:
+        uris = list(members)
+        names = [_member_name(u) for u in uris]
+    if not uris:
+        raise ValueError("a corpus needs at least one member")
+    spec: str | list[str]
+    if genes is None:
+        spec = "union"
+    elif isinstance(genes, str):
+        spec = genes
+    else:
+        spec = [str(g) for g in genes]
+
+    def open_one(uri: MemberUri) -> DeltaCellsDataset:
+        return DeltaCellsDataset(uri, storage_options=storage_options, cache_dir=cache_dir, **reader_options)
+
+    with ThreadPoolExecutor(max_workers=min(_OPEN_THREADS, len(uris))) as pool:
+        datasets = list(pool.map(open_one, uris))
+    return Corpus(datasets, names, gene_key, spec, cache_dir=cache_dir)

@@ -1,0 +1,86 @@
+"""A Lightning ``LightningDataModule`` over deltacells datasets and corpora.
+
+    from deltacells.lightning import DeltaCellsDataModule
+    dm = DeltaCellsDataModule(train=corpus_parts["train"], val=corpus_parts["val"], batch_size=1024, seed=0)
+    trainer.fit(model, datamodule=dm)
+
+Each dataloader is a :class:`deltacells.torch.DeltaCellsDataLoader`: the trainer's epoch reaches it through its
+sampler's ``set_epoch`` (which Lightning's fit loop calls at each epoch's start), and its ``state_dict`` (the epoch
+and the batches yielded) is saved in Lightning's checkpoints, since Lightning keeps the state of stateful
+dataloaders; a run restored from a mid-epoch checkpoint yields exactly the batches the interrupted epoch had left.
+The module's own ``state_dict`` holds the same, for trainers that save data modules instead. Needs
+``pip install "deltacells[lightning]"``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+
+from deltacells.torch import DeltaCellsDataLoader, make_loader
+
+__all__ = ["DeltaCellsDataModule"]
+
+
+class DeltaCellsDataModule(pl.LightningDataModule):
+    """Train, validation and test loaders over deltacells datasets or corpora.
+
+    Args:
+        train, val, test: each a :class:`deltacells.Corpus`, a dataset URI or a ``Backend`` (``val`` and ``test``
+            optional).
+        batch_size: cells per batch.
+        loader_options: passed to :func:`deltacells.torch.make_loader` for every loader (``seed``,
+            ``shuffle_tiles``, ``obs_columns``, ``weights``, ``num_workers``, ...); validation and test loaders are
+            not shuffled (``shuffle=False``), and ``weights`` apply to training only.
+    """
+
+    def __init__(self, train: Any, val: Any = None, test: Any = None, *, batch_size: int, **loader_options: Any
+                 ) -> None:
+        super().__init__()
+        self.sources = {"train": train, "val": val, "test": test}
+        self.batch_size = int(batch_size)
+        self.loader_options = loader_options
+        self._loaders: dict[str, DeltaCellsDataLoader] = {}
+        self._pending: dict[str, Any] = {}
+
+    def _loader(self, part: str) -> DeltaCellsDataLoader:
+        if part not in self._loaders:
+            source = self.sources[part]
+            if source is None:
+                raise ValueError(f"this data module has no {part} data")
+            options = dict(self.loader_options)
+            if part != "train":
+                options["shuffle"] = False
+                options.pop("weights", None)
+                options.pop("epoch_cells", None)
+            self._loaders[part] = make_loader(source, self.batch_size, **options)
+        loader = self._loaders[part]
+        if part in self._pending:
+            loader.load_state_dict(self._pending.pop(part))
+        return loader
+
+    def train_dataloader(self) -> DeltaCellsDataLoader:
+        """The training loader (the same object for every epoch: it keeps its epoch and position)."""
+        return self._loader("train")
+
+    def val_dataloader(self) -> DeltaCellsDataLoader | list[Any]:
+        """The validation loader, in cell order (none, ``[]``, without validation data)."""
+        return [] if self.sources["val"] is None else self._loader("val")
+
+    def test_dataloader(self) -> DeltaCellsDataLoader | list[Any]:
+        """The test loader, in cell order (none, ``[]``, without test data)."""
+        return [] if self.sources["test"] is None else self._loader("test")
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the training loader is (its ``state_dict``)."""
+        if "train" in self._loaders:
+            return {"train": self._loaders["train"].state_dict()}
+        return {k: v for k, v in self._pending.items() if k == "train"}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Resumes the training loader from ``state_dict`` (now, or when it is made)."""
+        if "train" in state_dict:
+            self._pending["train"] = state_dict["train"]
+            if "train" in self._loaders:
+                self._loader("train")

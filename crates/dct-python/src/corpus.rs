@@ -1,0 +1,419 @@
+//! `deltacells._core.Corpus`: member datasets read as one matrix in a gene vocabulary ([`dct_corpus`]).
+
+use std::sync::Arc;
+
+use dct_corpus::{Condition, Corpus, CorpusError, CorpusObs, GeneKey, GeneSpace, Member, ObsValue, Selection};
+use numpy::{PyArray1, PyReadonlyArray1};
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use crate::arrays::{Values, owned};
+use crate::dataset::PyDataset;
+use crate::errors::{dataset_error, index_error, value_error};
+use crate::process::ProcessBound;
+
+/// The Python exception for a corpus error: a member's reader errors as they would be for the dataset, cells out of
+/// range `IndexError`, genes that cannot be placed and bad arguments `ValueError`.
+pub(crate) fn corpus_error(e: CorpusError) -> PyErr {
+    match e {
+        CorpusError::Member { ref cause, .. } => {
+            let message = e.to_string();
+            let typed = dataset_error((**cause).clone());
+            // Same class as the dataset's error, with the member named.
+            Python::attach(|py| PyErr::from_type(typed.get_type(py), message))
+        }
+        CorpusError::CellOutOfRange(_) => index_error(e.to_string()),
+        CorpusError::UnknownObsColumn { .. } => pyo3::exceptions::PyKeyError::new_err(e.to_string()),
+        CorpusError::Obs { .. } => pyo3::exceptions::PyOSError::new_err(e.to_string()),
+        CorpusError::GeneKey { .. }
+        | CorpusError::DuplicateGene { .. }
+        | CorpusError::ObsConflict { .. }
+        | CorpusError::InvalidArgument(_) => value_error(e.to_string()),
+    }
+}
+
+/// A corpus (bound to the process that made it: a forked child builds its own from the members).
+#[pyclass(module = "deltacells._core", name = "Corpus")]
+pub(crate) struct PyCorpus {
+    inner: ProcessBound<Corpus>,
+}
+
+impl PyCorpus {
+    fn get(&self) -> PyResult<&Corpus> {
+        self.inner.get().ok_or_else(|| {
+            pyo3::exceptions::PyRuntimeError::new_err("this corpus was made by the parent of this (forked) process")
+        })
+    }
+
+    fn wrap(corpus: Corpus) -> PyCorpus {
+        PyCorpus { inner: ProcessBound::new(corpus) }
+    }
+}
+
+fn cells_of(cells: &PyReadonlyArray1<'_, i64>, n_cells: u64) -> PyResult<Vec<u64>> {
+    crate::arrays::cell_ids(cells, n_cells)
+}
+
+#[pymethods]
+impl PyCorpus {
+    /// A corpus of `datasets` named `names` (in cell order): genes identified by `gene_key` (`None`: var_names;
+    /// else a gene-table column), vocabulary `genes` (`"union"`, `"intersection"` or a list of identifiers). The
+    /// members' gene tables are read with the GIL released.
+    #[new]
+    #[pyo3(signature = (datasets, names, gene_key, genes))]
+    fn new(
+        py: Python<'_>,
+        datasets: Vec<PyRef<'_, PyDataset>>,
+        names: Vec<String>,
+        gene_key: Option<String>,
+        genes: Bound<'_, PyAny>,
+    ) -> PyResult<Self> {
+        if datasets.len() != names.len() {
+            return Err(value_error(format!("{} datasets but {} names", datasets.len(), names.len())));
+        }
+        let space = if let Ok(s) = genes.extract::<String>() {
+            match s.as_str() {
+                "union" => GeneSpace::Union,
+                "intersection" => GeneSpace::Intersection,
+                other => {
+                    return Err(value_error(format!(
+                        "genes must be \"union\", \"intersection\" or a list of gene identifiers, not {other:?}"
+                    )));
+                }
+            }
+        } else {
+            GeneSpace::Given(genes.extract::<Vec<String>>().map_err(|_| {
+                value_error("genes must be \"union\", \"intersection\" or a list of gene identifiers (strings)")
+            })?)
+        };
+        let key = gene_key.map_or(GeneKey::VarNames, GeneKey::Column);
+        let members = datasets
+            .iter()
+            .zip(names)
+            .map(|(d, name)| Ok(Member { name, dataset: Arc::clone(d.dataset()?) }))
+            .collect::<PyResult<Vec<_>>>()?;
+        let corpus = py.detach(|| Corpus::open(members, &key, &space)).map_err(corpus_error)?;
+        Ok(PyCorpus::wrap(corpus))
+    }
+
+    /// Selected cells.
+    fn n_cells(&self) -> PyResult<u64> {
+        Ok(self.get()?.n_cells())
+    }
+
+    /// The vocabulary, in column order.
+    fn genes(&self) -> PyResult<Vec<String>> {
+        Ok(self.get()?.genes().to_vec())
+    }
+
+    /// Member names.
+    fn members(&self) -> PyResult<Vec<String>> {
+        Ok(self.get()?.members().iter().map(|m| m.name.clone()).collect())
+    }
+
+    /// Selected cells per member.
+    fn member_cells(&self) -> PyResult<Vec<u64>> {
+        Ok(self.get()?.member_cells())
+    }
+
+    /// Genes of each member in the vocabulary.
+    fn member_genes_kept(&self) -> PyResult<Vec<usize>> {
+        let c = self.get()?;
+        Ok((0..c.members().len()).map(|m| c.gene_map().member(m).kept()).collect())
+    }
+
+    /// The member index of each of `cells` (int64 array).
+    fn member_of<'py>(
+        &self,
+        py: Python<'py>,
+        cells: PyReadonlyArray1<'py, i64>,
+    ) -> PyResult<Bound<'py, PyArray1<i64>>> {
+        let c = self.get()?;
+        let cells = cells_of(&cells, c.n_cells())?;
+        let members = py.detach(|| c.member_of(&cells)).map_err(corpus_error)?;
+        Ok(owned(py, members.into_iter().map(i64::from).collect()))
+    }
+
+    /// `(indptr, indices, values, member)` of the rows of `cells` in the vocabulary's columns, the GIL released;
+    /// with `out_indices` and `out_values` (writable int32 and value arrays of at least `batch_nnz` elements) the
+    /// rows go into them and `(indptr, nnz, member)` is returned.
+    #[pyo3(signature = (cells, values, out_indices = None, out_values = None))]
+    fn get_batch<'py>(
+        &self,
+        py: Python<'py>,
+        cells: PyReadonlyArray1<'py, i64>,
+        values: &str,
+        out_indices: Option<Bound<'py, PyAny>>,
+        out_values: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let c = self.get()?;
+        let cells = cells_of(&cells, c.n_cells())?;
+        fn tuple<'py, V: dct_codec::CountValue + numpy::Element>(
+            py: Python<'py>,
+            c: &Corpus,
+            cells: &[u64],
+            out: Option<(Bound<'py, PyAny>, Bound<'py, PyAny>)>,
+            dtype: &str,
+        ) -> PyResult<Bound<'py, PyTuple>> {
+            let member_of = |m: Vec<u32>| m.into_iter().map(i64::from).collect::<Vec<i64>>();
+            match out {
+                Some((oi, ov)) => {
+                    let (oi, ov) = crate::arrays::out_buffers::<V>(oi, ov, dtype)?;
+                    let mut wi = crate::arrays::writable(&oi, "out_indices", "int32")?;
+                    let mut wv = crate::arrays::writable(&ov, "out_values", dtype)?;
+                    let (si, sv) = (wi.as_slice_mut()?, wv.as_slice_mut()?);
+                    let mut indptr = Vec::new();
+                    let (nnz, members) =
+                        py.detach(|| c.get_batch_to(cells, &mut indptr, si, sv)).map_err(corpus_error)?;
+                    PyTuple::new(
+                        py,
+                        [
+                            owned(py, indptr).into_any(),
+                            nnz.into_pyobject(py)?.into_any(),
+                            owned(py, member_of(members)).into_any(),
+                        ],
+                    )
+                }
+                None => {
+                    let got = py.detach(|| c.get_batch_as::<V>(cells)).map_err(corpus_error)?;
+                    PyTuple::new(
+                        py,
+                        [
+                            owned(py, got.batch.indptr).into_any(),
+                            owned(py, got.batch.indices).into_any(),
+                            owned(py, got.batch.values).into_any(),
+                            owned(py, member_of(got.member)).into_any(),
+                        ],
+                    )
+                }
+            }
+        }
+        let out = match (out_indices, out_values) {
+            (Some(i), Some(v)) => Some((i, v)),
+            (None, None) => None,
+            _ => return Err(value_error("pass both out_indices and out_values, or neither")),
+        };
+        match Values::parse(values)? {
+            Values::Float32 => tuple::<f32>(py, c, &cells, out, "float32"),
+            Values::Int32 => tuple::<i32>(py, c, &cells, out, "int32"),
+        }
+    }
+
+    /// Enough room for the nonzeros of `cells` (tiles fetched, not decoded).
+    fn batch_nnz(&self, py: Python<'_>, cells: PyReadonlyArray1<'_, i64>) -> PyResult<u64> {
+        let c = self.get()?;
+        let cells = cells_of(&cells, c.n_cells())?;
+        py.detach(|| c.batch_nnz(&cells)).map_err(corpus_error)
+    }
+
+    /// The members' obs as one set of columns (`cache_dir`: where columns are made local).
+    #[pyo3(signature = (cache_dir = None))]
+    fn obs(&self, py: Python<'_>, cache_dir: Option<std::path::PathBuf>) -> PyResult<PyCorpusObs> {
+        let c = self.get()?.clone();
+        let options = dct_dataset::dct_obs::ObsOptions { cache_dir, ..Default::default() };
+        let obs = py.detach(|| c.obs(&options)).map_err(corpus_error)?;
+        Ok(PyCorpusObs { inner: ProcessBound::new((c, obs)) })
+    }
+
+    /// What a weighted epoch draws: `(tile, take, pass)` units for `EpochPlan` (see
+    /// `dct_corpus::Corpus::weighted_units`).
+    fn weighted_units(
+        &self,
+        py: Python<'_>,
+        weights: Vec<f64>,
+        epoch_cells: u64,
+        seed: u64,
+        epoch: u64,
+    ) -> PyResult<Vec<(usize, u64, u64)>> {
+        let c = self.get()?;
+        let units = py.detach(|| c.weighted_units(&weights, epoch_cells, seed, epoch)).map_err(corpus_error)?;
+        Ok(units.into_iter().map(|u| (u.tile, u.take, u.pass)).collect())
+    }
+
+    /// Selected cells in each corpus tile (the members' tiles laid end to end), for an epoch plan.
+    fn tile_cells(&self) -> PyResult<Vec<u64>> {
+        Ok(self.get()?.tile_cells())
+    }
+
+    /// Starts loading corpus tiles `tiles` in the background; returns how many loads started.
+    fn prefetch(&self, py: Python<'_>, tiles: Vec<usize>) -> PyResult<usize> {
+        let c = self.get()?;
+        py.detach(|| c.prefetch(&tiles)).map_err(corpus_error)
+    }
+
+    /// Drops the members' cached tiles but corpus tiles `keep`; returns how many were dropped.
+    fn release_tiles_except(&self, py: Python<'_>, keep: Vec<usize>) -> PyResult<usize> {
+        let c = self.get()?;
+        Ok(py.detach(|| c.release_tiles_except(&keep)))
+    }
+
+    /// `(max_cached_tiles, max_prefetch_tiles)` for windows of `window` tiles within `budget` bytes, over every
+    /// member's tiles (`dct_dataset::TileBudget`).
+    fn budget_split(&self, budget: u64, window: usize) -> PyResult<(usize, usize)> {
+        let split = self.get()?.tile_budget(budget, window);
+        Ok((split.cached, split.ahead))
+    }
+
+    /// The corpus with its members' readers reopened with these settings, all on one set of threads.
+    fn reopened(
+        &self,
+        py: Python<'_>,
+        max_cached_tiles: usize,
+        max_prefetch_tiles: usize,
+        io_threads: usize,
+        decode_threads: usize,
+        verify: bool,
+    ) -> PyResult<Self> {
+        let options =
+            crate::dataset::read_options(max_cached_tiles, max_prefetch_tiles, io_threads, decode_threads, verify);
+        let c = self.get()?;
+        Ok(PyCorpus::wrap(py.detach(|| c.reopened(&options)).map_err(corpus_error)?))
+    }
+
+    /// Each member's reader counters, summed (the keys of `DeltaCellsDataset.stats`).
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        let stats: Vec<_> = self.get()?.members().iter().map(|m| m.dataset.stats()).collect();
+        crate::dataset::stats_dict(py, &stats)
+    }
+
+    /// The cells `cells` (int64 indices) as a corpus of their own, in corpus order.
+    fn select(&self, cells: PyReadonlyArray1<'_, i64>) -> PyResult<Self> {
+        let c = self.get()?;
+        let cells = cells_of(&cells, c.n_cells())?;
+        Ok(PyCorpus::wrap(c.select(&cells).map_err(corpus_error)?))
+    }
+
+    /// The cells where `mask` is true, as a corpus of their own.
+    fn select_mask(&self, mask: PyReadonlyArray1<'_, bool>) -> PyResult<Self> {
+        let c = self.get()?;
+        Ok(PyCorpus::wrap(c.select_mask(mask.as_slice()?).map_err(corpus_error)?))
+    }
+
+    /// The selection as `(starts, ends)` of ranges of the members' cells laid end to end.
+    fn selection<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let (starts, ends) = self.get()?.selection().ranges();
+        let starts: Vec<u64> = starts.to_vec();
+        let ends: Vec<u64> = ends.to_vec();
+        PyTuple::new(py, [owned(py, starts).into_any(), owned(py, ends).into_any()])
+    }
+
+    /// The same members with the selection `(starts, ends)` (as `selection` gives it).
+    fn with_selection(&self, starts: Vec<u64>, ends: Vec<u64>) -> PyResult<Self> {
+        let selection = Selection::from_ranges(&starts, &ends).map_err(value_error)?;
+        Ok(PyCorpus::wrap(self.get()?.with_selection(selection).map_err(corpus_error)?))
+    }
+}
+
+/// The obs of a corpus (`Corpus.obs`): one set of columns over the members.
+#[pyclass(module = "deltacells._core", name = "CorpusObs")]
+pub(crate) struct PyCorpusObs {
+    inner: ProcessBound<(Corpus, CorpusObs)>,
+}
+
+impl PyCorpusObs {
+    fn get(&self) -> PyResult<&(Corpus, CorpusObs)> {
+        self.inner.get().ok_or_else(|| {
+            pyo3::exceptions::PyRuntimeError::new_err("this corpus obs was opened by the parent of this process")
+        })
+    }
+}
+
+/// A condition from Python: a list of values ("one of"), or a `(low, high)` pair of numbers or `None`.
+fn condition(value: &Bound<'_, PyAny>) -> PyResult<Condition> {
+    if let Ok(pair) = value.cast::<PyTuple>() {
+        if pair.len() != 2 {
+            return Err(value_error("a range is a pair (low, high), either end None"));
+        }
+        let end = |i: usize| -> PyResult<Option<f64>> {
+            let v = pair.get_item(i)?;
+            if v.is_none() { Ok(None) } else { v.extract::<f64>().map(Some) }
+        };
+        return Ok(Condition::Range(end(0)?, end(1)?));
+    }
+    let items: Vec<Bound<'_, PyAny>> = if value.is_instance_of::<pyo3::types::PyString>() {
+        vec![value.clone()]
+    } else {
+        value
+            .try_iter()
+            .map_err(|_| value_error("a condition is a list of values or a (low, high) pair"))?
+            .collect::<PyResult<_>>()?
+    };
+    let values = items
+        .iter()
+        .map(|v| {
+            if v.is_instance_of::<pyo3::types::PyBool>() {
+                Ok(ObsValue::Bool(v.extract()?))
+            } else if let Ok(s) = v.extract::<String>() {
+                Ok(ObsValue::Text(s))
+            } else if let Ok(x) = v.extract::<f64>() {
+                Ok(ObsValue::Number(x))
+            } else {
+                Err(value_error(format!("{v} is not a string, number or boolean")))
+            }
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    Ok(Condition::OneOf(values))
+}
+
+#[pymethods]
+impl PyCorpusObs {
+    /// `(name, kind)` of each column, in order of first appearance.
+    fn columns(&self) -> PyResult<Vec<(String, &'static str)>> {
+        Ok(self.get()?.1.columns().iter().map(|c| (c.name.clone(), c.kind.as_str())).collect())
+    }
+
+    /// The corpus vocabulary of a category column (`None` for other kinds); `KeyError` for an unknown column.
+    fn categories(&self, column: &str) -> PyResult<Option<Vec<String>>> {
+        let c = self.get()?.1.column(column).map_err(corpus_error)?;
+        Ok(c.categories.clone())
+    }
+
+    /// Makes `columns` local in every member that has them (the GIL released).
+    fn localize(&self, py: Python<'_>, columns: Vec<String>) -> PyResult<()> {
+        let (corpus, obs) = self.get()?;
+        let refs: Vec<&str> = columns.iter().map(String::as_str).collect();
+        py.detach(|| obs.localize(corpus, &refs)).map_err(corpus_error)
+    }
+
+    /// The values of `columns` at corpus `cells`, as `DeltaCellsDataset.obs.take` gives them (category codes into
+    /// the corpus vocabulary, -1 missing; numbers with NaN for missing; strings as lists).
+    fn take<'py>(
+        &self,
+        py: Python<'py>,
+        cells: PyReadonlyArray1<'py, i64>,
+        columns: Vec<String>,
+    ) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        let (corpus, obs) = self.get()?;
+        let cells = cells_of(&cells, corpus.n_cells())?;
+        let refs: Vec<&str> = columns.iter().map(String::as_str).collect();
+        let got = py.detach(|| obs.take(corpus, &cells, &refs)).map_err(corpus_error)?;
+        let out = pyo3::types::PyDict::new(py);
+        for (name, array) in got {
+            let kind = obs.column(&name).map_err(corpus_error)?.kind;
+            out.set_item(&name, crate::obs::array_to_py(py, &array, kind)?)?;
+        }
+        Ok(out)
+    }
+
+    /// The cells meeting every condition (`{column: [values] or (low, high)}`), as a corpus.
+    fn filter(&self, py: Python<'_>, conditions: Vec<(String, Bound<'_, PyAny>)>) -> PyResult<PyCorpus> {
+        let (corpus, obs) = self.get()?;
+        let conditions =
+            conditions.iter().map(|(k, v)| Ok((k.clone(), condition(v)?))).collect::<PyResult<Vec<_>>>()?;
+        Ok(PyCorpus::wrap(py.detach(|| corpus.filter(obs, &conditions)).map_err(corpus_error)?))
+    }
+
+    /// Disjoint parts `[(name, corpus)]` for `fractions` (`[(name, fraction)]`), whole groups of `by` to one part.
+    #[pyo3(signature = (fractions, by, seed))]
+    fn split(
+        &self,
+        py: Python<'_>,
+        fractions: Vec<(String, f64)>,
+        by: Option<String>,
+        seed: u64,
+    ) -> PyResult<Vec<(String, PyCorpus)>> {
+        let (corpus, obs) = self.get()?;
+        let parts = py.detach(|| corpus.split(obs, &fractions, by.as_deref(), seed)).map_err(corpus_error)?;
+        Ok(parts.into_iter().map(|(name, c)| (name, PyCorpus::wrap(c))).collect())
+    }
+}

@@ -1,0 +1,358 @@
+"""Corpora against the source: members converted from h5ad files whose gene lists differ (subsets, orders, format
+versions), read through a vocabulary and compared with the sources read by anndata and re-indexed by pandas."""
+
+import pickle
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+import pytest
+from conftest import TESTDATA, require, s3_or_skip
+
+ad = require("anndata")
+pd = require("pandas")
+
+import deltacells  # noqa: E402
+from deltacells import StoreBackend, open_corpus  # noqa: E402
+from deltacells.convert import convert_h5ad  # noqa: E402
+
+PBMC = TESTDATA / "inputs" / "pbmc200" / "pbmc200.h5ad"
+
+
+@pytest.fixture(scope="module")
+def members(tmp_path_factory):
+    """Three members cut from pbmc200: different cells, gene subsets in different orders, versions 2, 1, 2; each
+    converted (genes sorted by totals, so stored order differs again). Returns their roots and source AnnData."""
+    d = tmp_path_factory.mktemp("members")
+    a = ad.read_h5ad(PBMC)
+    rng = np.random.default_rng(7)
+    n = a.n_vars
+    specs = [
+        ((0, 70), rng.permutation(n)[:2000], 2),
+        ((70, 130), rng.permutation(n)[:1800], 1),
+        ((130, 200), np.arange(n), 2),
+    ]
+    roots, sources = [], []
+    for i, ((lo, hi), genes, version) in enumerate(specs):
+        part = a[lo:hi, genes].copy()
+        part.var["gene_ids"] = ["ENSG" + g for g in part.var_names]
+        # Obs that differ across members: donors of their own (d2 shared by members 0 and 2), a number column
+        # stored as integers in one member and floats in another, a tissue column member 1 lacks.
+        k = hi - lo
+        donors = [["d1", "d2"], ["d3"], ["d2", "d4", "d5"]][i]
+        part.obs["donor"] = pd.Categorical([donors[j % len(donors)] for j in rng.permutation(k)])
+        counts = rng.integers(100, 3000, k)
+        part.obs["n_genes"] = counts if i != 2 else counts.astype(np.float64)
+        if i != 1:
+            part.obs["tissue"] = pd.Categorical(rng.choice(["lung", "blood", "gut"][: 2 + i // 2], k))
+        path = d / f"m{i}.h5ad"
+        part.write_h5ad(path)
+        root = str(d / f"m{i}")
+        convert_h5ad(str(path), root, tile_size=32, level=3, n_chunks=2, log=None, format_version=version)
+        roots.append(root)
+        sources.append(part)
+    return roots, sources
+
+
+def truth(sources, genes, by_ids=False):
+    """The members' counts concatenated in the vocabulary's columns, with pandas (genes a member lacks are 0)."""
+    frames = []
+    for s in sources:
+        names = ["ENSG" + g for g in s.var_names] if by_ids else list(s.var_names)
+        x = s.X.toarray() if hasattr(s.X, "toarray") else np.asarray(s.X)
+        frames.append(pd.DataFrame(x, columns=names).reindex(columns=genes, fill_value=0))
+    return pd.concat(frames, ignore_index=True).to_numpy(dtype=np.float32)
+
+
+def check_batches(corpus, expected, seed):
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(corpus.n_cells)
+    batches = [order[i : i + 23] for i in range(0, len(order), 23)] + [rng.integers(0, corpus.n_cells, 40)]
+    for cells in batches:
+        b = corpus.get_batch(cells)
+        assert b.shape == (len(cells), corpus.n_genes)
+        for r in range(b.n_rows):
+            cols = b.indices[b.indptr[r] : b.indptr[r + 1]]
+            assert (np.diff(cols) > 0).all(), "column indices sorted within each row"
+        np.testing.assert_array_equal(b.to_scipy().toarray(), expected[cells])
+
+
+@pytest.mark.parametrize("genes", ["union", "intersection", "given"])
+def test_rows_are_the_sources_reindexed_by_pandas(members, genes):
+    roots, sources = members
+    if genes == "given":
+        union = list(dict.fromkeys(g for s in sources for g in s.var_names))
+        vocabulary = ["NOT_A_GENE"] + union[::-3][:700]
+        corpus = open_corpus(roots, genes=vocabulary)
+        assert corpus.genes == vocabulary
+    else:
+        corpus = open_corpus(roots, genes=genes)
+    want_genes = {
+        "union": list(dict.fromkeys(g for s in sources for g in s.var_names)),
+        "intersection": [g for g in sources[0].var_names if all(g in set(s.var_names) for s in sources)],
+    }
+    if genes in want_genes:
+        # Members' genes in their stored (sorted by totals) order decide the union's order: compare as sets, and
+        # check the order rule on member 0, whose stored order leads.
+        assert set(corpus.genes) == set(want_genes[genes])
+    assert len(corpus) == corpus.n_cells == 200 and corpus.member_cells == [70, 60, 70]
+    expected = truth(sources, corpus.genes)
+    check_batches(corpus, expected, seed=1)
+    if genes == "given":
+        assert corpus.get_batch(range(200)).to_scipy()[:, 0].nnz == 0, "a gene no member has is an empty column"
+
+
+def test_genes_identified_by_a_gene_table_column(members):
+    roots, sources = members
+    corpus = open_corpus({f"m{i}": r for i, r in enumerate(roots)}, gene_key="gene_ids")
+    assert corpus.members == ["m0", "m1", "m2"] and all(g.startswith("ENSG") for g in corpus.genes)
+    check_batches(corpus, truth(sources, corpus.genes, by_ids=True), seed=2)
+    with pytest.raises(ValueError, match=r'"m0".*no column "nope"'):
+        open_corpus({f"m{i}": r for i, r in enumerate(roots)}, gene_key="nope")
+
+
+def test_member_of_selection_and_errors(members):
+    roots, sources = members
+    corpus = open_corpus(roots, genes="intersection")
+    assert list(corpus.member_of([0, 69, 70, 129, 130, 199])) == [0, 0, 1, 1, 2, 2]
+    expected = truth(sources, corpus.genes)
+    picked = np.array([199, 3, 100, 3, 150, 69])
+    sub = corpus.select(picked)
+    assert sub.n_cells == 5 and sub.member_cells == [2, 1, 2]
+    np.testing.assert_array_equal(sub.get_batch(range(5)).to_scipy().toarray(), expected[np.unique(picked)])
+    half = corpus.select(np.arange(corpus.n_cells) % 2 == 0)
+    assert half.n_cells == 100
+    check_batches(half, expected[::2], seed=3)
+    batch, member = corpus.get_batch_with_members([130, 0, 70])
+    assert list(member) == [2, 0, 1] and batch.n_rows == 3
+    with pytest.raises(IndexError, match=r"cell 5 \(position 1 of the request\) is out of range: the dataset has 5"):
+        sub.get_batch([0, 5])
+    with pytest.raises(IndexError, match="cell -1"):
+        corpus.get_batch([-1])
+    with pytest.raises(ValueError, match="union"):
+        open_corpus(roots, genes="everything")
+    with pytest.raises(ValueError, match="at least one member"):
+        open_corpus([])
+    assert "3 members" in repr(corpus) and "200 cells" in repr(corpus)
+
+
+def test_members_on_an_object_store_beside_local_ones(members, tmp_path):
+    """Member 1 converted straight to S3 (the server CI starts), read through a StoreBackend beside two local
+    members."""
+    roots, sources = members
+    url, options = s3_or_skip()
+    path = tmp_path / "m1.h5ad"
+    sources[1].write_h5ad(path)
+    convert_h5ad(str(path), url, tile_size=32, level=3, n_chunks=2, log=None, storage_options=options)
+    corpus = open_corpus({"m0": roots[0], "s3": StoreBackend(url, options), "m2": roots[2]}, genes="union")
+    assert corpus.member_cells == [70, 60, 70]
+    check_batches(corpus, truth(sources, corpus.genes), seed=4)
+
+
+def obs_truth(sources):
+    """The members' obs concatenated by pandas, categories as their labels (missing: None)."""
+    frames = [s.obs.reset_index(drop=True).astype(object) for s in sources]
+    df = pd.concat(frames, ignore_index=True)
+    return df.astype(object).where(df.notna(), None)
+
+
+def test_obs_across_members_match_pandas(members, tmp_path):
+    roots, sources = members
+    corpus = open_corpus(roots, cache_dir=str(tmp_path / "cache"))
+    obs = corpus.obs
+    assert set(obs.columns) == {"barcode", "qc_pass", "depth_bin", "donor", "n_genes", "tissue", "obs_names"}
+    assert obs.kind("donor") == "category" and obs.kind("n_genes") == "numeric"
+    assert sorted(obs.categories("donor")) == ["d1", "d2", "d3", "d4", "d5"], "one vocabulary, each label once"
+    truth_df = obs_truth(sources)
+    cells = np.random.default_rng(4).integers(0, corpus.n_cells, 60)
+    got = obs.take_pandas(cells, ["donor", "tissue", "n_genes", "qc_pass"])
+    for c in ["donor", "tissue"]:
+        want = [truth_df[c][i] for i in cells]
+        assert [None if pd.isna(v) else str(v) for v in got[c]] == want, c
+    want_counts = truth_df["n_genes"].to_numpy(np.float64)[cells]
+    np.testing.assert_array_equal(np.asarray(got["n_genes"], np.float64), want_counts)
+    codes = obs.take(cells, "tissue")["tissue"]
+    assert ((np.asarray(codes) == -1) == np.array([truth_df["tissue"][i] is None for i in cells])).all(), \
+        "a column a member lacks is missing for its cells"
+    with pytest.raises(KeyError, match="nope"):
+        obs.take([0], ["nope"])
+
+
+def test_where_and_split_choose_cells_as_pandas_would(members, tmp_path):
+    roots, sources = members
+    corpus = open_corpus(roots, cache_dir=str(tmp_path / "cache"))
+    df = obs_truth(sources)
+    chosen = corpus.where(tissue=["lung", "gut"], n_genes=(500, 2500))
+    mask = df["tissue"].isin(["lung", "gut"]) & df["n_genes"].astype(float).between(500, 2500)
+    want = np.flatnonzero(mask.to_numpy())
+    assert 0 < chosen.n_cells == len(want) < corpus.n_cells
+    np.testing.assert_array_equal(chosen.get_batch(range(chosen.n_cells)).to_scipy().toarray(),
+                                  corpus.get_batch(want).to_scipy().toarray())
+    with pytest.raises(KeyError):
+        corpus.where(nope=[1])
+    with pytest.raises(ValueError, match="number column"):
+        corpus.where(donor=(1, 2))
+    parts = corpus.split({"train": 0.6, "val": 0.2, "test": 0.2}, by="donor", seed=1)
+    assert list(parts) == ["train", "val", "test"] and sum(p.n_cells for p in parts.values()) == corpus.n_cells
+    owners = {}
+    for name, part in parts.items():
+        for d in part.obs.take_pandas(range(part.n_cells), "donor")["donor"]:
+            assert owners.setdefault(d, name) == name, f"donor {d} in two parts"
+    again = corpus.split({"train": 0.6, "val": 0.2, "test": 0.2}, by="donor", seed=1)
+    assert all(np.array_equal(parts[k].member_of(range(parts[k].n_cells)),
+                              again[k].member_of(range(again[k].n_cells))) for k in parts)
+    # A selection of a selection: the split of a where, and where on a split part, stay in corpus order.
+    lung = parts["train"].where(tissue=["lung"])
+    assert all(v == "lung" for v in lung.obs.take_pandas(range(lung.n_cells), "tissue")["tissue"])
+
+
+def _read_in_child(corpus):
+    return corpus.get_batch([0, 99, 37]).to_scipy().toarray()
+
+
+def test_a_corpus_pickles_and_reads_in_another_process(members):
+    roots, sources = members
+    corpus = open_corpus(roots).select(np.arange(0, 200, 2))
+    again = pickle.loads(pickle.dumps(corpus))
+    assert again.genes == corpus.genes and again.n_cells == 100
+    np.testing.assert_array_equal(_read_in_child(again), _read_in_child(corpus))
+    with ProcessPoolExecutor(1) as pool:
+        np.testing.assert_array_equal(pool.submit(_read_in_child, corpus).result(), _read_in_child(corpus))
+
+
+def test_open_corpus_is_exported():
+    assert deltacells.open_corpus is open_corpus and deltacells.Corpus.__doc__
+
+
+# ---------------------------------------------------------------------------------------------- training loader
+
+
+def _epoch(loader):
+    return [(b["index"].numpy().copy(), b["dataset"].numpy().copy(), b["X"].to_dense().numpy()) for b in loader]
+
+
+def test_the_loader_serves_every_selected_cell_once_with_its_member(members):
+    require("torch")
+    from deltacells.torch import DeltaCellsIterableDataset, make_loader
+
+    roots, sources = members
+    corpus = open_corpus(roots, genes="intersection")
+    sub = corpus.select(np.arange(corpus.n_cells) % 3 != 0)
+    expected = truth(sources, corpus.genes)[np.arange(corpus.n_cells) % 3 != 0]
+    for workers, context in ((0, None), (2, None), (2, "spawn")):
+        extra = {} if context is None else {"multiprocessing_context": context}
+        loader = make_loader(sub, 16, seed=5, shuffle_tiles=2, num_workers=workers, **extra)
+        batches = _epoch(loader)
+        assert len(batches) == len(loader)
+        index = np.concatenate([i for i, _, _ in batches])
+        assert sorted(index.tolist()) == list(range(sub.n_cells)), f"every cell once ({workers} workers, {context})"
+        for i, d, x in batches:
+            np.testing.assert_array_equal(x, expected[i])
+            np.testing.assert_array_equal(d, sub.member_of(i))
+    # Each tile holding selected cells is fetched once in the epoch, and no other tile (in order, so that nothing of
+    # the next epoch is fetched ahead); the readers give back the tiles of the windows left behind.
+    part = corpus.select(np.r_[0:40, 150:200])  # member 0's first two tiles, member 2's last three, none of 1
+    ds = DeltaCellsIterableDataset(part, 16, shuffle=False, shuffle_tiles=2)
+    assert len(_epoch(ds)) == len(ds)
+    assert [n > 0 for n in part.tile_cells] == [True, True, False, False, False, True, True, True]
+    assert ds.stats()["tiles_fetched"] == 5
+
+
+def test_ranks_get_disjoint_equal_shares_of_a_corpus(members):
+    require("torch")
+    from deltacells.torch import DeltaCellsIterableDataset
+
+    roots, _ = members
+    corpus = open_corpus(roots)
+    shares = [_epoch(DeltaCellsIterableDataset(corpus, 10, seed=1, rank=r, world_size=3)) for r in range(3)]
+    assert len({len(s) for s in shares}) == 1, "every rank the same number of batches"
+    seen = [set(np.concatenate([i for i, _, _ in s]).tolist()) for s in shares]
+    assert not (seen[0] & seen[1]) and not (seen[1] & seen[2]) and not (seen[0] & seen[2])
+    assert sum(len(s) for s in seen) >= corpus.n_cells - 2, "at most world_size - 1 cells left out"
+
+
+@pytest.mark.parametrize("source", ["dataset", "loader"])
+def test_a_resumed_corpus_epoch_is_the_uninterrupted_one(members, source):
+    require("torch")
+    from deltacells.torch import DeltaCellsIterableDataset, make_loader
+
+    roots, _ = members
+    corpus = open_corpus(roots, genes="union")
+
+    def make():
+        return DeltaCellsIterableDataset(corpus, 12, seed=3) if source == "dataset" else make_loader(corpus, 12, seed=3)
+
+    whole = _epoch(make())
+    first = make()
+    taken = []
+    for b in first:
+        taken.append(b["index"].numpy().copy())
+        if len(taken) == 5:
+            break
+    state = first.state_dict()
+    again = make()
+    again.load_state_dict(state)
+    rest = [i for i, _, _ in _epoch(again)]
+    assert [t.tolist() for t in taken + rest] == [i.tolist() for i, _, _ in whole]
+    other = open_corpus(roots, genes="intersection")
+    with pytest.raises(ValueError, match="dataset"):
+        DeltaCellsIterableDataset(other, 12, seed=3).load_state_dict(state)
+
+
+def test_a_weighted_epoch_draws_each_member_s_share_and_resumes(members):
+    require("torch")
+    from deltacells.torch import DeltaCellsIterableDataset
+
+    roots, _ = members
+    corpus = open_corpus({f"m{i}": r for i, r in enumerate(roots)})
+    weights = {"m0": 1.0, "m1": 3.0, "m2": 1.0}
+
+    def make(epoch_cells):
+        return DeltaCellsIterableDataset(corpus, 1000, seed=2, weights=weights, epoch_cells=epoch_cells,
+                                         shuffle_tiles=3)
+
+    ds = make(100_000)
+    drawn = np.bincount(np.concatenate([b["dataset"].numpy() for b in ds]), minlength=3)
+    assert drawn.sum() == 100_000 == len(ds) * 1000
+    np.testing.assert_allclose(drawn / drawn.sum(), [0.2, 0.6, 0.2], atol=0.01)
+    whole = [b["index"].numpy().copy() for b in make(12_000)]
+    first = make(12_000)
+    taken = []
+    for b in first:
+        taken.append(b["index"].numpy().copy())
+        if len(taken) == 5:
+            break
+    again = make(12_000)
+    again.load_state_dict(first.state_dict())
+    rest = [b["index"].numpy().copy() for b in again]
+    assert [t.tolist() for t in taken + rest] == [w.tolist() for w in whole], "the resumed epoch is the same"
+    with pytest.raises(ValueError, match="weights"):
+        DeltaCellsIterableDataset(corpus, 1000, seed=2, weights={"m0": 1.0}, epoch_cells=12_000,
+                                  shuffle_tiles=3).load_state_dict(first.state_dict())
+    with pytest.raises(ValueError, match="does not have"):
+        DeltaCellsIterableDataset(corpus, 10, weights={"nope": 1.0})
+    with pytest.raises(ValueError, match="one dataset"):
+        DeltaCellsIterableDataset(roots[0], 10, weights=[1.0])
+
+
+def test_the_loader_serves_a_corpus_s_obs(members, tmp_path):
+    require("torch")
+    from deltacells.torch import make_loader
+
+    roots, sources = members
+    corpus = open_corpus(roots, cache_dir=str(tmp_path / "cache"))
+    df = obs_truth(sources)
+    for workers in (0, 2):
+        loader = make_loader(corpus, 32, seed=4, obs_columns=["donor", "tissue", "n_genes"], num_workers=workers)
+        donors = loader.dataset.categories("donor")
+        tissues = loader.dataset.categories("tissue")
+        seen = 0
+        for b in loader:
+            index = b["index"].numpy()
+            seen += len(index)
+            assert [donors[c] for c in b["obs"]["donor"].tolist()] == [df["donor"][i] for i in index]
+            got_tissue = [None if c < 0 else tissues[c] for c in b["obs"]["tissue"].tolist()]
+            assert got_tissue == [df["tissue"][i] for i in index]
+            np.testing.assert_array_equal(b["obs"]["n_genes"].numpy(), df["n_genes"].to_numpy(np.float64)[index])
+        assert seen == corpus.n_cells
+    with pytest.raises(KeyError):
+        make_loader(corpus, 32, obs_columns=["nope"])

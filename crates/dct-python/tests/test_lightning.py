@@ -1,0 +1,106 @@
+"""The Lightning DataModule: a tiny model trained for two epochs over a corpus with ``Trainer(max_epochs=2)``, and
+the same run interrupted mid-epoch and restored from its checkpoint: the cells trained on are the same, batch for
+batch."""
+
+import gc
+
+import numpy as np
+import pytest
+from conftest import make_counts, require
+
+torch = require("torch")
+pl = require("lightning.pytorch")
+
+from deltacells import DatasetWriter, open_corpus  # noqa: E402
+from deltacells.lightning import DeltaCellsDataModule  # noqa: E402
+
+
+class Stop(Exception):
+    pass
+
+
+@pytest.fixture(autouse=True)
+def collect_after():
+    """A Trainer keeps its last batch in reference cycles until the garbage collector runs; collecting after each
+    test gives its memory (a slot of the process's batch pool) back before the next test."""
+    yield
+    gc.collect()
+
+
+class Tiny(pl.LightningModule):
+    """A linear model of the counts; it records the cells of every batch it trains on."""
+
+    def __init__(self, n_genes: int, stop_at: int | None = None, checkpoint: str | None = None) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(n_genes, 1)
+        self.seen: list[list[int]] = []
+        self.stop_at, self.checkpoint = stop_at, checkpoint
+
+    def training_step(self, batch, _):
+        self.seen.append(batch["index"].tolist())
+        x = batch["X"].to_dense()
+        return self.layer(x).pow(2).mean()
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        if self.stop_at is not None and self.global_step == self.stop_at:
+            self.trainer.save_checkpoint(self.checkpoint)
+            raise Stop
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=1e-4)
+
+
+def trainer() -> pl.Trainer:
+    return pl.Trainer(max_epochs=2, accelerator="cpu", logger=False, enable_checkpointing=False,
+                      enable_progress_bar=False, enable_model_summary=False)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    d = tmp_path_factory.mktemp("members")
+    roots = []
+    for i, (n, genes) in enumerate([(150, [f"g{j}" for j in range(30)]), (120, [f"g{j}" for j in range(29, 4, -1)])]):
+        root = str(d / f"m{i}")
+        x = make_counts(n, len(genes), density=0.2, seed=i)
+        with DatasetWriter(root, n_genes=len(genes), tile_size=40, level=3, var_names=genes) as w:
+            for lo in range(0, n, 40):
+                w.add_tile(x[lo : lo + 40])
+        roots.append(root)
+    return open_corpus(roots)
+
+
+def test_two_epochs_and_a_restart_from_a_mid_epoch_checkpoint(corpus, tmp_path):
+    whole = Tiny(corpus.n_genes)
+    trainer().fit(whole, datamodule=DeltaCellsDataModule(corpus, batch_size=16, seed=3))
+    per_epoch = -(-corpus.n_cells // 16)
+    assert len(whole.seen) == 2 * per_epoch
+    for e in range(2):
+        cells = sorted(c for b in whole.seen[e * per_epoch : (e + 1) * per_epoch] for c in b)
+        assert cells == list(range(corpus.n_cells)), f"epoch {e} covers every cell once"
+    assert whole.seen[:per_epoch] != whole.seen[per_epoch:], "the second epoch is another order"
+
+    checkpoint = str(tmp_path / "mid.ckpt")
+    first = Tiny(corpus.n_genes, stop_at=per_epoch // 2, checkpoint=checkpoint)
+    with pytest.raises(Stop):
+        trainer().fit(first, datamodule=DeltaCellsDataModule(corpus, batch_size=16, seed=3))
+    resumed = Tiny(corpus.n_genes)
+    trainer().fit(resumed, datamodule=DeltaCellsDataModule(corpus, batch_size=16, seed=3), ckpt_path=checkpoint)
+    assert first.seen + resumed.seen == whole.seen, "the restored run trains on the cells the whole run did"
+
+
+def test_val_and_test_loaders_are_in_cell_order(corpus):
+    dm = DeltaCellsDataModule(corpus, val=corpus, test=corpus, batch_size=50, seed=1)
+    val_loader = dm.val_dataloader()
+    assert not isinstance(val_loader, list)
+    val = np.concatenate([b["index"].numpy() for b in val_loader])
+    assert list(val) == list(range(corpus.n_cells))
+    assert dm.test_dataloader() is dm.test_dataloader()
+    assert DeltaCellsDataModule(corpus, batch_size=5).test_dataloader() == [], "no test data: no loader"
+
+
+def test_the_trainer_s_epoch_reaches_the_loader_through_its_sampler(corpus):
+    from lightning.fabric.utilities.data import _set_sampler_epoch
+
+    loader = DeltaCellsDataModule(corpus, batch_size=16, seed=3).train_dataloader()
+    _set_sampler_epoch(loader, 5)  # what Lightning's fit loop calls at each epoch's start
+    assert loader.dataset.epoch == 5 and loader.state_dict()["epoch"] == 5
