@@ -1,5 +1,6 @@
 //! `deltacells bench DATASET [--threads N] [--batch-size B] [--pattern P] [--max-cells C] [--json]`: what the
 //! user's own data and storage deliver, to size workers and tiles, and what an access pattern costs.
+//! `deltacells bench --corpus MEMBER...`: the same for many datasets read as one corpus (`bench_corpus.rs`).
 
 use std::time::{Duration, Instant};
 
@@ -14,8 +15,19 @@ use crate::output::{human_bytes, print_json};
 /// Arguments of `bench`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Dataset location: a path or a `file://`, `s3://`, `gs://`, `az://` or `https://` URL.
-    dataset: String,
+    /// Dataset location: a path or a `file://`, `s3://`, `gs://`, `az://` or `https://` URL (with `--corpus`: the
+    /// member datasets, in cell order).
+    #[arg(required = true, num_args = 1.., value_name = "DATASET")]
+    datasets: Vec<String>,
+    /// Read the datasets as one corpus through a gene vocabulary, and compare with reading each member alone.
+    #[arg(long)]
+    corpus: bool,
+    /// With `--corpus`: the vocabulary, `union`, `intersection` or a file of gene identifiers, one a line.
+    #[arg(long, default_value = "union", requires = "corpus")]
+    genes: String,
+    /// With `--corpus`: a column of each member's gene table naming its genes (e.g. `gene_ids`).
+    #[arg(long = "gene-key", value_name = "COLUMN", requires = "corpus")]
+    gene_key: Option<String>,
     /// Decode threads (default: every core).
     #[arg(long, default_value_t = 0)]
     threads: usize,
@@ -55,6 +67,26 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
     let threads =
         if args.threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { args.threads };
     let pattern = Pattern::parse(&args.pattern)?;
+    if args.corpus {
+        let bench = super::bench_corpus::CorpusBench {
+            members: &args.datasets,
+            genes: &args.genes,
+            gene_key: args.gene_key.as_deref(),
+            batch_size: args.batch_size,
+            window: pattern.window(),
+            prefetch: args.prefetch,
+            max_cells: args.max_cells,
+            threads,
+            verify: !args.no_crc,
+            seed: args.seed,
+            json: args.json,
+        };
+        return super::bench_corpus::run(&bench, store);
+    }
+    let [dataset] = args.datasets.as_slice() else {
+        anyhow::bail!("bench reads one dataset; to read {} as one corpus, pass --corpus", args.datasets.len());
+    };
+    let dataset = dataset.clone();
     let options = ReadOptions {
         decode_threads: threads,
         max_prefetch_tiles: args.prefetch.max(1),
@@ -65,7 +97,7 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
         store: store.clone(),
         ..ReadOptions::default()
     };
-    let ds = Dataset::open(&args.dataset, options.clone())?;
+    let ds = Dataset::open(&dataset, options.clone())?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
 
     // Part 1: fetch and decode single tiles, one at a time.
@@ -74,7 +106,7 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
     tiles.truncate(args.sample_tiles.max(1));
     if !args.tiles.is_empty() {
         if let Some(&t) = args.tiles.iter().find(|&&t| t >= ds.n_tiles()) {
-            anyhow::bail!("--tiles: tile {t} does not exist ({} has {} tiles)", args.dataset, ds.n_tiles());
+            anyhow::bail!("--tiles: tile {t} does not exist ({} has {} tiles)", dataset, ds.n_tiles());
         }
         tiles.clone_from(&args.tiles);
     }
@@ -98,7 +130,7 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
     let n = tiles.len() as f64;
     let per_tile_fetch = fetch.as_secs_f64() / n;
     let per_tile_decode = decode.as_secs_f64() / n;
-    let per_tile_reader = through_the_reader(&args.dataset, &options, &tiles)?;
+    let per_tile_reader = through_the_reader(&dataset, &options, &tiles)?;
 
     // Part 2: batches in the order of the pattern, the tiles of the batches ahead prefetched.
     ds.reset_stats();
@@ -148,7 +180,7 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
     let cells_per_s = n_read as f64 / elapsed;
     if args.json {
         print_json(&json!({
-            "dataset": args.dataset, "threads": threads, "tiles_sampled": tiles.len(),
+            "dataset": dataset, "threads": threads, "tiles_sampled": tiles.len(),
             "tile_fetch_seconds": per_tile_fetch, "tile_decode_seconds": per_tile_decode,
             "fetch_bytes_per_second": bytes as f64 / fetch.as_secs_f64(),
             "decode_nnz_per_second": nnz as f64 / decode.as_secs_f64(),
@@ -164,7 +196,7 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
             "tiles_decoded": stats.tiles_decoded,
         }));
     } else {
-        println!("dataset {}  ({threads} decode threads)", args.dataset);
+        println!("dataset {}  ({threads} decode threads)", dataset);
         println!(
             "single tiles ({} sampled, {} each on average):",
             tiles.len(),

@@ -40,6 +40,28 @@ struct InfoArgs {
     json: bool,
 }
 
+/// The vocabulary a command line names: `union`, `intersection`, or a file of identifiers, one a line.
+pub(super) fn gene_space(genes: &str) -> anyhow::Result<GeneSpace> {
+    Ok(match genes {
+        "union" => GeneSpace::Union,
+        "intersection" => GeneSpace::Intersection,
+        path => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading the vocabulary {path}"))?;
+            GeneSpace::Given(text.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_string).collect())
+        }
+    })
+}
+
+/// The member datasets at `urls`, each named by its URL.
+pub(super) fn open_members(urls: &[String], options: &ReadOptions) -> anyhow::Result<Vec<Member>> {
+    urls.iter()
+        .map(|url| {
+            let dataset = Dataset::open(url, options.clone()).with_context(|| format!("opening member {url}"))?;
+            Ok(Member { name: url.clone(), dataset: Arc::new(dataset) })
+        })
+        .collect()
+}
+
 /// Runs `corpus`.
 pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
     match args.command {
@@ -48,24 +70,10 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
 }
 
 fn info(a: InfoArgs, store: &StoreOptions) -> anyhow::Result<u8> {
-    let space = match a.genes.as_str() {
-        "union" => GeneSpace::Union,
-        "intersection" => GeneSpace::Intersection,
-        path => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading the vocabulary {path}"))?;
-            GeneSpace::Given(text.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_string).collect())
-        }
-    };
+    let space = gene_space(&a.genes)?;
     let key = a.gene_key.clone().map_or(GeneKey::VarNames, GeneKey::Column);
     let options = ReadOptions { store: store.clone(), ..ReadOptions::default() };
-    let members = a
-        .members
-        .iter()
-        .map(|url| {
-            let dataset = Dataset::open(url, options.clone()).with_context(|| format!("opening member {url}"))?;
-            Ok(Member { name: url.clone(), dataset: Arc::new(dataset) })
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let members = open_members(&a.members, &options)?;
     let corpus = Corpus::open(members.clone(), &key, &space)?;
     let shared = match Corpus::open(members, &key, &GeneSpace::Intersection) {
         Ok(c) => c.n_genes(),

@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod bench_corpus;
 pub mod convert;
 pub mod corpus;
 pub mod demo;

@@ -63,3 +63,28 @@ fn corpus_info_counts_cells_shared_genes_and_coverage() {
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("\"nope\""));
 }
+
+#[test]
+fn bench_corpus_reads_an_epoch_through_the_corpus_and_member_by_member() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("wu"), tmp.path().join("pbmc"));
+    convert(&testdata("inputs/wu2020_200.h5ad"), &a);
+    convert(&testdata("inputs/pbmc200/pbmc200.h5ad"), &b);
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let o = deltacells(&["bench", "--corpus", a, b, "--json", "--batch-size", "64", "--pattern", "window:2"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(report["members"], 2);
+    assert_eq!(report["corpus_cells"], 400, "every cell of the epoch");
+    assert_eq!(report["window"], 2);
+    assert_eq!(report["corpus_nnz"], report["members_nnz"], "the union vocabulary keeps every nonzero");
+    assert!(report["ratio"].as_f64().unwrap() > 0.0);
+    let o = deltacells(&["bench", "--corpus", a, b, "--max-cells", "100", "--genes", "intersection"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("100 cells"));
+    // Two datasets without --corpus, and --genes without it, are refused.
+    let o = deltacells(&["bench", a, b]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--corpus"));
+    assert!(!deltacells(&["bench", a, "--genes", "union"]).status.success());
+}
