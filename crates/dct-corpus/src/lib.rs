@@ -20,6 +20,8 @@
 //! * `choose.rs`: [`Corpus::filter`] (conditions on obs columns) and [`Corpus::split`] (seeded parts, whole
 //!   groups to one part), reading the columns a block of cells at a time.
 //! * `weights.rs`: [`Corpus::weighted_units`], what a weighted epoch draws of each member.
+//! * `strata.rs`: [`Strata`] ([`Corpus::strata`]) and [`Corpus::stratified_units`], what a stratified epoch draws
+//!   of each category of an obs column.
 //! * `error.rs`: [`CorpusError`].
 
 #![forbid(unsafe_code)]
@@ -30,6 +32,7 @@ mod error;
 mod genes;
 mod obs;
 mod selection;
+mod strata;
 mod weights;
 
 pub use choose::{Condition, ObsValue};
@@ -38,3 +41,4 @@ pub use error::CorpusError;
 pub use genes::{GeneKey, GeneMap, GeneSpace, MemberColumns};
 pub use obs::{CorpusObs, CorpusObsColumn};
 pub use selection::{Selection, SelectionBuilder};
+pub use strata::Strata;

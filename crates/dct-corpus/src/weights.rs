@@ -51,35 +51,50 @@ impl Corpus {
         let tile_cells = self.tile_cells();
         let mut units = Vec::new();
         for (m, &quota) in quotas.iter().enumerate() {
-            if quota == 0 {
-                continue;
-            }
-            let tiles: Vec<usize> = self.member_tiles(m).filter(|&t| tile_cells[t] > 0).collect();
-            let n = member_cells[m];
-            let passes = quota / n;
-            for pass in 0..passes {
-                units.extend(tiles.iter().map(|&tile| EpochUnit { tile, take: tile_cells[tile], pass }));
-            }
-            let mut left = quota % n;
-            if left > 0 {
-                let mut order = tiles.clone();
-                order.shuffle(&mut member_rng(seed, epoch, m as u64, passes));
-                for tile in order {
-                    let take = tile_cells[tile].min(left);
-                    units.push(EpochUnit { tile, take, pass: passes });
-                    left -= take;
-                    if left == 0 {
-                        break;
-                    }
-                }
-            }
+            let tiles: Vec<(usize, u64)> =
+                self.member_tiles(m).filter(|&t| tile_cells[t] > 0).map(|t| (t, tile_cells[t])).collect();
+            draw(&tiles, member_cells[m], quota, None, |pass| member_rng(seed, epoch, m as u64, pass), &mut units);
         }
         Ok(units)
     }
 }
 
+/// Units drawing `quota` cells from `groups` (`(tile, cells)` pairs holding `total` cells, of stratum `stratum` or
+/// of any): whole passes over every group, then for the rest the groups whole in a seeded order (`rng` of the pass)
+/// and a sample of the next one, so the rest stays as local as a pass (a tile is fetched only if cells of it are
+/// drawn).
+pub(crate) fn draw(
+    groups: &[(usize, u64)],
+    total: u64,
+    quota: u64,
+    stratum: Option<u32>,
+    rng: impl Fn(u64) -> ChaCha8Rng,
+    units: &mut Vec<EpochUnit>,
+) {
+    if quota == 0 || total == 0 {
+        return;
+    }
+    let passes = quota / total;
+    for pass in 0..passes {
+        units.extend(groups.iter().map(|&(tile, take)| EpochUnit { tile, take, pass, stratum }));
+    }
+    let mut left = quota % total;
+    if left > 0 {
+        let mut order = groups.to_vec();
+        order.shuffle(&mut rng(passes));
+        for (tile, cells) in order {
+            let take = cells.min(left);
+            units.push(EpochUnit { tile, take, pass: passes, stratum });
+            left -= take;
+            if left == 0 {
+                break;
+            }
+        }
+    }
+}
+
 /// `total_cells` split in proportion to `weights` (summing to `total`), rounded by largest remainders.
-fn largest_remainder(weights: &[f64], total: f64, total_cells: u64) -> Vec<u64> {
+pub(crate) fn largest_remainder(weights: &[f64], total: f64, total_cells: u64) -> Vec<u64> {
     let exact: Vec<f64> = weights.iter().map(|w| total_cells as f64 * w / total).collect();
     let mut quotas: Vec<u64> = exact.iter().map(|x| x.floor() as u64).collect();
     let assigned: u64 = quotas.iter().sum();

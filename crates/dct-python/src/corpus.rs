@@ -9,6 +9,7 @@ use pyo3::types::PyTuple;
 
 use crate::arrays::{Values, owned};
 use crate::dataset::PyDataset;
+use crate::epoch::{PyEpochUnits, PyStrata};
 use crate::errors::{dataset_error, index_error, value_error};
 use crate::process::ProcessBound;
 
@@ -215,8 +216,7 @@ impl PyCorpus {
         Ok(PyCorpusObs { inner: ProcessBound::new((c, obs)) })
     }
 
-    /// What a weighted epoch draws: `(tile, take, pass)` units for `EpochPlan` (see
-    /// `dct_corpus::Corpus::weighted_units`).
+    /// What a weighted epoch draws, for `EpochPlan` (see `dct_corpus::Corpus::weighted_units`).
     fn weighted_units(
         &self,
         py: Python<'_>,
@@ -224,10 +224,30 @@ impl PyCorpus {
         epoch_cells: u64,
         seed: u64,
         epoch: u64,
-    ) -> PyResult<Vec<(usize, u64, u64)>> {
+    ) -> PyResult<PyEpochUnits> {
         let c = self.get()?;
         let units = py.detach(|| c.weighted_units(&weights, epoch_cells, seed, epoch)).map_err(corpus_error)?;
-        Ok(units.into_iter().map(|u| (u.tile, u.take, u.pass)).collect())
+        Ok(PyEpochUnits { units, strata: None })
+    }
+
+    /// What a stratified epoch draws from `strata` (one class weight per category, or `None` for equal shares), for
+    /// `EpochPlan` (see `dct_corpus::Corpus::stratified_units`).
+    #[pyo3(signature = (strata, class_weights, epoch_cells, seed, epoch))]
+    fn stratified_units(
+        &self,
+        py: Python<'_>,
+        strata: PyRef<'_, PyStrata>,
+        class_weights: Option<Vec<f64>>,
+        epoch_cells: u64,
+        seed: u64,
+        epoch: u64,
+    ) -> PyResult<PyEpochUnits> {
+        let c = self.get()?;
+        let strata = &strata.inner;
+        let units = py
+            .detach(|| c.stratified_units(strata, class_weights.as_deref(), epoch_cells, seed, epoch))
+            .map_err(corpus_error)?;
+        Ok(PyEpochUnits { units, strata: Some(strata.tiles.clone()) })
     }
 
     /// Selected cells in each corpus tile (the members' tiles laid end to end), for an epoch plan.
@@ -401,6 +421,12 @@ impl PyCorpusObs {
         let conditions =
             conditions.iter().map(|(k, v)| Ok((k.clone(), condition(v)?))).collect::<PyResult<Vec<_>>>()?;
         Ok(PyCorpus::wrap(py.detach(|| corpus.filter(obs, &conditions)).map_err(corpus_error)?))
+    }
+
+    /// The corpus's cells grouped by the categories of `column`, for stratified epochs.
+    fn strata(&self, py: Python<'_>, column: &str) -> PyResult<PyStrata> {
+        let (corpus, obs) = self.get()?;
+        Ok(PyStrata { inner: py.detach(|| corpus.strata(obs, column)).map_err(corpus_error)? })
     }
 
     /// Disjoint parts `[(name, corpus)]` for `fractions` (`[(name, fraction)]`), whole groups of `by` to one part.

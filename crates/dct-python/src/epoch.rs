@@ -1,14 +1,61 @@
 //! The epoch planner from Python ([`dct_dataset::EpochPlan`]): which cells each batch of this rank and loader worker
 //! holds, the same in every process, for `deltacells.torch`.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use dct_dataset::{EpochOptions, EpochPlan, EpochUnit, Remainder};
+use dct_dataset::{EpochOptions, EpochPlan, EpochUnit, Remainder, TileStrata};
 use numpy::PyArray1;
 use pyo3::prelude::*;
 
 use crate::arrays::owned;
 use crate::errors::{dataset_error, value_error};
+
+/// What a weighted or stratified epoch over a corpus draws (`Corpus.weighted_units`, `Corpus.stratified_units`),
+/// for `EpochPlan`: units of tiles, and the strata stratified units draw from.
+#[pyclass(module = "deltacells._core", name = "EpochUnits", frozen)]
+pub(crate) struct PyEpochUnits {
+    pub(crate) units: Vec<EpochUnit>,
+    pub(crate) strata: Option<Arc<TileStrata>>,
+}
+
+#[pymethods]
+impl PyEpochUnits {
+    /// Units.
+    fn __len__(&self) -> usize {
+        self.units.len()
+    }
+
+    /// Cells the units draw.
+    fn cells(&self) -> u64 {
+        self.units.iter().map(|u| u.take).sum()
+    }
+}
+
+/// A corpus's cells grouped by the categories of an obs column (`CorpusObs.strata`), for stratified epochs.
+#[pyclass(module = "deltacells._core", name = "Strata", frozen)]
+pub(crate) struct PyStrata {
+    pub(crate) inner: dct_corpus::Strata,
+}
+
+#[pymethods]
+impl PyStrata {
+    /// The column.
+    #[getter]
+    fn column(&self) -> String {
+        self.inner.column.clone()
+    }
+
+    /// Its categories (stratum `s` is `categories[s]`).
+    #[getter]
+    fn categories(&self) -> Vec<String> {
+        self.inner.categories.clone()
+    }
+
+    /// Selected cells of each category.
+    fn category_cells(&self) -> Vec<u64> {
+        self.inner.tiles.stratum_cells().to_vec()
+    }
+}
 
 /// One epoch's batches for one rank and worker.
 #[pyclass(module = "deltacells._core", name = "EpochPlan", frozen)]
@@ -19,7 +66,8 @@ pub(crate) struct PyEpochPlan {
 #[pymethods]
 impl PyEpochPlan {
     /// The plan of `epoch` over tiles of `tile_cells` cells (see `dct_dataset::EpochPlan`); `remainder` is `"drop"`
-    /// or `"wrap"`; `units` (`(tile, take, pass)` triples, from `Corpus.weighted_units`) for a weighted epoch.
+    /// or `"wrap"`; `units` (from `Corpus.weighted_units` or `Corpus.stratified_units`) for a weighted or
+    /// stratified epoch.
     #[new]
     #[pyo3(signature = (tile_cells, batch_size, shuffle, shuffle_tiles, seed, drop_last, remainder, rank, world_size, worker, num_workers, first_batch, epoch, units = None))]
     #[allow(clippy::too_many_arguments)]
@@ -37,7 +85,7 @@ impl PyEpochPlan {
         num_workers: usize,
         first_batch: usize,
         epoch: u64,
-        units: Option<Vec<(usize, u64, u64)>>,
+        units: Option<PyRef<'_, PyEpochUnits>>,
     ) -> PyResult<Self> {
         let remainder = match remainder {
             "drop" => Remainder::Drop,
@@ -59,10 +107,10 @@ impl PyEpochPlan {
         };
         let plan = match units {
             None => EpochPlan::new(&tile_cells, &opts, epoch),
-            Some(units) => {
-                let units = units.into_iter().map(|(tile, take, pass)| EpochUnit { tile, take, pass }).collect();
-                EpochPlan::with_units(&tile_cells, units, &opts, epoch)
-            }
+            Some(u) => match &u.strata {
+                None => EpochPlan::with_units(&tile_cells, u.units.clone(), &opts, epoch),
+                Some(strata) => EpochPlan::stratified(&tile_cells, u.units.clone(), strata.clone(), &opts, epoch),
+            },
         }
         .map_err(dataset_error)?;
         Ok(PyEpochPlan { plan: Mutex::new(plan) })

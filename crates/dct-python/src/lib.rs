@@ -97,6 +97,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<writer::PyDatasetWriter>()?;
     m.add_class::<store::PyStore>()?;
     m.add_class::<epoch::PyEpochPlan>()?;
+    m.add_class::<epoch::PyEpochUnits>()?;
+    m.add_class::<epoch::PyStrata>()?;
     m.add_function(wrap_pyfunction!(tile::read_tile_file, m)?)?;
     m.add_function(wrap_pyfunction!(tile::payload_crc32, m)?)?;
     m.add_function(wrap_pyfunction!(tile::row_offsets, m)?)?;

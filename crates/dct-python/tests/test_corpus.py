@@ -334,6 +334,84 @@ def test_a_weighted_epoch_draws_each_member_s_share_and_resumes(members):
         DeltaCellsIterableDataset(roots[0], 10, weights=[1.0])
 
 
+def _tissues(batches, categories, df):
+    """Each batch's tissue labels from the loader, checked against the source's (pandas) for the same cells."""
+    out = []
+    for b in batches:
+        assert min(b["obs"]["tissue"].tolist()) >= 0, "cells without a value are not drawn"
+        got = [categories[c] for c in b["obs"]["tissue"].tolist()]
+        assert got == [df["tissue"][i] for i in b["index"].numpy()]
+        out.extend(got)
+    return out
+
+
+def test_a_stratified_epoch_balances_categories_and_resumes(members, tmp_path):
+    require("torch")
+    from deltacells.torch import DeltaCellsIterableDataset, make_loader
+
+    roots, sources = members
+    corpus = open_corpus({f"m{i}": r for i, r in enumerate(roots)}, cache_dir=str(tmp_path / "cache"))
+    df = obs_truth(sources)
+    present = df["tissue"].dropna()
+    assert present.value_counts(normalize=True).min() < 0.2, "the categories are far from balanced in the source"
+
+    # Equal shares over 100,000 draws at the default window, with and without workers (which build their own
+    # strata, under fork and spawn).
+    for workers, context in ((0, None), (2, "spawn")):
+        extra = {} if context is None else {"multiprocessing_context": context}
+        loader = make_loader(corpus, 1000, seed=2, stratify_by="tissue", epoch_cells=100_000, obs_columns=["tissue"],
+                             num_workers=workers, **extra)
+        labels = _tissues(loader, loader.dataset.categories("tissue"), df)
+        assert len(labels) == 100_000
+        shares = pd.Series(labels).value_counts(normalize=True)
+        np.testing.assert_allclose(shares[["lung", "blood", "gut"]], [1 / 3] * 3, atol=0.02)
+    # Class weights; the default epoch is the cells with a value.
+    ds = DeltaCellsIterableDataset(corpus, 1000, seed=2, stratify_by="tissue", obs_columns=["tissue"],
+                                   class_weights={"lung": 2.0, "blood": 1.0, "gut": 1.0}, epoch_cells=100_000)
+    shares = pd.Series(_tissues(ds, ds.categories("tissue"), df)).value_counts(normalize=True)
+    np.testing.assert_allclose(shares[["lung", "blood", "gut"]], [0.5, 0.25, 0.25], atol=0.02)
+    assert len(DeltaCellsIterableDataset(corpus, 1, stratify_by="tissue")) == len(present)
+
+    # A resumed stratified epoch is the uninterrupted one.
+    def make():
+        return DeltaCellsIterableDataset(corpus, 100, seed=6, stratify_by="tissue", epoch_cells=3_000)
+
+    whole = [b["index"].numpy().copy() for b in make()]
+    first = make()
+    taken = []
+    for b in first:
+        taken.append(b["index"].numpy().copy())
+        if len(taken) == 7:
+            break
+    again = make()
+    again.load_state_dict(first.state_dict())
+    again.set_epoch(0)  # what a training loop does at the start of each epoch
+    rest = [b["index"].numpy().copy() for b in again]
+    assert [t.tolist() for t in taken + rest] == [w.tolist() for w in whole]
+    with pytest.raises(ValueError, match="class_weights"):
+        DeltaCellsIterableDataset(corpus, 100, seed=6, stratify_by="tissue", epoch_cells=3_000,
+                                  class_weights={"gut": 1.0}).load_state_dict(first.state_dict())
+
+    # Refusals, at construction.
+    with pytest.raises(ValueError, match="not a category column"):
+        DeltaCellsIterableDataset(corpus, 10, stratify_by="n_genes")
+    with pytest.raises(KeyError, match="tissue"):
+        DeltaCellsIterableDataset(corpus, 10, stratify_by="nope")
+    with pytest.raises(ValueError, match="does not have"):
+        DeltaCellsIterableDataset(corpus, 10, stratify_by="tissue", class_weights={"bone": 1.0})
+    with pytest.raises(ValueError, match="add up to 0"):
+        DeltaCellsIterableDataset(corpus, 10, stratify_by="tissue", class_weights={"gut": 0.0})
+    with pytest.raises(ValueError, match="cannot be combined"):
+        DeltaCellsIterableDataset(corpus, 10, stratify_by="tissue", weights={"m0": 1.0})
+    with pytest.raises(ValueError, match="give stratify_by"):
+        DeltaCellsIterableDataset(corpus, 10, class_weights={"gut": 1.0})
+    with pytest.raises(ValueError, match="open_corpus"):
+        DeltaCellsIterableDataset(roots[0], 10, stratify_by="tissue")
+    no_gut = corpus.select(np.flatnonzero(df["tissue"].to_numpy() != "gut"))
+    with pytest.raises(ValueError, match="gut"):
+        DeltaCellsIterableDataset(no_gut, 10, stratify_by="tissue", class_weights={"gut": 1.0, "lung": 1.0})
+
+
 def test_the_loader_serves_a_corpus_s_obs(members, tmp_path):
     require("torch")
     from deltacells.torch import make_loader

@@ -23,7 +23,9 @@ N, G, TILE = 470, 40, 50  # 10 tiles, the last of 20
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     full = make_counts(N, G, density=0.2, seed=63)
-    return write_dataset(tmp_path_factory.mktemp("workers") / "ds", full, TILE), full
+    # Gene names, so that the dataset can also be a corpus's member.
+    names = [f"g{g}" for g in range(G)]
+    return write_dataset(tmp_path_factory.mktemp("workers") / "ds", full, TILE, var_names=names), full
 
 
 class LoggingBackend(LocalBackend):
@@ -142,10 +144,13 @@ DDP = textwrap.dedent(
     """
     import json, os, sys
     import torch, torch.distributed as dist
+    import deltacells
     from deltacells.torch import DeltaCellsDataLoader, DeltaCellsIterableDataset, make_loader
 
     def run(rank, root, port, out, ctx):
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        if root.startswith("corpus:"):  # the dataset twice, as a corpus of two members
+            root = deltacells.open_corpus({"a": root[7:], "b": root[7:]})
         early = DeltaCellsIterableDataset(root, 32, seed=5)   # made before the process group exists
         dist.init_process_group("gloo", rank=rank, world_size=2)
         loaders = {
@@ -170,9 +175,12 @@ DDP = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("context", ["spawn", "fork"])
-def test_two_ranks_with_worker_processes_split_the_epoch(built, tmp_path, context):
+@pytest.mark.parametrize(("context", "source"), [("spawn", "dataset"), ("fork", "dataset"), ("spawn", "corpus")])
+def test_two_ranks_with_worker_processes_split_the_epoch(built, tmp_path, context, source):
     root, _ = built
+    n = N if source == "dataset" else 2 * N
+    if source == "corpus":
+        root = "corpus:" + root
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = str(s.getsockname()[1])
@@ -188,7 +196,7 @@ def test_two_ranks_with_worker_processes_split_the_epoch(built, tmp_path, contex
         if name != "plain DataLoader":
             assert ra["len"] == ra["batches"] == rb["len"], f"{name}: len() is what is served"
         assert not set(ra["cells"]) & set(rb["cells"]), f"{name}: no cell on both ranks"
-        assert sorted(ra["cells"] + rb["cells"]) == list(range(N)), f"{name}: every cell once"
+        assert sorted(ra["cells"] + rb["cells"]) == list(range(n)), f"{name}: every cell once"
 
 
 def flip_stream_byte(root, tmp_path, k):

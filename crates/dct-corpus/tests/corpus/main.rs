@@ -2,3 +2,4 @@
 
 mod obs;
 mod read;
+mod strata;

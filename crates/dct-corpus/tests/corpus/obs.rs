@@ -16,8 +16,8 @@ use crate::read::open;
 
 /// What the test wrote for one member: per cell its cell type, donor, count (as f64) and flag.
 #[derive(Default)]
-struct Written {
-    cell_type: Vec<Option<String>>,
+pub(crate) struct Written {
+    pub(crate) cell_type: Vec<Option<String>>,
     donor: Vec<String>,
     n_counts: Vec<f64>,
 }
@@ -75,13 +75,13 @@ fn dct_codec_csr(indptr: &[i64], indices: &[i32], values: &[u32], rows: usize) -
     dct_codec::CanonicalCsr::from_csr(&CsrMatrix { n_rows: rows, n_cols: 5, indptr, indices, values }).unwrap()
 }
 
-struct Setup {
-    _tmp: tempfile::TempDir,
-    corpus: Corpus,
-    written: Vec<Written>,
+pub(crate) struct Setup {
+    pub(crate) _tmp: tempfile::TempDir,
+    pub(crate) corpus: Corpus,
+    pub(crate) written: Vec<Written>,
 }
 
-fn setup() -> Setup {
+pub(crate) fn setup() -> Setup {
     let tmp = tempfile::tempdir().unwrap();
     let specs: [(usize, &[&str], &[&str], bool); 3] = [
         (30, &["T", "B"], &["d1", "d2"], true),
@@ -99,12 +99,12 @@ fn setup() -> Setup {
     Setup { _tmp: tmp, corpus, written }
 }
 
-fn options(dir: &Path) -> ObsOptions {
+pub(crate) fn options(dir: &Path) -> ObsOptions {
     ObsOptions { cache_dir: Some(dir.join("cache")), ..Default::default() }
 }
 
 /// Every cell's written values, in corpus order.
-fn all<T: Clone>(written: &[Written], f: impl Fn(&Written) -> &Vec<T>) -> Vec<T> {
+pub(crate) fn all<T: Clone>(written: &[Written], f: impl Fn(&Written) -> &Vec<T>) -> Vec<T> {
     written.iter().flat_map(|w| f(w).iter().cloned()).collect()
 }
 

@@ -25,12 +25,22 @@
 //! whose turn it was, so that the new loader's interleave continues the old one batch for batch. The parts depend on
 //! `num_workers`, so a resume must keep it.
 //!
+//! A weighted or stratified epoch draws *units* instead of whole tiles ([`EpochUnit`]: some cells of a tile, of one
+//! stratum or of any); the units take the tiles' place in steps 1 and 2. Units of one tile and pass given one after
+//! another (a stratified epoch's draws of several strata from one tile) share one place in the shuffle and one
+//! window, so the tile is fetched once for all of them.
+//!
 //! Memory is one window's cells, whatever the dataset's size: a batch's cells are computed from its window when asked
 //! for ([`EpochPlan::batch_into`]).
 
 mod parts;
+mod strata;
 #[cfg(test)]
 mod tests;
+
+pub use strata::TileStrata;
+
+use std::sync::Arc;
 
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
@@ -96,17 +106,27 @@ impl EpochOptions {
     }
 }
 
-/// What an epoch draws from one tile: `take` of its cells (all of them, or a seeded sample of that many), in the
-/// `pass`-th pass over them. A dataset's epoch draws each tile whole once; a weighted epoch over a corpus draws a
-/// member's tiles as many times as its share asks, and part of a tile to make the share exact.
+/// What an epoch draws from one tile: `take` of its cells (of stratum `stratum`, or of any), all of them or a seeded
+/// sample of that many, in the `pass`-th pass over them. A dataset's epoch draws each tile whole once; a weighted
+/// epoch over a corpus draws a member's tiles as many times as its share asks, and part of a tile to make the share
+/// exact; a stratified epoch draws each stratum's cells of a tile likewise ([`TileStrata`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EpochUnit {
     /// The tile.
     pub tile: usize,
-    /// Cells drawn from it (at most its cells).
+    /// Cells drawn from it (at most its cells, or its cells of `stratum`).
     pub take: u64,
-    /// Which pass over the tile this is (seeds the sample when `take` is less than the tile's cells).
+    /// Which pass over the tile this is (seeds the sample when `take` is less than the cells drawn from).
     pub pass: u64,
+    /// The stratum whose cells are drawn (`None`: any cell of the tile).
+    pub stratum: Option<u32>,
+}
+
+impl EpochUnit {
+    /// `take` cells of any stratum of tile `tile` in pass `pass`.
+    pub fn of_tile(tile: usize, take: u64, pass: u64) -> EpochUnit {
+        EpochUnit { tile, take, pass, stratum: None }
+    }
 }
 
 /// One window of the stream: consecutive units of the epoch's unit order and where its cells start in the stream.
@@ -136,13 +156,15 @@ pub struct EpochPlan {
     rank_cells: u64,
     /// The cells of the window last expanded (its index and permutation).
     cached: Option<(usize, Vec<u64>)>,
+    /// The strata units of a stratified epoch draw from.
+    strata: Option<Arc<TileStrata>>,
 }
 
 impl EpochPlan {
     /// The plan of epoch `epoch` of a dataset whose tiles hold `tile_cells` cells: every cell once.
     pub fn new(tile_cells: &[u64], opts: &EpochOptions, epoch: u64) -> Result<EpochPlan, DatasetError> {
         let units: Vec<EpochUnit> =
-            tile_cells.iter().enumerate().map(|(tile, &take)| EpochUnit { tile, take, pass: 0 }).collect();
+            tile_cells.iter().enumerate().map(|(tile, &take)| EpochUnit::of_tile(tile, take, 0)).collect();
         EpochPlan::with_units(tile_cells, units, opts, epoch)
     }
 
@@ -151,6 +173,28 @@ impl EpochPlan {
     pub fn with_units(
         tile_cells: &[u64],
         units: Vec<EpochUnit>,
+        opts: &EpochOptions,
+        epoch: u64,
+    ) -> Result<EpochPlan, DatasetError> {
+        EpochPlan::build(tile_cells, units, None, opts, epoch)
+    }
+
+    /// The plan of epoch `epoch` drawing `units`, some of one stratum of `strata`, from tiles of `tile_cells` cells
+    /// (a stratified epoch: see [`EpochUnit`] and the module docs).
+    pub fn stratified(
+        tile_cells: &[u64],
+        units: Vec<EpochUnit>,
+        strata: Arc<TileStrata>,
+        opts: &EpochOptions,
+        epoch: u64,
+    ) -> Result<EpochPlan, DatasetError> {
+        EpochPlan::build(tile_cells, units, Some(strata), opts, epoch)
+    }
+
+    fn build(
+        tile_cells: &[u64],
+        units: Vec<EpochUnit>,
+        strata: Option<Arc<TileStrata>>,
         opts: &EpochOptions,
         epoch: u64,
     ) -> Result<EpochPlan, DatasetError> {
@@ -173,21 +217,48 @@ impl EpochPlan {
             })?;
             tile_start.push(total);
         }
-        if let Some(u) = units.iter().find(|u| tile_cells.get(u.tile).is_none_or(|&c| u.take > c)) {
-            return bad(format!("a unit draws {} cells of tile {} of {} tiles", u.take, u.tile, tile_cells.len()));
+        if let Some(s) = &strata
+            && s.n_tiles() != tile_cells.len()
+        {
+            return bad(format!("strata of {} tiles for {} tiles", s.n_tiles(), tile_cells.len()));
         }
-        let mut order: Vec<usize> = (0..units.len()).collect();
+        let room = |u: &EpochUnit| match (u.stratum, &strata) {
+            (None, _) => tile_cells.get(u.tile).copied(),
+            (Some(s), Some(strata)) if u.tile < tile_cells.len() => Some(strata.cells(u.tile, s).len() as u64),
+            (Some(_), _) => None,
+        };
+        if let Some(u) = units.iter().find(|u| room(u).is_none_or(|c| u.take > c)) {
+            return bad(format!(
+                "a unit draws {} cells of tile {} of {} tiles (stratum {:?}, {} strata)",
+                u.take,
+                u.tile,
+                tile_cells.len(),
+                u.stratum,
+                strata.as_ref().map_or(0, |s| s.n_strata())
+            ));
+        }
+        // Slots: runs of units of one tile and pass, each one place in the shuffle.
+        let mut slots: Vec<std::ops::Range<usize>> = Vec::with_capacity(units.len());
+        for (i, u) in units.iter().enumerate() {
+            match slots.last_mut() {
+                Some(last) if units[last.start].tile == u.tile && units[last.start].pass == u.pass => last.end = i + 1,
+                _ => slots.push(i..i + 1),
+            }
+        }
+        let mut order: Vec<usize> = (0..slots.len()).collect();
         if opts.shuffle {
             order.shuffle(&mut rng(opts.seed, epoch, u64::MAX));
         }
-        // Units without cells (a selection's tiles, never a dataset's) take no place in a window: a window's tiles
+        let slot_cells = |s: usize| -> u64 { units[slots[s].clone()].iter().map(|u| u.take).sum() };
+        // Slots without cells (a selection's tiles, never a dataset's) take no place in a window: a window's tiles
         // are all fetched, and these hold nothing to read.
-        order.retain(|&u| units[u].take > 0);
+        order.retain(|&s| slot_cells(s) > 0);
         let mut windows = Vec::new();
         let mut start = 0u64;
         for chunk in order.chunks(opts.shuffle_tiles) {
-            let cells: u64 = chunk.iter().map(|&u| units[u].take).sum();
-            windows.push(Window { units: chunk.iter().map(|&u| units[u]).collect(), start, cells });
+            let cells: u64 = chunk.iter().map(|&s| slot_cells(s)).sum();
+            let window_units = chunk.iter().flat_map(|&s| units[slots[s].clone()].iter().copied()).collect();
+            windows.push(Window { units: window_units, start, cells });
             start = start.checked_add(cells).ok_or_else(|| {
                 DatasetError::InvalidArgument("epoch plan: the epoch draws more than 2^64 cells".into())
             })?;
@@ -205,6 +276,7 @@ impl EpochPlan {
             part_first: 0,
             rank_cells: 0,
             cached: None,
+            strata,
         };
         plan.place(opts);
         Ok(plan)
@@ -358,14 +430,22 @@ impl EpochPlan {
             let mut cells: Vec<u64> = Vec::with_capacity(window.cells as usize);
             for u in &window.units {
                 let (lo, hi) = (self.tile_start[u.tile], self.tile_start[u.tile + 1]);
-                if u.take == hi - lo {
-                    cells.extend(lo..hi);
-                } else {
-                    // Part of a tile: a sample of `take` of its cells, seeded by the tile and the pass.
-                    let mut all: Vec<u64> = (lo..hi).collect();
-                    let mut sampler = sample_rng(self.opts.seed, self.epoch, u.tile as u64, u.pass);
-                    let (picked, _) = all.partial_shuffle(&mut sampler, u.take as usize);
+                let mut pool: Vec<u64> = match (u.stratum, &self.strata) {
+                    (Some(s), Some(strata)) => strata.cells(u.tile, s).iter().map(|&o| lo + u64::from(o)).collect(),
+                    _ if u.take == hi - lo => {
+                        cells.extend(lo..hi);
+                        continue;
+                    }
+                    _ => (lo..hi).collect(),
+                };
+                if u.take < pool.len() as u64 {
+                    // Part of the tile's cells: a sample of `take`, seeded by the tile, the stratum and the pass.
+                    let stream = u.tile as u64 | u.stratum.map_or(0, |s| (u64::from(s) + 1) << 40);
+                    let mut sampler = sample_rng(self.opts.seed, self.epoch, stream, u.pass);
+                    let (picked, _) = pool.partial_shuffle(&mut sampler, u.take as usize);
                     cells.extend_from_slice(picked);
+                } else {
+                    cells.append(&mut pool);
                 }
             }
             if self.opts.shuffle {
@@ -378,12 +458,13 @@ impl EpochPlan {
     }
 }
 
-/// The generator of the sample drawn from part of tile `tile` in pass `pass` of an epoch.
-fn sample_rng(seed: u64, epoch: u64, tile: u64, pass: u64) -> ChaCha8Rng {
+/// The generator of the sample drawn from part of a tile's cells in pass `pass` of an epoch; `stream` is the tile,
+/// with the stratum plus one in bits 40 and up when the cells are one stratum's.
+fn sample_rng(seed: u64, epoch: u64, stream: u64, pass: u64) -> ChaCha8Rng {
     let mut key = [0u8; 32];
     key[..8].copy_from_slice(&seed.to_le_bytes());
     key[8..16].copy_from_slice(&epoch.to_le_bytes());
-    key[16..24].copy_from_slice(&tile.to_le_bytes());
+    key[16..24].copy_from_slice(&stream.to_le_bytes());
     key[24..].copy_from_slice(&pass.to_le_bytes());
     // Distinct from every shuffle's key, which ends in the tag "dctepoch": here the last byte is 0x80 for any pass
     // below 2^56, never the tag's 'h'.

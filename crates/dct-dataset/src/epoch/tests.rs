@@ -197,3 +197,44 @@ fn bad_options_are_refused() {
     let mut plan = EpochPlan::new(&[4], &EpochOptions::new(4), 0).unwrap();
     assert!(plan.batch(1).is_err());
 }
+
+#[test]
+fn a_tile_s_strata_drawn_in_one_pass_share_one_window() {
+    // Tiles of 6 cells; strata by cell offset: 0 for offsets 0..4, 1 for 4..6.
+    let tiles = [6u64; 5];
+    let strata = Arc::new(
+        TileStrata::build(&tiles, 2, |first, out| {
+            out.extend((first..30).map(|c| Some(u32::from(c % 6 >= 4))));
+            Ok(())
+        })
+        .unwrap(),
+    );
+    // Stratum 1 drawn twice (two passes), stratum 0 once (half of it in a second pass on tiles 1 and 3).
+    let mut units = Vec::new();
+    for tile in 0..5 {
+        units.push(EpochUnit { tile, take: 4, pass: 0, stratum: Some(0) });
+        units.push(EpochUnit { tile, take: 2, pass: 0, stratum: Some(1) });
+        units.push(EpochUnit { tile, take: 2, pass: 1, stratum: Some(1) });
+        if tile % 2 == 1 {
+            units.push(EpochUnit { tile, take: 3, pass: 1, stratum: Some(0) });
+        }
+    }
+    let opts = EpochOptions { shuffle_tiles: 1, ..EpochOptions::new(1) };
+    let mut plan = EpochPlan::stratified(&tiles, units.clone(), strata.clone(), &opts, 4).unwrap();
+    let cells: Vec<u64> = (0..plan.n_batches()).flat_map(|j| plan.batch(j).unwrap()).collect();
+    assert_eq!(cells.len(), 5 * 8 + 2 * 3);
+    // One window per (tile, pass): the stream runs through 10 windows, each of one tile.
+    let mut runs: Vec<u64> = cells.iter().map(|c| c / 6).collect();
+    runs.dedup();
+    assert_eq!(runs.len(), 10, "{runs:?}");
+    for tile in 0..5u64 {
+        let of: Vec<u64> = cells.iter().copied().filter(|c| c / 6 == tile).collect();
+        let high = of.iter().filter(|&&c| c % 6 >= 4).count();
+        assert_eq!(high, 4, "stratum 1 of tile {tile}: its 2 cells twice");
+        assert_eq!(of.len() - high, if tile % 2 == 1 { 7 } else { 4 });
+    }
+    // A stratum's unit may not draw more than the tile's cells of it, nor name strata a plan does not have.
+    let too_many = vec![EpochUnit { tile: 0, take: 3, pass: 0, stratum: Some(1) }];
+    assert!(EpochPlan::stratified(&tiles, too_many.clone(), strata, &opts, 0).is_err());
+    assert!(EpochPlan::with_units(&tiles, too_many, &opts, 0).is_err());
+}

@@ -88,7 +88,7 @@ def _spawning() -> bool:
 _Ticket = tuple[int, int, int, int, int, int]
 # The settings a resumed epoch must share with the interrupted one for its order to be the same.
 _ORDER_KEYS = ("seed", "batch_size", "shuffle_tiles", "shuffle", "drop_last", "remainder", "world_size", "tiles",
-               "manifest", "weights", "epoch_cells")
+               "manifest", "weights", "epoch_cells", "stratify_by", "class_weights")
 
 
 class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
@@ -105,7 +105,17 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
             share in proportion to its weight (exactly, up to rounding); a member drawn beyond its size starts
             another pass over its cells, the part of a pass taken from its tiles whole in a seeded order and a
             sample of one more, so that only tiles with drawn cells are fetched. Deterministic in (seed, epoch).
-        epoch_cells: cells a weighted epoch draws.
+        epoch_cells: cells a weighted or stratified epoch draws (default: the corpus's cells; stratified: its cells
+            with a value of ``stratify_by``).
+        stratify_by: for a corpus, a category obs column: an epoch draws ``epoch_cells`` cells with each category
+            equally often (or in the proportions of ``class_weights``), exactly over the epoch (up to the cells a
+            split across ranks leaves out); a category drawn beyond its size starts another pass over its cells.
+            Cells without a value are not drawn. The cells of one tile drawn for several categories in one pass
+            share one window, so each such tile is fetched once per pass; a batch holds the categories of the
+            windows its cells come from, so the balance within a batch grows with ``shuffle_tiles``. Not with
+            ``weights``. The strata hold 4 bytes per selected cell in each process that plans an epoch.
+        class_weights: with ``stratify_by``, each category's share: a mapping ``category -> weight`` (categories
+            left out are not drawn).
         batch_size: cells per batch.
         shuffle: shuffle tiles and cells each epoch (``False``: cell order).
         shuffle_tiles: tiles per shuffling window; that many decoded tiles are held at once.
@@ -157,6 +167,8 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         storage_options: dict[str, str] | None = None,
         weights: Mapping[str, float] | Sequence[float] | None = None,
         epoch_cells: int | None = None,
+        stratify_by: str | None = None,
+        class_weights: Mapping[str, float] | None = None,
     ) -> None:
         super().__init__()
         if output not in ("csr", "dense"):
@@ -206,8 +218,18 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         self._pid = -1
         self.weights: list[float] | None = None
         self.epoch_cells: int | None = None
+        self.stratify_by = None if stratify_by is None else str(stratify_by)
+        self.class_weights: list[float] | None = None
+        self._strata: Any = None
         if (weights is not None or epoch_cells is not None) and not isinstance(uri, deltacells.Corpus):
             raise ValueError("weights and epoch_cells weigh the members of a Corpus; this is one dataset")
+        if stratify_by is not None and not isinstance(uri, deltacells.Corpus):
+            raise ValueError("stratify_by draws the cells of a Corpus; open the dataset as one with "
+                             "deltacells.open_corpus([uri])")
+        if class_weights is not None and stratify_by is None:
+            raise ValueError("class_weights weigh the categories of stratify_by: give stratify_by too")
+        if stratify_by is not None and weights is not None:
+            raise ValueError("weights and stratify_by cannot be combined: weigh members, or balance categories")
         if isinstance(uri, deltacells.Corpus) and weights is not None:
             if isinstance(weights, Mapping):
                 unknown = [k for k in weights if k not in uri.members]
@@ -218,8 +240,21 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
                 self.weights = [float(w) for w in weights]
             self.epoch_cells = int(epoch_cells) if epoch_cells is not None else uri.n_cells
             uri._core.weighted_units(self.weights, self.epoch_cells, self.seed, 0)  # refused here, not in a worker
+        elif isinstance(uri, deltacells.Corpus) and stratify_by is not None:
+            strata = self._strata_of()  # a column that is not a category column is refused here
+            cats = strata.categories
+            if class_weights is not None:
+                unknown = [k for k in class_weights if k not in cats]
+                if unknown:
+                    raise ValueError(f"class_weights name categories obs column {stratify_by!r} does not have: "
+                                     f"{unknown}; it has {cats}")
+                self.class_weights = [float(class_weights.get(c, 0.0)) for c in cats]
+            self.epoch_cells = int(epoch_cells) if epoch_cells is not None else sum(strata.category_cells())
+            # Refused here, not in a worker.
+            uri._core.stratified_units(strata, self.class_weights, self.epoch_cells, self.seed, 0)
         elif epoch_cells is not None:
-            raise ValueError("epoch_cells sets the size of a weighted epoch: give weights too")
+            raise ValueError("epoch_cells sets the size of a weighted or stratified epoch: give weights or "
+                             "stratify_by too")
         if isinstance(uri, deltacells.Corpus):
             if self.obs_columns:
                 for c in self.obs_columns:
@@ -271,10 +306,19 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         units = None
         if self.weights is not None:
             units = self.uri._core.weighted_units(self.weights, self.epoch_cells, self.seed, epoch)
+        elif self.stratify_by is not None:
+            units = self.uri._core.stratified_units(self._strata_of(), self.class_weights, self.epoch_cells,
+                                                    self.seed, epoch)
         return _core.EpochPlan(
             self.tile_cells, self.batch_size, self.shuffle, self.shuffle_tiles, self.seed, self.drop_last,
             self.remainder, rank, world, worker, parts, first_batch, epoch, units,
         )
+
+    def _strata_of(self) -> _core.Strata:
+        """The corpus's cells by category of ``stratify_by``, made once per process (not pickled)."""
+        if self._strata is None or self._strata[0] != os.getpid():
+            self._strata = (os.getpid(), self.uri.obs._core.strata(self.stratify_by))
+        return cast("_core.Strata", self._strata[1])
 
     def _rank_batches(self, epoch: int, parts: int) -> int:
         return int(self._plan(0, parts, 0, epoch).rank_batches())
@@ -304,7 +348,8 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         return {"epoch": epoch, "batches": done, "seed": self.seed, "batch_size": self.batch_size,
                 "shuffle_tiles": self.shuffle_tiles, "shuffle": self.shuffle, "drop_last": self.drop_last,
                 "remainder": self.remainder, "world_size": world, "num_workers": parts, "weights": self.weights,
-                "epoch_cells": self.epoch_cells, **self._identity}
+                "epoch_cells": self.epoch_cells, "stratify_by": self.stratify_by, "class_weights": self.class_weights,
+                **self._identity}
 
     def state_dict(self) -> dict[str, Any]:
         """Where the epoch is: its number and the batches of this rank yielded so far (counted before each batch
@@ -380,6 +425,7 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
             state["_shared"] = None
         if isinstance(self.uri, deltacells.Corpus):
             state["_ds"] = None  # a corpus's readers are rebuilt in each process
+            state["_strata"] = None  # so are its strata
         return state
 
     # ------------------------------------------------------------------ reading
