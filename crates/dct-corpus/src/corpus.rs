@@ -88,7 +88,7 @@ impl Corpus {
                 m.name
             )));
         }
-        let genes = members.iter().map(|m| member_genes(m, key)).collect::<Result<Vec<_>, _>>()?;
+        let genes = all_member_genes(&members, key)?;
         let names: Vec<String> = members.iter().map(|m| m.name.clone()).collect();
         let map = GeneMap::build(&names, &genes, space)?;
         let mut starts = Vec::with_capacity(members.len() + 1);
@@ -408,6 +408,41 @@ impl Corpus {
         }
         Ok(located.into_iter().map(|(m, _)| m).collect())
     }
+}
+
+/// Members whose gene identifiers are read at once when a corpus opens (and, in Python, members opened at once):
+/// each read may be a round trip to an object store (a gene table, a manifest), so a corpus of a thousand members
+/// opens in the time of a few dozen round trips.
+pub const OPEN_CONCURRENCY: usize = 32;
+
+/// Every member's gene identifiers ([`member_genes`]), read on up to [`OPEN_CONCURRENCY`] threads; the first
+/// member (in member order) that fails is the error.
+fn all_member_genes(members: &[Member], key: &GeneKey) -> Result<Vec<Vec<String>>, CorpusError> {
+    let threads = OPEN_CONCURRENCY.min(members.len());
+    if threads <= 1 {
+        return members.iter().map(|m| member_genes(m, key)).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let read: Vec<(usize, Result<Vec<String>, CorpusError>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let m = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(member) = members.get(m) else { break mine };
+                        mine.push((m, member_genes(member, key)));
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().flat_map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
+    });
+    let mut found: Vec<Option<Result<Vec<String>, CorpusError>>> = vec![None; members.len()];
+    for (m, genes) in read {
+        found[m] = Some(genes);
+    }
+    found.into_iter().map(|g| g.expect("every member was read")).collect()
 }
 
 /// A member's gene identifiers in stored column order, as `key` names them.

@@ -36,7 +36,7 @@ mod strata;
 mod weights;
 
 pub use choose::{Condition, ObsValue};
-pub use corpus::{Corpus, CorpusBatch, Member, member_genes};
+pub use corpus::{Corpus, CorpusBatch, Member, OPEN_CONCURRENCY, member_genes};
 pub use error::CorpusError;
 pub use genes::{GeneKey, GeneMap, GeneSpace, MemberColumns};
 pub use obs::{CorpusObs, CorpusObsColumn};

@@ -2,6 +2,7 @@
 
     python bench_corpus.py prepare WORKDIR [--source ~/.cache/dct-loaders/million.dct] [--members 20]
     python bench_corpus.py run WORKDIR [--source ...] [--rounds 3] [--batch-sizes 1024,5000]
+    python bench_corpus.py opening WORKDIR [--members 1000] [--latency 0.05]
 
 ``prepare`` cuts the source dataset's cells (by default the 1,080,000-cell PBMC benchmark dataset of
 ``bench_loaders.py workers``) into ``members`` datasets of consecutive cells, each with a gene list of its own: a
@@ -21,6 +22,11 @@ names and a gene table whose ``gene_ids`` column holds the source's Ensembl IDs,
 
 Figures are cells per second into torch (opening excluded), medians over rounds, with each corpus configuration's
 ratio to ``single`` in the same round.
+
+``opening`` writes (once) ``members`` small datasets (200 cells each, a seeded 400 of 1,000 genes in a seeded order,
+a gene table with ``gene_ids``) and opens them as one corpus by ``gene_ids`` through a store that answers every
+request after ``latency`` seconds (a Python backend that sleeps, as an object store's round trip would), counting the
+requests; it reports the time to open against the time the same requests would take one after another.
 """
 
 from __future__ import annotations
@@ -70,6 +76,59 @@ def prepare(workdir: Path, source: Path, members: int) -> None:
         print(f"member {m}: cells {lo}..{hi}, {len(keep)} genes", flush=True)
 
 
+class ThrottledBackend(deltacells.LocalBackend):
+    """A local dataset answering each request after ``latency`` seconds, counting them."""
+
+    def __init__(self, root: str, latency: float, counter: list[int]) -> None:
+        super().__init__(root)
+        self.latency, self.counter = latency, counter
+
+    def _wait(self) -> None:
+        self.counter.append(1)  # list.append is atomic under the GIL
+        time.sleep(self.latency)
+
+    def read(self, name: str) -> bytes:
+        self._wait()
+        return super().read(name)
+
+    def read_range(self, name: str, offset: int, length: int) -> bytes:
+        self._wait()
+        return super().read_range(name, offset, length)
+
+    def exists(self, name: str) -> bool:
+        self._wait()
+        return super().exists(name)
+
+    def size(self, name: str) -> int:
+        self._wait()
+        return super().size(name)
+
+
+def opening(workdir: Path, members: int, latency: float) -> dict[str, object]:
+    root = workdir / "small"
+    rng = np.random.default_rng(11)
+    for m in range(members):
+        path = root / f"m{m:04d}"
+        if (path / "manifest.json").exists():
+            continue
+        genes = rng.permutation(1000)[:400]
+        x = sp.random(200, 400, density=0.05, format="csr", random_state=m, data_rvs=lambda k: rng.integers(1, 9, k))
+        var = pd.DataFrame({"gene_ids": [f"ENSG{g:05d}" for g in genes]}, index=[f"G{g}" for g in genes])
+        with deltacells.DatasetWriter(str(path), n_genes=400, tile_size=100, level=3, n_chunks=1,
+                                      var_names=list(var.index), var=var) as w:
+            for lo in (0, 100):
+                w.add_tile(x[lo : lo + 100])
+    counter: list[int] = []
+    backends = {f"m{m:04d}": ThrottledBackend(str(root / f"m{m:04d}"), latency, counter) for m in range(members)}
+    start = time.perf_counter()
+    corpus = deltacells.open_corpus(backends, gene_key="gene_ids")
+    seconds = time.perf_counter() - start
+    result = {"members": members, "latency_s": latency, "cells": corpus.n_cells, "genes": corpus.n_genes,
+              "requests": len(counter), "open_s": seconds, "one_after_another_s": len(counter) * latency}
+    print(json.dumps(result, indent=2))
+    return result
+
+
 def epoch_rate(source: object, batch_size: int, **options: object) -> float:
     loader = make_loader(source, batch_size, seed=1, **options)
     start = time.perf_counter()
@@ -114,16 +173,19 @@ def run(workdir: Path, source: Path, rounds: int, batch_sizes: list[int]) -> dic
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("command", choices=["prepare", "run"])
+    p.add_argument("command", choices=["prepare", "run", "opening"])
     p.add_argument("workdir", type=Path)
     p.add_argument("--source", type=Path, default=SOURCE)
     p.add_argument("--members", type=int, default=20)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--batch-sizes", default="1024,5000")
+    p.add_argument("--latency", type=float, default=0.05)
     a = p.parse_args()
     a.workdir.mkdir(parents=True, exist_ok=True)
     if a.command == "prepare":
         prepare(a.workdir, a.source, a.members)
+    elif a.command == "opening":
+        opening(a.workdir, a.members, a.latency)
     else:
         run(a.workdir, a.source, a.rounds, [int(x) for x in a.batch_sizes.split(",")])
 

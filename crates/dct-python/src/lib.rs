@@ -64,6 +64,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("FormatError", py.get_type::<errors::FormatError>())?;
     m.add("FORMAT_VERSION", dct_format::Version::V2.number())?;
+    m.add("CORPUS_OPEN_CONCURRENCY", dct_corpus::OPEN_CONCURRENCY)?;
     m.add("HEADER_SIZE", dct_format::HEADER_LEN)?;
     m.add("CHUNK_ENTRY_SIZE_V1", dct_format::Version::V1.entry_size())?;
     m.add("CHUNK_ENTRY_SIZE_V2", dct_format::Version::V2.entry_size())?;

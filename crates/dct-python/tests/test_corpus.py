@@ -148,6 +148,31 @@ def test_members_on_an_object_store_beside_local_ones(members, tmp_path):
     check_batches(corpus, truth(sources, corpus.genes), seed=4)
 
 
+def test_members_manifests_and_gene_tables_are_read_concurrently(members):
+    """Each member's requests wait until every member has one in flight: an opening that read the members one after
+    another would never get there (and time out)."""
+    import threading
+
+    roots, sources = members
+    n = 6
+    opened = threading.Barrier(n, timeout=60)
+    tables = threading.Barrier(n, timeout=60)
+    reads: list[str] = []
+
+    class Waiting(deltacells.LocalBackend):
+        def read(self, name):
+            reads.append(name)
+            if name == "manifest.json":
+                opened.wait()
+            elif name == "var.parquet":
+                tables.wait()
+            return super().read(name)
+
+    corpus = open_corpus({f"m{i}": Waiting(roots[i % 3]) for i in range(n)}, gene_key="gene_ids")
+    assert reads.count("manifest.json") >= n and reads.count("var.parquet") >= n
+    assert corpus.member_cells == [70, 60, 70] * 2
+
+
 def obs_truth(sources):
     """The members' obs concatenated by pandas, categories as their labels (missing: None)."""
     frames = [s.obs.reset_index(drop=True).astype(object) for s in sources]

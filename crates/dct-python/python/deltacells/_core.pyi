@@ -10,6 +10,7 @@ __all__ = [
     "__version__",
     "FormatError",
     "FORMAT_VERSION",
+    "CORPUS_OPEN_CONCURRENCY",
     "HEADER_SIZE",
     "CHUNK_ENTRY_SIZE_V1",
     "CHUNK_ENTRY_SIZE_V2",
@@ -71,6 +72,7 @@ __all__ = [
 
 __version__: str
 FORMAT_VERSION: int
+CORPUS_OPEN_CONCURRENCY: int
 HEADER_SIZE: int
 CHUNK_ENTRY_SIZE_V1: int
 CHUNK_ENTRY_SIZE_V2: int

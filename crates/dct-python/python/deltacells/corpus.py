@@ -27,11 +27,6 @@ __all__ = ["Corpus", "CorpusObs", "open_corpus"]
 #: A member as given: a path, a store URL or a :class:`~deltacells.backends.Backend`.
 MemberUri = Union[str, "os.PathLike[str]", Backend]
 
-# Members opened at once: opening reads a manifest (one request each), so a corpus of many members on an object
-# store opens in the time of a few round trips rather than one per member.
-_OPEN_THREADS = 16
-
-
 def _member_name(uri: MemberUri) -> str:
     if isinstance(uri, Backend):
         return uri.describe()
@@ -371,6 +366,8 @@ def open_corpus(
     def open_one(uri: MemberUri) -> DeltaCellsDataset:
         return DeltaCellsDataset(uri, storage_options=storage_options, cache_dir=cache_dir, **reader_options)
 
-    with ThreadPoolExecutor(max_workers=min(_OPEN_THREADS, len(uris))) as pool:
+    # Members opened at once (as many as their gene tables are read at once, in Rust): opening reads a manifest, so
+    # a corpus of many members on an object store opens in the time of a few round trips rather than one per member.
+    with ThreadPoolExecutor(max_workers=min(_core.CORPUS_OPEN_CONCURRENCY, len(uris))) as pool:
         datasets = list(pool.map(open_one, uris))
     return Corpus(datasets, names, gene_key, spec, cache_dir=cache_dir)
