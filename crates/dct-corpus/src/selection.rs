@@ -39,6 +39,11 @@ impl Selection {
         Ok(s)
     }
 
+    /// Bytes the selection holds on the heap (its ranges, as allocated).
+    pub fn heap_bytes(&self) -> usize {
+        (self.starts.capacity() + self.ends.capacity() + self.before.capacity()) * std::mem::size_of::<u64>()
+    }
+
     /// Base cells, increasing and without repeats.
     fn from_sorted(cells: impl IntoIterator<Item = u64>) -> Selection {
         let mut s = Selection::default();
