@@ -3,6 +3,7 @@
     python bench_corpus.py prepare WORKDIR [--source ~/.cache/dct-loaders/million.dct] [--members 20]
     python bench_corpus.py run WORKDIR [--source ...] [--rounds 3] [--batch-sizes 1024,5000]
     python bench_corpus.py opening WORKDIR [--members 1000] [--latency 0.05]
+    python bench_corpus.py peers WORKDIR [--source ...] [--cells-per-member 4000] [--batch-sizes 1024]
 
 ``prepare`` cuts the source dataset's cells (by default the 1,080,000-cell PBMC benchmark dataset of
 ``bench_loaders.py workers``) into ``members`` datasets of consecutive cells, each with a gene list of its own: a
@@ -22,6 +23,15 @@ names and a gene table whose ``gene_ids`` column holds the source's Ensembl IDs,
 
 Figures are cells per second into torch (opening excluded), medians over rounds, with each corpus configuration's
 ratio to ``single`` in the same round.
+
+``peers`` takes the first ``cells-per-member`` cells of each member (written once as an h5ad of its own: the member's
+genes as var names, its Ensembl IDs as the index, raw counts) and reads them through the same 20,000-gene
+vocabulary two ways, one epoch each, alternating for ``rounds``: the deltacells loader over the corpus's selection
+of those cells (windows of 4 tiles, as above), and AnnData backed mode (``anndata.read_h5ad(backed="r")``, each
+member's file open once) with the genes aligned by pandas and scipy as its documentation's users do (the
+vocabulary's position of each member gene by ``pandas.Index.get_indexer``, one sparse selection matrix per member,
+``X @ P``), batches drawn in a global random order (sorted within each member, as backed CSR reads need), X as torch
+sparse CSR. annbatch needs Python >= 3.12 and is measured where it is installed only.
 
 ``opening`` writes (once) ``members`` small datasets (200 cells each, a seeded 400 of 1,000 genes in a seeded order,
 a gene table with ``gene_ids``) and opens them as one corpus by ``gene_ids`` through a store that answers every
@@ -129,6 +139,89 @@ def opening(workdir: Path, members: int, latency: float) -> dict[str, object]:
     return result
 
 
+def _subset_h5ads(workdir: Path, roots: list[str], per_member: int) -> list[Path]:
+    """The first ``per_member`` cells of each member as an h5ad of its own (written once)."""
+    import anndata as ad
+
+    out = []
+    for root in roots:
+        path = workdir / "h5ad" / f"{Path(root).name}_{per_member}.h5ad"
+        out.append(path)
+        if path.exists():
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        ds = deltacells.open_dataset(root)
+        x = ds.get_batch(np.arange(min(per_member, ds.n_cells))).to_scipy().tocsr()
+        var = pd.DataFrame(index=pd.Index(list(ds.var["gene_ids"]), name="gene_ids"))
+        ad.AnnData(X=x.astype(np.float32), var=var).write_h5ad(path)
+    return out
+
+
+def anndata_backed_epoch(paths: list[Path], vocabulary: list[str], batch_size: int, seed: int) -> float:
+    """One epoch of AnnData backed mode over ``paths`` through ``vocabulary``: cells per second into torch."""
+    import anndata as ad
+    import torch
+
+    start = time.perf_counter()
+    members = [ad.read_h5ad(p, backed="r") for p in paths]
+    vocab = pd.Index(vocabulary)
+    maps = []
+    for a in members:
+        where = vocab.get_indexer(a.var_names)  # -1: not in the vocabulary
+        rows = np.flatnonzero(where >= 0)
+        maps.append(sp.csr_matrix((np.ones(len(rows), np.float32), (rows, where[rows])),
+                                  shape=(a.n_vars, len(vocab))))
+    sizes = [a.n_obs for a in members]
+    member = np.repeat(np.arange(len(members)), sizes)
+    local = np.concatenate([np.arange(n) for n in sizes])
+    order = np.random.default_rng(seed).permutation(len(member))
+    cells = 0
+    for lo in range(0, len(order), batch_size):
+        pick = order[lo : lo + batch_size]
+        parts = []
+        for m in np.unique(member[pick]):
+            rows = np.sort(local[pick[member[pick] == m]])
+            parts.append(sp.csr_matrix(members[m].X[rows]) @ maps[m])
+        x = sp.vstack(parts).tocsr()
+        x.sort_indices()
+        t = torch.sparse_csr_tensor(torch.from_numpy(x.indptr.astype(np.int64)),
+                                    torch.from_numpy(x.indices.astype(np.int64)),
+                                    torch.from_numpy(x.data.astype(np.float32, copy=False)), size=x.shape)
+        cells += int(t.shape[0])
+    return cells / (time.perf_counter() - start)
+
+
+def peers(workdir: Path, source: Path, per_member: int, rounds: int, batch_sizes: list[int]) -> dict[str, object]:
+    roots = sorted(str(p) for p in workdir.glob("member_*"))
+    vocabulary = list(deltacells.open_dataset(str(source)).var["gene_ids"])[:VOCABULARY]
+    paths = _subset_h5ads(workdir, roots, per_member)
+    corpus = deltacells.open_corpus(roots, genes=vocabulary, gene_key="gene_ids")
+    firsts = np.concatenate([np.arange(per_member) + s for s in np.cumsum([0, *corpus.member_cells[:-1]])])
+    subset = corpus.select(firsts)
+    results: dict[str, object] = {"members": len(roots), "cells": subset.n_cells, "vocabulary": len(vocabulary)}
+    for b in batch_sizes:
+        rates: dict[str, list[float]] = {"deltacells": [], "anndata_backed": []}
+        for r in range(rounds):
+            order = list(rates) if r % 2 == 0 else list(reversed(rates))
+            for k in order:
+                if k == "deltacells":
+                    start = time.perf_counter()  # opening included, as for AnnData
+                    c = deltacells.open_corpus(roots, genes=vocabulary, gene_key="gene_ids").select(firsts)
+                    loader = make_loader(c, b, seed=r)
+                    n = sum(int(x["index"].shape[0]) for x in loader)
+                    rates[k].append(n / (time.perf_counter() - start))
+                else:
+                    rates[k].append(anndata_backed_epoch(paths, vocabulary, b, seed=r))
+            print(f"batch {b} round {r}: " + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in rates.items()), flush=True)
+        results[f"batch_{b}"] = {
+            k: {"median_cells_per_s": statistics.median(v), "rounds": v} for k, v in rates.items()
+        }
+        results[f"batch_{b}"]["ratio"] = statistics.median(  # type: ignore[index]
+            d / a for d, a in zip(rates["deltacells"], rates["anndata_backed"]))
+    print(json.dumps(results, indent=2))
+    return results
+
+
 def epoch_rate(source: object, batch_size: int, **options: object) -> float:
     loader = make_loader(source, batch_size, seed=1, **options)
     start = time.perf_counter()
@@ -173,19 +266,22 @@ def run(workdir: Path, source: Path, rounds: int, batch_sizes: list[int]) -> dic
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("command", choices=["prepare", "run", "opening"])
+    p.add_argument("command", choices=["prepare", "run", "opening", "peers"])
     p.add_argument("workdir", type=Path)
     p.add_argument("--source", type=Path, default=SOURCE)
     p.add_argument("--members", type=int, default=20)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--batch-sizes", default="1024,5000")
     p.add_argument("--latency", type=float, default=0.05)
+    p.add_argument("--cells-per-member", type=int, default=4000)
     a = p.parse_args()
     a.workdir.mkdir(parents=True, exist_ok=True)
     if a.command == "prepare":
         prepare(a.workdir, a.source, a.members)
     elif a.command == "opening":
         opening(a.workdir, a.members, a.latency)
+    elif a.command == "peers":
+        peers(a.workdir, a.source, a.cells_per_member, a.rounds, [int(x) for x in a.batch_sizes.split(",")])
     else:
         run(a.workdir, a.source, a.rounds, [int(x) for x in a.batch_sizes.split(",")])
 

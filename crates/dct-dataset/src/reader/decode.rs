@@ -111,7 +111,7 @@ impl Core {
 
     /// A decoder from the pool (or a new one) with `verify_crc`; [`Core::put_decoder`] returns it.
     pub(super) fn take_decoder(&self, verify_crc: bool) -> Decoder {
-        let pooled = self.decoders.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let pooled = self.scratch.decoders.lock().unwrap_or_else(|e| e.into_inner()).pop();
         let mut decoder = pooled.unwrap_or_else(|| {
             let opts = DecodeOptions { verify_crc, threads: self.decode_threads };
             // One thread: decode on the calling thread rather than hop to the pool's only thread.
@@ -122,7 +122,7 @@ impl Core {
     }
 
     pub(super) fn put_decoder(&self, decoder: Decoder) {
-        self.decoders.lock().unwrap_or_else(|e| e.into_inner()).push(decoder);
+        self.scratch.decoders.lock().unwrap_or_else(|e| e.into_inner()).push(decoder);
     }
 
     /// Decodes a whole tile (chunks in parallel on the pool), for verification.
@@ -153,7 +153,7 @@ impl Core {
         t: usize,
         tile: &ParsedTile<Bytes>,
     ) -> Result<TilePlanes, DatasetError> {
-        let mut slot = self.background_decoder.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = self.scratch.background_decoder.lock().unwrap_or_else(|e| e.into_inner());
         let decoder = slot.get_or_insert_with(|| {
             // The CRC was checked when the tile was parsed. Without threads of its own (the system refused them),
             // the background decoder shares the pool.
@@ -171,7 +171,7 @@ impl Core {
         tile: &ParsedTile<Bytes>,
     ) -> Result<TilePlanes, DatasetError> {
         let start = Instant::now();
-        let mut out = self.spare.lock().unwrap_or_else(|e| e.into_inner()).pop().unwrap_or_default();
+        let mut out = self.scratch.spare.lock().unwrap_or_else(|e| e.into_inner()).pop().unwrap_or_default();
         let result = decoder.decode_planes_into(tile, &mut out);
         add(&self.counters.decode_nanos, nanos(start.elapsed()));
         add(&self.counters.tiles_decoded, 1);
@@ -184,7 +184,7 @@ impl Core {
 
     /// Keeps the buffers of a decoded tile nobody else holds for the next decode (at most `max_spare`).
     pub(super) fn recycle(&self, tile: TilePlanes) {
-        let mut spare = self.spare.lock().unwrap_or_else(|e| e.into_inner());
+        let mut spare = self.scratch.spare.lock().unwrap_or_else(|e| e.into_inner());
         if spare.len() < self.max_spare {
             spare.push(tile);
         }

@@ -44,6 +44,22 @@ pub(super) enum Acquired {
     Started(LoadFuture),
 }
 
+/// What decoding reuses from tile to tile, shared by readers that share their threads
+/// ([`Dataset::reopened_sharing`](super::Dataset::reopened_sharing): a corpus's members), so that one member's
+/// decode takes the buffers another member's evicted tile left instead of touching fresh pages.
+#[derive(Default)]
+pub(super) struct DecodeScratch {
+    /// Decoders on the decode pool, idle.
+    pub(super) decoders: Mutex<Vec<Decoder>>,
+    /// Buffers of decoded tiles that left the cache, reused by the next decodes: a decoded tile is about 4 bytes
+    /// per nonzero (over 100 MB for 10,000 cells), and fresh memory costs a page fault per 4 KiB on first touch.
+    pub(super) spare: Mutex<Vec<TilePlanes>>,
+    /// The background decoder's own decoder, with its own `decode_threads - 1` helper threads rather than the
+    /// pool: a read that starts while a background decode runs shares the cores with it instead of queueing
+    /// behind all of the tile's chunks on the pool.
+    pub(super) background_decoder: Mutex<Option<Decoder>>,
+}
+
 /// State shared by a [`Dataset`] and its background tasks.
 pub(crate) struct Core {
     pub(crate) store: Store,
@@ -55,10 +71,8 @@ pub(crate) struct Core {
     pub(super) max_cached: usize,
     pub(crate) max_side_file_bytes: u64,
     pub(super) cache: Mutex<Cache>,
-    pub(super) decoders: Mutex<Vec<Decoder>>,
-    /// Buffers of decoded tiles that left the cache, reused by the next decodes: a decoded tile is about 4 bytes
-    /// per nonzero (over 100 MB for 10,000 cells), and fresh memory costs a page fault per 4 KiB on first touch.
-    pub(super) spare: Mutex<Vec<TilePlanes>>,
+    /// Decoders and spare buffers, shared with the readers that share this one's threads.
+    pub(super) scratch: Arc<DecodeScratch>,
     /// At most this many spare buffers ([`super::open::MAX_SPARE`]).
     pub(super) max_spare: usize,
     pub(super) prefetch_sem: Arc<Semaphore>,
@@ -70,10 +84,6 @@ pub(crate) struct Core {
     /// (see [`Core::decode_in_background`]), and `readers_done` wakes it when the count drops to 0.
     pub(super) busy_readers: Mutex<usize>,
     pub(super) readers_done: Condvar,
-    /// The background decoder's own decoder, with its own `decode_threads - 1` helper threads rather than the
-    /// pool: a read that starts while a background decode runs shares the cores with it instead of queueing
-    /// behind all of the tile's chunks on the pool.
-    pub(super) background_decoder: Mutex<Option<Decoder>>,
     pub(super) counters: Counters,
     pub(super) handle: tokio::runtime::Handle,
     pub(super) var_names: Mutex<Option<Arc<Vec<String>>>>,

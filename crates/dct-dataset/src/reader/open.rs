@@ -10,6 +10,7 @@ use dct_store::{Store, StoreError};
 use tokio::sync::Semaphore;
 
 use super::cache::Cache;
+use super::load::DecodeScratch;
 use super::options::Counters;
 use super::{Core, Dataset, ReadOptions};
 use crate::error::{Category, DatasetError, ManifestError};
@@ -36,7 +37,7 @@ impl Dataset {
         let manifest = fetch_manifest(&rt, &store, options.max_manifest_bytes)?;
         let decode_threads = if options.decode_threads == 0 { default_threads() } else { options.decode_threads };
         let pool = Arc::new(crate::rt::pool(decode_threads, "dct-decode")?);
-        Dataset::from_parts(store, manifest, Arc::new(rt), pool, &options)
+        Dataset::from_parts(store, manifest, Arc::new(rt), pool, Arc::default(), &options)
     }
 
     /// Another reader of this dataset with other `options` (cache, prefetch, threads, CRC checks), on the same
@@ -48,19 +49,22 @@ impl Dataset {
         let rt = Rt::new(options.io_threads, "dct-io")?;
         let decode_threads = if options.decode_threads == 0 { default_threads() } else { options.decode_threads };
         let pool = Arc::new(crate::rt::pool(decode_threads, "dct-decode")?);
-        Dataset::from_parts(self.core.store.clone(), self.core.manifest.clone(), Arc::new(rt), pool, &options)
+        let scratch = Arc::default();
+        Dataset::from_parts(self.core.store.clone(), self.core.manifest.clone(), Arc::new(rt), pool, scratch, &options)
     }
 
     /// [`Dataset::reopened`] with the I/O runtime and the decode threads of `threads_of` (another dataset's
     /// reader, or this one's) instead of threads of its own: for a caller reading many datasets side by side (a
-    /// corpus), whose threads would otherwise grow with the number of datasets. `options.io_threads` and
-    /// `options.decode_threads` are not used.
+    /// corpus), whose threads would otherwise grow with the number of datasets. The readers also share their
+    /// decoders and the buffers of decoded tiles, so that memory one leaves is reused by the next decode of any.
+    /// `options.io_threads` and `options.decode_threads` are not used.
     pub fn reopened_sharing(&self, options: ReadOptions, threads_of: &Dataset) -> Result<Dataset, DatasetError> {
         Dataset::from_parts(
             self.core.store.clone(),
             self.core.manifest.clone(),
             threads_of.rt.clone(),
             threads_of.core.pool.clone(),
+            threads_of.core.scratch.clone(),
             &options,
         )
     }
@@ -70,6 +74,7 @@ impl Dataset {
         manifest: Manifest,
         rt: Arc<Rt>,
         pool: Arc<rayon::ThreadPool>,
+        scratch: Arc<DecodeScratch>,
         options: &ReadOptions,
     ) -> Result<Dataset, DatasetError> {
         let decode_threads = pool.current_num_threads();
@@ -83,15 +88,13 @@ impl Dataset {
             max_cached: options.max_cached_tiles,
             max_side_file_bytes: options.max_side_file_bytes,
             cache: Mutex::new(Cache::default()),
-            decoders: Mutex::new(Vec::new()),
-            spare: Mutex::new(Vec::new()),
+            scratch,
             max_spare: MAX_SPARE,
             prefetch_sem: Arc::new(Semaphore::new(options.max_prefetch_tiles.max(1))),
             to_decode: Mutex::new(BTreeMap::new()),
             decoding_in_background: AtomicBool::new(false),
             busy_readers: Mutex::new(0),
             readers_done: Condvar::new(),
-            background_decoder: Mutex::new(None),
             counters: Counters::default(),
             handle: rt.handle().clone(),
             var_names: Mutex::new(None),
