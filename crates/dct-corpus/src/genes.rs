@@ -75,13 +75,13 @@ impl MemberColumns {
     /// Writes one member row (`indices` in stored column order, increasing) moved to the corpus's columns into
     /// `out_indices` / `out_values` ([`MemberColumns::kept_in`] entries): genes outside the vocabulary dropped,
     /// the rest in increasing corpus column. `scratch` is reused across rows (of any member).
-    pub(crate) fn write_row<V: Copy>(
+    pub(crate) fn write_row<V: Copy + Default + 'static>(
         &self,
         indices: &[i32],
         values: &[V],
         out_indices: &mut [i32],
         out_values: &mut [V],
-        scratch: &mut RowScratch,
+        scratch: &mut RowScratch<V>,
     ) {
         if self.increasing {
             let kept = indices.iter().zip(values).filter_map(|(&g, &v)| {
@@ -99,54 +99,67 @@ impl MemberColumns {
     }
 }
 
-/// A thread's scratch for re-ordering rows: a bit per corpus column and, per corpus column, the position in the
-/// row of the entry that lands there, so a row is placed by its corpus columns and read back in order in time
-/// linear in the row and the vocabulary's words, instead of being sorted. Kept per thread and reused.
+/// A thread's scratch for re-ordering rows: a bit per corpus column and each column's value, so a row is placed
+/// by its corpus columns and read back in increasing order in time linear in the row and the vocabulary's words,
+/// instead of being sorted. The values sit at their columns so the read back walks them in order, not through a
+/// second lookup; one slot past the vocabulary takes the genes it leaves out, so placing a row has no branch.
+/// Kept per thread (one per value type) and reused.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct RowScratch {
+pub(crate) struct RowScratch<V> {
     bits: Vec<u64>,
-    position: Vec<u32>,
+    dense: Vec<V>,
+    /// The slot of genes outside the vocabulary: the vocabulary's size.
+    dropped: usize,
 }
 
 thread_local! {
-    static SCRATCH: std::cell::RefCell<RowScratch> = std::cell::RefCell::new(RowScratch::default());
+    static SCRATCH: std::cell::RefCell<Vec<Box<dyn std::any::Any>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-impl RowScratch {
-    /// Runs `f` with this thread's scratch, sized for a vocabulary of `n_genes` genes.
-    pub(crate) fn with<R>(n_genes: usize, f: impl FnOnce(&mut RowScratch) -> R) -> R {
+impl<V: Copy + Default + 'static> RowScratch<V> {
+    /// Runs `f` with this thread's scratch for values of type `V`, sized for a vocabulary of `n_genes` genes.
+    pub(crate) fn with<R>(n_genes: usize, f: impl FnOnce(&mut RowScratch<V>) -> R) -> R {
         SCRATCH.with(|cell| {
-            let mut scratch = cell.borrow_mut();
-            if scratch.position.len() < n_genes {
-                scratch.bits.resize(n_genes.div_ceil(64), 0);
-                scratch.position.resize(n_genes, 0);
+            let mut all = cell.borrow_mut();
+            let at = match all.iter().position(|s| s.is::<RowScratch<V>>()) {
+                Some(at) => at,
+                None => {
+                    all.push(Box::new(RowScratch::<V>::default()));
+                    all.len() - 1
+                }
+            };
+            let scratch = all[at].downcast_mut::<RowScratch<V>>().expect("found by its type above");
+            if scratch.dense.len() <= n_genes {
+                scratch.bits.resize((n_genes + 1).div_ceil(64), 0);
+                scratch.dense.resize(n_genes + 1, V::default());
             }
-            f(&mut scratch)
+            scratch.dropped = n_genes;
+            f(scratch)
         })
     }
 
-    fn place<V: Copy>(&mut self, to_corpus: &[u32], indices: &[i32], values: &[V], out_i: &mut [i32], out_v: &mut [V]) {
+    fn place(&mut self, to_corpus: &[u32], indices: &[i32], values: &[V], out_i: &mut [i32], out_v: &mut [V]) {
         let (mut lo, mut hi) = (usize::MAX, 0usize);
-        for (k, &g) in indices.iter().enumerate() {
-            let c = to_corpus[g as usize];
-            if c != DROPPED {
-                let w = (c >> 6) as usize;
-                self.bits[w] |= 1u64 << (c & 63);
-                self.position[c as usize] = k as u32;
-                lo = lo.min(w);
-                hi = hi.max(w);
-            }
+        for (&g, &v) in indices.iter().zip(values) {
+            // DROPPED (u32::MAX) lands on the slot past the vocabulary.
+            let c = (to_corpus[g as usize] as usize).min(self.dropped);
+            let w = c >> 6;
+            self.bits[w] |= 1u64 << (c & 63);
+            self.dense[c] = v;
+            lo = lo.min(w);
+            hi = hi.max(w);
         }
         if lo > hi {
             return;
         }
+        self.bits[self.dropped >> 6] &= !(1u64 << (self.dropped & 63));
         let mut k = 0;
         for w in lo..=hi {
             let mut word = std::mem::take(&mut self.bits[w]);
             while word != 0 {
                 let c = (w << 6) + word.trailing_zeros() as usize;
                 out_i[k] = c as i32;
-                out_v[k] = values[self.position[c] as usize];
+                out_v[k] = self.dense[c];
                 k += 1;
                 word &= word - 1;
             }
