@@ -11,22 +11,55 @@ use serde_json::json;
 
 use crate::error::ConvertError;
 use crate::io::Output;
-use crate::obs::{InputObs, SchemaPlan, TileCutter, var_table};
+use crate::obs::{InputObs, InputVar, SchemaPlan, TileCutter, combined_var_table, var_table};
 use crate::options::{GeneSort, sample_flags};
 use crate::output::{TileState, check_tile, finished_dataset};
 use crate::plan::{PLAN_MARKER, Plan};
+use crate::remap::NO_COLUMN;
 use crate::run::{RunOptions, reopen_input};
+use crate::scan::{matching_keys, open_gene_table};
 
-/// `var.parquet` (the first input's gene table in stored column order), and the var columns left out of it, with
-/// the reason.
-fn var_table_file(out: &Output, plan: &Plan) -> Result<(Bytes, Vec<(String, String)>), ConvertError> {
-    let source = reopen_input(plan, 0)?;
-    let (table, skipped) = var_table(source.genes(), &plan.gene_order, source.path())?;
+/// `var.parquet`: the first input's gene table in stored column order, or in a gene space every input's combined
+/// ([`combined_var_table`]).
+fn var_table_file(out: &Output, plan: &Plan) -> Result<VarFile, ConvertError> {
+    let (table, skipped, disagreeing) = match &plan.genes {
+        None => {
+            let source = reopen_input(plan, 0)?;
+            let (table, skipped) = var_table(source.genes(), &plan.gene_order, source.path())?;
+            (table, skipped, 0)
+        }
+        Some(genes) => {
+            let column_of: std::collections::HashMap<&str, u32> =
+                genes.keys.iter().enumerate().map(|(c, k)| (k.as_str(), c as u32)).collect();
+            let options = plan.input_options()?;
+            let mut inputs = Vec::with_capacity(plan.inputs.len());
+            let mut skipped = Vec::new();
+            for input in &plan.inputs {
+                let source = open_gene_table(&input.path, &options)?;
+                let keys = matching_keys(source.as_ref(), genes.key.as_deref(), &input.path)?;
+                let own: Vec<u32> = (0..keys.len() as u32).collect();
+                let (table, left_out) = var_table(source.genes(), &own, source.path())?;
+                skipped.extend(left_out.into_iter().map(|(c, why)| (format!("{}: {c}", input.path), why)));
+                let columns = keys.iter().map(|k| column_of.get(k.as_str()).copied().unwrap_or(NO_COLUMN)).collect();
+                inputs.push(InputVar { table, columns });
+            }
+            let (table, disagreeing) = combined_var_table(&inputs, plan.var_names.clone())?;
+            (table, skipped, disagreeing)
+        }
+    };
     let bytes = encode_var_parquet(&table).map_err(|source| ConvertError::Obs {
         context: format!("encoding {}", out.store.url(VAR_TABLE_NAME)),
         cause: Box::new(source),
     })?;
-    Ok((bytes, skipped))
+    Ok(VarFile { bytes, left_out: skipped, described_differently: disagreeing })
+}
+
+/// `var.parquet`, the var columns left out of it (with the reason), and in a gene space how many genes a later
+/// input describes differently from the kept description.
+struct VarFile {
+    bytes: Bytes,
+    left_out: Vec<(String, String)>,
+    described_differently: u64,
 }
 
 /// The obs of input `i`, read and converted to the plan's schema.
@@ -138,10 +171,12 @@ pub fn finalize(plan: &Plan, opts: &RunOptions) -> Result<Manifest, ConvertError
     side.set_gene_order(plan.gene_order.iter().map(|&g| g as i32).collect())?;
     side.set_var_names(plan.var_names.clone())?;
     let mut var_skipped = Vec::new();
+    let mut var_disagreeing = 0;
     if plan.write_var {
-        let (var_bytes, skipped) = var_table_file(&out, plan)?;
-        side.add_file(VAR_TABLE_NAME, var_bytes)?;
-        var_skipped = skipped;
+        let var = var_table_file(&out, plan)?;
+        side.add_file(VAR_TABLE_NAME, var.bytes)?;
+        var_skipped = var.left_out;
+        var_disagreeing = var.described_differently;
     }
     let obs = write_obs(&out, plan, &tile_cells)?.map(|summary| summary.fields);
     let mut metadata = json!({
@@ -160,6 +195,15 @@ pub fn finalize(plan: &Plan, opts: &RunOptions) -> Result<Manifest, ConvertError
     });
     if !var_skipped.is_empty() {
         metadata["var_columns_left_out"] = json!(var_skipped);
+    }
+    if let Some(genes) = &plan.genes {
+        // What the gene space was made of, and how many genes' descriptions in var.parquet are the first input's
+        // where a later input said otherwise.
+        metadata["genes"] = json!({
+            "space": genes.space,
+            "key": genes.key,
+            "var_genes_described_differently": var_disagreeing,
+        });
     }
     let settings = ManifestSettings {
         version: plan.tile_version()?,

@@ -3,7 +3,9 @@
 //! A conversion is three steps, so it can run on one machine or be split over many by the batch scheduler at
 //! hand (a Slurm array, a Kubernetes indexed Job, a cloud batch array):
 //!
-//! 1. [`make_plan`]: open every input, check that their gene lists agree, sum gene totals (inputs scanned in
+//! 1. [`make_plan`]: open every input, check that their gene lists agree (or, with [`ConvertOptions::genes`],
+//!    combine different lists into one gene space: a union, an intersection or a vocabulary, each input's genes
+//!    matched by name or a gene-table column; a gene an input lacks is zero for its cells), sum gene totals (inputs scanned in
 //!    parallel) and fix the gene order (by decreasing total) and the tiles. The [`Plan`] is a JSON file. This
 //!    pass can itself be split: [`scan_inputs_part`] scans a share of the inputs and writes one scan file per
 //!    input (cells, gene list fingerprint, gene totals, obs summary) into [`scan_dir`] of the plan file, and
@@ -76,10 +78,10 @@ pub use obs::OBS_NAMES;
 pub use oneshot::{ConvertReport, Stage, convert, convert_with};
 pub use output::clear_output;
 pub use plan::{
-    ConvertOptions, GeneSort, PLAN_FORMAT, PLAN_MARKER, Plan, PlanInput, PlanObs, make_plan, make_plan_with_scans,
-    make_plan_with_spill,
+    ConvertOptions, GeneSort, GeneSpace, PLAN_FORMAT, PLAN_MARKER, Plan, PlanGenes, PlanInput, PlanObs, make_plan,
+    make_plan_with_scans, make_plan_with_spill,
 };
-pub use remap::GeneRemap;
+pub use remap::{GeneRemap, NO_COLUMN};
 pub use run::{PartReport, Progress, RunOptions, run_part, run_part_with_spill};
 pub use scan::{ScanReport, scan_dir, scan_inputs_part};
 pub use spill::{DEFAULT_MAX_BYTES as DEFAULT_SPILL_MAX_BYTES, Spill, SpillOptions, SpillStats};

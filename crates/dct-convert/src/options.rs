@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use dct_codec::Preset;
+pub use dct_corpus::GeneSpace;
 use dct_format::Version;
 use dct_input::{H5adMatrix, InputOptions};
 use dct_obs::{DEFAULT_MAX_CATEGORIES, DEFAULT_TILES_PER_FILE};
@@ -59,6 +60,14 @@ pub struct ConvertOptions {
     pub format_version: Version,
     /// Categorical columns with more categories than this over all inputs are stored as strings (default 20,000).
     pub max_categories: usize,
+    /// The dataset's genes when the inputs list different ones: their union, their intersection or a given
+    /// vocabulary (see [`GeneSpace`]); a gene an input lacks is zero for its cells. `None` (the default): every
+    /// input must list the same genes in the same order.
+    pub genes: Option<GeneSpace>,
+    /// How genes are matched across inputs with [`ConvertOptions::genes`]: `None` (the default) by their names
+    /// (the var index of `.h5ad` inputs, the feature names of 10x inputs), or a column of each `.h5ad` input's
+    /// gene table (e.g. `gene_ids`); 10x inputs answer any column with their feature IDs.
+    pub gene_key: Option<String>,
 }
 
 impl ConvertOptions {
@@ -80,6 +89,8 @@ impl ConvertOptions {
             obs_tiles_per_file: DEFAULT_TILES_PER_FILE,
             max_categories: DEFAULT_MAX_CATEGORIES,
             format_version: Version::V2,
+            genes: None,
+            gene_key: None,
         }
     }
 

@@ -13,10 +13,11 @@ use sha2::{Digest, Sha256};
 
 use crate::error::ConvertError;
 use crate::obs::{InputSummary, build_schema};
-pub use crate::options::{ConvertOptions, GeneSort};
+pub use crate::options::{ConvertOptions, GeneSort, GeneSpace};
 use crate::options::{check_options, sample_flags};
 use crate::scan::{InputScan, load_or_scan, reopen_keys};
 use crate::spill::Spill;
+use dct_corpus::GeneMap;
 
 /// Identifies plan files.
 pub const PLAN_FORMAT: &str = "deltacells-convert-plan";
@@ -34,6 +35,18 @@ pub struct PlanObs {
     pub schema: String,
 }
 
+/// The gene space of a plan made from inputs with different gene lists ([`ConvertOptions::genes`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanGenes {
+    /// `union`, `intersection` or `given`.
+    pub space: String,
+    /// The gene-table column genes are matched by (`None`: their names).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// The matching key of each output column, in output order (the dataset's genes).
+    pub keys: Vec<String>,
+}
+
 /// One input file of a plan.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlanInput {
@@ -45,6 +58,9 @@ pub struct PlanInput {
     pub n_cells: u64,
     /// Size of the file (or matrix file) in bytes, to notice a changed input.
     pub size_bytes: u64,
+    /// In a gene space: the SHA-256 of the input's matching keys, to notice a changed gene list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keys_sha256: Option<String>,
 }
 
 /// A fixed conversion: every part and the finalize step read it, so they agree on every tile.
@@ -95,6 +111,10 @@ pub struct Plan {
     /// fingerprints).
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub write_var: bool,
+    /// The gene space, for inputs with different gene lists (`None`: every input lists the plan's genes in
+    /// source order; `gene_order` then permutes them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub genes: Option<PlanGenes>,
     /// 24 hex digits of the SHA-256 of everything above: ties tiles and parts to this plan.
     pub fingerprint: String,
 }
@@ -199,7 +219,10 @@ impl Plan {
             && plan.n_tiles as u64 == plan.n_cells.div_ceil(plan.tile_size)
             && plan.gene_order.len() as u64 == plan.n_genes
             && plan.var_names.len() as u64 == plan.n_genes
-            && is_permutation(&plan.gene_order);
+            && is_permutation(&plan.gene_order)
+            && plan.genes.as_ref().is_none_or(|g| {
+                g.keys.len() as u64 == plan.n_genes && plan.inputs.iter().all(|i| i.keys_sha256.is_some())
+            });
         if !ok {
             return Err(err("its counts are inconsistent (cells, tiles, genes or gene order)".into()));
         }
@@ -238,6 +261,111 @@ impl Plan {
         v.push(b'\n');
         v
     }
+}
+
+/// The plan's genes before they are sorted: a name and a total per gene, and in a gene space its name and each
+/// gene's matching key.
+struct GeneLayout {
+    names: Vec<String>,
+    totals: Vec<u64>,
+    genes: Option<(String, Vec<String>)>,
+}
+
+/// The genes of inputs that must list the same genes in the same order (no gene space): refuses any that do not,
+/// naming the first difference and the option that combines different lists.
+fn same_genes(scanned: &[InputScan], sample: &[bool], opts: &ConvertOptions) -> Result<GeneLayout, ConvertError> {
+    const ALTERNATIVE: &str = "inputs of one dataset must list the same genes in the same order, or be combined \
+                               with --genes union|intersection|FILE (genes.union etc. in Python)";
+    let first = &scanned[0];
+    for s in &scanned[1..] {
+        if s.n_genes == first.n_genes && s.keys_sha256 == first.keys_sha256 {
+            continue;
+        }
+        let first_keys = match &first.keys {
+            Some(k) => k.clone(),
+            None => reopen_keys(&first.path, opts)?,
+        };
+        let keys = reopen_keys(&s.path, opts)?;
+        if keys.len() != first_keys.len() {
+            return Err(ConvertError::Inputs(format!(
+                "{} has {} genes but {} has {}: {ALTERNATIVE}",
+                s.path,
+                keys.len(),
+                first.path,
+                first_keys.len()
+            )));
+        }
+        let i = (0..keys.len()).find(|&i| keys[i] != first_keys[i]).ok_or_else(|| {
+            ConvertError::Inputs(format!(
+                "{} changed while the plan was made (its gene list differs from its scan): make the plan again",
+                s.path
+            ))
+        })?;
+        return Err(ConvertError::Inputs(format!(
+            "{} lists gene {i} as {:?} but {} lists {:?}: {ALTERNATIVE}",
+            s.path, keys[i], first.path, first_keys[i]
+        )));
+    }
+    let n = first.n_genes as usize;
+    let mut totals = vec![0u64; n];
+    for t in scanned.iter().zip(sample).filter(|(_, s)| **s).filter_map(|(s, _)| s.totals.as_ref()) {
+        for (a, b) in totals.iter_mut().zip(t) {
+            *a += b;
+        }
+    }
+    let names = first.names.clone().unwrap_or_default();
+    let names = (0..n).map(|g| names.get(g).cloned().unwrap_or_default()).collect();
+    Ok(GeneLayout { names, totals, genes: None })
+}
+
+/// The genes of inputs combined into `space`: each input's genes matched by their keys, totals summed per gene of
+/// the space, each gene named as the first input that has it names it (genes of a given vocabulary that no input
+/// has, by their key).
+fn gene_space(
+    scanned: &[InputScan],
+    sample: &[bool],
+    space: &GeneSpace,
+    opts: &ConvertOptions,
+) -> Result<GeneLayout, ConvertError> {
+    let paths: Vec<String> = scanned.iter().map(|s| s.path.clone()).collect();
+    let keys: Vec<Vec<String>> = scanned.iter().map(|s| s.keys.clone().unwrap_or_default()).collect();
+    let map = GeneMap::build(&paths, &keys, space).map_err(|e| match e {
+        dct_corpus::CorpusError::DuplicateGene { member, gene } => ConvertError::Inputs(format!(
+            "{member} lists gene {gene:?} more than once ({}): each gene must appear once in an input to be matched \
+             across inputs; choose another --gene-key",
+            match &opts.gene_key {
+                Some(k) => format!("gene-table column {k:?}"),
+                None => "its gene names".to_string(),
+            }
+        )),
+        other => ConvertError::Inputs(other.to_string()),
+    })?;
+    let n = map.genes().len();
+    let mut totals = vec![0u64; n];
+    let mut names: Vec<Option<String>> = vec![None; n];
+    for (m, s) in scanned.iter().enumerate() {
+        let columns = map.member(m);
+        let input_names = s.names.as_deref().unwrap_or_default();
+        let input_totals = s.totals.as_deref().filter(|_| sample[m]);
+        for j in 0..columns.n_genes() {
+            if let Some(c) = columns.corpus_column(j) {
+                let c = c as usize;
+                if let Some(t) = input_totals {
+                    totals[c] += t[j];
+                }
+                if names[c].is_none() {
+                    names[c] = input_names.get(j).cloned();
+                }
+            }
+        }
+    }
+    let names = names.into_iter().zip(map.genes()).map(|(name, key)| name.unwrap_or_else(|| key.clone())).collect();
+    let kind = match space {
+        GeneSpace::Union => "union",
+        GeneSpace::Intersection => "intersection",
+        GeneSpace::Given(_) => "given",
+    };
+    Ok(GeneLayout { names, totals, genes: Some((kind.to_string(), map.genes().to_vec())) })
 }
 
 fn is_permutation(order: &[u32]) -> bool {
@@ -302,40 +430,13 @@ fn plan_from(
         }
         scanned.push(s);
     }
-    let first = &scanned[0];
-    for s in &scanned[1..] {
-        if s.n_genes == first.n_genes && s.keys_sha256 == first.keys_sha256 {
-            continue;
-        }
-        let first_keys = match &first.keys {
-            Some(k) => k.clone(),
-            None => reopen_keys(&first.path, opts)?,
-        };
-        let keys = reopen_keys(&s.path, opts)?;
-        if keys.len() != first_keys.len() {
-            return Err(ConvertError::Inputs(format!(
-                "{} has {} genes but {} has {}: inputs of one dataset must list the same genes in the same order",
-                s.path,
-                keys.len(),
-                first.path,
-                first_keys.len()
-            )));
-        }
-        let i = (0..keys.len()).find(|&i| keys[i] != first_keys[i]).ok_or_else(|| {
-            ConvertError::Inputs(format!(
-                "{} changed while the plan was made (its gene list differs from its scan): make the plan again",
-                s.path
-            ))
-        })?;
-        return Err(ConvertError::Inputs(format!(
-            "{} lists gene {i} as {:?} but {} lists {:?}: inputs of one dataset must list the same genes in the \
-             same order",
-            s.path, keys[i], first.path, first_keys[i]
-        )));
-    }
-    let n_genes = first.n_genes;
+    let layout = match &opts.genes {
+        None => same_genes(&scanned, &sample, opts)?,
+        Some(space) => gene_space(&scanned, &sample, space, opts)?,
+    };
+    let n_genes = layout.names.len() as u64;
     if n_genes == 0 {
-        return Err(ConvertError::Inputs(format!("{} has no genes", first.path)));
+        return Err(ConvertError::Inputs(format!("{} has no genes", scanned[0].path)));
     }
     let version = opts.format_version;
     if n_genes > version.max_genes() {
@@ -347,20 +448,18 @@ fn plan_from(
             version.max_genes()
         )));
     }
-    let mut totals = vec![0u64; n_genes as usize];
-    for t in scanned.iter().zip(&sample).filter(|(_, s)| **s).filter_map(|(s, _)| s.totals.as_ref()) {
-        for (a, b) in totals.iter_mut().zip(t) {
-            *a += b;
-        }
-    }
+    let totals = layout.totals;
     let mut gene_order: Vec<u32> = (0..n_genes as u32).collect();
     if opts.gene_sort != GeneSort::Keep {
         // Stable: ties keep source order.
         gene_order.sort_by_key(|&g| std::cmp::Reverse(totals[g as usize]));
     }
-    let names = first.names.as_deref().unwrap_or_default();
-    let var_names: Vec<String> =
-        gene_order.iter().map(|&g| names.get(g as usize).cloned().unwrap_or_default()).collect();
+    let var_names: Vec<String> = gene_order.iter().map(|&g| layout.names[g as usize].clone()).collect();
+    let genes = layout.genes.map(|(space, keys)| PlanGenes {
+        space,
+        key: opts.gene_key.clone(),
+        keys: gene_order.iter().map(|&g| keys[g as usize].clone()).collect(),
+    });
     let n_cells: u64 = scanned.iter().map(|s| s.n_cells).sum();
     if n_cells == 0 {
         return Err(ConvertError::Inputs("the inputs hold no cells".into()));
@@ -394,7 +493,13 @@ fn plan_from(
         },
         inputs: scanned
             .into_iter()
-            .map(|s| PlanInput { path: s.path, kind: s.kind, n_cells: s.n_cells, size_bytes: s.size_bytes })
+            .map(|s| PlanInput {
+                keys_sha256: genes.is_some().then(|| s.keys_sha256.clone()),
+                path: s.path,
+                kind: s.kind,
+                n_cells: s.n_cells,
+                size_bytes: s.size_bytes,
+            })
             .collect(),
         n_genes,
         n_cells,
@@ -404,6 +509,7 @@ fn plan_from(
         obs,
         format_version: opts.format_version.number(),
         write_var: opts.write_var,
+        genes,
         fingerprint: String::new(),
     };
     plan.fingerprint = plan.compute_fingerprint();

@@ -1,6 +1,7 @@
 //! Renumbering genes into the output order, row by row, without sorting.
 
-/// Maps source gene indices to output columns and re-sorts each row's entries by output column.
+/// Maps source gene indices to output columns and re-sorts each row's entries by output column; genes without an
+/// output column (an input's genes outside a dataset's gene space) are dropped.
 ///
 /// For modest gene counts a row is scattered into a bitset (one bit per gene, which stays in L1 for 30k genes)
 /// plus a dense value array, then gathered by scanning the set words: linear in the row's nonzeros plus
@@ -14,6 +15,9 @@ pub struct GeneRemap {
     identity: bool,
 }
 
+/// The column of a source gene that has none in the output.
+pub const NO_COLUMN: u32 = u32::MAX;
+
 /// Above this many genes a bitset per row costs more than sorting.
 const BITSET_MAX_GENES: usize = 1 << 22;
 
@@ -25,12 +29,18 @@ impl GeneRemap {
         for (j, &g) in order.iter().enumerate() {
             rank[g as usize] = j as u32;
         }
-        let identity = order.iter().enumerate().all(|(j, &g)| j as u32 == g);
-        let bitset = n <= BITSET_MAX_GENES && !identity;
+        Self::with_columns(rank, n)
+    }
+
+    /// `columns[g]` is the output column of source gene `g` (distinct, below `n_out`), or [`NO_COLUMN`] for a gene
+    /// the output leaves out.
+    pub fn with_columns(columns: Vec<u32>, n_out: usize) -> Self {
+        let identity = columns.len() == n_out && columns.iter().enumerate().all(|(j, &c)| j as u32 == c);
+        let bitset = n_out <= BITSET_MAX_GENES && !identity;
         GeneRemap {
-            rank,
-            bits: if bitset { vec![0; n.div_ceil(64)] } else { Vec::new() },
-            dense: if bitset { vec![0; n] } else { Vec::new() },
+            rank: columns,
+            bits: if bitset { vec![0; n_out.div_ceil(64)] } else { Vec::new() },
+            dense: if bitset { vec![0; n_out] } else { Vec::new() },
             pairs: Vec::new(),
             identity,
         }
@@ -46,8 +56,14 @@ impl GeneRemap {
         }
         if self.bits.is_empty() {
             self.pairs.clear();
-            self.pairs
-                .extend(genes.iter().zip(counts).map(|(&g, &v)| u64::from(self.rank[g as usize]) << 32 | u64::from(v)));
+            let rank = &self.rank;
+            self.pairs.extend(
+                genes
+                    .iter()
+                    .zip(counts)
+                    .filter(|(g, _)| rank[**g as usize] != NO_COLUMN)
+                    .map(|(&g, &v)| u64::from(rank[g as usize]) << 32 | u64::from(v)),
+            );
             self.pairs.sort_unstable();
             out_genes.extend(self.pairs.iter().map(|p| (p >> 32) as u32));
             out_counts.extend(self.pairs.iter().map(|&p| p as u32));
@@ -55,18 +71,24 @@ impl GeneRemap {
         }
         let (mut lo, mut hi) = (usize::MAX, 0usize);
         let (rank, bits, dense) = (&self.rank[..], &mut self.bits[..], &mut self.dense[..]);
+        let mut kept = 0;
         for (&g, &v) in genes.iter().zip(counts) {
-            let r = rank[g as usize] as usize;
+            let r = rank[g as usize];
+            if r == NO_COLUMN {
+                continue;
+            }
+            kept += 1;
+            let r = r as usize;
             bits[r / 64] |= 1 << (r % 64);
             dense[r] = v;
             lo = lo.min(r / 64);
             hi = hi.max(r / 64 + 1);
         }
-        // Exactly `genes.len()` bits are set (the genes are distinct, so are their ranks): size the output once
-        // and fill it in place.
+        // Exactly `kept` bits are set (the genes are distinct, so are their columns): size the output once and
+        // fill it in place.
         let start = out_genes.len();
-        out_genes.resize(start + genes.len(), 0);
-        out_counts.resize(start + genes.len(), 0);
+        out_genes.resize(start + kept, 0);
+        out_counts.resize(start + kept, 0);
         let (og, oc) = (&mut out_genes[start..], &mut out_counts[start..]);
         let mut j = 0;
         for (w, slot) in bits.iter_mut().enumerate().take(hi).skip(lo.min(hi)) {
@@ -79,7 +101,7 @@ impl GeneRemap {
                 word &= word - 1;
             }
         }
-        debug_assert_eq!(j, genes.len(), "genes of a row must be distinct");
+        debug_assert_eq!(j, kept, "genes of a row must be distinct");
     }
 }
 
@@ -121,6 +143,22 @@ mod tests {
         let (mut g, mut c) = (Vec::new(), Vec::new());
         GeneRemap::new(&ident).push_row(&genes, &counts, &mut g, &mut c);
         assert_eq!(g, genes);
+    }
+
+    #[test]
+    fn genes_without_a_column_are_dropped_on_every_path() {
+        // Source genes 0..6 into 4 output columns: 1 and 4 have none.
+        let columns = vec![3, NO_COLUMN, 0, 2, NO_COLUMN, 1];
+        let (genes, counts) = ([0u32, 1, 2, 4, 5], [10u32, 11, 12, 14, 15]);
+        for bitset in [true, false] {
+            let mut m = GeneRemap::with_columns(columns.clone(), 4);
+            if !bitset {
+                m.bits.clear();
+            }
+            let (mut g, mut c) = (vec![9], vec![9]);
+            m.push_row(&genes, &counts, &mut g, &mut c);
+            assert_eq!((g, c), (vec![9, 0, 1, 3], vec![9, 12, 15, 10]), "bitset: {bitset}");
+        }
     }
 
     /// A shuffled order of 60,000 genes and rows of many lengths, one after another into the same output: the

@@ -18,7 +18,8 @@ use crate::error::ConvertError;
 use crate::io::Output;
 use crate::output::{Claim, TileState, check_tile, claim_output};
 use crate::plan::Plan;
-use crate::remap::GeneRemap;
+use crate::remap::{GeneRemap, NO_COLUMN};
+use crate::scan::{keys_digest, reopen_matching_keys};
 use crate::spill::{Spill, SpillOptions, SpillReader};
 
 /// How to run parts and finalize.
@@ -141,7 +142,10 @@ struct TileReader<'a> {
     plan: &'a Plan,
     shared: &'a SharedInputs,
     spill: &'a Spill,
-    remap: GeneRemap,
+    /// Each input's gene renumbering, made when the input is first read (without a gene space, one for all).
+    remaps: HashMap<usize, GeneRemap>,
+    /// In a gene space: the output column of each matching key.
+    space_columns: Option<HashMap<&'a str, u32>>,
     input_starts: Vec<u64>,
     current: Option<(usize, OpenInput)>,
     block: RowBlock,
@@ -174,7 +178,11 @@ impl<'a> TileReader<'a> {
             plan,
             shared,
             spill,
-            remap: GeneRemap::new(&plan.gene_order),
+            remaps: HashMap::new(),
+            space_columns: plan
+                .genes
+                .as_ref()
+                .map(|g| g.keys.iter().enumerate().map(|(c, k)| (k.as_str(), c as u32)).collect()),
             input_starts,
             current: None,
             block: RowBlock::new(plan.n_genes),
@@ -213,6 +221,33 @@ impl<'a> TileReader<'a> {
         }
     }
 
+    /// The renumbering of input `i`'s genes into the output's columns: the plan's gene order, or in a gene space
+    /// each of the input's genes placed by its matching key (its key list read again and checked against the
+    /// plan's digest of it).
+    fn remap(&mut self, i: usize) -> Result<&mut GeneRemap, ConvertError> {
+        let key = if self.space_columns.is_some() { i } else { 0 };
+        if !self.remaps.contains_key(&key) {
+            let remap = match (&self.space_columns, &self.plan.genes) {
+                (Some(columns), Some(genes)) => {
+                    let input = &self.plan.inputs[i];
+                    let opts = self.plan.input_options()?;
+                    let keys = reopen_matching_keys(&input.path, &opts, genes.key.as_deref())?;
+                    if input.keys_sha256.as_deref() != Some(keys_digest(&keys).as_str()) {
+                        return Err(ConvertError::Inputs(format!(
+                            "{}: its gene list changed since the plan was made: make a new plan",
+                            input.path
+                        )));
+                    }
+                    let map = keys.iter().map(|k| columns.get(k.as_str()).copied().unwrap_or(NO_COLUMN)).collect();
+                    GeneRemap::with_columns(map, self.plan.n_genes as usize)
+                }
+                _ => GeneRemap::new(&self.plan.gene_order),
+            };
+            self.remaps.insert(key, remap);
+        }
+        Ok(self.remaps.get_mut(&key).expect("inserted above"))
+    }
+
     /// Reads tile `t` and encodes it.
     fn read_and_encode(&mut self, t: usize, encode: &EncodeOptions) -> Result<WrittenTile, ConvertError> {
         let (first, end) = self.plan.tile_cells(t);
@@ -243,13 +278,15 @@ impl<'a> TileReader<'a> {
             let stop = end.min(hi).min(cell + WINDOW_ROWS);
             let mut block = std::mem::take(&mut self.block);
             let read = self.read_window(i, cell - lo..stop - lo, &mut block);
-            if read.is_ok() {
+            let read = read.and_then(|()| {
+                let remap = self.remap(i)?;
                 for r in 0..block.n_rows() {
                     let (genes, counts) = block.row(r);
-                    self.remap.push_row(genes, counts, &mut csr.indices, &mut csr.values);
+                    remap.push_row(genes, counts, &mut csr.indices, &mut csr.values);
                     csr.indptr.push(csr.indices.len() as u64);
                 }
-            }
+                Ok(())
+            });
             self.block = block;
             if let Err(e) = read {
                 result = Err(e);
@@ -404,7 +441,9 @@ pub(crate) fn reopen_input(plan: &Plan, i: usize) -> Result<Box<dyn CountSource>
 /// `source` (input `i`, just opened) if it still has the plan's cells and genes.
 fn unchanged(plan: &Plan, i: usize, source: Box<dyn CountSource>) -> Result<Box<dyn CountSource>, ConvertError> {
     let input = &plan.inputs[i];
-    if source.n_cells() != input.n_cells || source.n_genes() != plan.n_genes {
+    // In a gene space inputs have gene lists of their own, checked by their digest when first read.
+    let genes_changed = plan.genes.is_none() && source.n_genes() != plan.n_genes;
+    if source.n_cells() != input.n_cells || genes_changed {
         return Err(ConvertError::Inputs(format!(
             "{} changed since the plan was made ({} x {} now, {} x {} in the plan): make a new plan",
             input.path,

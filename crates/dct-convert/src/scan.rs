@@ -144,7 +144,7 @@ fn options_fingerprint(opts: &ConvertOptions) -> String {
         H5adMatrix::RawX => "raw".to_string(),
         H5adMatrix::Layer(n) => format!("layer:{n}"),
     };
-    let key = serde_json::json!({
+    let mut key = serde_json::json!({
         "matrix": matrix,
         "feature_type": opts.feature_type,
         "write_obs": opts.write_obs,
@@ -152,6 +152,10 @@ fn options_fingerprint(opts: &ConvertOptions) -> String {
         "obs_exclude": opts.obs_exclude,
         "max_categories": opts.max_categories,
     });
+    // Only in a gene space, so scan files made without one stay valid.
+    if opts.genes.is_some() {
+        key["gene_space"] = serde_json::json!({ "key": opts.gene_key });
+    }
     let digest = Sha256::digest(key.to_string().as_bytes());
     digest.iter().take(12).map(|b| format!("{b:02x}")).collect()
 }
@@ -171,6 +175,60 @@ pub(crate) fn keys_digest(keys: &[String]) -> String {
 pub(crate) fn gene_keys(source: &dyn CountSource) -> Vec<String> {
     let g = source.genes();
     if g.ids.len() == g.names.len() && !g.ids.is_empty() { g.ids.clone() } else { g.names.clone() }
+}
+
+/// The keys an input's genes are matched by across inputs of a gene space ([`ConvertOptions::genes`]): their
+/// names, or the `key` column of an `.h5ad` input's gene table (10x inputs answer any column with their feature
+/// IDs). `path` names the input in errors.
+pub(crate) fn matching_keys(
+    source: &dyn CountSource,
+    key: Option<&str>,
+    path: &str,
+) -> Result<Vec<String>, ConvertError> {
+    let g = source.genes();
+    let Some(column) = key else { return Ok(g.names.clone()) };
+    if source.kind() != InputKind::H5ad || column == g.index_name {
+        return Ok(if source.kind() == InputKind::H5ad { g.names.clone() } else { g.ids.clone() });
+    }
+    match g.columns.iter().find(|c| c.name == column) {
+        Some(c) => c.data.as_strings().ok_or_else(|| {
+            ConvertError::Inputs(format!(
+                "{path}: gene table column {column:?} does not hold strings without missing values, so it cannot \
+                 identify genes; choose another --gene-key"
+            ))
+        }),
+        None => {
+            let have: Vec<&str> = g.columns.iter().map(|c| c.name.as_str()).collect();
+            Err(ConvertError::Inputs(format!(
+                "{path}: the gene table has no column {column:?} to match genes by (it has the index {:?} and \
+                 columns {have:?}); choose another --gene-key",
+                g.index_name
+            )))
+        }
+    }
+}
+
+/// Opens input `path` with its gene table (for `.h5ad` inputs, without reading the cell names).
+pub(crate) fn open_gene_table(
+    path: &str,
+    opts: &dct_input::InputOptions,
+) -> Result<Box<dyn CountSource>, ConvertError> {
+    let p = Path::new(path);
+    Ok(if detect_kind(p)? == InputKind::H5ad {
+        Box::new(H5adSource::open_gene_table(p, &opts.matrix)?)
+    } else {
+        open_input_with(p, opts)?
+    })
+}
+
+/// The matching keys ([`matching_keys`]) of input `path`, opened again: what a part needs to place an input's
+/// genes in the plan's gene space.
+pub(crate) fn reopen_matching_keys(
+    path: &str,
+    opts: &dct_input::InputOptions,
+    key: Option<&str>,
+) -> Result<Vec<String>, ConvertError> {
+    matching_keys(open_gene_table(path, opts)?.as_ref(), key, path)
 }
 
 /// The gene keys of the input at `path`, opened again (to explain a gene-list mismatch).
@@ -199,11 +257,15 @@ pub(crate) fn scan_input(
     let stamp = input_stamp(path)?;
     let input_opts = opts.input_options();
     // h5ad inputs are opened as such so that their obs can be read; the others have cell names only.
-    // Beyond the first input, only the gene keys are needed (to check that the gene lists agree).
-    let keys_only = index != 0;
+    // Beyond the first input, only the gene keys are needed (to check that the gene lists agree), or, in a gene
+    // space, the gene table (to match genes by any of its columns and name them).
+    let gene_space = opts.genes.is_some();
+    let keys_only = index != 0 && !gene_space;
     let (mut source, obs): (Box<dyn CountSource>, _) = if detect_kind(path)? == InputKind::H5ad {
         let source = if keys_only {
             H5adSource::open_gene_keys_only(path, &input_opts.matrix)?
+        } else if index != 0 {
+            H5adSource::open_gene_table(path, &input_opts.matrix)?
         } else {
             H5adSource::open(path, &input_opts.matrix)?
         };
@@ -236,7 +298,12 @@ pub(crate) fn scan_input(
     } else {
         None
     };
-    let keys = gene_keys(source.as_ref());
+    let keys = if gene_space {
+        matching_keys(source.as_ref(), opts.gene_key.as_deref(), &path.display().to_string())?
+    } else {
+        gene_keys(source.as_ref())
+    };
+    let kept = index == 0 || gene_space;
     let mut s = InputScan {
         format: SCAN_FORMAT.into(),
         version: 1,
@@ -249,8 +316,8 @@ pub(crate) fn scan_input(
         size_bytes: size_of_input(path),
         n_genes: keys.len() as u64,
         keys_sha256: keys_digest(&keys),
-        keys: (index == 0).then_some(keys),
-        names: (index == 0).then(|| source.genes().names.clone()),
+        keys: kept.then_some(keys),
+        names: kept.then(|| source.genes().names.clone()),
         totals,
         obs,
         checksum: String::new(),
@@ -313,7 +380,7 @@ fn load_scan(
     let lengths_ok = s.totals.as_ref().is_none_or(|t| t.len() == n)
         && s.keys.as_ref().is_none_or(|k| k.len() == n && keys_digest(k) == s.keys_sha256)
         && s.names.as_ref().is_none_or(|g| g.len() == n)
-        && (index != 0 || (s.keys.is_some() && s.names.is_some()));
+        && ((index != 0 && opts.genes.is_none()) || (s.keys.is_some() && s.names.is_some()));
     if !lengths_ok {
         return Err(reject("its gene lists or totals are inconsistent".into()));
     }

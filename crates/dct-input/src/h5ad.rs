@@ -68,6 +68,12 @@ impl H5adSource {
         Self::open_with(path, matrix, Names::GeneKeys)
     }
 
+    /// Opens `matrix` reading its whole gene table (names, ids and every var column) but not the cell names: what
+    /// matching genes across inputs by any var column needs, without a lookup per cell name.
+    pub fn open_gene_table(path: &Path, matrix: &H5adMatrix) -> Result<Self, InputError> {
+        Self::open_with(path, matrix, Names::Genes)
+    }
+
     /// Opens `matrix` for its counts only: the gene table and the cell names are not read (each of their
     /// variable-length strings costs a lookup in the file), so [`CountSource::genes`] and
     /// [`CountSource::cell_names`] give empty strings (still `n_genes()` and `n_cells()` long) and errors name
@@ -185,6 +191,10 @@ impl H5adSource {
                 let (mut genes, cells) = unnamed(&h5)?;
                 genes.ids = read_gene_keys(&h5, var_obj, n_genes)?;
                 (genes, cells)
+            }
+            Names::Genes => {
+                let (_, cells) = unnamed(&h5)?;
+                (gene_table(read_dataframe(&h5, var_obj, Some(n_genes))?), cells)
             }
             Names::None => unnamed(&h5)?,
         };
@@ -341,6 +351,8 @@ enum Names {
     All,
     /// The gene keys only (what [`gene_table`] takes as `ids`).
     GeneKeys,
+    /// The whole gene table, no cell names.
+    Genes,
     /// None.
     None,
 }

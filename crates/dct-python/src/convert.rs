@@ -58,6 +58,11 @@ fn options(output: &str, kw: &Bound<'_, PyDict>) -> PyResult<ConvertOptions> {
         obs_tiles_per_file: get("obs_tiles_per_file")?.extract()?,
         max_categories: get("max_categories")?.extract()?,
         format_version: version(get("format_version")?.extract()?)?,
+        genes: match kw.get_item("genes")? {
+            Some(g) if !g.is_none() => Some(crate::corpus::gene_space(&g)?),
+            _ => None,
+        },
+        gene_key: kw.get_item("gene_key")?.map(|k| k.extract()).transpose()?.flatten(),
     })
 }
 

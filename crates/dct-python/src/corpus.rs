@@ -55,6 +55,23 @@ fn cells_of(cells: &PyReadonlyArray1<'_, i64>, n_cells: u64) -> PyResult<Vec<u64
     crate::arrays::cell_ids(cells, n_cells)
 }
 
+/// The gene space a Python caller names: `"union"`, `"intersection"` or a list of gene identifiers (a
+/// vocabulary). Corpora and the converter take the same argument.
+pub(crate) fn gene_space(genes: &Bound<'_, PyAny>) -> PyResult<GeneSpace> {
+    if let Ok(s) = genes.extract::<String>() {
+        return match s.as_str() {
+            "union" => Ok(GeneSpace::Union),
+            "intersection" => Ok(GeneSpace::Intersection),
+            other => Err(value_error(format!(
+                "genes must be \"union\", \"intersection\" or a list of gene identifiers, not {other:?}"
+            ))),
+        };
+    }
+    Ok(GeneSpace::Given(genes.extract::<Vec<String>>().map_err(|_| {
+        value_error("genes must be \"union\", \"intersection\" or a list of gene identifiers (strings)")
+    })?))
+}
+
 #[pymethods]
 impl PyCorpus {
     /// A corpus of `datasets` named `names` (in cell order): genes identified by `gene_key` (`None`: var_names;
@@ -72,21 +89,7 @@ impl PyCorpus {
         if datasets.len() != names.len() {
             return Err(value_error(format!("{} datasets but {} names", datasets.len(), names.len())));
         }
-        let space = if let Ok(s) = genes.extract::<String>() {
-            match s.as_str() {
-                "union" => GeneSpace::Union,
-                "intersection" => GeneSpace::Intersection,
-                other => {
-                    return Err(value_error(format!(
-                        "genes must be \"union\", \"intersection\" or a list of gene identifiers, not {other:?}"
-                    )));
-                }
-            }
-        } else {
-            GeneSpace::Given(genes.extract::<Vec<String>>().map_err(|_| {
-                value_error("genes must be \"union\", \"intersection\" or a list of gene identifiers (strings)")
-            })?)
-        };
+        let space = gene_space(&genes)?;
         let key = gene_key.map_or(GeneKey::VarNames, GeneKey::Column);
         let members = datasets
             .iter()

@@ -93,6 +93,15 @@ pub struct Args {
     /// Write no obs (per-cell metadata) at all.
     #[arg(long)]
     no_obs: bool,
+    /// Combine inputs that list different genes: `union`, `intersection`, or FILE, a vocabulary of one gene a
+    /// line (the column order before sorting by totals, or kept with --no-sort-genes). A gene an input lacks is
+    /// zero for its cells; genes outside a vocabulary are dropped. Without it, inputs must list the same genes.
+    #[arg(long, value_name = "union|intersection|FILE")]
+    genes: Option<String>,
+    /// With --genes: match genes across inputs by this column of each `.h5ad` input's gene table (e.g.
+    /// `gene_ids`) instead of their names; 10x inputs match by their feature IDs.
+    #[arg(long, requires = "genes", value_name = "COLUMN")]
+    gene_key: Option<String>,
     /// Write no gene table (`var.parquet`); the gene names (`var_names.txt`) are written either way.
     #[arg(long)]
     no_var: bool,
@@ -224,6 +233,8 @@ pub fn run(mut args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
         obs_tiles_per_file: args.obs_tiles_per_file,
         max_categories: args.max_categories,
         format_version: dct_format::Version::from_number(args.format_version).context("--format-version is 1 or 2")?,
+        genes: args.genes.as_deref().map(super::corpus::gene_space).transpose()?,
+        gene_key: args.gene_key.clone(),
     };
     if let (Some(share), Some(plan_path)) = (&args.scan_part, &args.plan) {
         let (i, n) = parse_share(share, "--scan-part")?;

@@ -19,7 +19,7 @@ pub(crate) use convert::{InputObs, SchemaPlan};
 pub(crate) use cutter::TileCutter;
 pub use schema::OBS_NAMES;
 pub(crate) use schema::{InputSummary, Selection, build_schema, summarize};
-pub(crate) use var::var_table;
+pub(crate) use var::{InputVar, combined_var_table, var_table};
 
 #[cfg(test)]
 mod tests;

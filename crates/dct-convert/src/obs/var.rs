@@ -50,3 +50,86 @@ pub(crate) fn var_table(
     }
     Ok((VarTable { index_name, index, columns }, skipped))
 }
+
+/// One input's part in a gene space's table: its gene table in its own gene order, and the output column of each of
+/// its genes ([`crate::NO_COLUMN`] for genes the dataset leaves out).
+pub(crate) struct InputVar {
+    pub(crate) table: VarTable,
+    pub(crate) columns: Vec<u32>,
+}
+
+/// The gene table of a dataset made from inputs with different gene lists: per output gene, the row of the first
+/// input that has it (`names` are the output genes' names). A column takes its type from the first input that has
+/// it; an input whose column has another type that does not cast, or that lacks the column, leaves it null for
+/// the genes taken from it. Returns the table and how many genes a later input describes differently (any column
+/// both have, compared as displayed).
+pub(crate) fn combined_var_table(inputs: &[InputVar], names: Vec<String>) -> Result<(VarTable, u64), ConvertError> {
+    use arrow_array::{Array, ArrayRef};
+    use arrow_cast::display::{ArrayFormatter, FormatOptions};
+
+    let n = names.len();
+    // Where each output gene comes from, and every input that has it.
+    let mut holders: Vec<Vec<(usize, usize)>> = vec![Vec::new(); n];
+    for (m, input) in inputs.iter().enumerate() {
+        for (r, &c) in input.columns.iter().enumerate() {
+            if c != crate::NO_COLUMN {
+                holders[c as usize].push((m, r));
+            }
+        }
+    }
+    let mut order: Vec<&str> = Vec::new();
+    for input in inputs {
+        for (name, _) in &input.table.columns {
+            if !order.contains(&name.as_str()) {
+                order.push(name);
+            }
+        }
+    }
+    let mut disagree = vec![false; n];
+    let mut columns = Vec::with_capacity(order.len());
+    for name in order {
+        let found: Vec<Option<&ArrayRef>> =
+            inputs.iter().map(|i| i.table.columns.iter().find(|(c, _)| c == name).map(|(_, a)| a)).collect();
+        let data_type = found.iter().flatten().next().expect("listed from an input").data_type().clone();
+        let sources: Vec<Option<ArrayRef>> = found
+            .iter()
+            .map(|a| {
+                a.and_then(|a| {
+                    if a.data_type() == &data_type { Some(a.clone()) } else { arrow_cast::cast(a, &data_type).ok() }
+                })
+            })
+            .collect();
+        let null = arrow_array::new_null_array(&data_type, 1);
+        let mut arrays: Vec<&dyn Array> = sources.iter().flatten().map(|a| a.as_ref()).collect();
+        arrays.push(null.as_ref());
+        let slot: Vec<Option<usize>> = {
+            let mut k = 0;
+            sources.iter().map(|s| s.as_ref().map(|_| (k, k += 1).0)).collect()
+        };
+        let picks: Vec<(usize, usize)> = holders
+            .iter()
+            .map(|h| h.first().and_then(|&(m, r)| slot[m].map(|s| (s, r))).unwrap_or((arrays.len() - 1, 0)))
+            .collect();
+        let column = arrow_select::interleave::interleave(&arrays, &picks)
+            .map_err(|e| ConvertError::Inputs(format!("var column {name:?}: {e}")))?;
+        let options = FormatOptions::default();
+        let shown: Vec<Option<ArrayFormatter<'_>>> = sources
+            .iter()
+            .map(|s| s.as_ref().and_then(|a| ArrayFormatter::try_new(a.as_ref(), &options).ok()))
+            .collect();
+        for (g, h) in holders.iter().enumerate() {
+            if disagree[g] || h.len() < 2 {
+                continue;
+            }
+            let (m0, r0) = h[0];
+            let Some(first) = &shown[m0] else { continue };
+            let want = first.value(r0).to_string();
+            disagree[g] =
+                h[1..].iter().any(|&(m, r)| shown[m].as_ref().is_some_and(|f| f.value(r).to_string() != want));
+        }
+        columns.push((name.to_string(), column));
+    }
+    let index_name = inputs.first().and_then(|i| i.table.index_name.clone());
+    let disagreeing = disagree.iter().filter(|&&d| d).count() as u64;
+    Ok((VarTable { index_name, index: names, columns }, disagreeing))
+}

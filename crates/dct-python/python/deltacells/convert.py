@@ -44,7 +44,13 @@ def _options(
     threads: int | None, obs: bool, obs_exclude: Sequence[str], obs_columns: Sequence[str] | None,
     max_categories: int, obs_tiles_per_file: int, format_version: int, layer: str | None, raw: bool,
     feature_type: str | None, storage_options: dict[str, str] | None, preset: str = "tuned", var: bool = True,
+    genes: str | Sequence[str] | None = None, gene_key: str | None = None,
 ) -> dict[str, Any]:
+    if gene_key is not None and genes is None:
+        raise ValueError("gene_key matches genes across inputs of a gene space: give genes too "
+                         "('union', 'intersection' or a list of gene identifiers)")
+    if genes is not None and not isinstance(genes, str):
+        genes = [str(g) for g in genes]
     if sort_genes_max_files is not None and int(sort_genes_max_files) < 1:
         raise ValueError("sort_genes_max_files must be at least 1 (or None for all the files)")
     return dict(
@@ -54,6 +60,7 @@ def _options(
         obs_columns=None if obs_columns is None else list(obs_columns), max_categories=int(max_categories),
         obs_tiles_per_file=int(obs_tiles_per_file), format_version=int(format_version), layer=layer, raw=bool(raw),
         feature_type=feature_type, storage_options=storage_options, preset=str(preset), var=bool(var),
+        genes=genes, gene_key=gene_key,
     )
 
 
@@ -97,6 +104,8 @@ def convert_h5ad(
     feature_type: str | None = "Gene Expression",
     storage_options: dict[str, str] | None = None,
     preset: str = "tuned",
+    genes: str | Sequence[str] | None = None,
+    gene_key: str | None = None,
 ) -> Manifest:
     """Converts the inputs ``paths`` (files, folders or glob patterns) into a dataset at ``output`` (a path or
     store URL) with the Rust converter, and returns its manifest.
@@ -111,6 +120,13 @@ def convert_h5ad(
     unless ``overwrite``; an interrupted conversion to ``output`` resumes where it stopped. ``preset`` chooses how
     zstd's parameters follow from ``level`` (``"tuned"``, the default; ``"plain"``, the level's own; ``"fast"``,
     level-19 size in about half the time, ignoring ``level``), as ``deltacells convert --preset``.
+
+    Inputs that list different genes are combined with ``genes``: ``"union"``, ``"intersection"`` or a list of
+    gene identifiers (a vocabulary: its order is the column order before sorting by totals, kept with
+    ``sort_genes=False``; genes outside it are dropped), matched by the inputs' gene names or, with ``gene_key``,
+    by a column of each ``.h5ad`` input's gene table (e.g. ``"gene_ids"``; 10x inputs match by their feature IDs).
+    A gene an input lacks is zero for its cells; ``var.parquet`` describes each gene as the first input that has
+    it does. Without ``genes`` the inputs must list the same genes in the same order.
     """
     if workers is not None and int(workers) < 1:
         raise ValueError("workers must be at least 1")
@@ -123,7 +139,8 @@ def convert_h5ad(
         level=level, threads=threads, obs=obs, obs_exclude=list(obs_exclude) + ([] if obs_names else ["obs_names"]),
         obs_columns=None, max_categories=max_categories,
         obs_tiles_per_file=obs_tiles_per_file, format_version=format_version, layer=layer, raw=raw,
-        feature_type=feature_type, storage_options=storage_options, preset=preset, var=var,
+        feature_type=feature_type, storage_options=storage_options, preset=preset, var=var, genes=genes,
+        gene_key=gene_key,
     )
     if log is not None:
         log(f"{len(files)} files: {files[0]} ... {files[-1]}")
@@ -142,7 +159,7 @@ def plan(
     obs_columns: Sequence[str] | None = None, max_categories: int = 20_000, obs_tiles_per_file: int = 1000,
     format_version: int = 2, layer: str | None = None, raw: bool = False,
     feature_type: str | None = "Gene Expression", storage_options: dict[str, str] | None = None,
-    preset: str = "tuned", var: bool = True,
+    preset: str = "tuned", var: bool = True, genes: str | Sequence[str] | None = None, gene_key: str | None = None,
 ) -> tuple[int, int, int]:
     """Makes the plan of a split conversion of ``paths`` into ``output`` and saves it at ``plan_path`` (reusing
     the scan files of :func:`scan_part` runs); returns ``(n_cells, n_genes, n_tiles)``."""
@@ -152,6 +169,7 @@ def plan(
         level=level, threads=threads, obs=obs, obs_exclude=obs_exclude, obs_columns=obs_columns,
         max_categories=max_categories, obs_tiles_per_file=obs_tiles_per_file, format_version=format_version,
         layer=layer, raw=raw, feature_type=feature_type, storage_options=storage_options, preset=preset, var=var,
+        genes=genes, gene_key=gene_key,
     )
     return tuple(_core.make_plan(files, os.fspath(output), os.fspath(plan_path), **opts))  # type: ignore[return-value]
 
