@@ -31,7 +31,12 @@ of those cells (windows of 4 tiles, as above), and AnnData backed mode (``anndat
 member's file open once) with the genes aligned by pandas and scipy as its documentation's users do (the
 vocabulary's position of each member gene by ``pandas.Index.get_indexer``, one sparse selection matrix per member,
 ``X @ P``), batches drawn in a global random order (sorted within each member, as backed CSR reads need), X as torch
-sparse CSR. annbatch needs Python >= 3.12 and is measured where it is installed only.
+sparse CSR; and, where annbatch is installed (it needs Python >= 3.12), annbatch 0.3 as its documentation shows
+for several datasets: ``DatasetCollection.add_adatas`` of the members' h5ad files with ``var_subset`` the
+vocabulary (the var spaces outer-joined, then cut to the vocabulary: the alignment is done once, when the
+collection is written, and its time is reported), then its ``Loader`` at its README's settings (``chunk_size=32``,
+``preload_nchunks=256``, grown to a multiple of the batch size; zarrs codec pipeline; X only), which draws random
+chunks of 32 cells of a collection shuffled when written.
 
 ``opening`` writes (once) ``members`` small datasets (200 cells each, a seeded 400 of 1,000 genes in a seeded order,
 a gene table with ``gene_ids``) and opens them as one corpus by ``gene_ids`` through a store that answers every
@@ -191,6 +196,48 @@ def anndata_backed_epoch(paths: list[Path], vocabulary: list[str], batch_size: i
     return cells / (time.perf_counter() - start)
 
 
+def _has_annbatch() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("annbatch") is not None
+
+
+def annbatch_collection(workdir: Path, paths: list[Path], vocabulary: list[str], per_member: int) -> tuple[Path, float]:
+    """The members' h5ad files as one annbatch collection in the vocabulary's genes (written once); returns its
+    path and the seconds writing it took (0 if it was there)."""
+    import zarr
+    from annbatch import DatasetCollection
+
+    zarr.config.set({"codec_pipeline.path": "zarrs.ZarrsCodecPipeline"})
+    path = workdir / f"annbatch_{per_member}.zarr"
+    if path.exists():
+        return path, 0.0
+    start = time.perf_counter()
+    DatasetCollection(path).add_adatas([str(p) for p in paths], var_subset=vocabulary, shuffle=True,
+                                       rng=np.random.default_rng(1))
+    return path, time.perf_counter() - start
+
+
+def annbatch_epoch(path: Path, batch_size: int, seed: int) -> float:
+    """One epoch of annbatch's Loader over the collection at ``path``: cells per second into torch."""
+    import anndata as ad
+    import zarr
+    from annbatch import DatasetCollection, Loader
+
+    zarr.config.set({"codec_pipeline.path": "zarrs.ZarrsCodecPipeline"})
+
+    def x_only(group):  # its README's advice: load only what training needs
+        return ad.AnnData(X=ad.io.sparse_dataset(group["X"]))
+
+    start = time.perf_counter()
+    preload = next(n for n in range(256, 10**6) if (32 * n) % batch_size == 0)
+    loader = Loader(batch_size=batch_size, chunk_size=32, preload_nchunks=preload, shuffle=True, to="torch",
+                    preload_to_gpu=False, rng=np.random.default_rng(seed))
+    loader.use_collection(DatasetCollection(path, mode="r"), load_adata=x_only)
+    cells = sum(int(b["X"].shape[0]) for b in loader)
+    return cells / (time.perf_counter() - start)
+
+
 def peers(workdir: Path, source: Path, per_member: int, rounds: int, batch_sizes: list[int]) -> dict[str, object]:
     roots = sorted(str(p) for p in workdir.glob("member_*"))
     vocabulary = list(deltacells.open_dataset(str(source)).var["gene_ids"])[:VOCABULARY]
@@ -199,8 +246,17 @@ def peers(workdir: Path, source: Path, per_member: int, rounds: int, batch_sizes
     firsts = np.concatenate([np.arange(per_member) + s for s in np.cumsum([0, *corpus.member_cells[:-1]])])
     subset = corpus.select(firsts)
     results: dict[str, object] = {"members": len(roots), "cells": subset.n_cells, "vocabulary": len(vocabulary)}
+    collection = None
+    if _has_annbatch():
+        collection, seconds = annbatch_collection(workdir, paths, vocabulary, per_member)
+        results["annbatch_write_seconds"] = seconds
+        print(f"annbatch collection: {seconds:.0f} s to write", flush=True)
+    else:
+        print("annbatch is not installed (it needs Python >= 3.12): measuring without it", flush=True)
     for b in batch_sizes:
         rates: dict[str, list[float]] = {"deltacells": [], "anndata_backed": []}
+        if collection is not None:
+            rates["annbatch"] = []
         for r in range(rounds):
             order = list(rates) if r % 2 == 0 else list(reversed(rates))
             for k in order:
@@ -210,14 +266,18 @@ def peers(workdir: Path, source: Path, per_member: int, rounds: int, batch_sizes
                     loader = make_loader(c, b, seed=r)
                     n = sum(int(x["index"].shape[0]) for x in loader)
                     rates[k].append(n / (time.perf_counter() - start))
+                elif k == "annbatch":
+                    assert collection is not None
+                    rates[k].append(annbatch_epoch(collection, b, seed=r))
                 else:
                     rates[k].append(anndata_backed_epoch(paths, vocabulary, b, seed=r))
             print(f"batch {b} round {r}: " + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in rates.items()), flush=True)
         results[f"batch_{b}"] = {
             k: {"median_cells_per_s": statistics.median(v), "rounds": v} for k, v in rates.items()
         }
-        results[f"batch_{b}"]["ratio"] = statistics.median(  # type: ignore[index]
-            d / a for d, a in zip(rates["deltacells"], rates["anndata_backed"]))
+        for peer in [k for k in rates if k != "deltacells"]:
+            results[f"batch_{b}"][f"ratio_to_{peer}"] = statistics.median(  # type: ignore[index]
+                d / a for d, a in zip(rates["deltacells"], rates[peer]))
     print(json.dumps(results, indent=2))
     return results
 

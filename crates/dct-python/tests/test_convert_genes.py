@@ -159,3 +159,37 @@ def test_refusals_name_the_input_the_gene_and_the_option(inputs, tmp_path):
         convert_h5ad(str(d / "*.h5ad"), str(tmp_path / "c"), level=3, genes="union", gene_key="nope", log=None)
     with pytest.raises(ValueError, match="give genes"):
         convert_h5ad(str(d / "*.h5ad"), str(tmp_path / "d"), level=3, gene_key="gene_ids", log=None)
+
+
+def test_10x_hdf5_and_matrix_market_inputs_match_by_their_feature_ids(tmp_path):
+    """The 10x HDF5 and Matrix Market copies of pbmc200 (feature IDs) and an h5ad of its cells with a subset of its
+    genes in another order (matched by its ``gene_ids`` column), as one union by ID."""
+    a = ad.read_h5ad(PBMC)
+    keep = np.random.default_rng(11).permutation(a.n_vars)[:2000]
+    part = a[:50, keep].copy()
+    part.write_h5ad(tmp_path / "part.h5ad")
+    tenx, mtx = PBMC.parent / "pbmc200_10x.h5", PBMC.parent / "mtx"
+    out = str(tmp_path / "out")
+    convert_h5ad([str(tenx), str(mtx), str(tmp_path / "part.h5ad")], out, sort_files=False, tile_size=64, level=3,
+                 genes="union", gene_key="gene_ids", log=None)
+    vocabulary = list(a.var["gene_ids"])
+    # The 10x copies hold pbmc200's counts: the same matrix, named by the same IDs.
+    check(out, [a, a, part], vocabulary, key="gene_ids")
+
+
+def test_the_cli_takes_a_vocabulary_file(inputs, tmp_path):
+    import subprocess
+    import sys
+
+    d, parts = inputs
+    vocabulary = union_of(parts)[:1000]
+    (tmp_path / "vocab.txt").write_text("\n".join(vocabulary) + "\n")
+    out = str(tmp_path / "out")
+    r = subprocess.run([sys.executable, "-m", "deltacells", "convert", str(d / "part_0.h5ad"), str(d / "part_1.h5ad"),
+                        str(d / "part_2.h5ad"), "--output", out, "--level", "3", "--tile-size", "64",
+                        "--genes", str(tmp_path / "vocab.txt")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    check(out, parts, vocabulary)
+    r = subprocess.run([sys.executable, "-m", "deltacells", "convert", str(d / "part_0.h5ad"), str(d / "part_1.h5ad"),
+                        "--output", str(tmp_path / "refused"), "--level", "3"], capture_output=True, text=True)
+    assert r.returncode != 0 and "--genes" in r.stderr
