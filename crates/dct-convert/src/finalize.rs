@@ -32,16 +32,26 @@ fn var_table_file(out: &Output, plan: &Plan) -> Result<VarFile, ConvertError> {
             let column_of: std::collections::HashMap<&str, u32> =
                 genes.keys.iter().enumerate().map(|(c, k)| (k.as_str(), c as u32)).collect();
             let options = plan.input_options()?;
-            let mut inputs = Vec::with_capacity(plan.inputs.len());
+            // Every input's gene table, read in parallel (the strings cost a lookup each).
+            let read: Vec<(InputVar, Vec<(String, String)>)> = plan
+                .inputs
+                .par_iter()
+                .map(|input| {
+                    let source = open_gene_table(&input.path, &options)?;
+                    let keys = matching_keys(source.as_ref(), genes.key.as_deref(), &input.path)?;
+                    let own: Vec<u32> = (0..keys.len() as u32).collect();
+                    let (table, left_out) = var_table(source.genes(), &own, source.path())?;
+                    let left_out = left_out.into_iter().map(|(c, why)| (format!("{}: {c}", input.path), why)).collect();
+                    let columns =
+                        keys.iter().map(|k| column_of.get(k.as_str()).copied().unwrap_or(NO_COLUMN)).collect();
+                    Ok((InputVar { table, columns }, left_out))
+                })
+                .collect::<Result<_, ConvertError>>()?;
+            let mut inputs = Vec::with_capacity(read.len());
             let mut skipped = Vec::new();
-            for input in &plan.inputs {
-                let source = open_gene_table(&input.path, &options)?;
-                let keys = matching_keys(source.as_ref(), genes.key.as_deref(), &input.path)?;
-                let own: Vec<u32> = (0..keys.len() as u32).collect();
-                let (table, left_out) = var_table(source.genes(), &own, source.path())?;
-                skipped.extend(left_out.into_iter().map(|(c, why)| (format!("{}: {c}", input.path), why)));
-                let columns = keys.iter().map(|k| column_of.get(k.as_str()).copied().unwrap_or(NO_COLUMN)).collect();
-                inputs.push(InputVar { table, columns });
+            for (input, left_out) in read {
+                inputs.push(input);
+                skipped.extend(left_out);
             }
             let (table, disagreeing) = combined_var_table(&inputs, plan.var_names.clone())?;
             (table, skipped, disagreeing)

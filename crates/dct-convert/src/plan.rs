@@ -17,7 +17,9 @@ pub use crate::options::{ConvertOptions, GeneSort, GeneSpace};
 use crate::options::{check_options, sample_flags};
 use crate::scan::{InputScan, load_or_scan, reopen_keys};
 use crate::spill::Spill;
-use dct_corpus::GeneMap;
+use dct_corpus::{GeneInterner, GeneMap};
+
+use crate::remap::NO_COLUMN;
 
 /// Identifies plan files.
 pub const PLAN_FORMAT: &str = "deltacells-convert-plan";
@@ -269,6 +271,8 @@ struct GeneLayout {
     names: Vec<String>,
     totals: Vec<u64>,
     genes: Option<(String, Vec<String>)>,
+    /// In a gene space, each input's column of the space per gene ([`NO_COLUMN`]: left out).
+    input_columns: Vec<Vec<u32>>,
 }
 
 /// The genes of inputs that must list the same genes in the same order (no gene space): refuses any that do not,
@@ -315,7 +319,14 @@ fn same_genes(scanned: &[InputScan], sample: &[bool], opts: &ConvertOptions) -> 
     }
     let names = first.names.clone().unwrap_or_default();
     let names = (0..n).map(|g| names.get(g).cloned().unwrap_or_default()).collect();
-    Ok(GeneLayout { names, totals, genes: None })
+    Ok(GeneLayout { names, totals, genes: None, input_columns: Vec::new() })
+}
+
+/// An input's gene keys and names in a gene space, as ids of the plan's [`GeneInterner`].
+#[derive(Default)]
+struct InputGenes {
+    keys: Vec<u32>,
+    names: Vec<u32>,
 }
 
 /// The genes of inputs combined into `space`: each input's genes matched by their keys, totals summed per gene of
@@ -323,13 +334,15 @@ fn same_genes(scanned: &[InputScan], sample: &[bool], opts: &ConvertOptions) -> 
 /// has, by their key).
 fn gene_space(
     scanned: &[InputScan],
+    genes: &[InputGenes],
+    interner: &mut GeneInterner,
     sample: &[bool],
     space: &GeneSpace,
     opts: &ConvertOptions,
 ) -> Result<GeneLayout, ConvertError> {
     let paths: Vec<String> = scanned.iter().map(|s| s.path.clone()).collect();
-    let keys: Vec<Vec<String>> = scanned.iter().map(|s| s.keys.clone().unwrap_or_default()).collect();
-    let map = GeneMap::build(&paths, &keys, space).map_err(|e| match e {
+    let keys: Vec<Vec<u32>> = genes.iter().map(|g| g.keys.clone()).collect();
+    let map = GeneMap::build_interned(&paths, &keys, interner, space).map_err(|e| match e {
         dct_corpus::CorpusError::DuplicateGene { member, gene } => ConvertError::Inputs(format!(
             "{member} lists gene {gene:?} more than once ({}): each gene must appear once in an input to be matched \
              across inputs; choose another --gene-key",
@@ -342,10 +355,10 @@ fn gene_space(
     })?;
     let n = map.genes().len();
     let mut totals = vec![0u64; n];
-    let mut names: Vec<Option<String>> = vec![None; n];
+    let mut names: Vec<Option<u32>> = vec![None; n];
     for (m, s) in scanned.iter().enumerate() {
         let columns = map.member(m);
-        let input_names = s.names.as_deref().unwrap_or_default();
+        let input_names = &genes[m].names;
         let input_totals = s.totals.as_deref().filter(|_| sample[m]);
         for j in 0..columns.n_genes() {
             if let Some(c) = columns.corpus_column(j) {
@@ -354,18 +367,28 @@ fn gene_space(
                     totals[c] += t[j];
                 }
                 if names[c].is_none() {
-                    names[c] = input_names.get(j).cloned();
+                    names[c] = input_names.get(j).copied();
                 }
             }
         }
     }
-    let names = names.into_iter().zip(map.genes()).map(|(name, key)| name.unwrap_or_else(|| key.clone())).collect();
+    let names = names
+        .into_iter()
+        .zip(map.genes())
+        .map(|(name, key)| name.map_or_else(|| key.clone(), |id| interner.name(id).to_string()))
+        .collect();
     let kind = match space {
         GeneSpace::Union => "union",
         GeneSpace::Intersection => "intersection",
         GeneSpace::Given(_) => "given",
     };
-    Ok(GeneLayout { names, totals, genes: Some((kind.to_string(), map.genes().to_vec())) })
+    let input_columns = (0..scanned.len())
+        .map(|m| {
+            let columns = map.member(m);
+            (0..columns.n_genes()).map(|j| columns.corpus_column(j).unwrap_or(NO_COLUMN)).collect()
+        })
+        .collect();
+    Ok(GeneLayout { names, totals, genes: Some((kind.to_string(), map.genes().to_vec())), input_columns })
 }
 
 fn is_permutation(order: &[u32]) -> bool {
@@ -418,21 +441,37 @@ fn plan_from(
     check_options(inputs, opts)?;
     let selection = opts.obs_selection();
     let sample = sample_flags(opts.gene_sort, inputs.len());
-    let loaded: Vec<(InputScan, Option<String>)> = inputs
+    // In a gene space each input's gene keys and names are interned as it is scanned: every identifier is held
+    // once however many inputs name it.
+    let interner = std::sync::Mutex::new(GeneInterner::new());
+    let loaded: Vec<(InputScan, Option<String>, InputGenes)> = inputs
         .par_iter()
         .enumerate()
-        .map(|(i, path)| load_or_scan(scan_dir, i, path, sample[i], opts, spill))
+        .map(|(i, path)| {
+            let (mut scan, why) = load_or_scan(scan_dir, i, path, sample[i], opts, spill)?;
+            let mut genes = InputGenes::default();
+            if opts.genes.is_some() {
+                let (keys, names) = (scan.keys.take().unwrap_or_default(), scan.names.take().unwrap_or_default());
+                let mut table = interner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                genes.keys = table.intern_all(&keys);
+                genes.names = if names == keys { genes.keys.clone() } else { table.intern_all(&names) };
+            }
+            Ok::<_, ConvertError>((scan, why, genes))
+        })
         .collect::<Result<_, _>>()?;
     let mut scanned = Vec::with_capacity(loaded.len());
-    for (s, why) in loaded {
+    let mut input_genes = Vec::with_capacity(loaded.len());
+    for (s, why, genes) in loaded {
         if let Some(why) = why {
             note(&why);
         }
         scanned.push(s);
+        input_genes.push(genes);
     }
+    let mut interner = interner.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
     let layout = match &opts.genes {
         None => same_genes(&scanned, &sample, opts)?,
-        Some(space) => gene_space(&scanned, &sample, space, opts)?,
+        Some(space) => gene_space(&scanned, &input_genes, &mut interner, &sample, space, opts)?,
     };
     let n_genes = layout.names.len() as u64;
     if n_genes == 0 {
@@ -455,6 +494,17 @@ fn plan_from(
         gene_order.sort_by_key(|&g| std::cmp::Reverse(totals[g as usize]));
     }
     let var_names: Vec<String> = gene_order.iter().map(|&g| layout.names[g as usize].clone()).collect();
+    if let Some(spill) = spill.filter(|_| layout.genes.is_some()) {
+        // The tiles of this process place each input's genes as the plan did, without reading them again.
+        let mut rank = vec![0u32; gene_order.len()];
+        for (j, &g) in gene_order.iter().enumerate() {
+            rank[g as usize] = j as u32;
+        }
+        for (i, columns) in layout.input_columns.iter().enumerate() {
+            let placed = columns.iter().map(|&c| if c == NO_COLUMN { NO_COLUMN } else { rank[c as usize] }).collect();
+            spill.keep_gene_columns(i, placed);
+        }
+    }
     let genes = layout.genes.map(|(space, keys)| PlanGenes {
         space,
         key: opts.gene_key.clone(),

@@ -86,9 +86,9 @@ type HeldSource = Weak<Mutex<Box<dyn CountSource>>>;
 
 /// Inputs that hold their whole matrix in memory (Matrix Market folders, CSC `.h5ad`), opened once and shared by
 /// the tile workers: each is parsed or transposed once and held once, however many workers read its cells. Held
-/// weakly: an input is dropped when no worker reads it any more.
+/// weakly: an input is dropped when no worker reads it any more. In a gene space, also each input's gene columns.
 #[derive(Default)]
-struct SharedInputs(Mutex<HashMap<usize, HeldSource>>);
+struct SharedInputs(Mutex<HashMap<usize, HeldSource>>, Mutex<HashMap<usize, Arc<Vec<u32>>>>);
 
 /// The input a tile worker is reading.
 enum OpenInput {
@@ -106,6 +106,31 @@ fn lock<T: ?Sized>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl SharedInputs {
+    /// In a gene space, the output column of each of input `i`'s genes ([`NO_COLUMN`]: left out), worked out by
+    /// the first worker that reads the input (its key list read again and checked against the plan's digest).
+    fn gene_columns(
+        &self,
+        plan: &Plan,
+        i: usize,
+        column_of: &HashMap<&str, u32>,
+    ) -> Result<Arc<Vec<u32>>, ConvertError> {
+        if let Some(c) = lock(&self.1).get(&i) {
+            return Ok(c.clone());
+        }
+        // Read without the lock: other workers go on with other inputs (two that read one input agree).
+        let input = &plan.inputs[i];
+        let key = plan.genes.as_ref().and_then(|g| g.key.as_deref());
+        let keys = reopen_matching_keys(&input.path, &plan.input_options()?, key)?;
+        if input.keys_sha256.as_deref() != Some(keys_digest(&keys).as_str()) {
+            return Err(ConvertError::Inputs(format!(
+                "{}: its gene list changed since the plan was made: make a new plan",
+                input.path
+            )));
+        }
+        let columns = Arc::new(keys.iter().map(|k| column_of.get(k.as_str()).copied().unwrap_or(NO_COLUMN)).collect());
+        Ok(lock(&self.1).entry(i).or_insert(columns).clone())
+    }
+
     /// Input `i`, from the shared ones, or opened now (and shared if it holds its whole matrix).
     fn open(&self, plan: &Plan, i: usize) -> Result<OpenInput, ConvertError> {
         let parsed_at_open = plan.inputs[i].kind == InputKind::MatrixMarket.to_string();
@@ -222,26 +247,19 @@ impl<'a> TileReader<'a> {
     }
 
     /// The renumbering of input `i`'s genes into the output's columns: the plan's gene order, or in a gene space
-    /// each of the input's genes placed by its matching key (its key list read again and checked against the
-    /// plan's digest of it).
+    /// each of the input's genes placed by its matching key ([`SharedInputs::gene_columns`]).
     fn remap(&mut self, i: usize) -> Result<&mut GeneRemap, ConvertError> {
         let key = if self.space_columns.is_some() { i } else { 0 };
         if !self.remaps.contains_key(&key) {
-            let remap = match (&self.space_columns, &self.plan.genes) {
-                (Some(columns), Some(genes)) => {
-                    let input = &self.plan.inputs[i];
-                    let opts = self.plan.input_options()?;
-                    let keys = reopen_matching_keys(&input.path, &opts, genes.key.as_deref())?;
-                    if input.keys_sha256.as_deref() != Some(keys_digest(&keys).as_str()) {
-                        return Err(ConvertError::Inputs(format!(
-                            "{}: its gene list changed since the plan was made: make a new plan",
-                            input.path
-                        )));
-                    }
-                    let map = keys.iter().map(|k| columns.get(k.as_str()).copied().unwrap_or(NO_COLUMN)).collect();
-                    GeneRemap::with_columns(map, self.plan.n_genes as usize)
+            let remap = match &self.space_columns {
+                Some(column_of) => {
+                    let columns = match self.spill.gene_columns(i) {
+                        Some(kept) => kept,
+                        None => self.shared.gene_columns(self.plan, i, column_of)?,
+                    };
+                    GeneRemap::with_columns(columns.as_ref().clone(), self.plan.n_genes as usize)
                 }
-                _ => GeneRemap::new(&self.plan.gene_order),
+                None => GeneRemap::new(&self.plan.gene_order),
             };
             self.remaps.insert(key, remap);
         }

@@ -265,7 +265,7 @@ pub(crate) fn scan_input(
         let source = if keys_only {
             H5adSource::open_gene_keys_only(path, &input_opts.matrix)?
         } else if index != 0 {
-            H5adSource::open_gene_table(path, &input_opts.matrix)?
+            H5adSource::open_gene_names(path, &input_opts.matrix, opts.gene_key.as_deref())?
         } else {
             H5adSource::open(path, &input_opts.matrix)?
         };

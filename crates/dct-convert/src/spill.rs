@@ -77,6 +77,9 @@ pub struct Spill {
     remaining: AtomicU64,
     inputs: Mutex<HashMap<usize, Arc<SpilledInput>>>,
     dropped: AtomicUsize,
+    /// In a gene space, each input's output column per gene as the plan placed them (kept in memory, charged to
+    /// the budget), so the tiles need not read the inputs' gene lists again.
+    gene_columns: Mutex<HashMap<usize, Arc<Vec<u32>>>>,
 }
 
 /// One input kept whole.
@@ -95,7 +98,13 @@ struct SpilledInput {
 impl Spill {
     /// A spill that keeps nothing: every input is read twice.
     pub fn disabled() -> Spill {
-        Spill { dir: None, remaining: AtomicU64::new(0), inputs: Mutex::default(), dropped: AtomicUsize::new(0) }
+        Spill {
+            dir: None,
+            remaining: AtomicU64::new(0),
+            inputs: Mutex::default(),
+            dropped: AtomicUsize::new(0),
+            gene_columns: Mutex::default(),
+        }
     }
 
     /// A spill with the budget of `opts`, in a new private directory. With no directory given and the temporary
@@ -159,6 +168,19 @@ impl Spill {
             windows: Vec::new(),
             crcs: Vec::new(),
         })
+    }
+
+    /// Keeps input `index`'s output column of each of its genes (see [`Spill::gene_columns`]), if the budget has
+    /// room for it.
+    pub(crate) fn keep_gene_columns(&self, index: usize, columns: Vec<u32>) {
+        if self.enabled() && self.reserve(4 * columns.len() as u64) {
+            lock(&self.gene_columns).insert(index, Arc::new(columns));
+        }
+    }
+
+    /// Input `index`'s output column of each of its genes, if the plan kept them.
+    pub(crate) fn gene_columns(&self, index: usize) -> Option<Arc<Vec<u32>>> {
+        lock(&self.gene_columns).get(&index).cloned()
     }
 
     /// A reader of input `index`, if it is kept.

@@ -1,8 +1,7 @@
 //! The corpus's gene vocabulary and, for each member, where each of its stored columns goes in it.
 
-use std::collections::HashMap;
-
 use crate::error::CorpusError;
+use crate::interner::GeneInterner;
 
 /// Which genes the corpus has, in its column order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -179,56 +178,81 @@ impl GeneMap {
     /// `names` name the members in errors. A member naming one gene twice is refused, naming the member and the
     /// gene; so is an empty vocabulary (an intersection of disjoint members, say).
     pub fn build(names: &[String], member_genes: &[Vec<String>], space: &GeneSpace) -> Result<GeneMap, CorpusError> {
-        let mut positions: Vec<HashMap<&str, u32>> = Vec::with_capacity(member_genes.len());
-        for (name, genes) in names.iter().zip(member_genes) {
-            let mut seen = HashMap::with_capacity(genes.len());
-            for (j, g) in genes.iter().enumerate() {
-                if seen.insert(g.as_str(), j as u32).is_some() {
-                    return Err(CorpusError::DuplicateGene { member: name.clone(), gene: g.clone() });
+        let mut interner = GeneInterner::new();
+        let lists: Vec<Vec<u32>> = member_genes.iter().map(|g| interner.intern_all(g)).collect();
+        GeneMap::build_interned(names, &lists, &mut interner, space)
+    }
+
+    /// [`GeneMap::build`] over members whose genes are ids of `interner` (see [`GeneInterner`]): what callers
+    /// holding many gene lists use, so each identifier is held once. A given vocabulary's identifiers are added
+    /// to the interner.
+    pub fn build_interned(
+        names: &[String],
+        member_ids: &[Vec<u32>],
+        interner: &mut GeneInterner,
+        space: &GeneSpace,
+    ) -> Result<GeneMap, CorpusError> {
+        // Each member's genes once (a stamp per id: the member that saw it last), and how many members have each.
+        let mut stamp = vec![u32::MAX; interner.len()];
+        let mut members_with = vec![0u32; interner.len()];
+        for (m, (name, ids)) in names.iter().zip(member_ids).enumerate() {
+            for &id in ids {
+                if std::mem::replace(&mut stamp[id as usize], m as u32) == m as u32 {
+                    return Err(CorpusError::DuplicateGene { member: name.clone(), gene: interner.name(id).into() });
                 }
+                members_with[id as usize] += 1;
             }
-            positions.push(seen);
         }
-        let genes: Vec<String> = match space {
+        let vocabulary: Vec<u32> = match space {
             GeneSpace::Union => {
-                let mut seen = std::collections::HashSet::new();
-                member_genes.iter().flatten().filter(|g| seen.insert(g.as_str())).cloned().collect()
+                let mut taken = vec![false; interner.len()];
+                member_ids
+                    .iter()
+                    .flatten()
+                    .copied()
+                    .filter(|&id| !std::mem::replace(&mut taken[id as usize], true))
+                    .collect()
             }
-            GeneSpace::Intersection => match member_genes.first() {
+            GeneSpace::Intersection => match member_ids.first() {
                 None => Vec::new(),
                 Some(first) => {
-                    first.iter().filter(|g| positions.iter().all(|p| p.contains_key(g.as_str()))).cloned().collect()
+                    first.iter().copied().filter(|&id| members_with[id as usize] as usize == member_ids.len()).collect()
                 }
             },
             GeneSpace::Given(vocabulary) => {
-                let mut seen = std::collections::HashSet::with_capacity(vocabulary.len());
-                if let Some(g) = vocabulary.iter().find(|g| !seen.insert(g.as_str())) {
+                let ids = interner.intern_all(vocabulary);
+                let mut taken = vec![false; interner.len()];
+                if let Some(&id) = ids.iter().find(|&&id| std::mem::replace(&mut taken[id as usize], true)) {
                     return Err(CorpusError::InvalidArgument(format!(
-                        "the gene vocabulary lists {g:?} twice; each gene must appear once"
+                        "the gene vocabulary lists {:?} twice; each gene must appear once",
+                        interner.name(id)
                     )));
                 }
-                vocabulary.clone()
+                ids
             }
         };
-        if genes.is_empty() {
+        if vocabulary.is_empty() {
             return Err(CorpusError::InvalidArgument(
                 "the corpus's gene vocabulary is empty (no gene common to every member, or an empty list given)".into(),
             ));
         }
-        if genes.len() > i32::MAX as usize {
-            return Err(CorpusError::InvalidArgument(format!("{} genes are more than 2^31 - 1", genes.len())));
+        if vocabulary.len() > i32::MAX as usize {
+            return Err(CorpusError::InvalidArgument(format!("{} genes are more than 2^31 - 1", vocabulary.len())));
         }
-        let column_of: HashMap<&str, u32> = genes.iter().enumerate().map(|(c, g)| (g.as_str(), c as u32)).collect();
-        let members = member_genes
+        let mut column_of = vec![DROPPED; interner.len()];
+        for (c, &id) in vocabulary.iter().enumerate() {
+            column_of[id as usize] = c as u32;
+        }
+        let members = member_ids
             .iter()
-            .map(|member| {
-                let to_corpus: Vec<u32> =
-                    member.iter().map(|g| column_of.get(g.as_str()).copied().unwrap_or(DROPPED)).collect();
+            .map(|ids| {
+                let to_corpus: Vec<u32> = ids.iter().map(|&id| column_of[id as usize]).collect();
                 let kept: Vec<u32> = to_corpus.iter().copied().filter(|&c| c != DROPPED).collect();
                 let increasing = kept.windows(2).all(|w| w[0] < w[1]);
                 MemberColumns { kept: kept.len(), to_corpus, increasing }
             })
             .collect();
+        let genes = vocabulary.iter().map(|&id| interner.name(id).to_string()).collect();
         Ok(GeneMap { genes, members })
     }
 

@@ -14,6 +14,7 @@
 //!
 //! * `genes.rs`: [`GeneSpace`], [`GeneKey`], [`GeneMap`] (the vocabulary and each member's columns in it, with the
 //!   re-indexing of one row).
+//! * `interner.rs`: [`GeneInterner`], gene identifiers held once for many gene lists.
 //! * `selection.rs`: [`Selection`], sorted ranges of the members' cells laid end to end.
 //! * `corpus.rs`: [`Corpus`] (opening, reading, choosing cells, the tiles an epoch plans over) and [`member_genes`].
 //! * `obs.rs`: [`CorpusObs`], the members' obs as one set of columns with one vocabulary per category column.
@@ -30,6 +31,7 @@ mod choose;
 mod corpus;
 mod error;
 mod genes;
+mod interner;
 mod obs;
 mod selection;
 mod strata;
@@ -39,6 +41,7 @@ pub use choose::{Condition, ObsValue};
 pub use corpus::{Corpus, CorpusBatch, Member, OPEN_CONCURRENCY, member_genes};
 pub use error::CorpusError;
 pub use genes::{GeneKey, GeneMap, GeneSpace, MemberColumns};
+pub use interner::GeneInterner;
 pub use obs::{CorpusObs, CorpusObsColumn};
 pub use selection::{Selection, SelectionBuilder};
 pub use strata::Strata;

@@ -68,10 +68,17 @@ impl H5adSource {
         Self::open_with(path, matrix, Names::GeneKeys)
     }
 
-    /// Opens `matrix` reading its whole gene table (names, ids and every var column) but not the cell names: what
-    /// matching genes across inputs by any var column needs, without a lookup per cell name.
+    /// Opens `matrix` reading its whole gene table (names, ids and every var column) but not the cell names.
     pub fn open_gene_table(path: &Path, matrix: &H5adMatrix) -> Result<Self, InputError> {
         Self::open_with(path, matrix, Names::Genes)
+    }
+
+    /// Opens `matrix` reading of the names only the gene names (the var index) and, given `column`, that var
+    /// column, as the only column of [`CountSource::genes`]: what matching genes across inputs by their names or
+    /// by one column needs, at the cost of those strings alone. A `column` the gene table does not have is an
+    /// error that lists the columns it has.
+    pub fn open_gene_names(path: &Path, matrix: &H5adMatrix, column: Option<&str>) -> Result<Self, InputError> {
+        Self::open_with(path, matrix, Names::VarIndex(column.map(str::to_string)))
     }
 
     /// Opens `matrix` for its counts only: the gene table and the cell names are not read (each of their
@@ -195,6 +202,28 @@ impl H5adSource {
             Names::Genes => {
                 let (_, cells) = unnamed(&h5)?;
                 (gene_table(read_dataframe(&h5, var_obj, Some(n_genes))?), cells)
+            }
+            Names::VarIndex(column) => {
+                let (mut genes, cells) = unnamed(&h5)?;
+                genes.index_name = crate::frame::index_name(&h5, var_obj)?;
+                genes.names = crate::frame::read_index(&h5, var_obj, Some(n_genes))?;
+                genes.ids = genes.names.clone();
+                if let Some(name) = column.filter(|c| *c != genes.index_name) {
+                    let listed = crate::frame::column_order(&h5, var_obj)?;
+                    if !listed.contains(&name) {
+                        return Err(InputError::BadRequest {
+                            path: h5.path.clone(),
+                            detail: format!(
+                                "the gene table ({var_obj}) has no column {name:?}; it has the index {:?} and the \
+                                 columns {listed:?}",
+                                genes.index_name
+                            ),
+                        });
+                    }
+                    let read = crate::frame::read_column(&h5, var_obj, &join(var_obj, &name), &name, n_genes)?;
+                    genes.columns.extend(read);
+                }
+                (genes, cells)
             }
             Names::None => unnamed(&h5)?,
         };
@@ -345,7 +374,7 @@ fn cell_text(buf: &Values, k: usize) -> String {
 }
 
 /// Which names [`H5adSource::open_with`] reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Names {
     /// The whole gene table and the cell names.
     All,
@@ -353,6 +382,8 @@ enum Names {
     GeneKeys,
     /// The whole gene table, no cell names.
     Genes,
+    /// The gene names and, if named, one var column; no cell names.
+    VarIndex(Option<String>),
     /// None.
     None,
 }

@@ -33,7 +33,9 @@ def main() -> None:
     parts = []
     for i in range(a.inputs):
         keep = rng.permutation(source.n_vars)[: int(source.n_vars * rng.uniform(0.8, 0.95))]
-        part = ad.AnnData(X=x[:, keep].astype(np.float32), var=source.var.iloc[keep].copy(),
+        sub = sp.csr_matrix(x[:, keep].astype(np.float32))
+        sub.sort_indices()  # as anndata and scanpy keep them
+        part = ad.AnnData(X=sub, var=source.var.iloc[keep].copy(),
                           obs=pd.DataFrame(index=[f"{b}-{i}" for b in source.obs_names]))
         parts.append(part)
     union: list[str] = []
@@ -52,7 +54,9 @@ def main() -> None:
         where = pd.Index(union).get_indexer(part.var_names)
         move = sp.csr_matrix((np.ones(part.n_vars, np.float32), (np.arange(part.n_vars), where)),
                              shape=(part.n_vars, len(union)))
-        equal = ad.AnnData(X=sp.csr_matrix(part.X @ move), var=var.copy(), obs=part.obs.copy())
+        moved = sp.csr_matrix(part.X @ move)
+        moved.sort_indices()
+        equal = ad.AnnData(X=moved, var=var.copy(), obs=part.obs.copy())
         equal.write_h5ad(a.workdir / "equal" / f"part_{i:02d}.h5ad")
     print(f"{a.inputs} inputs of {source.n_obs} cells; union of {len(union)} genes; in {a.workdir}")
 

@@ -193,3 +193,21 @@ def test_the_cli_takes_a_vocabulary_file(inputs, tmp_path):
     r = subprocess.run([sys.executable, "-m", "deltacells", "convert", str(d / "part_0.h5ad"), str(d / "part_1.h5ad"),
                         "--output", str(tmp_path / "refused"), "--level", "3"], capture_output=True, text=True)
     assert r.returncode != 0 and "--genes" in r.stderr
+
+
+def test_a_union_writes_the_tiles_of_the_inputs_made_equal_beforehand(inputs, tmp_path):
+    """What a user without gene spaces does (every input re-indexed to the union by pandas, then converted) gives
+    the same tiles, byte for byte, as converting the inputs as they are with genes="union"."""
+    d, parts = inputs
+    vocabulary = union_of(parts)
+    equal = tmp_path / "equal"
+    equal.mkdir()
+    for i, p in enumerate(parts):
+        frame = pd.DataFrame(sp.csr_matrix(p.X).toarray(), columns=list(p.var_names))
+        x = sp.csr_matrix(frame.reindex(columns=vocabulary, fill_value=0).to_numpy(np.float32))
+        ad.AnnData(X=x, obs=p.obs.copy(), var=pd.DataFrame(index=vocabulary)).write_h5ad(equal / f"part_{i}.h5ad")
+    convert_h5ad(str(d / "*.h5ad"), str(tmp_path / "union"), tile_size=64, level=3, genes="union", log=None)
+    convert_h5ad(str(equal / "*.h5ad"), str(tmp_path / "made_equal"), tile_size=64, level=3, log=None)
+    tiles = lambda root: [p.read_bytes() for p in sorted(Path(root, "tiles").glob("*.dct"))]  # noqa: E731
+    assert tiles(tmp_path / "union") == tiles(tmp_path / "made_equal")
+    assert open_dataset(str(tmp_path / "union")).var_names == open_dataset(str(tmp_path / "made_equal")).var_names

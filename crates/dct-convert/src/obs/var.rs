@@ -58,6 +58,19 @@ pub(crate) struct InputVar {
     pub(crate) columns: Vec<u32>,
 }
 
+/// Whether the values of two arrays of one type differ, row by row (a null against a value differs; categoricals
+/// are compared by their strings).
+fn distinct(a: &arrow_array::ArrayRef, b: &arrow_array::ArrayRef) -> Result<arrow_array::BooleanArray, String> {
+    use arrow_schema::DataType;
+    match arrow_ord::cmp::distinct(a, b) {
+        Ok(d) => Ok(d),
+        Err(_) => {
+            let text = |x: &arrow_array::ArrayRef| arrow_cast::cast(x, &DataType::Utf8).map_err(|e| e.to_string());
+            arrow_ord::cmp::distinct(&text(a)?, &text(b)?).map_err(|e| e.to_string())
+        }
+    }
+}
+
 /// The gene table of a dataset made from inputs with different gene lists: per output gene, the row of the first
 /// input that has it (`names` are the output genes' names). A column takes its type from the first input that has
 /// it; an input whose column has another type that does not cast, or that lacks the column, leaves it null for
@@ -65,7 +78,6 @@ pub(crate) struct InputVar {
 /// both have, compared as displayed).
 pub(crate) fn combined_var_table(inputs: &[InputVar], names: Vec<String>) -> Result<(VarTable, u64), ConvertError> {
     use arrow_array::{Array, ArrayRef};
-    use arrow_cast::display::{ArrayFormatter, FormatOptions};
 
     let n = names.len();
     // Where each output gene comes from, and every input that has it.
@@ -83,6 +95,14 @@ pub(crate) fn combined_var_table(inputs: &[InputVar], names: Vec<String>) -> Res
             if !order.contains(&name.as_str()) {
                 order.push(name);
             }
+        }
+    }
+    // Per input, the genes it has that an earlier input described first (output gene, row in this input).
+    let mut shared: Vec<(Vec<u32>, Vec<u32>)> = vec![(Vec::new(), Vec::new()); inputs.len()];
+    for (g, h) in holders.iter().enumerate() {
+        for &(m, r) in h.iter().skip(1) {
+            shared[m].0.push(g as u32);
+            shared[m].1.push(r as u32);
         }
     }
     let mut disagree = vec![false; n];
@@ -112,20 +132,23 @@ pub(crate) fn combined_var_table(inputs: &[InputVar], names: Vec<String>) -> Res
             .collect();
         let column = arrow_select::interleave::interleave(&arrays, &picks)
             .map_err(|e| ConvertError::Inputs(format!("var column {name:?}: {e}")))?;
-        let options = FormatOptions::default();
-        let shown: Vec<Option<ArrayFormatter<'_>>> = sources
-            .iter()
-            .map(|s| s.as_ref().and_then(|a| ArrayFormatter::try_new(a.as_ref(), &options).ok()))
-            .collect();
-        for (g, h) in holders.iter().enumerate() {
-            if disagree[g] || h.len() < 2 {
+        // Each later input's values of the genes it shares with the one they were taken from, against those.
+        for (m, source) in sources.iter().enumerate() {
+            let Some(source) = source else { continue };
+            let (genes, rows) = &shared[m];
+            if genes.is_empty() {
                 continue;
             }
-            let (m0, r0) = h[0];
-            let Some(first) = &shown[m0] else { continue };
-            let want = first.value(r0).to_string();
-            disagree[g] =
-                h[1..].iter().any(|&(m, r)| shown[m].as_ref().is_some_and(|f| f.value(r).to_string() != want));
+            let err = |e: String| ConvertError::Inputs(format!("var column {name:?}: {e}"));
+            let kept = arrow_select::take::take(&column, &UInt32Array::from(genes.clone()), None);
+            let theirs = arrow_select::take::take(source, &UInt32Array::from(rows.clone()), None);
+            let (kept, theirs) = (kept.map_err(|e| err(e.to_string()))?, theirs.map_err(|e| err(e.to_string()))?);
+            let differ = distinct(&kept, &theirs).map_err(err)?;
+            for (g, d) in genes.iter().zip(differ.iter()) {
+                if d != Some(false) {
+                    disagree[*g as usize] = true;
+                }
+            }
         }
         columns.push((name.to_string(), column));
     }
