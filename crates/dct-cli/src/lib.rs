@@ -65,6 +65,8 @@ enum Command {
     Obs(commands::obs::Args),
     /// Many datasets as one corpus: cells, the gene vocabulary and each member's coverage, obs columns.
     Corpus(commands::corpus::Args),
+    /// A new dataset of some cells (by index or obs conditions) and genes of a dataset, with their obs and genes.
+    Subset(commands::subset::Args),
     /// Write decoded rows as Matrix Market or CSV.
     Export(commands::export::Args),
     /// Show the header, chunk table, per-chunk sizes and exception counts of one tile file.
@@ -96,6 +98,7 @@ where
         Command::Verify(args) => commands::verify::run(args, &store),
         Command::Obs(args) => commands::obs::run(args, &store),
         Command::Corpus(args) => commands::corpus::run(args, &store),
+        Command::Subset(args) => commands::subset::run(args, &store),
         Command::Export(args) => commands::export::run(args, &store),
         Command::InspectTile(args) => commands::inspect::run(args),
         Command::Bench(args) => commands::bench::run(args, &store),

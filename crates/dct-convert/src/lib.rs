@@ -54,6 +54,8 @@
 //!   `ConvertReport`, which the CLI prints.
 //! * `spill.rs`: the `Spill`, the inputs the plan decoded, kept in a private temporary folder within a budget and
 //!   read back by the tiles instead of decoding the inputs twice.
+//! * `subset.rs`: `subset`, a new dataset of some of a dataset's cells (by index or obs conditions) and genes,
+//!   with their obs and gene table.
 
 #![forbid(unsafe_code)]
 
@@ -70,6 +72,7 @@ mod remap;
 mod run;
 mod scan;
 mod spill;
+mod subset;
 
 pub use error::ConvertError;
 pub use finalize::finalize;
@@ -85,3 +88,4 @@ pub use remap::{GeneRemap, NO_COLUMN};
 pub use run::{PartReport, Progress, RunOptions, run_part, run_part_with_spill};
 pub use scan::{ScanReport, scan_dir, scan_inputs_part};
 pub use spill::{DEFAULT_MAX_BYTES as DEFAULT_SPILL_MAX_BYTES, Spill, SpillOptions, SpillStats};
+pub use subset::{SubsetOptions, SubsetReport, parse_condition, subset};

@@ -9,4 +9,5 @@ pub mod export;
 pub mod info;
 pub mod inspect;
 pub mod obs;
+pub mod subset;
 pub mod verify;

@@ -1,0 +1,102 @@
+"""`deltacells subset`: a new dataset of some cells (by index or obs conditions) and genes of a dataset, checked
+against the source h5ad read by anndata; its obs, gene names and gene table; the refusals."""
+
+import json
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from conftest import TESTDATA, require, run_module, same
+
+ad = require("anndata")
+pd = require("pandas")
+
+from deltacells import open_dataset  # noqa: E402
+from deltacells.convert import convert_h5ad  # noqa: E402
+
+PBMC = TESTDATA / "inputs" / "pbmc200" / "pbmc200.h5ad"
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    """pbmc200 with a numeric obs column (each cell's genes with a count) as a dataset of 64-cell tiles."""
+    d = tmp_path_factory.mktemp("subset_source")
+    a = ad.read_h5ad(PBMC)
+    a.obs["n_genes"] = np.diff(sp.csr_matrix(a.X).indptr).astype(np.int64)
+    a.write_h5ad(d / "pbmc.h5ad")
+    convert_h5ad(str(d / "pbmc.h5ad"), str(d / "ds"), tile_size=64, level=3, log=None)
+    return str(d / "ds"), a
+
+
+def subset(src, out, *args):
+    r = run_module("subset", src, "--output", str(out), "--level", "3", *args)
+    assert r.returncode == 0, r.stderr
+    return open_dataset(str(out))
+
+
+def check(ds, a, cells, genes=None):
+    """The subset holds ``a``'s rows ``cells`` (sorted, once each) and columns ``genes`` (names; default all) in the
+    source's stored column order, with their obs."""
+    cells = sorted(set(cells))
+    assert ds.n_cells == len(cells)
+    names = ds.var_names
+    if genes is not None:
+        assert sorted(names) == sorted(genes)
+    want = sp.csr_matrix(a.X)[cells][:, [a.var_names.get_loc(g) for g in names]]
+    assert same(ds[:].to_scipy(), want)
+    obs = ds.obs.to_pandas()
+    for c in a.obs.columns:
+        assert [str(v) for v in obs[c]] == [str(v) for v in a.obs[c].iloc[cells]], c
+    assert list(obs["obs_names"]) == list(a.obs_names[cells])
+    assert list(ds.var.index) == names
+    assert list(ds.var["gene_ids"]) == list(a.var.loc[names, "gene_ids"])
+
+
+def test_cells_by_index(source, tmp_path):
+    src, a = source
+    ds = subset(src, tmp_path / "out", "--cells", "5:70,150,3,150")
+    check(ds, a, [3, *range(5, 70), 150])
+    meta = json.loads((tmp_path / "out" / "manifest.json").read_text())["metadata"]["subset"]
+    assert (meta["source"], meta["cells"]) == (src, 67)
+
+
+def test_cells_by_obs_conditions_and_a_gene_list(source, tmp_path):
+    src, a = source
+    genes = list(a.var_names[::7])
+    (tmp_path / "genes.txt").write_text("\n".join(genes) + "\n")
+    ds = subset(src, tmp_path / "out", "--where", "depth_bin=q1,q3", "--where", "qc_pass=true",
+                "--where", "n_genes=300:", "--genes", str(tmp_path / "genes.txt"), "--tile-size", "16")
+    mask = a.obs["depth_bin"].isin(["q1", "q3"]) & a.obs["qc_pass"] & (a.obs["n_genes"] >= 300)
+    assert 0 < mask.sum() < a.n_obs
+    check(ds, a, list(np.flatnonzero(mask.to_numpy())), genes)
+    # Category codes keep the source's vocabulary.
+    assert ds.obs.categories("depth_bin") == open_dataset(src).obs.categories("depth_bin")
+
+
+def test_genes_by_a_gene_table_column(source, tmp_path):
+    src, a = source
+    ids = list(a.var["gene_ids"][:40])
+    (tmp_path / "ids.txt").write_text("\n".join(ids))
+    ds = subset(src, tmp_path / "out", "--cells", "0:10", "--genes", str(tmp_path / "ids.txt"),
+                "--gene-key", "gene_ids")
+    check(ds, a, range(10), list(a.var_names[:40]))
+
+
+def test_refusals(source, tmp_path):
+    src, _ = source
+    for args, message in [
+        (["--where", "nope=1"], "no column"),
+        (["--where", "n_genes=lots"], "not a number"),
+        (["--where", "depth_bin=q9"], "empty"),
+        (["--cells", "500"], "500"),
+    ]:
+        r = run_module("subset", src, "--output", str(tmp_path / "x"), *args)
+        assert r.returncode != 0 and message in r.stderr, (args, r.stderr)
+        assert not (tmp_path / "x" / "manifest.json").exists()
+    (tmp_path / "g.txt").write_text("NOT_A_GENE\n")
+    r = run_module("subset", src, "--output", str(tmp_path / "y"), "--genes", str(tmp_path / "g.txt"))
+    assert r.returncode != 0 and "NOT_A_GENE" in r.stderr
+    subset(src, tmp_path / "z", "--cells", "0:5")
+    r = run_module("subset", src, "--output", str(tmp_path / "z"), "--cells", "0:5")
+    assert r.returncode != 0, "an existing dataset is not replaced without --overwrite"
+    subset(src, tmp_path / "z", "--cells", "0:6", "--overwrite")
