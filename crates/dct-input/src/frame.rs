@@ -175,10 +175,22 @@ pub(crate) fn column_order(h5: &H5, group: &str) -> Result<Vec<String>, InputErr
     })
 }
 
-/// A string dataset, or a categorical of strings (some writers store an index that way).
+/// A string dataset, a categorical of strings (some writers store an index that way), or a nullable string array
+/// without missing values (anndata 0.13 with pandas 3 writes an index of pandas' `string` dtype so).
 fn read_string_like(h5: &H5, obj: &str, n_rows: Option<u64>) -> Result<Vec<String>, InputError> {
     match h5.node(obj)? {
         Node::Dataset => h5.read_strings(obj, n_rows),
+        Node::Group
+            if h5.attrs(obj)?.get("encoding-type").and_then(attr_string).as_deref()
+                == Some("nullable-string-array") =>
+        {
+            let values = h5.read_strings(&join(obj, "values"), n_rows)?;
+            let n = values.len() as u64;
+            if bools(h5, &join(obj, "mask"), n)?.into_iter().any(|missing| missing) {
+                return Err(h5.malformed(obj, "the index has missing values"));
+            }
+            Ok(values)
+        }
         Node::Group => {
             let col = read_categorical(h5, obj, n_rows)?;
             col.as_strings().ok_or_else(|| h5.malformed(obj, "categorical index has missing values"))

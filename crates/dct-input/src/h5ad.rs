@@ -190,8 +190,7 @@ impl H5adSource {
         let (genes, cells) = match names {
             Names::All => {
                 let var = read_dataframe(&h5, var_obj, Some(n_genes))?;
-                let obs_index = crate::frame::index_name(&h5, "obs")?;
-                let cells = h5.read_strings(&join("obs", &obs_index), Some(n_cells))?;
+                let cells = crate::frame::read_index(&h5, "obs", Some(n_cells))?;
                 (gene_table(var), cells)
             }
             Names::GeneKeys => {

@@ -36,7 +36,12 @@ for several datasets: ``DatasetCollection.add_adatas`` of the members' h5ad file
 vocabulary (the var spaces outer-joined, then cut to the vocabulary: the alignment is done once, when the
 collection is written, and its time is reported), then its ``Loader`` at its README's settings (``chunk_size=32``,
 ``preload_nchunks=256``, grown to a multiple of the batch size; zarrs codec pipeline; X only), which draws random
-chunks of 32 cells of a collection shuffled when written.
+chunks of 32 cells of a collection shuffled when written (``dataset_size="4GB"``: its default of 20 GB is killed
+for lack of memory on this machine).
+
+``aligned`` is deltacells with the alignment done once, as annbatch does it: the members' h5ad files converted
+(``convert_h5ad(genes=vocabulary)``, level 3) into one dataset in the vocabulary's genes, read by the same loader
+(write time reported beside annbatch's). ``--loaders`` chooses which of the four run.
 
 ``opening`` writes (once) ``members`` small datasets (200 cells each, a seeded 400 of 1,000 genes in a seeded order,
 a gene table with ``gene_ids``) and opens them as one corpus by ``gene_ids`` through a store that answers every
@@ -158,7 +163,9 @@ def _subset_h5ads(workdir: Path, roots: list[str], per_member: int) -> list[Path
         ds = deltacells.open_dataset(root)
         x = ds.get_batch(np.arange(min(per_member, ds.n_cells))).to_scipy().tocsr()
         var = pd.DataFrame(index=pd.Index(list(ds.var["gene_ids"]), name="gene_ids"))
-        ad.AnnData(X=x.astype(np.float32), var=var).write_h5ad(path)
+        # Cell names unique across members, as annbatch asks (it would otherwise rename 10^6 of them itself).
+        obs = pd.DataFrame(index=[f"{Path(root).name}_{i}" for i in range(x.shape[0])])
+        ad.AnnData(X=x.astype(np.float32), obs=obs, var=var).write_h5ad(path)
     return out
 
 
@@ -213,8 +220,9 @@ def annbatch_collection(workdir: Path, paths: list[Path], vocabulary: list[str],
     if path.exists():
         return path, 0.0
     start = time.perf_counter()
+    # dataset_size bounds what it holds in memory (its default, 20 GB, does not fit this 24 GB machine's share).
     DatasetCollection(path).add_adatas([str(p) for p in paths], var_subset=vocabulary, shuffle=True,
-                                       rng=np.random.default_rng(1))
+                                       dataset_size="4GB", rng=np.random.default_rng(1))
     return path, time.perf_counter() - start
 
 
@@ -238,7 +246,23 @@ def annbatch_epoch(path: Path, batch_size: int, seed: int) -> float:
     return cells / (time.perf_counter() - start)
 
 
-def peers(workdir: Path, source: Path, per_member: int, rounds: int, batch_sizes: list[int]) -> dict[str, object]:
+def aligned_dataset(workdir: Path, paths: list[Path], vocabulary: list[str], per_member: int) -> tuple[Path, float]:
+    """The members' h5ad files converted once into one dataset in the vocabulary's genes (``genes=vocabulary``, level
+    3), as annbatch aligns them once when it writes its collection; returns its path and the seconds writing it
+    took (0 if it was there)."""
+    from deltacells.convert import convert_h5ad
+
+    path = workdir / f"aligned_{per_member}.dct"
+    if (path / "manifest.json").exists():
+        return path, 0.0
+    start = time.perf_counter()
+    convert_h5ad([str(p) for p in paths], str(path), sort_files=False, genes=vocabulary, level=3, log=None,
+                 overwrite=True)
+    return path, time.perf_counter() - start
+
+
+def peers(workdir: Path, source: Path, per_member: int, rounds: int, batch_sizes: list[int],
+          loaders: list[str]) -> dict[str, object]:
     roots = sorted(str(p) for p in workdir.glob("member_*"))
     vocabulary = list(deltacells.open_dataset(str(source)).var["gene_ids"])[:VOCABULARY]
     paths = _subset_h5ads(workdir, roots, per_member)
@@ -246,17 +270,20 @@ def peers(workdir: Path, source: Path, per_member: int, rounds: int, batch_sizes
     firsts = np.concatenate([np.arange(per_member) + s for s in np.cumsum([0, *corpus.member_cells[:-1]])])
     subset = corpus.select(firsts)
     results: dict[str, object] = {"members": len(roots), "cells": subset.n_cells, "vocabulary": len(vocabulary)}
-    collection = None
-    if _has_annbatch():
+    collection = aligned = None
+    if "annbatch" in loaders and _has_annbatch():
         collection, seconds = annbatch_collection(workdir, paths, vocabulary, per_member)
         results["annbatch_write_seconds"] = seconds
         print(f"annbatch collection: {seconds:.0f} s to write", flush=True)
-    else:
+    elif "annbatch" in loaders:
         print("annbatch is not installed (it needs Python >= 3.12): measuring without it", flush=True)
+        loaders = [k for k in loaders if k != "annbatch"]
+    if "aligned" in loaders:
+        aligned, seconds = aligned_dataset(workdir, paths, vocabulary, per_member)
+        results["aligned_write_seconds"] = seconds
+        print(f"aligned dataset: {seconds:.0f} s to write", flush=True)
     for b in batch_sizes:
-        rates: dict[str, list[float]] = {"deltacells": [], "anndata_backed": []}
-        if collection is not None:
-            rates["annbatch"] = []
+        rates: dict[str, list[float]] = {k: [] for k in loaders}
         for r in range(rounds):
             order = list(rates) if r % 2 == 0 else list(reversed(rates))
             for k in order:
@@ -269,15 +296,21 @@ def peers(workdir: Path, source: Path, per_member: int, rounds: int, batch_sizes
                 elif k == "annbatch":
                     assert collection is not None
                     rates[k].append(annbatch_epoch(collection, b, seed=r))
+                elif k == "aligned":
+                    assert aligned is not None
+                    start = time.perf_counter()  # opening included, as for the others
+                    n = sum(int(x["index"].shape[0]) for x in make_loader(str(aligned), b, seed=r))
+                    rates[k].append(n / (time.perf_counter() - start))
                 else:
                     rates[k].append(anndata_backed_epoch(paths, vocabulary, b, seed=r))
             print(f"batch {b} round {r}: " + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in rates.items()), flush=True)
         results[f"batch_{b}"] = {
             k: {"median_cells_per_s": statistics.median(v), "rounds": v} for k, v in rates.items()
         }
-        for peer in [k for k in rates if k != "deltacells"]:
-            results[f"batch_{b}"][f"ratio_to_{peer}"] = statistics.median(  # type: ignore[index]
-                d / a for d, a in zip(rates["deltacells"], rates[peer]))
+        for ours in [k for k in ("deltacells", "aligned") if k in rates]:
+            for peer in [k for k in rates if k not in ("deltacells", "aligned")]:
+                results[f"batch_{b}"][f"{ours}_to_{peer}"] = statistics.median(  # type: ignore[index]
+                    d / a for d, a in zip(rates[ours], rates[peer]))
     print(json.dumps(results, indent=2))
     return results
 
@@ -334,6 +367,9 @@ def main() -> None:
     p.add_argument("--batch-sizes", default="1024,5000")
     p.add_argument("--latency", type=float, default=0.05)
     p.add_argument("--cells-per-member", type=int, default=4000)
+    p.add_argument("--loaders", default="deltacells,aligned,anndata_backed,annbatch",
+                   help="peers: which loaders to measure (deltacells: the corpus; aligned: one dataset in the "
+                        "vocabulary's genes, converted once; anndata_backed; annbatch)")
     a = p.parse_args()
     a.workdir.mkdir(parents=True, exist_ok=True)
     if a.command == "prepare":
@@ -341,7 +377,8 @@ def main() -> None:
     elif a.command == "opening":
         opening(a.workdir, a.members, a.latency)
     elif a.command == "peers":
-        peers(a.workdir, a.source, a.cells_per_member, a.rounds, [int(x) for x in a.batch_sizes.split(",")])
+        peers(a.workdir, a.source, a.cells_per_member, a.rounds, [int(x) for x in a.batch_sizes.split(",")],
+              a.loaders.split(","))
     else:
         run(a.workdir, a.source, a.rounds, [int(x) for x in a.batch_sizes.split(",")])
 

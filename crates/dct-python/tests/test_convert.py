@@ -262,3 +262,32 @@ def test_the_cli_and_python_resolve_inputs_alike(shards, tmp_path, sort):
             resolve_files([patterns[0], bad])
         r = run_module("convert", patterns[0], bad, "--output", str(tmp_path / "x"))
         assert r.returncode != 0 and os.path.basename(bad) in r.stderr
+
+
+def test_an_index_stored_as_a_nullable_string_array_is_read(tmp_path):
+    """anndata 0.13 with pandas 3 stores an index of pandas' ``string`` dtype as a ``nullable-string-array`` group
+    (values and mask): the converter reads such obs and var indexes as anndata does."""
+    import shutil
+
+    h5py = require("h5py")
+    path = tmp_path / "nullable_index.h5ad"
+    shutil.copy(PBMC, path)
+    with h5py.File(path, "r+") as f:
+        for frame in ("obs", "var"):
+            name = f[frame].attrs["_index"]
+            values = f[frame][name][()]
+            del f[frame][name]
+            g = f[frame].create_group(name)
+            g.attrs.update({"encoding-type": "nullable-string-array", "encoding-version": "0.1.0", "na-value": "NaN"})
+            v = g.create_dataset("values", data=values, dtype=h5py.string_dtype())
+            v.attrs.update({"encoding-type": "string-array", "encoding-version": "0.2.0"})
+            m = g.create_dataset("mask", data=np.zeros(len(values), dtype=bool))
+            m.attrs.update({"encoding-type": "array", "encoding-version": "0.2.0"})
+    a = ad.read_h5ad(path)
+    assert list(a.var_names) == list(ad.read_h5ad(PBMC).var_names), "anndata reads the rewritten file"
+    out = str(tmp_path / "out")
+    convert_h5ad(str(path), out, level=3, sort_genes=False, log=None)
+    ds = open_dataset(out)
+    assert ds.var_names == list(a.var_names)
+    assert list(ds.obs.to_pandas()["obs_names"]) == list(a.obs_names)
+    assert same(ds[:].to_scipy(), sp.csr_matrix(a.X))
