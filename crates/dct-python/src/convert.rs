@@ -229,3 +229,45 @@ pub(crate) fn plan_info(plan_path: PathBuf) -> PyResult<(Vec<String>, String, us
     let plan = Plan::load(&plan_path).map_err(convert_error)?;
     Ok((plan.inputs.iter().map(|i| i.path.clone()).collect(), plan.output.clone(), plan.n_tiles))
 }
+
+/// Writes the chosen cells and genes of `source` as a new dataset at `output` (see `dct_convert::subset`), the GIL
+/// released; returns the new manifest's JSON text.
+#[pyfunction]
+#[pyo3(signature = (source, output, cells, conditions, genes, gene_key, tile_size, level, overwrite, storage_options))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn subset(
+    py: Python<'_>,
+    source: &str,
+    output: &str,
+    cells: Option<Vec<u64>>,
+    conditions: Vec<String>,
+    genes: Option<Vec<String>>,
+    gene_key: Option<String>,
+    tile_size: Option<u64>,
+    level: i32,
+    overwrite: bool,
+    storage_options: Option<Bound<'_, PyDict>>,
+) -> PyResult<String> {
+    let options = dct_convert::SubsetOptions {
+        cells,
+        conditions,
+        genes,
+        gene_key: gene_key.map_or(dct_corpus::GeneKey::VarNames, dct_corpus::GeneKey::Column),
+        tile_size,
+        level,
+        overwrite,
+        store: crate::dataset::store_options(storage_options.as_ref())?,
+        ..dct_convert::SubsetOptions::default()
+    };
+    let store = options.store.clone();
+    let manifest = py
+        .detach(|| -> Result<_, dct_convert::ConvertError> {
+            dct_convert::subset(source, output, &options)?;
+            let read = dct_dataset::ReadOptions { store, ..dct_dataset::ReadOptions::default() };
+            let written = dct_dataset::Dataset::open(output, read)
+                .map_err(|e| dct_convert::ConvertError::Output(format!("{output}: {e}")))?;
+            Ok(written.manifest().to_json_pretty())
+        })
+        .map_err(convert_error)?;
+    String::from_utf8(manifest).map_err(|e| value_error(e.to_string()))
+}

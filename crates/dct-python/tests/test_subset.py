@@ -2,6 +2,7 @@
 against the source h5ad read by anndata; its obs, gene names and gene table; the refusals."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -100,3 +101,22 @@ def test_refusals(source, tmp_path):
     r = run_module("subset", src, "--output", str(tmp_path / "z"), "--cells", "0:5")
     assert r.returncode != 0, "an existing dataset is not replaced without --overwrite"
     subset(src, tmp_path / "z", "--cells", "0:6", "--overwrite")
+
+
+def test_the_python_function_writes_what_the_command_writes(source, tmp_path):
+    from deltacells.convert import subset as subset_fn
+
+    src, a = source
+    genes = list(a.var_names[:300])
+    (tmp_path / "genes.txt").write_text("\n".join(genes))
+    by_cli = subset(src, tmp_path / "cli", "--cells", "0:150", "--where", "depth_bin=q2,q5", "--where",
+                    "n_genes=:900", "--genes", str(tmp_path / "genes.txt"))
+    m = subset_fn(src, tmp_path / "py", cells=range(150), where={"depth_bin": ["q2", "q5"], "n_genes": (None, 900)},
+                  genes=genes, level=3)
+    assert m.n_cells == by_cli.n_cells > 0
+    tiles = lambda root: [p.read_bytes() for p in sorted(Path(root, "tiles").glob("*.dct"))]  # noqa: E731
+    assert tiles(tmp_path / "py") == tiles(tmp_path / "cli")
+    mask = a.obs["depth_bin"].isin(["q2", "q5"]) & (a.obs["n_genes"] <= 900)
+    check(open_dataset(str(tmp_path / "py")), a, [c for c in np.flatnonzero(mask.to_numpy()) if c < 150], genes)
+    with pytest.raises(ValueError, match="no value"):
+        subset_fn(src, tmp_path / "none", where={"depth_bin": []})

@@ -61,6 +61,7 @@ __all__ = [
     "natural_cmp",
     "convert",
     "make_plan",
+    "subset",
     "scan_part",
     "run_part",
     "finalize",
@@ -335,6 +336,10 @@ def convert(
     inputs: list[str], output: str, overwrite: bool, log: Callable[[dict[str, Any]], None] | None, **kw: Any
 ) -> str: ...
 def make_plan(inputs: list[str], output: str, plan_path: str, **kw: Any) -> tuple[int, int, int]: ...
+def subset(
+    source: str, output: str, cells: list[int] | None, conditions: list[str], genes: list[str] | None,
+    gene_key: str | None, tile_size: int | None, level: int, overwrite: bool, storage_options: dict[str, str] | None,
+) -> str: ...
 def scan_part(inputs: list[str], plan_path: str, part: int, parts: int, **kw: Any) -> tuple[int, int]: ...
 def run_part(
     plan_path: str, part: int, parts: int, log: Callable[[dict[str, Any]], None] | None = None, **kw: Any

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from deltacells import _core
@@ -207,3 +207,35 @@ def run_part(
 def finalize(plan_path: str, *, storage_options: dict[str, str] | None = None) -> Manifest:
     """Checks every tile of the plan, writes the side files and obs, then the manifest; returns it."""
     return Manifest.from_json(_core.finalize(os.fspath(plan_path), storage_options=storage_options))
+
+
+def subset(
+    source: str | os.PathLike[str], output: str | os.PathLike[str], *, cells: Sequence[int] | None = None,
+    where: Mapping[str, Sequence[Any] | tuple[float | None, float | None]] | None = None,
+    genes: Sequence[str] | None = None, gene_key: str | None = None, tile_size: int | None = None, level: int = 19,
+    overwrite: bool = False, storage_options: dict[str, str] | None = None,
+) -> Manifest:
+    """Writes some cells and genes of the dataset ``source`` as a new dataset at ``output`` and returns its manifest,
+    as ``deltacells subset``: the cells ``cells`` (indices; any order, each kept once) that meet every condition of
+    ``where`` (``{"tissue": ["lung", "blood"]}``: one of these values; ``{"n_genes": (200, None)}``: a number
+    range, either end open), and the genes ``genes`` (identifiers under ``gene_key``: the var names by default, or a
+    gene-table column such as ``"gene_ids"``), kept in the source's column order. Obs come along with the
+    source's category vocabularies, the gene table is cut to the kept genes, and the manifest's
+    ``metadata["subset"]`` says what was chosen from what. The manifest is written last: an interrupted subset
+    leaves no dataset that looks complete; run it again with ``overwrite=True``. Runs without the GIL."""
+    conditions = []
+    for column, chosen in (where or {}).items():
+        if isinstance(chosen, tuple) and len(chosen) == 2 and all(v is None or isinstance(v, (int, float))
+                                                                   for v in chosen):
+            low, high = ("" if v is None else repr(v) for v in chosen)
+            conditions.append(f"{column}={low}:{high}")
+        else:
+            values = [chosen] if isinstance(chosen, (str, int, float, bool)) else list(chosen)
+            if not values:
+                raise ValueError(f"where[{column!r}] names no value")
+            conditions.append(f"{column}=" + ",".join(str(v).lower() if isinstance(v, bool) else str(v)
+                                                     for v in values))
+    text = _core.subset(os.fspath(source), os.fspath(output), None if cells is None else [int(c) for c in cells],
+                        conditions, None if genes is None else [str(g) for g in genes], gene_key, tile_size,
+                        int(level), bool(overwrite), storage_options)
+    return Manifest.from_json(text)
