@@ -19,6 +19,7 @@ use dct_store::StoreOptions;
 use serde_json::json;
 
 use crate::error::ConvertError;
+use crate::io::Output;
 use crate::remap::{GeneRemap, NO_COLUMN};
 
 /// Which cells and genes a subset keeps, and how it is written.
@@ -44,6 +45,8 @@ pub struct SubsetOptions {
     pub overwrite: bool,
     /// Backends of the source and the output.
     pub store: StoreOptions,
+    /// Stop with an error after writing this many tiles (tests of interrupted subsets; `None` in normal use).
+    pub stop_after_tiles: Option<usize>,
 }
 
 impl Default for SubsetOptions {
@@ -58,6 +61,7 @@ impl Default for SubsetOptions {
             preset: Preset::default(),
             overwrite: false,
             store: StoreOptions::default(),
+            stop_after_tiles: None,
         }
     }
 }
@@ -111,6 +115,9 @@ pub fn parse_condition(
     Ok((column.to_string(), condition))
 }
 
+/// Written at the output while a subset runs (the request it runs), removed once its manifest is written.
+const SUBSET_MARKER: &str = "subset-in-progress.json";
+
 /// An obs column copied: its name, kind and (for a category column) its vocabulary.
 type ObsColumn = (String, ColumnKind, Option<Arc<[String]>>);
 
@@ -125,7 +132,7 @@ fn corpus_err(e: dct_corpus::CorpusError) -> ConvertError {
 /// Writes the cells of `source` that `opts` chooses as a new dataset at `output`: the rows in source order, their
 /// obs (every column, with the source's vocabularies), the gene table and names of the kept genes, and in the
 /// manifest's `metadata.subset` where they came from. Nothing is visible at `output` until its manifest is
-/// written, last.
+/// written, last; a run that stopped before it is replaced by running the same subset again.
 pub fn subset(source: &str, output: &str, opts: &SubsetOptions) -> Result<SubsetReport, ConvertError> {
     let read = ReadOptions { store: opts.store.clone(), ..ReadOptions::default() };
     let ds = Arc::new(Dataset::open(source, read).map_err(dataset_err(source))?);
@@ -196,7 +203,15 @@ pub fn subset(source: &str, output: &str, opts: &SubsetOptions) -> Result<Subset
             "conditions": opts.conditions,
         }
     });
+    // A run of this same subset that stopped before its manifest left its marker: it is replaced, so running the
+    // command again completes it. A finished dataset, or files of anything else, are refused without --overwrite.
+    let out = Output::open(output, &opts.store)?;
+    let request = serde_json::to_vec(&json!({ "source": source, "metadata": writer_opts.metadata })).expect("json");
+    let ours = out.get(dct_dataset::manifest::MANIFEST_NAME)?.is_none()
+        && out.get(SUBSET_MARKER)?.as_deref() == Some(&request[..]);
+    writer_opts.overwrite |= ours;
     let mut writer = DatasetWriter::create(output, writer_opts).map_err(dataset_err(output))?;
+    out.put(SUBSET_MARKER, request.into())?;
     let obs_columns: Vec<ObsColumn> = match &obs {
         Some(o) => {
             writer.set_obs_schema(o.schema().clone(), &ObsWriteOptions::default()).map_err(dataset_err(output))?;
@@ -266,6 +281,9 @@ pub fn subset(source: &str, output: &str, opts: &SubsetOptions) -> Result<Subset
         }
         n_tiles += 1;
         cells.clear();
+        if opts.stop_after_tiles.is_some_and(|stop| n_tiles >= stop) {
+            return Err(ConvertError::Output(format!("{output}: stopped after {n_tiles} tiles, as asked")));
+        }
         Ok(())
     };
     for (&a, &b) in starts.iter().zip(ends) {
@@ -302,5 +320,7 @@ pub fn subset(source: &str, output: &str, opts: &SubsetOptions) -> Result<Subset
         writer.put_file(dct_dataset::manifest::VAR_TABLE_NAME, table).map_err(dataset_err(output))?;
     }
     let written = writer.finish().map_err(dataset_err(output))?;
+    // Finished: the dataset holds only the format's files.
+    out.delete(SUBSET_MARKER)?;
     Ok(SubsetReport { n_cells: written.n_cells, n_genes: written.n_genes, n_tiles })
 }

@@ -6,5 +6,6 @@ mod obs;
 mod obs_bench;
 mod spill;
 mod split_scan;
+mod subset;
 mod support;
 mod writer_agrees;
