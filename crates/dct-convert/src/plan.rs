@@ -322,27 +322,20 @@ fn same_genes(scanned: &[InputScan], sample: &[bool], opts: &ConvertOptions) -> 
     Ok(GeneLayout { names, totals, genes: None, input_columns: Vec::new() })
 }
 
-/// An input's gene keys and names in a gene space, as ids of the plan's [`GeneInterner`].
-#[derive(Default)]
-struct InputGenes {
-    keys: Vec<u32>,
-    names: Vec<u32>,
-}
-
 /// The genes of inputs combined into `space`: each input's genes matched by their keys, totals summed per gene of
 /// the space, each gene named as the first input that has it names it (genes of a given vocabulary that no input
 /// has, by their key).
 fn gene_space(
     scanned: &[InputScan],
-    genes: &[InputGenes],
+    keys: &[Vec<u32>],
+    input_names: &[Vec<u32>],
     interner: &mut GeneInterner,
     sample: &[bool],
     space: &GeneSpace,
     opts: &ConvertOptions,
 ) -> Result<GeneLayout, ConvertError> {
     let paths: Vec<String> = scanned.iter().map(|s| s.path.clone()).collect();
-    let keys: Vec<Vec<u32>> = genes.iter().map(|g| g.keys.clone()).collect();
-    let map = GeneMap::build_interned(&paths, &keys, interner, space).map_err(|e| match e {
+    let map = GeneMap::build_interned(&paths, keys, interner, space).map_err(|e| match e {
         dct_corpus::CorpusError::DuplicateGene { member, gene } => ConvertError::Inputs(format!(
             "{member} lists gene {gene:?} more than once ({}): each gene must appear once in an input to be matched \
              across inputs; choose another --gene-key",
@@ -358,7 +351,7 @@ fn gene_space(
     let mut names: Vec<Option<u32>> = vec![None; n];
     for (m, s) in scanned.iter().enumerate() {
         let columns = map.member(m);
-        let input_names = &genes[m].names;
+        let input_names = &input_names[m];
         let input_totals = s.totals.as_deref().filter(|_| sample[m]);
         for j in 0..columns.n_genes() {
             if let Some(c) = columns.corpus_column(j) {
@@ -444,34 +437,38 @@ fn plan_from(
     // In a gene space each input's gene keys and names are interned as it is scanned: every identifier is held
     // once however many inputs name it.
     let interner = std::sync::Mutex::new(GeneInterner::new());
-    let loaded: Vec<(InputScan, Option<String>, InputGenes)> = inputs
+    // Per input: its scan, why its scan file was not used, and in a gene space its gene keys and names as ids of
+    // the interner (names the same ids when they are the keys).
+    type Loaded = (InputScan, Option<String>, Vec<u32>, Vec<u32>);
+    let loaded: Vec<Loaded> = inputs
         .par_iter()
         .enumerate()
         .map(|(i, path)| {
             let (mut scan, why) = load_or_scan(scan_dir, i, path, sample[i], opts, spill)?;
-            let mut genes = InputGenes::default();
+            let (mut key_ids, mut name_ids) = (Vec::new(), Vec::new());
             if opts.genes.is_some() {
                 let (keys, names) = (scan.keys.take().unwrap_or_default(), scan.names.take().unwrap_or_default());
                 let mut table = interner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                genes.keys = table.intern_all(&keys);
-                genes.names = if names == keys { genes.keys.clone() } else { table.intern_all(&names) };
+                key_ids = table.intern_all(&keys);
+                name_ids = if names == keys { key_ids.clone() } else { table.intern_all(&names) };
             }
-            Ok::<_, ConvertError>((scan, why, genes))
+            Ok::<_, ConvertError>((scan, why, key_ids, name_ids))
         })
         .collect::<Result<_, _>>()?;
     let mut scanned = Vec::with_capacity(loaded.len());
-    let mut input_genes = Vec::with_capacity(loaded.len());
-    for (s, why, genes) in loaded {
+    let (mut input_keys, mut input_names) = (Vec::with_capacity(loaded.len()), Vec::with_capacity(loaded.len()));
+    for (s, why, keys, names) in loaded {
         if let Some(why) = why {
             note(&why);
         }
         scanned.push(s);
-        input_genes.push(genes);
+        input_keys.push(keys);
+        input_names.push(names);
     }
     let mut interner = interner.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
     let layout = match &opts.genes {
         None => same_genes(&scanned, &sample, opts)?,
-        Some(space) => gene_space(&scanned, &input_genes, &mut interner, &sample, space, opts)?,
+        Some(space) => gene_space(&scanned, &input_keys, &input_names, &mut interner, &sample, space, opts)?,
     };
     let n_genes = layout.names.len() as u64;
     if n_genes == 0 {

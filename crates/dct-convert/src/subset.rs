@@ -236,6 +236,8 @@ pub fn subset(source: &str, output: &str, opts: &SubsetOptions) -> Result<Subset
     let (starts, ends) = chosen.selection().ranges();
     let mut cells = Vec::with_capacity(tile_size as usize);
     let mut n_tiles = 0;
+    // A row's gene indices as the remap takes them, reused from row to row.
+    let mut row_genes: Vec<u32> = Vec::new();
     let mut flush = |cells: &mut Vec<u64>| -> Result<(), ConvertError> {
         if cells.is_empty() {
             return Ok(());
@@ -244,8 +246,9 @@ pub fn subset(source: &str, output: &str, opts: &SubsetOptions) -> Result<Subset
         let mut tile = CanonicalCsr::new(kept.len() as u64);
         for r in 0..cells.len() {
             let (lo, hi) = (batch.indptr[r] as usize, batch.indptr[r + 1] as usize);
-            let genes: Vec<u32> = batch.indices[lo..hi].iter().map(|&g| g as u32).collect();
-            remap.push_row(&genes, &batch.values[lo..hi], &mut tile.indices, &mut tile.values);
+            row_genes.clear();
+            row_genes.extend(batch.indices[lo..hi].iter().map(|&g| g as u32));
+            remap.push_row(&row_genes, &batch.values[lo..hi], &mut tile.indices, &mut tile.values);
             tile.indptr.push(tile.indices.len() as u64);
         }
         match &obs {

@@ -34,7 +34,8 @@ fn an_interrupted_subset_is_completed_by_running_it_again() {
     let stopped = subset(&src, url, &SubsetOptions { stop_after_tiles: Some(2), ..opts.clone() });
     assert!(stopped.unwrap_err().to_string().contains("stopped after 2 tiles"));
     let left = files(&out);
-    assert!(!left.contains_key("manifest.json") && left.keys().any(|k| k.starts_with("tiles/")), "{left:?}");
+    // Tiles still being stored when it stopped may or may not be there; its marker and no manifest are.
+    assert!(!left.contains_key("manifest.json") && left.contains_key("subset-in-progress.json"), "{left:?}");
     assert!(dct_dataset::Dataset::open(url, Default::default()).is_err(), "no dataset that looks complete");
 
     // Another request does not take over what this one left.
