@@ -65,6 +65,9 @@ enum Command {
     Obs(commands::obs::Args),
     /// Many datasets as one corpus: cells, the gene vocabulary and each member's coverage, obs columns.
     Corpus(commands::corpus::Args),
+    /// Add the cells of h5ad, 10x HDF5 or Matrix Market inputs at the end of a dataset, re-encoding only its last
+    /// tile.
+    Append(commands::append::Args),
     /// A new dataset of some cells (by index or obs conditions) and genes of a dataset, with their obs and genes.
     Subset(commands::subset::Args),
     /// Write decoded rows as Matrix Market or CSV.
@@ -98,6 +101,7 @@ where
         Command::Verify(args) => commands::verify::run(args, &store),
         Command::Obs(args) => commands::obs::run(args, &store),
         Command::Corpus(args) => commands::corpus::run(args, &store),
+        Command::Append(args) => commands::append::run(args, &store),
         Command::Subset(args) => commands::subset::run(args, &store),
         Command::Export(args) => commands::export::run(args, &store),
         Command::InspectTile(args) => commands::inspect::run(args),

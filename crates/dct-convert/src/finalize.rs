@@ -73,7 +73,7 @@ struct VarFile {
 }
 
 /// The obs of input `i`, read and converted to the plan's schema.
-fn read_input_obs(plan: &Plan, schema: &SchemaPlan, i: usize) -> Result<InputObs, ConvertError> {
+pub(crate) fn read_input_obs(plan: &Plan, schema: &SchemaPlan, i: usize) -> Result<InputObs, ConvertError> {
     let input = &plan.inputs[i];
     let (frame, names) = if input.kind == "h5ad" && schema.needs_frame() {
         let h5ad = H5adSource::open_counts_only(std::path::Path::new(&input.path), &plan.input_options()?.matrix)?;

@@ -54,11 +54,16 @@
 //!   `ConvertReport`, which the CLI prints.
 //! * `spill.rs`: the `Spill`, the inputs the plan decoded, kept in a private temporary folder within a budget and
 //!   read back by the tiles instead of decoding the inputs twice.
+//! * `append/`: `append`, cells added to a dataset: the inputs converted by a plan in the dataset's genes and tile
+//!   grid into a staging folder, the partial last tile joined with the first new cells, the obs shards they join
+//!   rewritten with the grown schema, then everything moved into place and the manifest written last; a journal
+//!   keeps appends apart and lets an interrupted one be completed; the manifest's `metadata.appends` records each.
 //! * `subset.rs`: `subset`, a new dataset of some of a dataset's cells (by index or obs conditions) and genes,
 //!   with their obs and gene table.
 
 #![forbid(unsafe_code)]
 
+mod append;
 mod error;
 mod finalize;
 mod inputs;
@@ -74,6 +79,7 @@ mod scan;
 mod spill;
 mod subset;
 
+pub use append::{AppendJournal, AppendOptions, AppendReport, AppendRequest, AppendedInput, append, append_to};
 pub use error::ConvertError;
 pub use finalize::finalize;
 pub use inputs::{natural_cmp, resolve_inputs};

@@ -117,6 +117,11 @@ pub struct Plan {
     /// source order; `gene_order` then permutes them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub genes: Option<PlanGenes>,
+    /// Cells that precede the plan's first cell in its first tile (an append: the cells of the dataset's partial
+    /// last tile, which the append joins to the first new ones). Tile 0 then holds `tile_size - lead_cells` of the
+    /// plan's cells and every later tile starts `lead_cells` earlier. Left out of the file when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub lead_cells: u64,
     /// 24 hex digits of the SHA-256 of everything above: ties tiles and parts to this plan.
     pub fingerprint: String,
 }
@@ -141,6 +146,10 @@ fn is_preset_plain(p: &str) -> bool {
     p == Preset::Plain.as_str()
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 fn is_version_2(v: &u32) -> bool {
     *v == 2
 }
@@ -151,6 +160,17 @@ impl Plan {
         self.zstd_preset.parse().map_err(|e: String| self.err(format!("zstd_preset: {e}")))
     }
 
+    /// How this plan's tiles are encoded: its chunks, level, preset and format version.
+    pub fn encode_options(&self) -> Result<dct_codec::EncodeOptions, ConvertError> {
+        Ok(dct_codec::EncodeOptions {
+            n_chunks: self.n_chunks,
+            level: self.zstd_level,
+            preset: self.encode_preset()?,
+            version: self.tile_version()?,
+            ..dct_codec::EncodeOptions::default()
+        })
+    }
+
     /// The format version of the tiles and manifest.
     pub fn tile_version(&self) -> Result<Version, ConvertError> {
         Version::from_number(self.format_version)
@@ -159,8 +179,25 @@ impl Plan {
 
     /// Cells `[first, end)` of tile `t`.
     pub fn tile_cells(&self, t: usize) -> (u64, u64) {
-        let first = t as u64 * self.tile_size;
-        (first, (first + self.tile_size).min(self.n_cells))
+        let first = (t as u64 * self.tile_size).saturating_sub(self.lead_cells);
+        (first, ((t as u64 + 1) * self.tile_size - self.lead_cells).min(self.n_cells))
+    }
+
+    /// The tiles that `n_cells` cells make after `lead_cells` cells of the first tile.
+    fn tiles_for(n_cells: u64, tile_size: u64, lead_cells: u64) -> usize {
+        (n_cells + lead_cells).div_ceil(tile_size) as usize
+    }
+
+    /// This plan with its first tile started by `lead_cells` cells from elsewhere (fewer than `tile_size`; see
+    /// [`Plan::lead_cells`]), its tiles and fingerprint computed again.
+    pub fn with_lead_cells(mut self, lead_cells: u64) -> Result<Plan, ConvertError> {
+        if lead_cells >= self.tile_size {
+            return Err(self.err(format!("{lead_cells} lead cells fill a tile of {}", self.tile_size)));
+        }
+        self.lead_cells = lead_cells;
+        self.n_tiles = Plan::tiles_for(self.n_cells, self.tile_size, lead_cells);
+        self.fingerprint = self.compute_fingerprint();
+        Ok(self)
     }
 
     /// Tiles written by part `part` of `parts` (contiguous, so each part reads its inputs in order).
@@ -218,7 +255,8 @@ impl Plan {
         let cells: u64 = plan.inputs.iter().map(|i| i.n_cells).sum();
         let ok = plan.tile_size > 0
             && cells == plan.n_cells
-            && plan.n_tiles as u64 == plan.n_cells.div_ceil(plan.tile_size)
+            && plan.lead_cells < plan.tile_size
+            && plan.n_tiles == Plan::tiles_for(plan.n_cells, plan.tile_size, plan.lead_cells)
             && plan.gene_order.len() as u64 == plan.n_genes
             && plan.var_names.len() as u64 == plan.n_genes
             && is_permutation(&plan.gene_order)
@@ -557,6 +595,7 @@ fn plan_from(
         format_version: opts.format_version.number(),
         write_var: opts.write_var,
         genes,
+        lead_cells: 0,
         fingerprint: String::new(),
     };
     plan.fingerprint = plan.compute_fingerprint();

@@ -344,13 +344,26 @@ pub fn run_part_with_spill(
     parts: usize,
     opts: &RunOptions,
     spill: &Spill,
+    progress: impl FnMut(&Progress),
+) -> Result<PartReport, ConvertError> {
+    let out = Output::open(&plan.output, &opts.store)?;
+    run_part_in(&out, plan, part, parts, opts, spill, progress)
+}
+
+/// [`run_part_with_spill`] writing to `out` (the plan's output, opened by the caller).
+pub(crate) fn run_part_in(
+    out: &Output,
+    plan: &Plan,
+    part: usize,
+    parts: usize,
+    opts: &RunOptions,
+    spill: &Spill,
     mut progress: impl FnMut(&Progress),
 ) -> Result<PartReport, ConvertError> {
     if parts == 0 || part >= parts {
         return Err(ConvertError::Inputs(format!("part {part}/{parts}: parts are numbered 0..N-1 of N >= 1")));
     }
-    let out = Output::open(&plan.output, &opts.store)?;
-    let claim = claim_output(&out, plan)?;
+    let claim = claim_output(out, plan)?;
     let tiles = plan.part_tiles(part, parts);
     let mut report = PartReport { tiles: tiles.clone(), ..Default::default() };
     if let Claim::Finished = claim {
@@ -360,7 +373,7 @@ pub fn run_part_with_spill(
     }
     let mut todo = Vec::new();
     for t in tiles.clone() {
-        match check_tile(&out, plan, t)? {
+        match check_tile(out, plan, t)? {
             TileState::Valid { .. } => report.skipped += 1,
             TileState::Missing | TileState::Invalid(_) => todo.push(t),
         }
@@ -375,13 +388,7 @@ pub fn run_part_with_spill(
         .thread_name(|i| format!("dct-tile-{i}"))
         .build()
         .map_err(|e| ConvertError::Output(format!("cannot start encode threads: {e}")))?;
-    let encode = EncodeOptions {
-        n_chunks: plan.n_chunks,
-        level: plan.zstd_level,
-        preset: plan.encode_preset()?,
-        version: plan.tile_version()?,
-        ..EncodeOptions::default()
-    };
+    let encode = plan.encode_options()?;
     let started = Instant::now();
     let input_bytes_per_cell: Vec<f64> =
         plan.inputs.iter().map(|i| i.size_bytes as f64 / i.n_cells.max(1) as f64).collect();

@@ -51,11 +51,13 @@ pub enum Category {
     InvalidArgument,
     /// Extension: the writer's destination already holds files and `overwrite` is off.
     AlreadyExists,
+    /// Extension: the dataset was changed (appended to) after this reader opened it: open it again.
+    DatasetChanged,
 }
 
 impl Category {
     /// Every category, conformance categories first.
-    pub const ALL: [Category; 19] = [
+    pub const ALL: [Category; 20] = [
         Category::ManifestMissing,
         Category::ManifestFormat,
         Category::ManifestVersion,
@@ -75,6 +77,7 @@ impl Category {
         Category::Io,
         Category::InvalidArgument,
         Category::AlreadyExists,
+        Category::DatasetChanged,
     ];
 
     /// The snake-case name, as the conformance files spell it (e.g. `manifest_tile_cells`).
@@ -99,6 +102,7 @@ impl Category {
             Category::Io => "io",
             Category::InvalidArgument => "invalid_argument",
             Category::AlreadyExists => "already_exists",
+            Category::DatasetChanged => "dataset_changed",
         }
     }
 
@@ -156,6 +160,20 @@ pub enum DatasetError {
         /// URL of the tile object.
         url: String,
         /// What is wrong.
+        message: String,
+    },
+    /// A tile no longer matches the manifest this reader opened because the dataset changed since (an append
+    /// rewrote its last tile, or is doing so): reopen the dataset.
+    #[error(
+        "tile {tile} ({url}) changed after the dataset was opened ({message}): the dataset was appended to; open it \
+         again to read it"
+    )]
+    Changed {
+        /// Tile index.
+        tile: usize,
+        /// URL of the tile object.
+        url: String,
+        /// What differs, or that an append is in progress.
         message: String,
     },
     /// A tile's bytes are corrupt (CRC, structure or compressed contents).
@@ -254,6 +272,7 @@ impl DatasetError {
             | DatasetError::Encode { .. }
             | DatasetError::InvalidArgument(_) => Category::InvalidArgument,
             DatasetError::AlreadyExists { .. } => Category::AlreadyExists,
+            DatasetError::Changed { .. } => Category::DatasetChanged,
         }
     }
 
@@ -261,6 +280,7 @@ impl DatasetError {
     pub fn tile(&self) -> Option<usize> {
         match self {
             DatasetError::Tile { tile, .. }
+            | DatasetError::Changed { tile, .. }
             | DatasetError::Decode { tile, .. }
             | DatasetError::TileFetch { tile, .. } => Some(*tile),
             _ => None,

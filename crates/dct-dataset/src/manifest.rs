@@ -16,8 +16,8 @@ pub const WRITE_VERSION: u32 = 2;
 pub const DEFAULT_MAX_MANIFEST_BYTES: u64 = 256 << 20;
 // The dataset's object names are defined in `dct_format::objects`, for every layer.
 pub use dct_format::objects::{
-    GENE_ORDER_NAME, MANIFEST_NAME, OBS_SCHEMA_NAME, ObsFields, VAR_NAMES_NAME, VAR_TABLE_NAME, obs_shard_path,
-    tile_path,
+    APPEND_JOURNAL_NAME, APPEND_STAGING_DIR, GENE_ORDER_NAME, MANIFEST_NAME, OBS_SCHEMA_NAME, ObsFields,
+    VAR_NAMES_NAME, VAR_TABLE_NAME, obs_shard_path, tile_path,
 };
 
 /// The contents of `manifest.json` (see FORMAT-v2.md, "manifest.json").

@@ -38,6 +38,11 @@ pub const OBS_SHARD_PREFIX: &str = "obs/obs_"; // in OBS_DIR
 pub const OBS_SHARD_DIGITS: usize = 4;
 /// The end of an obs shard's name.
 pub const OBS_SHARD_SUFFIX: &str = ".parquet";
+/// Written at a dataset's root while an append runs (the request it runs; removed once its manifest is written):
+/// it keeps a second append out, and tells a reader whose tile changed under it why.
+pub const APPEND_JOURNAL_NAME: &str = "append-in-progress.json";
+/// The folder where an append stages its tiles and obs before moving them into place (removed when it finishes).
+pub const APPEND_STAGING_DIR: &str = "append-staging/";
 /// Tiles per obs shard (K, the manifest's `obs_tiles_per_file`) unless the writer is told otherwise.
 pub const DEFAULT_OBS_TILES_PER_FILE: u64 = 1000;
 

@@ -7,7 +7,9 @@
 //!
 //! * Writing: infer a schema with [`ObsSchemaBuilder`] over every input (global vocabularies, code widths, the
 //!   `max_categories` threshold), then feed tiles in order to an [`ObsWriter`] (or the I/O-free
-//!   [`ObsShardEncoder`]); [`ObsWriteSummary`] holds the manifest fields.
+//!   [`ObsShardEncoder`]); [`ObsWriteSummary`] holds the manifest fields. An append rewrites the shards its new
+//!   tiles join: [`shard_tile_obs`] reads one back as the encoder's input, [`ObsShardEncoder::starting_at`]
+//!   starts there.
 //! * Reading: [`Obs::open`], [`Obs::localize`] (ranged reads of single column chunks into
 //!   `<cache>/<fingerprint>/obs/<column>.arrow`, memory-mapped), then [`Obs::take`], [`Obs::column`],
 //!   [`Obs::table`].
@@ -36,6 +38,7 @@ mod labels;
 mod manifest;
 pub mod pyjson;
 mod reader;
+mod reread;
 mod schema;
 mod shard;
 mod var;
@@ -54,6 +57,7 @@ pub use manifest::{
     DEFAULT_TILES_PER_FILE, ObsFields, ObsManifest, SCHEMA_NAME, VAR_TABLE_NAME, n_shards, shard_name, shard_tiles,
 };
 pub use reader::{ColumnSize, LocalizeReport, Obs, ObsOptions, read_schema};
+pub use reread::shard_tile_obs;
 pub use schema::{
     ArrowType, ColumnKind, MAX_SCHEMA_BYTES, ObsColumn, ObsSchema, SCHEMA_FORMAT, SCHEMA_VERSION, code_type_for,
 };

@@ -154,6 +154,27 @@ impl ObsShardEncoder {
         })
     }
 
+    /// The same encoder starting at tile `first_tile`, the first tile of a shard (a multiple of
+    /// `tiles_per_file`): the shards before it are left as they are (an append rewrites only the shards from the
+    /// one that holds the dataset's last tile). Shards keep their names and indices in the whole dataset.
+    pub fn starting_at(mut self, first_tile: usize) -> Result<Self> {
+        if self.streaming || self.next_tile != 0 {
+            return Err(ObsError::input(None, "starting_at takes a new encoder made with ObsShardEncoder::new"));
+        }
+        if !(first_tile as u64).is_multiple_of(self.tiles_per_file) || first_tile > self.tile_cells.len() {
+            return Err(ObsError::input(
+                None,
+                format!(
+                    "tile {first_tile} does not start a shard of {} tiles within {} tiles",
+                    self.tiles_per_file,
+                    self.tile_cells.len()
+                ),
+            ));
+        }
+        self.next_tile = first_tile;
+        Ok(self)
+    }
+
     /// The schema being written.
     pub fn schema(&self) -> &ObsSchema {
         &self.schema

@@ -271,3 +271,45 @@ pub(crate) fn subset(
         .map_err(convert_error)?;
     String::from_utf8(manifest).map_err(|e| value_error(e.to_string()))
 }
+
+/// Appends the cells of `inputs` to the dataset at `dataset` (see `dct_convert::append`), the GIL released; returns
+/// the report as JSON text.
+#[pyfunction]
+#[pyo3(signature = (dataset, inputs, gene_key, drop_new_genes, allow_repeat, level, matrix, obs_exclude, threads, storage_options))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn append(
+    py: Python<'_>,
+    dataset: &str,
+    inputs: Vec<String>,
+    gene_key: Option<String>,
+    drop_new_genes: bool,
+    allow_repeat: bool,
+    level: Option<i32>,
+    matrix: &str,
+    obs_exclude: Vec<String>,
+    threads: usize,
+    storage_options: Option<Bound<'_, PyDict>>,
+) -> PyResult<String> {
+    let matrix = match matrix {
+        "X" => dct_input::H5adMatrix::X,
+        "raw" => dct_input::H5adMatrix::RawX,
+        m => match m.strip_prefix("layer:") {
+            Some(name) => dct_input::H5adMatrix::Layer(name.to_string()),
+            None => return Err(value_error(format!("matrix {m:?}: use \"X\", \"raw\" or \"layer:NAME\""))),
+        },
+    };
+    let options = dct_convert::AppendOptions {
+        gene_key,
+        drop_new_genes,
+        allow_repeat,
+        level,
+        matrix,
+        obs_exclude,
+        threads,
+        store: crate::dataset::store_options(storage_options.as_ref())?,
+        ..dct_convert::AppendOptions::default()
+    };
+    let paths: Vec<std::path::PathBuf> = inputs.into_iter().map(std::path::PathBuf::from).collect();
+    let r = py.detach(|| dct_convert::append(dataset, &paths, &options)).map_err(convert_error)?;
+    Ok(r.to_json().to_string())
+}

@@ -15,6 +15,14 @@ pyo3::create_exception!(
      the tile or column, the rule and the byte offset). A subclass of ValueError."
 );
 
+pyo3::create_exception!(
+    _core,
+    DatasetChangedError,
+    PyRuntimeError,
+    "The dataset was changed (appended to) after it was opened, and a tile read now belongs to the new version: open \
+     the dataset again. A subclass of RuntimeError."
+);
+
 /// A `ValueError` with `message`.
 pub(crate) fn value_error(message: impl Into<String>) -> PyErr {
     PyValueError::new_err(message.into())
@@ -55,6 +63,7 @@ pub(crate) fn dataset_error(e: DatasetError) -> PyErr {
     match e.category() {
         Category::ManifestMissing | Category::TileMissing => PyFileNotFoundError::new_err(message),
         Category::AlreadyExists => PyFileExistsError::new_err(message),
+        Category::DatasetChanged => DatasetChangedError::new_err(message),
         Category::InvalidArgument => PyValueError::new_err(message),
         Category::Io => PyOSError::new_err(message),
         Category::ManifestFormat

@@ -63,6 +63,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("FormatError", py.get_type::<errors::FormatError>())?;
+    m.add("DatasetChangedError", py.get_type::<errors::DatasetChangedError>())?;
     m.add("FORMAT_VERSION", dct_format::Version::V2.number())?;
     m.add("CORPUS_OPEN_CONCURRENCY", dct_corpus::OPEN_CONCURRENCY)?;
     m.add("HEADER_SIZE", dct_format::HEADER_LEN)?;
@@ -124,6 +125,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(convert::finalize, m)?)?;
     m.add_function(wrap_pyfunction!(convert::plan_info, m)?)?;
     m.add_function(wrap_pyfunction!(convert::subset, m)?)?;
+    m.add_function(wrap_pyfunction!(convert::append, m)?)?;
     m.add_function(wrap_pyfunction!(cli::run_cli, m)?)?;
     m.add_function(wrap_pyfunction!(cli::version, m)?)?;
     m.add_function(wrap_pyfunction!(backend::stop_backend_calls, m)?)?;

@@ -327,6 +327,6 @@ pub fn run(mut args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
 }
 
 /// `--preset NAME`.
-fn parse_preset(text: &str) -> Result<Preset, String> {
+pub(crate) fn parse_preset(text: &str) -> Result<Preset, String> {
     text.parse()
 }

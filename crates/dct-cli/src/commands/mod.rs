@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod append;
 pub mod bench;
 pub mod bench_corpus;
 pub mod convert;

@@ -15,7 +15,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use super::cache::{Cache, LoadFuture, Slot, Tile, TileData};
 use super::options::{Counters, add, nanos};
 use crate::error::{Category, DatasetError};
-use crate::manifest::{Manifest, tile_path};
+use crate::manifest::{APPEND_JOURNAL_NAME, DEFAULT_MAX_MANIFEST_BYTES, MANIFEST_NAME, Manifest, tile_path};
 use crate::rt::on_pool;
 use dct_store::{Store, StoreError};
 
@@ -234,13 +234,46 @@ impl Core {
         Ok(TileData::Raw { tile, indptr, permit: None })
     }
 
-    /// GETs tile `t` and checks its size and header against the manifest.
+    /// GETs tile `t` and checks its size and header against the manifest. A tile that disagrees with it because
+    /// the dataset changed since it was opened is [`DatasetError::Changed`] (see [`Self::changed_since_open`]).
     pub(crate) async fn fetch_checked(&self, t: usize) -> Result<Bytes, DatasetError> {
-        let blob = self.fetch_checked_size(t).await?;
-        let started = Instant::now();
-        self.check_header(t, &blob)?;
-        add(&self.counters.check_nanos, nanos(started.elapsed()));
-        Ok(blob)
+        let checked = async {
+            let blob = self.fetch_checked_size(t).await?;
+            let started = Instant::now();
+            self.check_header(t, &blob)?;
+            add(&self.counters.check_nanos, nanos(started.elapsed()));
+            Ok(blob)
+        };
+        match checked.await {
+            Err(e @ DatasetError::Tile { .. }) => Err(self.changed_since_open(t, e).await),
+            other => other,
+        }
+    }
+
+    /// `e` (tile `t` is missing, or its size or header disagrees with the manifest), or, if the reason is that the
+    /// dataset changed after this reader opened it, [`DatasetError::Changed`]: the manifest now in the store is
+    /// another, or an append is under way (its journal is there). An append rewrites the last tile in place, so a
+    /// reader opened before it must not take the new tile's rows for the old ones.
+    async fn changed_since_open(&self, t: usize, e: DatasetError) -> DatasetError {
+        let url = self.store.url(&tile_path(t));
+        let now = match self.store.get_limited(MANIFEST_NAME, DEFAULT_MAX_MANIFEST_BYTES).await {
+            Ok(bytes) => Manifest::from_json(&bytes).ok(),
+            Err(_) => None,
+        };
+        if let Some(now) = now.filter(|now| *now != self.manifest) {
+            let message = format!(
+                "it now holds {} cells in {} tiles, {} when it was opened",
+                now.n_cells,
+                now.tile_cells.len(),
+                self.manifest.n_cells
+            );
+            return DatasetError::Changed { tile: t, url, message };
+        }
+        if matches!(self.store.exists(APPEND_JOURNAL_NAME).await, Ok(true)) {
+            let message = format!("an append is in progress ({})", self.store.url(APPEND_JOURNAL_NAME));
+            return DatasetError::Changed { tile: t, url, message };
+        }
+        e
     }
 
     /// GETs tile `t` and checks its size against the manifest.

@@ -18,6 +18,7 @@ from deltacells.backends import (
     ThrottledBackend,
     open_backend,
 )
+from deltacells.convert import AppendReport, append
 from deltacells.corpus import Corpus, open_corpus
 from deltacells.dataset import DeltaCellsDataset, open_dataset
 from deltacells.format import FormatError, TileInfo
@@ -27,10 +28,16 @@ from deltacells.writer import DatasetWriter, encode_tile, permute_columns, write
 
 __version__: str = _core.__version__
 
+#: A tile read no longer belongs to the dataset this reader opened: the dataset was appended to since. Open it
+#: again. A subclass of ``RuntimeError``.
+DatasetChangedError = _core.DatasetChangedError
+
 __all__ = [
+    "AppendReport",
     "Backend",
     "Corpus",
     "CountingBackend",
+    "DatasetChangedError",
     "DatasetWriter",
     "DecodedTile",
     "DeltaCellsDataset",
@@ -44,6 +51,7 @@ __all__ = [
     "ThrottledBackend",
     "Tile",
     "TileInfo",
+    "append",
     "encode_tile",
     "open_backend",
     "open_corpus",

@@ -8,6 +8,7 @@ import numpy as np
 
 __all__ = [
     "__version__",
+    "DatasetChangedError",
     "FormatError",
     "FORMAT_VERSION",
     "CORPUS_OPEN_CONCURRENCY",
@@ -62,6 +63,7 @@ __all__ = [
     "convert",
     "make_plan",
     "subset",
+    "append",
     "scan_part",
     "run_part",
     "finalize",
@@ -98,6 +100,7 @@ def n_obs_shards(n_tiles: int, tiles_per_file: int) -> int: ...
 def obs_shard_tiles(n_tiles: int, tiles_per_file: int, shard: int) -> tuple[int, int]: ...
 
 class FormatError(ValueError): ...
+class DatasetChangedError(RuntimeError): ...
 
 @final
 class Tile:
@@ -339,6 +342,10 @@ def make_plan(inputs: list[str], output: str, plan_path: str, **kw: Any) -> tupl
 def subset(
     source: str, output: str, cells: list[int] | None, conditions: list[str], genes: list[str] | None,
     gene_key: str | None, tile_size: int | None, level: int, overwrite: bool, storage_options: dict[str, str] | None,
+) -> str: ...
+def append(
+    dataset: str, inputs: list[str], gene_key: str | None, drop_new_genes: bool, allow_repeat: bool,
+    level: int | None, matrix: str, obs_exclude: list[str], threads: int, storage_options: dict[str, str] | None,
 ) -> str: ...
 def scan_part(inputs: list[str], plan_path: str, part: int, parts: int, **kw: Any) -> tuple[int, int]: ...
 def run_part(

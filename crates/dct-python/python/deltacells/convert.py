@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import functools
 import os
+import json
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from deltacells import _core
 from deltacells.manifest import Manifest
 
-__all__ = ["convert_h5ad", "finalize", "natural_sort_key", "plan", "resolve_files", "run_part", "scan_part"]
+__all__ = ["AppendReport", "append", "convert_h5ad", "finalize", "natural_sort_key", "plan", "resolve_files", "run_part", "scan_part"]
 
 Log = Callable[[str], None]
 
@@ -239,3 +241,64 @@ def subset(
                         conditions, None if genes is None else [str(g) for g in genes], gene_key, tile_size,
                         int(level), bool(overwrite), storage_options)
     return Manifest.from_json(text)
+
+
+@dataclass(frozen=True)
+class AppendReport:
+    """What :func:`append` did (the same figures as ``deltacells append --json``)."""
+
+    #: The dataset already held these inputs (an earlier append of them): nothing was written.
+    already_appended: bool
+    #: This run completed an append that had stopped.
+    resumed: bool
+    #: Cells added.
+    cells_added: int
+    #: The dataset's cells after the append.
+    n_cells: int
+    #: The dataset's tiles after the append.
+    n_tiles: int
+    #: The partial last tile encoded again with the first new cells, if there was one.
+    tile_rewritten: int | None
+    #: New tile objects.
+    tiles_added: int
+    #: Bytes of the new and rewritten tiles.
+    tile_bytes_written: int
+    #: Obs shards written (the one holding the last tile, and new ones; all of them if the schema changed).
+    obs_shards_written: list[int] = field(default_factory=list)
+    #: Why every obs shard was rewritten, if it was (a column added, codes or numbers widened).
+    obs_rewrite_reasons: list[str] = field(default_factory=list)
+    #: Genes of the inputs the dataset lacks, dropped with ``drop_new_genes=True``.
+    genes_dropped: int = 0
+    #: Up to 10 of them.
+    genes_dropped_examples: list[str] = field(default_factory=list)
+    #: The record the append left in the manifest's ``metadata["appends"]`` (inputs with their sizes and
+    #: SHA-256, first cell, cells, time).
+    record: dict[str, Any] = field(default_factory=dict)
+
+
+def append(
+    dataset: str | os.PathLike[str], inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
+    gene_key: str | None = None, drop_new_genes: bool = False, allow_repeat: bool = False, level: int | None = None,
+    layer: str | None = None, raw: bool = False, obs_exclude: Sequence[str] = (), threads: int = 0,
+    storage_options: dict[str, str] | None = None,
+) -> AppendReport:
+    """Adds the cells of ``inputs`` (``.h5ad``, 10x ``.h5``, Matrix Market folders, or glob patterns, appended in
+    natural order) at the end of ``dataset``, as ``deltacells append``.
+
+    The inputs' genes are placed in the dataset's columns by name, or by the gene-table column ``gene_key`` (e.g.
+    ``"gene_ids"``); genes the dataset lacks are refused, listing them, unless ``drop_new_genes=True``. Every full
+    tile is left as it is; only the partial last tile is encoded again, with the first new cells. Obs grows with the
+    cells: new categories are added at the end of each vocabulary (existing codes keep their meaning), new columns
+    are missing for the dataset's cells. The manifest records each append (``metadata["appends"]``): the same inputs
+    appended again change nothing (``already_appended``) unless ``allow_repeat=True``. An interrupted append is
+    completed by calling this again with the same inputs; a second append is refused while one is under way. A
+    reader opened before the append that reads the rewritten last tile raises
+    :class:`~deltacells.DatasetChangedError`. Runs without the GIL."""
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = [inputs]
+    files = resolve_files([os.fspath(p) for p in inputs])
+    matrix = f"layer:{layer}" if layer is not None else ("raw" if raw else "X")
+    text = _core.append(os.fspath(dataset), files, gene_key, bool(drop_new_genes), bool(allow_repeat),
+                        None if level is None else int(level), matrix, [str(c) for c in obs_exclude], int(threads),
+                        storage_options)
+    return AppendReport(**json.loads(text))

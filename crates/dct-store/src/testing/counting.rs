@@ -45,6 +45,10 @@ pub struct RequestCounts {
     pub gets_by_path: BTreeMap<String, u64>,
     /// Paths of the PUT requests (relative to the counted store's location), in the order they were issued.
     pub put_paths: Vec<String>,
+    /// COPY requests (server-side copies; hard links on local files).
+    pub copies: u64,
+    /// Destination paths of the COPY requests, in the order they were issued.
+    pub copy_paths: Vec<String>,
     /// The most GET and PUT requests that were waiting for the backend at once.
     pub max_in_flight: u64,
 }
@@ -133,7 +137,20 @@ impl CountingStore {
     }
 }
 
-object_store_layer!(CountingStore, forward: [put_multipart_opts, copy_opts, rename_opts], {
+object_store_layer!(CountingStore, forward: [put_multipart_opts, rename_opts], {
+    async fn copy_opts(&self, from: &Path, to: &Path, options: object_store::CopyOptions) -> object_store::Result<()> {
+        {
+            let mut s = self.counter.lock();
+            s.counts.copies += 1;
+            s.counts.copy_paths.push(self.name(to));
+        }
+        self.counter.enter();
+        let got = self.inner.copy_opts(from, to, options).await;
+        self.counter.leave();
+        got
+    }
+
+
     async fn put_opts(&self, location: &Path, payload: PutPayload, opts: PutOptions) -> object_store::Result<PutResult> {
         {
             let mut s = self.counter.lock();
