@@ -7,7 +7,7 @@ of its genes in a seeded random order (var names and a ``gene_ids`` column as in
 ``WORKDIR/equal/part_NN.h5ad``: the same counts re-indexed by pandas to the union of those gene lists (genes an
 input lacks as zeros, every input in the union's order), which is what a user without ``--genes`` has to do before
 converting. ``docs/BENCHMARKS.md`` times ``deltacells convert different/*.h5ad --genes union`` against
-``deltacells convert equal/*.h5ad`` with farm-bench.
+``deltacells convert equal/*.h5ad`` with ``scripts/alternate.py``.
 """
 
 from __future__ import annotations
