@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import TESTDATA, require, run_module, same
+from conftest import TESTDATA, require, run_module, s3_or_skip, same
 
 ad = require("anndata")
 pd = require("pandas")
@@ -148,7 +148,7 @@ def test_an_input_appended_before_is_refused_with_others(parts, base, tmp_path):
 
 
 def test_new_genes_are_refused_or_dropped(parts, base, tmp_path):
-    d, a = parts[0], parts[1]
+    a = parts[1]
     more = a[130:160].copy()
     more.var_names = [f"NEW{i}" if i < 3 else g for i, g in enumerate(more.var_names)]
     more.write_h5ad(tmp_path / "more.h5ad")
@@ -166,7 +166,7 @@ def test_new_genes_are_refused_or_dropped(parts, base, tmp_path):
 
 
 def test_genes_matched_by_a_gene_table_column(parts, base, tmp_path):
-    d, a = parts[0], parts[1]
+    a = parts[1]
     other = a[130:].copy()
     other.var_names = [f"renamed{i}" for i in range(other.n_vars)]  # names differ, Ensembl IDs agree
     other.write_h5ad(tmp_path / "ids.h5ad")
@@ -272,3 +272,49 @@ def test_appends_killed_at_random_moments_are_completed_by_running_them_again(pa
         r = run_module("append", str(ds), str(d / "second.h5ad"), "--level", "19")
         assert r.returncode == 0, r.stderr
         assert comparable(ds) == want, f"trial {trial}"
+
+
+def test_only_the_shards_the_new_tiles_join_are_rewritten_unless_codes_widen(parts, tmp_path):
+    """Shards of 2 tiles: an append that keeps the schema's stored form rewrites the shard holding the last tile
+    only; one whose category vocabulary outgrows int8 codes rewrites every shard, says so, and the old codes keep
+    their labels."""
+    a = parts[1]
+    first = a[:130].copy()
+    first.obs["label"] = pd.Categorical([f"c{i % 100}" for i in range(130)])
+    first.write_h5ad(tmp_path / "first.h5ad")
+    out = tmp_path / "ds"
+    convert_h5ad(str(tmp_path / "first.h5ad"), str(out), tile_size=TILE, level=3, obs_tiles_per_file=2, log=None)
+    shard0 = digest(out / "obs" / "obs_0000.parquet")
+    same_kind = a[130:160].copy()
+    same_kind.obs["label"] = pd.Categorical([f"c{i % 100}" for i in range(30)])
+    same_kind.write_h5ad(tmp_path / "same.h5ad")
+    report = deltacells.append(str(out), str(tmp_path / "same.h5ad"))
+    assert report.obs_shards_written == [1] and report.obs_rewrite_reasons == []
+    assert digest(out / "obs" / "obs_0000.parquet") == shard0
+    wider = a[160:].copy()
+    wider.obs["label"] = pd.Categorical([f"new{i}" for i in range(40)])
+    wider.write_h5ad(tmp_path / "wider.h5ad")
+    report = deltacells.append(str(out), str(tmp_path / "wider.h5ad"))
+    assert report.obs_shards_written == [0, 1] and "int8 to int16" in " ".join(report.obs_rewrite_reasons)
+    labels = [str(v) for v in open_dataset(str(out)).obs.to_pandas()["label"]]
+    assert labels == [f"c{i % 100}" for i in range(130)] + [f"c{i % 100}" for i in range(30)] + \
+        [f"new{i}" for i in range(40)]
+
+
+def test_append_on_an_object_store(parts):
+    """The dataset on S3 (the server CI starts): staged objects moved in by server-side copies, the journal by a
+    conditional PUT."""
+    from deltacells import StoreBackend
+
+    d, a = parts[0], parts[1]
+    url, options = s3_or_skip()
+    convert_h5ad(str(d / "first.h5ad"), url, tile_size=TILE, level=3, log=None, storage_options=options)
+    report = deltacells.append(url, str(d / "second.h5ad"), storage_options=options)
+    assert (report.n_cells, report.tile_rewritten) == (200, 2)
+    ds = open_dataset(StoreBackend(url, options))
+    names = ds.var_names
+    lacking = [g for g in names if g not in set(parts[3].var_names)]
+    want = expected(a, list(range(200)), names).tolil()
+    want[130:, [names.index(g) for g in lacking]] = 0
+    assert same(ds[:].to_scipy(), sp.csr_matrix(want))
+    assert deltacells.append(url, str(d / "second.h5ad"), storage_options=options).already_appended

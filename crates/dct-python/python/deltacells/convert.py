@@ -9,8 +9,8 @@ to a one-machine conversion.
 from __future__ import annotations
 
 import functools
-import os
 import json
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +18,10 @@ from typing import Any
 from deltacells import _core
 from deltacells.manifest import Manifest
 
-__all__ = ["AppendReport", "append", "convert_h5ad", "finalize", "natural_sort_key", "plan", "resolve_files", "run_part", "scan_part"]
+__all__ = [
+    "AppendReport", "append", "convert_h5ad", "finalize", "natural_sort_key", "plan", "resolve_files", "run_part",
+    "scan_part", "subset",
+]
 
 Log = Callable[[str], None]
 
