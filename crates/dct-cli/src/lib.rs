@@ -68,6 +68,8 @@ enum Command {
     /// Add the cells of h5ad, 10x HDF5 or Matrix Market inputs at the end of a dataset, re-encoding only its last
     /// tile.
     Append(commands::append::Args),
+    /// One dataset of the cells of several with the same genes, their tiles copied where they fall whole.
+    Merge(commands::merge::Args),
     /// A new dataset of some cells (by index or obs conditions) and genes of a dataset, with their obs and genes.
     Subset(commands::subset::Args),
     /// Write decoded rows as Matrix Market or CSV.
@@ -102,6 +104,7 @@ where
         Command::Obs(args) => commands::obs::run(args, &store),
         Command::Corpus(args) => commands::corpus::run(args, &store),
         Command::Append(args) => commands::append::run(args, &store),
+        Command::Merge(args) => commands::merge::run(args, &store),
         Command::Subset(args) => commands::subset::run(args, &store),
         Command::Export(args) => commands::export::run(args, &store),
         Command::InspectTile(args) => commands::inspect::run(args),

@@ -58,6 +58,8 @@
 //!   grid into a staging folder, the partial last tile joined with the first new cells, the obs shards they join
 //!   rewritten with the grown schema, then everything moved into place and the manifest written last; a journal
 //!   keeps appends apart and lets an interrupted one be completed; the manifest's `metadata.appends` records each.
+//! * `merge.rs`: `merge`, one dataset from several with the same genes: tiles copied as they are where they fall
+//!   whole on the new tiles, re-encoded after a source whose last tile is partial; obs combined as for an append.
 //! * `subset.rs`: `subset`, a new dataset of some of a dataset's cells (by index or obs conditions) and genes,
 //!   with their obs and gene table.
 
@@ -68,6 +70,7 @@ mod error;
 mod finalize;
 mod inputs;
 mod io;
+mod merge;
 mod obs;
 mod oneshot;
 mod options;
@@ -83,6 +86,7 @@ pub use append::{AppendJournal, AppendOptions, AppendReport, AppendRequest, Appe
 pub use error::ConvertError;
 pub use finalize::finalize;
 pub use inputs::{natural_cmp, resolve_inputs};
+pub use merge::{MergeOptions, MergeReport, merge};
 pub use obs::OBS_NAMES;
 pub use oneshot::{ConvertReport, Stage, convert, convert_with};
 pub use output::clear_output;

@@ -208,14 +208,7 @@ impl Plan {
 
     /// The options this plan was made with (for re-opening its inputs).
     pub fn input_options(&self) -> Result<InputOptions, ConvertError> {
-        let matrix = match self.matrix.as_str() {
-            "X" => H5adMatrix::X,
-            "raw" => H5adMatrix::RawX,
-            m => match m.strip_prefix("layer:") {
-                Some(name) => H5adMatrix::Layer(name.to_string()),
-                None => return Err(self.err(format!("unknown matrix `{m}`"))),
-            },
-        };
+        let matrix: H5adMatrix = self.matrix.parse().map_err(|e: String| self.err(e))?;
         Ok(InputOptions { matrix, feature_type: self.feature_type.clone() })
     }
 
@@ -565,11 +558,7 @@ fn plan_from(
         zstd_level: opts.preset.base_level().unwrap_or(opts.level),
         zstd_preset: opts.preset.as_str().into(),
         n_chunks: opts.n_chunks,
-        matrix: match &opts.matrix {
-            H5adMatrix::X => "X".into(),
-            H5adMatrix::RawX => "raw".into(),
-            H5adMatrix::Layer(n) => format!("layer:{n}"),
-        },
+        matrix: opts.matrix.to_string(),
         feature_type: opts.feature_type.clone(),
         gene_sort: match opts.gene_sort {
             GeneSort::AllInputs => "all".into(),

@@ -15,7 +15,7 @@
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
-use dct_input::{CountSource, H5adMatrix, H5adSource, InputKind, detect_kind, open_input_with, scan, scan_observed};
+use dct_input::{CountSource, H5adSource, InputKind, detect_kind, open_input_with, scan, scan_observed};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -139,11 +139,7 @@ fn input_stamp(path: &Path) -> Result<Vec<FileStamp>, ConvertError> {
 
 /// Fingerprint of the options that decide what a scan holds (not the output, tiles or level).
 fn options_fingerprint(opts: &ConvertOptions) -> String {
-    let matrix = match &opts.matrix {
-        H5adMatrix::X => "X".to_string(),
-        H5adMatrix::RawX => "raw".to_string(),
-        H5adMatrix::Layer(n) => format!("layer:{n}"),
-    };
+    let matrix = opts.matrix.to_string();
     let mut key = serde_json::json!({
         "matrix": matrix,
         "feature_type": opts.feature_type,

@@ -446,6 +446,61 @@ impl DatasetWriter {
         self.take_tile(tile)
     }
 
+    /// Adds a tile already encoded (`blob`: a tile of another dataset with these genes and this version, copied
+    /// without decoding it) with its obs (`None` exactly when the writer has no obs schema). Checked first
+    /// (structure, CRC, genes, version, at most `tile_size` cells, no short tile before): a refused tile changes
+    /// nothing. Stored as it is; returns its index.
+    #[cfg(feature = "obs")]
+    pub fn push_encoded_tile(&mut self, blob: Bytes, obs: Option<&dct_obs::TileObs>) -> Result<usize, DatasetError> {
+        self.usable()?;
+        let root = self.store.root().to_string();
+        let bad = |m: String| Err(DatasetError::InvalidArgument(format!("encoded tile for {root}: {m}")));
+        let h = match dct_format::TileLayout::parse(&blob) {
+            Ok(layout) => *layout.header(),
+            Err(e) => return bad(format!("it is not a valid tile: {e}")),
+        };
+        if let Err(e) = dct_format::verify_crc(&blob, &h) {
+            return bad(e.to_string());
+        }
+        if self.current.n_rows() > 0 || self.short_tile_pushed {
+            return bad("rows appended with append(), or a short tile, come before it".into());
+        }
+        if u64::from(h.n_genes) != self.opts.n_genes || h.version != self.encode.version {
+            return bad(format!(
+                "it has {} genes (version {}); the dataset {} (version {})",
+                h.n_genes,
+                h.version.number(),
+                self.opts.n_genes,
+                self.encode.version.number()
+            ));
+        }
+        if h.n_cells == 0 || h.n_cells > self.opts.tile_size {
+            return bad(format!("it holds {} cells; a tile holds 1 to {}", h.n_cells, self.opts.tile_size));
+        }
+        match (self.obs.as_mut(), obs) {
+            (Some(shards), Some(obs)) => {
+                if let Some(shard) =
+                    shards.push(obs, h.n_cells as usize).map_err(|e| crate::reader::obs_error(&root, e))?
+                {
+                    self.store_file(&shard.name, shard.bytes)?;
+                }
+            }
+            (None, None) => {}
+            _ => return bad("obs is given exactly when the writer has an obs schema".into()),
+        }
+        let t = self.done.len() + self.pending.len();
+        self.short_tile_pushed = h.n_cells < self.opts.tile_size;
+        self.n_cells += h.n_cells;
+        let store = self.store.clone();
+        let stats = TileStats { cells: h.n_cells, nnz: h.nnz, bytes: blob.len() as u64 };
+        let job = async move { store.put(&tile_path(t), blob).await.map(|()| stats).map_err(DatasetError::from) };
+        self.pending.push_back(self.rt.handle().spawn(job));
+        while self.pending.len() >= self.max_in_flight {
+            self.wait_oldest()?;
+        }
+        Ok(t)
+    }
+
     /// Stores the last (short) tile, waits for every tile, stores the side files and then `manifest.json`, and
     /// returns the manifest written.
     pub fn finish(mut self) -> Result<Manifest, DatasetError> {

@@ -100,6 +100,33 @@ pub enum H5adMatrix {
     RawX,
 }
 
+impl std::fmt::Display for H5adMatrix {
+    /// The matrix as plans, records and the command line spell it: `X`, `raw` or `layer:NAME`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            H5adMatrix::X => f.write_str("X"),
+            H5adMatrix::RawX => f.write_str("raw"),
+            H5adMatrix::Layer(name) => write!(f, "layer:{name}"),
+        }
+    }
+}
+
+impl std::str::FromStr for H5adMatrix {
+    type Err = String;
+
+    /// Parses `X`, `raw` or `layer:NAME` (what [`H5adMatrix`]'s `Display` writes).
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "X" => Ok(H5adMatrix::X),
+            "raw" => Ok(H5adMatrix::RawX),
+            m => match m.strip_prefix("layer:") {
+                Some(name) if !name.is_empty() => Ok(H5adMatrix::Layer(name.to_string())),
+                _ => Err(format!("matrix {m:?}: use \"X\", \"raw\" or \"layer:NAME\"")),
+            },
+        }
+    }
+}
+
 /// Options for [`open_input_with`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InputOptions {

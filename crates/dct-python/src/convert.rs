@@ -290,14 +290,7 @@ pub(crate) fn append(
     threads: usize,
     storage_options: Option<Bound<'_, PyDict>>,
 ) -> PyResult<String> {
-    let matrix = match matrix {
-        "X" => dct_input::H5adMatrix::X,
-        "raw" => dct_input::H5adMatrix::RawX,
-        m => match m.strip_prefix("layer:") {
-            Some(name) => dct_input::H5adMatrix::Layer(name.to_string()),
-            None => return Err(value_error(format!("matrix {m:?}: use \"X\", \"raw\" or \"layer:NAME\""))),
-        },
-    };
+    let matrix: dct_input::H5adMatrix = matrix.parse().map_err(value_error)?;
     let options = dct_convert::AppendOptions {
         gene_key,
         drop_new_genes,
@@ -312,4 +305,28 @@ pub(crate) fn append(
     let paths: Vec<std::path::PathBuf> = inputs.into_iter().map(std::path::PathBuf::from).collect();
     let r = py.detach(|| dct_convert::append(dataset, &paths, &options)).map_err(convert_error)?;
     Ok(r.to_json().to_string())
+}
+
+/// Merges the datasets `sources` into a new one at `output` (see `dct_convert::merge`), the GIL released; returns
+/// the report as JSON text.
+#[pyfunction]
+#[pyo3(signature = (sources, output, level, overwrite, storage_options))]
+pub(crate) fn merge(
+    py: Python<'_>,
+    sources: Vec<String>,
+    output: &str,
+    level: Option<i32>,
+    overwrite: bool,
+    storage_options: Option<Bound<'_, PyDict>>,
+) -> PyResult<String> {
+    let options = dct_convert::MergeOptions {
+        level,
+        overwrite,
+        store: crate::dataset::store_options(storage_options.as_ref())?,
+        ..dct_convert::MergeOptions::default()
+    };
+    let r = py.detach(|| dct_convert::merge(&sources, output, &options)).map_err(convert_error)?;
+    let report = serde_json::json!({"n_cells": r.n_cells, "n_tiles": r.n_tiles, "tiles_copied": r.tiles_copied,
+                                    "tiles_encoded": r.tiles_encoded});
+    Ok(report.to_string())
 }

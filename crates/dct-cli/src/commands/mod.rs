@@ -9,6 +9,7 @@ pub mod demo;
 pub mod export;
 pub mod info;
 pub mod inspect;
+pub mod merge;
 pub mod obs;
 pub mod subset;
 pub mod verify;

@@ -38,6 +38,7 @@ use dct_store::Store;
 use serde_json::Value;
 
 use commit::commit;
+pub(crate) use obs::merge_schemas;
 pub use record::{AppendJournal, AppendRequest, AppendedInput};
 use site::{BASE_MANIFEST, Site};
 use stage::stage;
@@ -184,7 +185,7 @@ pub fn append_to(store: Store, inputs: &[PathBuf], opts: &AppendOptions) -> Resu
             .collect::<Result<_, ConvertError>>()?,
         gene_key: opts.gene_key.clone(),
         drop_new_genes: opts.drop_new_genes,
-        matrix: matrix_name(&opts.matrix),
+        matrix: opts.matrix.to_string(),
         level,
     };
 
@@ -258,14 +259,6 @@ pub fn append_to(store: Store, inputs: &[PathBuf], opts: &AppendOptions) -> Resu
              complete it (readers see an error, never wrong rows, until then)"
         ))
     })
-}
-
-fn matrix_name(m: &H5adMatrix) -> String {
-    match m {
-        H5adMatrix::X => "X".into(),
-        H5adMatrix::RawX => "raw".into(),
-        H5adMatrix::Layer(name) => format!("layer:{name}"),
-    }
 }
 
 /// The report of an append found complete (nothing written now).

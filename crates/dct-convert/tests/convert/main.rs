@@ -3,6 +3,7 @@
 
 mod append;
 mod convert;
+mod merge;
 mod obs;
 mod obs_bench;
 mod spill;

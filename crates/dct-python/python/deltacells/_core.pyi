@@ -64,6 +64,7 @@ __all__ = [
     "make_plan",
     "subset",
     "append",
+    "merge",
     "scan_part",
     "run_part",
     "finalize",
@@ -346,6 +347,9 @@ def subset(
 def append(
     dataset: str, inputs: list[str], gene_key: str | None, drop_new_genes: bool, allow_repeat: bool,
     level: int | None, matrix: str, obs_exclude: list[str], threads: int, storage_options: dict[str, str] | None,
+) -> str: ...
+def merge(
+    sources: list[str], output: str, level: int | None, overwrite: bool, storage_options: dict[str, str] | None,
 ) -> str: ...
 def scan_part(inputs: list[str], plan_path: str, part: int, parts: int, **kw: Any) -> tuple[int, int]: ...
 def run_part(

@@ -19,8 +19,8 @@ from deltacells import _core
 from deltacells.manifest import Manifest
 
 __all__ = [
-    "AppendReport", "append", "convert_h5ad", "finalize", "natural_sort_key", "plan", "resolve_files", "run_part",
-    "scan_part", "subset",
+    "AppendReport", "append", "convert_h5ad", "finalize", "merge", "natural_sort_key", "plan", "resolve_files",
+    "run_part", "scan_part", "subset",
 ]
 
 Log = Callable[[str], None]
@@ -305,3 +305,22 @@ def append(
                         None if level is None else int(level), matrix, [str(c) for c in obs_exclude], int(threads),
                         storage_options)
     return AppendReport(**json.loads(text))
+
+
+def merge(
+    sources: Sequence[str | os.PathLike[str]], output: str | os.PathLike[str], *, level: int | None = None,
+    overwrite: bool = False, storage_options: dict[str, str] | None = None,
+) -> dict[str, int]:
+    """Writes the cells of the datasets ``sources``, in order, as one dataset at ``output``, as ``deltacells merge``,
+    and returns ``{"n_cells", "n_tiles", "tiles_copied", "tiles_encoded"}``.
+
+    The sources must have the same genes in the same order (datasets with different genes are refused: read them
+    together with :func:`deltacells.open_corpus`, or convert their sources with ``genes="union"``). Their tiles are
+    copied as they are wherever they fall whole on the new dataset's tiles; after a source whose last tile is
+    partial the following cells are cut into tiles anew (``level``: their zstd level, default the first source's).
+    Obs is combined: one vocabulary per category column, columns a source lacks missing for its cells. The manifest
+    is written last; an interrupted merge is completed by running it again. Runs without the GIL."""
+    text = _core.merge([os.fspath(s) for s in sources], os.fspath(output), None if level is None else int(level),
+                       bool(overwrite), storage_options)
+    report: dict[str, int] = json.loads(text)
+    return report

@@ -1,0 +1,55 @@
+//! `deltacells merge DATASET DATASET... --output OUT [--level N] [--overwrite] [--json]`.
+
+use dct_convert::{MergeOptions, merge};
+use dct_dataset::StoreOptions;
+use serde_json::json;
+
+use crate::output::print_json;
+
+/// Arguments of `merge`.
+///
+/// One dataset of the cells of several, in order, that have the same genes in the same order. Their tiles are
+/// copied as they are wherever they fall whole on the new dataset's tiles; after a source whose last tile is
+/// partial, the following cells are cut into tiles anew (every tile but the last must be full). Obs is combined:
+/// one vocabulary per category column, columns a source lacks missing for its cells. Datasets with different
+/// genes are refused: read them together as a corpus, or convert their sources with `--genes union`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The datasets, in order: paths or `file://`, `s3://`, `gs://`, `az://`, `https://` URLs.
+    #[arg(required = true, num_args = 2..)]
+    datasets: Vec<String>,
+    /// Where to write the merged dataset.
+    #[arg(long)]
+    output: String,
+    /// zstd level of the tiles encoded again (default: the first dataset's).
+    #[arg(long)]
+    level: Option<i32>,
+    /// Replace a dataset already at the output.
+    #[arg(long)]
+    overwrite: bool,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `merge`.
+pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
+    let options =
+        MergeOptions { level: args.level, overwrite: args.overwrite, store: store.clone(), ..MergeOptions::default() };
+    let r = merge(&args.datasets, &args.output, &options)?;
+    if args.json {
+        print_json(&json!({"output": args.output, "n_cells": r.n_cells, "n_tiles": r.n_tiles,
+                           "tiles_copied": r.tiles_copied, "tiles_encoded": r.tiles_encoded}));
+    } else {
+        println!(
+            "merged {} datasets into {}: {} cells in {} tiles ({} copied as they were, {} encoded again)",
+            args.datasets.len(),
+            args.output,
+            r.n_cells,
+            r.n_tiles,
+            r.tiles_copied,
+            r.tiles_encoded
+        );
+    }
+    Ok(0)
+}

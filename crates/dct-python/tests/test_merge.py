@@ -1,0 +1,103 @@
+"""`deltacells merge`: datasets with the same genes as one, checked against the sources read by anndata; tiles
+copied byte for byte where they fall whole on the new tiles, cut anew after a partial last tile; obs combined; the
+refusals. (An interrupted merge completed by running it again: `crates/dct-convert/tests/convert/merge.rs`.)"""
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from conftest import TESTDATA, require, run_module, same
+
+ad = require("anndata")
+pd = require("pandas")
+
+from deltacells import open_dataset  # noqa: E402
+from deltacells.convert import convert_h5ad, merge  # noqa: E402
+
+PBMC = TESTDATA / "inputs" / "pbmc200" / "pbmc200.h5ad"
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    """pbmc200 cut into A (cells 0-119, with obs column ``site``) and B (120-199, ``site`` with other labels and a
+    column of its own), each converted with the genes in the source's order."""
+    d = tmp_path_factory.mktemp("merge")
+    a = ad.read_h5ad(PBMC)
+    a.X = sp.csr_matrix(a.X)
+    first, second = a[:120].copy(), a[120:].copy()
+    first.obs["site"] = pd.Categorical(["lung"] * 60 + ["blood"] * 60)
+    second.obs["site"] = pd.Categorical(["liver"] * 80)
+    second.obs["donor"] = pd.Categorical([f"d{i % 3}" for i in range(80)])
+    first.write_h5ad(d / "a.h5ad")
+    second.write_h5ad(d / "b.h5ad")
+    return d, a, first, second
+
+
+def convert(d, name, tile_size):
+    out = d / f"{name}_{tile_size}"
+    if not out.exists():
+        convert_h5ad(str(d / f"{name}.h5ad"), str(out), tile_size=tile_size, level=3, sort_genes=False, log=None)
+    return out
+
+
+def check(ds, a, first, second):
+    assert ds.n_cells == 200
+    assert same(ds[:].to_scipy(), a.X)
+    obs = ds.obs.to_pandas()
+    assert [str(v) for v in obs["site"]] == [str(v) for v in first.obs["site"]] + [str(v) for v in second.obs["site"]]
+    assert obs["donor"].isna()[:120].all() and [str(v) for v in obs["donor"][120:]] == list(second.obs["donor"])
+    assert list(obs["obs_names"]) == list(a.obs_names)
+
+
+def test_aligned_sources_are_copied_tile_for_tile(sources, tmp_path):
+    d, a, first, second = sources
+    ta, tb = convert(d, "a", 40), convert(d, "b", 40)  # 120 cells: three full tiles
+    report = merge([str(ta), str(tb)], str(tmp_path / "c"))
+    assert report == {"n_cells": 200, "n_tiles": 5, "tiles_copied": 5, "tiles_encoded": 0}
+    for t in range(3):
+        assert digest(tmp_path / "c" / "tiles" / f"tile_{t:06d}.dct") == digest(ta / "tiles" / f"tile_{t:06d}.dct")
+    for t in range(2):
+        assert digest(tmp_path / "c" / "tiles" / f"tile_{3 + t:06d}.dct") == digest(tb / "tiles" / f"tile_{t:06d}.dct")
+    check(open_dataset(str(tmp_path / "c")), a, first, second)
+    meta = json.loads((tmp_path / "c" / "manifest.json").read_text())["metadata"]["merge"]
+    assert [s["n_cells"] for s in meta["sources"]] == [120, 80]
+
+
+def test_after_a_partial_last_tile_the_cells_are_cut_anew(sources, tmp_path):
+    d, a, first, second = sources
+    ta, tb = convert(d, "a", 50), convert(d, "b", 50)  # A: 50, 50, 20
+    r = run_module("merge", str(ta), str(tb), "--output", str(tmp_path / "c"), "--json")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert (report["tiles_copied"], report["tiles_encoded"], report["n_tiles"]) == (2, 2, 4)
+    check(open_dataset(str(tmp_path / "c")), a, first, second)
+    r = run_module("verify", str(tmp_path / "c"))
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_different_genes_are_refused_with_the_alternatives(sources, tmp_path):
+    d, a = sources[0], sources[1]
+    other = a[:30, ::-1].copy()
+    other.write_h5ad(tmp_path / "other.h5ad")
+    convert_h5ad(str(tmp_path / "other.h5ad"), str(tmp_path / "o"), tile_size=40, level=3, sort_genes=False, log=None)
+    with pytest.raises(ValueError, match="same genes in the same order.*open_corpus.*--genes union"):
+        merge([str(convert(d, "a", 40)), str(tmp_path / "o")], str(tmp_path / "c"))
+    assert not (tmp_path / "c" / "manifest.json").exists()
+
+
+def test_a_finished_merge_is_not_replaced_without_overwrite(sources, tmp_path):
+    d, a = sources[0], sources[1]
+    ta, tb = convert(d, "a", 50), convert(d, "b", 50)
+    out = tmp_path / "c"
+    merge([str(ta), str(tb)], str(out))
+    with pytest.raises(FileExistsError):
+        merge([str(ta), str(tb)], str(out))
+    assert merge([str(ta), str(tb)], str(out), overwrite=True)["n_cells"] == 200
+    assert np.array_equal(open_dataset(str(out)).get_batch([0]).to_scipy().toarray(), a.X[[0]].toarray())
