@@ -134,7 +134,8 @@ fn corpus_err(e: dct_corpus::CorpusError) -> ConvertError {
 /// manifest's `metadata.subset` where they came from. Nothing is visible at `output` until its manifest is
 /// written, last; a run that stopped before it is replaced by running the same subset again.
 pub fn subset(source: &str, output: &str, opts: &SubsetOptions) -> Result<SubsetReport, ConvertError> {
-    let read = ReadOptions { store: opts.store.clone(), ..ReadOptions::default() };
+    // Each tile is read once, in order: the tile being read and one decoded ahead are all the cache needs.
+    let read = ReadOptions { store: opts.store.clone(), max_cached_tiles: 2, ..ReadOptions::default() };
     let ds = Arc::new(Dataset::open(source, read).map_err(dataset_err(source))?);
     let member = Member { name: source.to_string(), dataset: Arc::clone(&ds) };
     let all = Corpus::open(vec![member.clone()], &GeneKey::VarNames, &GeneSpace::Union).map_err(corpus_err)?;
