@@ -195,7 +195,9 @@ fn check_same_columns(sources: &[Source]) -> Result<(), ConvertError> {
     Ok(())
 }
 
-/// Writes the cells of `sources`, in order, as one dataset at `output` (see the [module docs](self)). The manifest
+/// Writes the cells of `sources`, in order, as one dataset at `output`: their tiles copied as they are wherever they
+/// fall whole on the new dataset's tiles, re-encoded after a source whose last tile is partial; obs combined as for
+/// an append. Sources with other genes, or another format version, are refused. The manifest
 /// is written last; an interrupted merge leaves no dataset that looks complete, and is run again with `overwrite`.
 pub fn merge(sources: &[String], output: &str, opts: &MergeOptions) -> Result<MergeReport, ConvertError> {
     if sources.len() < 2 {

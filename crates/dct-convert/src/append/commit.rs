@@ -9,7 +9,7 @@ use super::stage::Staged;
 use super::{AppendOptions, AppendReport};
 use crate::error::ConvertError;
 
-/// Moves a staged append into place (see the [module docs](super)). `resumed`: a run that stopped may have moved
+/// Moves a staged append into place (see [`append`](super::append)). `resumed`: a run that stopped may have moved
 /// some objects already.
 pub(super) fn commit(
     site: &Site,

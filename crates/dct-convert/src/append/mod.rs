@@ -1,25 +1,4 @@
-//! Appending cells to a dataset without re-encoding what is written: the inputs are converted into the dataset's
-//! genes (matched by the same gene key) and tile grid, every full tile is left as it is, and only the partial last
-//! tile is encoded again, with the first new cells.
-//!
-//! # How it stays safe
-//!
-//! Nothing in the dataset changes until everything new is staged under [`APPEND_STAGING_DIR`]:
-//!
-//! 1. The journal [`APPEND_JOURNAL_NAME`] is created at the dataset's root, only if none is there (a second append
-//!    is refused while one is under way or interrupted; running the interrupted one again completes it).
-//! 2. The manifest, the partial last tile and the obs shards the append rewrites are copied into the staging folder
-//!    (server-side copies, or hard links on local files): a run that stopped after the dataset began to change
-//!    starts again from these.
-//! 3. The inputs are converted there by the converter's own plan and parts, in the dataset's tile grid (the first
-//!    new tile holds as many cells as the partial last tile lacks), the joined last tile is encoded, and the obs
-//!    shards the new tiles join are written.
-//! 4. Commit: the new tiles and shards are copied into place (names past the dataset's tiles are invisible to its
-//!    readers until the manifest names them), then the joined last tile, then `obs/schema.json`, then the manifest,
-//!    last; then the staging folder and the journal go.
-//!
-//! A reader that opened the dataset before the append and reads the rewritten last tile gets
-//! [`DatasetError::Changed`](dct_dataset::DatasetError::Changed), never the new tile's rows.
+//! Appending cells to a dataset without re-encoding what is written (see [`append`]).
 
 mod commit;
 mod obs;
@@ -147,7 +126,28 @@ impl AppendReport {
     }
 }
 
-/// Appends the cells of `inputs` to the dataset at `dataset` (see the [module docs](self)).
+/// Appends the cells of `inputs` to the dataset at `dataset` without re-encoding what is written: the inputs are
+/// converted into the dataset's genes (matched by the same gene key) and tile grid, every full tile is left as it is, and only the partial last
+/// tile is encoded again, with the first new cells.
+///
+/// # How it stays safe
+///
+/// Nothing in the dataset changes until everything new is staged under `append-staging/`:
+///
+/// 1. The journal `append-in-progress.json` is created at the dataset's root, only if none is there (a second append
+///    is refused while one is under way or interrupted; running the interrupted one again completes it).
+/// 2. The manifest, the partial last tile and the obs shards the append rewrites are copied into the staging folder
+///    (server-side copies, or hard links on local files): a run that stopped after the dataset began to change
+///    starts again from these.
+/// 3. The inputs are converted there by the converter's own plan and parts, in the dataset's tile grid (the first
+///    new tile holds as many cells as the partial last tile lacks), the joined last tile is encoded, and the obs
+///    shards the new tiles join are written.
+/// 4. Commit: the new tiles and shards are copied into place (names past the dataset's tiles are invisible to its
+///    readers until the manifest names them), then the joined last tile, then `obs/schema.json`, then the manifest,
+///    last; then the staging folder and the journal go.
+///
+/// A reader that opened the dataset before the append and reads the rewritten last tile gets
+/// [`DatasetError::Changed`](dct_dataset::DatasetError::Changed), never the new tile's rows.
 pub fn append(dataset: &str, inputs: &[PathBuf], opts: &AppendOptions) -> Result<AppendReport, ConvertError> {
     let store = Store::from_url(dataset, &opts.store)?;
     append_to(store, inputs, opts)
