@@ -195,10 +195,11 @@ fn check_same_columns(sources: &[Source]) -> Result<(), ConvertError> {
     Ok(())
 }
 
-/// Writes the cells of `sources`, in order, as one dataset at `output`: their tiles copied as they are wherever they
-/// fall whole on the new dataset's tiles, re-encoded after a source whose last tile is partial; obs combined as for
-/// an append. Sources with other genes, or another format version, are refused. The manifest
-/// is written last; an interrupted merge leaves no dataset that looks complete, and is run again with `overwrite`.
+/// Writes the cells of `sources`, in order, as one dataset at `output`: their tiles copied as they are (hard links
+/// between local directories, server-side copies within one bucket, else their bytes) wherever they fall whole on
+/// the new dataset's tiles, re-encoded after a source whose last tile is partial; obs combined as for an append.
+/// Sources with other genes, or another format version, are refused. The manifest is written last; a merge that
+/// stopped before it leaves its marker, and running the same merge again replaces what it left.
 pub fn merge(sources: &[String], output: &str, opts: &MergeOptions) -> Result<MergeReport, ConvertError> {
     if sources.len() < 2 {
         return Err(ConvertError::Inputs("merge takes two or more datasets".into()));
@@ -278,8 +279,10 @@ pub fn merge(sources: &[String], output: &str, opts: &MergeOptions) -> Result<Me
             };
             let last_of_all = i + 1 == n_sources && t + 1 == cells.len();
             if pending.n_rows() == 0 && (n == tile_size || last_of_all) {
+                // Checked here (structure, CRC, genes) from its bytes, then linked or copied server-side.
                 let blob = source.ds.fetch_tile_bytes(t).map_err(dataset_err(&source.url))?;
-                writer.push_encoded_tile(blob, obs.as_ref()).map_err(dataset_err(output))?;
+                let (store, rel) = (source.ds.store().clone(), dct_dataset::manifest::tile_path(t));
+                writer.push_copied_tile(&store, &rel, blob, obs.as_ref()).map_err(dataset_err(output))?;
                 copied += 1;
             } else {
                 let ids: Vec<u64> = (first_cell..first_cell + n).collect();

@@ -452,6 +452,30 @@ impl DatasetWriter {
     /// nothing. Stored as it is; returns its index.
     #[cfg(feature = "obs")]
     pub fn push_encoded_tile(&mut self, blob: Bytes, obs: Option<&dct_obs::TileObs>) -> Result<usize, DatasetError> {
+        self.push_checked_tile(blob, obs, None)
+    }
+
+    /// [`DatasetWriter::push_encoded_tile`] of the tile `rel` of the location `source`, whose bytes `blob` are: stored
+    /// by a hard link or a server-side copy where the two locations allow it ([`Store::copy_from`]), else by a PUT of
+    /// `blob`.
+    #[cfg(feature = "obs")]
+    pub fn push_copied_tile(
+        &mut self,
+        source: &Store,
+        rel: &str,
+        blob: Bytes,
+        obs: Option<&dct_obs::TileObs>,
+    ) -> Result<usize, DatasetError> {
+        self.push_checked_tile(blob, obs, Some((source.clone(), rel.to_string())))
+    }
+
+    #[cfg(feature = "obs")]
+    fn push_checked_tile(
+        &mut self,
+        blob: Bytes,
+        obs: Option<&dct_obs::TileObs>,
+        source: Option<(Store, String)>,
+    ) -> Result<usize, DatasetError> {
         self.usable()?;
         let root = self.store.root().to_string();
         let bad = |m: String| Err(DatasetError::InvalidArgument(format!("encoded tile for {root}: {m}")));
@@ -493,7 +517,15 @@ impl DatasetWriter {
         self.n_cells += h.n_cells;
         let store = self.store.clone();
         let stats = TileStats { cells: h.n_cells, nnz: h.nnz, bytes: blob.len() as u64 };
-        let job = async move { store.put(&tile_path(t), blob).await.map(|()| stats).map_err(DatasetError::from) };
+        let job = async move {
+            let name = tile_path(t);
+            if let Some((source, rel)) = source
+                && store.copy_from(&source, &rel, &name).await?
+            {
+                return Ok(stats);
+            }
+            store.put(&name, blob).await.map(|()| stats).map_err(DatasetError::from)
+        };
         self.pending.push_back(self.rt.handle().spawn(job));
         while self.pending.len() >= self.max_in_flight {
             self.wait_oldest()?;

@@ -63,6 +63,9 @@ def test_aligned_sources_are_copied_tile_for_tile(sources, tmp_path):
     assert report == {"n_cells": 200, "n_tiles": 5, "tiles_copied": 5, "tiles_encoded": 0}
     for t in range(3):
         assert digest(tmp_path / "c" / "tiles" / f"tile_{t:06d}.dct") == digest(ta / "tiles" / f"tile_{t:06d}.dct")
+        # Local sources are hard-linked, not copied through the process.
+        assert (tmp_path / "c" / "tiles" / f"tile_{t:06d}.dct").stat().st_ino == \
+            (ta / "tiles" / f"tile_{t:06d}.dct").stat().st_ino
     for t in range(2):
         assert digest(tmp_path / "c" / "tiles" / f"tile_{3 + t:06d}.dct") == digest(tb / "tiles" / f"tile_{t:06d}.dct")
     check(open_dataset(str(tmp_path / "c")), a, first, second)

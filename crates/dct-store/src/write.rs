@@ -1,5 +1,7 @@
 //! Writes, listings and deletes.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
@@ -61,6 +63,26 @@ impl Store {
         got.map_err(|e| request_error("COPY", format!("{} -> {}", self.url(from), self.url(to)), e, attempts))
     }
 
+    /// Copies the object `from` of the location `source` to `to` here without passing its bytes through this
+    /// process, where the two locations allow it: a hard link between local directories (on one file system), or a
+    /// server-side copy between locations of one backend (the same store, or the same bucket of an object store).
+    /// `Ok(false)`: they do not (the caller copies the bytes itself); nothing was written.
+    pub async fn copy_from(&self, source: &Store, from: &str, to: &str) -> Result<bool, StoreError> {
+        if let (Some(src), Some(dst)) = (source.local_dir(), self.local_dir()) {
+            let (src, dst) = (src.join(from), dst.join(to));
+            return Ok(tokio::task::spawn_blocking(move || hard_link_into_place(&src, &dst)).await.unwrap_or(false));
+        }
+        let same_bucket = bucket_of(self.root()).is_some_and(|b| Some(b) == bucket_of(source.root()));
+        let same_backend = Arc::ptr_eq(&self.base, &source.base) || same_bucket;
+        if !same_backend || self.local_dir().is_some() || source.local_dir().is_some() {
+            return Ok(false);
+        }
+        let (a, b) = (source.path(from), self.path(to));
+        let (got, attempts) = self.retry().run_counted(is_transient, || self.inner.copy(&a, &b)).await;
+        got.map(|()| true)
+            .map_err(|e| request_error("COPY", format!("{} -> {}", source.url(from), self.url(to)), e, attempts))
+    }
+
     /// Every object under `rel` (a folder relative to the prefix; empty for the whole location). A location that
     /// does not exist has none.
     pub async fn list(&self, rel: &str) -> Result<Vec<ObjectInfo>, StoreError> {
@@ -111,6 +133,38 @@ impl Store {
     }
 }
 
+/// `scheme://bucket` of a cloud object-store URL (`None` for anything else: local, memory and HTTP locations copy
+/// only within one store).
+fn bucket_of(url: &str) -> Option<&str> {
+    let (scheme, rest) = url.split_once("://")?;
+    if !["s3", "s3a", "gs", "az", "azure", "abfs", "abfss"].contains(&scheme) {
+        return None;
+    }
+    let end = rest.find('/').map_or(url.len(), |i| scheme.len() + 3 + i);
+    (!rest.is_empty()).then(|| &url[..end])
+}
+
+/// Hard-links `src` at `dst` (a temporary link renamed into place, so `dst` appears whole); `false` if the file
+/// system refuses the link (another device, no hard links), leaving nothing behind.
+fn hard_link_into_place(src: &std::path::Path, dst: &std::path::Path) -> bool {
+    let Some(dir) = dst.parent() else { return false };
+    if std::fs::create_dir_all(dir).is_err() {
+        return false;
+    }
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = dst.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.link.{}.{n}", std::process::id()));
+    if std::fs::hard_link(src, &tmp).is_err() {
+        return false;
+    }
+    if std::fs::rename(&tmp, dst).is_err() {
+        let _ = std::fs::remove_file(&tmp);
+        return false;
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,6 +206,30 @@ mod tests {
                 assert_eq!(s.get_limited("b/x", 10).await.unwrap(), Bytes::from_static(b"new"));
                 assert!(matches!(s.copy("a/none", "b/y").await, Err(StoreError::NotFound { .. })));
             }
+        });
+    }
+
+    #[test]
+    fn copy_from_links_local_files_and_copies_within_one_backend() {
+        let dir = tempfile::tempdir().unwrap();
+        let open =
+            |p: &str| Store::from_url(dir.path().join(p).to_str().unwrap(), &crate::StoreOptions::default()).unwrap();
+        let (a, b) = (open("a"), open("b"));
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+            a.put("tiles/t0", Bytes::from_static(b"tile")).await.unwrap();
+            assert!(b.copy_from(&a, "tiles/t0", "tiles/t9").await.unwrap());
+            assert_eq!(b.get_limited("tiles/t9", 10).await.unwrap(), Bytes::from_static(b"tile"));
+            use std::os::unix::fs::MetadataExt;
+            let ino = |p: std::path::PathBuf| std::fs::metadata(p).unwrap().ino();
+            assert_eq!(ino(dir.path().join("a/tiles/t0")), ino(dir.path().join("b/tiles/t9")));
+            assert_eq!(std::fs::read_dir(dir.path().join("b/tiles")).unwrap().count(), 1, "no temporary link left");
+            // Two memory stores are two backends: nothing is copied between them; within one, a server-side copy.
+            let (m, n) = (Store::memory("m"), Store::memory("m"));
+            m.put("x", Bytes::from_static(b"1")).await.unwrap();
+            assert!(!n.copy_from(&m, "x", "y").await.unwrap());
+            let child = m.child("sub");
+            assert!(child.copy_from(&m, "x", "y").await.unwrap());
+            assert_eq!(m.get_limited("sub/y", 10).await.unwrap(), Bytes::from_static(b"1"));
         });
     }
 }

@@ -88,7 +88,8 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
     if r.already_appended {
         let when = r.record.get("time").and_then(|t| t.as_str()).unwrap_or("earlier");
         println!(
-            "{}: these inputs were appended already ({when}, {} cells); nothing changed (--allow-repeat appends them again)",
+            "{}: these inputs were appended already ({when}, {} cells); nothing changed (--allow-repeat appends \
+             them again)",
             args.dataset, r.cells_added
         );
         return Ok(0);

@@ -9,10 +9,11 @@ use crate::output::print_json;
 /// Arguments of `merge`.
 ///
 /// One dataset of the cells of several, in order, that have the same genes in the same order. Their tiles are
-/// copied as they are wherever they fall whole on the new dataset's tiles; after a source whose last tile is
-/// partial, the following cells are cut into tiles anew (every tile but the last must be full). Obs is combined:
-/// one vocabulary per category column, columns a source lacks missing for its cells. Datasets with different
-/// genes are refused: read them together as a corpus, or convert their sources with `--genes union`.
+/// copied as they are (hard links locally, server-side copies within a bucket) wherever they fall whole on the new
+/// dataset's tiles; after a source whose last tile is partial, the following cells are cut into tiles anew (every
+/// tile but the last must be full). Obs is combined: one vocabulary per category column, columns a source lacks
+/// missing for its cells. Datasets with different genes are refused: read them together as a corpus, or convert
+/// their sources with `--genes union`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The datasets, in order: paths or `file://`, `s3://`, `gs://`, `az://`, `https://` URLs.

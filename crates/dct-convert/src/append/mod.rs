@@ -127,8 +127,8 @@ impl AppendReport {
 }
 
 /// Appends the cells of `inputs` to the dataset at `dataset` without re-encoding what is written: the inputs are
-/// converted into the dataset's genes (matched by the same gene key) and tile grid, every full tile is left as it is, and only the partial last
-/// tile is encoded again, with the first new cells.
+/// converted into the dataset's genes (matched by the same gene key) and tile grid, every full tile is left as it
+/// is, and only the partial last tile is encoded again, with the first new cells.
 ///
 /// # How it stays safe
 ///

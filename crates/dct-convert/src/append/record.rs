@@ -67,7 +67,8 @@ fn hex24(bytes: &[u8]) -> String {
     Sha256::digest(bytes).iter().take(12).map(|b| format!("{b:02x}")).collect()
 }
 
-/// The journal at the dataset's root while an append runs ([`APPEND_JOURNAL_NAME`](dct_dataset::manifest::APPEND_JOURNAL_NAME)).
+/// The journal at the dataset's root while an append runs
+/// ([`APPEND_JOURNAL_NAME`](dct_dataset::manifest::APPEND_JOURNAL_NAME)).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AppendJournal {
     /// Always `deltacells-append`.
