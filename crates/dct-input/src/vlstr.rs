@@ -26,6 +26,12 @@ struct Collection {
 
 impl Collection {
     fn object(&self, index: u16) -> Option<(usize, usize)> {
+        // Writers number a collection's objects 1, 2, ...: object i is usually entry i - 1.
+        if let Some(&(i, start, size)) = self.objects.get(usize::from(index).wrapping_sub(1))
+            && i == index
+        {
+            return Some((start, size));
+        }
         let k = self.objects.binary_search_by_key(&index, |o| o.0).ok()?;
         Some((self.objects[k].1, self.objects[k].2))
     }
