@@ -84,8 +84,9 @@ impl Source {
                 shard_tile_obs(bytes, schema, &m.tile_cells[tiles], &store.url(&name)).map_err(obs_err(&self.url))?;
             self.shard = Some((s, obs));
         }
-        let (s, tiles) = self.shard.as_ref().expect("just read");
-        Ok(Some(tiles[t - s * m.obs.tiles_per_file as usize].clone()))
+        // Each tile is read once, in order: its obs is moved out, not copied.
+        let (s, tiles) = self.shard.as_mut().expect("just read");
+        Ok(Some(std::mem::take(&mut tiles[t - *s * m.obs.tiles_per_file as usize])))
     }
 }
 

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use dct_codec::Preset;
 use dct_convert::{AppendOptions, append, resolve_inputs};
 use dct_dataset::StoreOptions;
-use dct_input::H5adMatrix;
 use serde_json::json;
 
 use crate::output::print_json;
@@ -68,11 +67,7 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
         allow_repeat: args.allow_repeat,
         level: args.level,
         preset: args.preset,
-        matrix: match (&args.layer, args.raw) {
-            (Some(l), _) => H5adMatrix::Layer(l.clone()),
-            (None, true) => H5adMatrix::RawX,
-            (None, false) => H5adMatrix::X,
-        },
+        matrix: crate::commands::convert::matrix_of(args.layer.as_deref(), args.raw),
         obs_exclude: args.obs_exclude.clone(),
         threads: args.threads,
         store: store.clone(),

@@ -215,11 +215,7 @@ pub fn run(mut args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
         level: args.level.unwrap_or(19),
         preset: args.preset,
         n_chunks: args.chunks,
-        matrix: match (&args.layer, args.raw) {
-            (Some(l), _) => H5adMatrix::Layer(l.clone()),
-            (None, true) => H5adMatrix::RawX,
-            (None, false) => H5adMatrix::X,
-        },
+        matrix: matrix_of(args.layer.as_deref(), args.raw),
         feature_type: (!args.all_features).then(|| args.feature_type.clone()),
         gene_sort: match (args.no_sort_genes, args.sort_genes_max_files) {
             (true, _) => GeneSort::Keep,
@@ -327,6 +323,15 @@ pub fn run(mut args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
 }
 
 /// `--preset NAME`.
+/// The `.h5ad` matrix `--layer NAME` / `--raw` name (X without either).
+pub(crate) fn matrix_of(layer: Option<&str>, raw: bool) -> H5adMatrix {
+    match (layer, raw) {
+        (Some(l), _) => H5adMatrix::Layer(l.to_string()),
+        (None, true) => H5adMatrix::RawX,
+        (None, false) => H5adMatrix::X,
+    }
+}
+
 pub(crate) fn parse_preset(text: &str) -> Result<Preset, String> {
     text.parse()
 }
