@@ -25,11 +25,11 @@ fn var_table_file(out: &Output, plan: &Plan) -> Result<VarFile, ConvertError> {
     let (table, skipped, disagreeing) = match &plan.genes {
         None => {
             let source = reopen_input(plan, 0)?;
-            let (table, skipped) = var_table(source.genes(), &plan.gene_order, source.path())?;
+            let (table, skipped) = var_table(source.genes(), Some(&plan.gene_order), true, source.path())?;
             (table, skipped, 0)
         }
         Some(genes) => {
-            let column_of: std::collections::HashMap<&str, u32> =
+            let column_of: rustc_hash::FxHashMap<&str, u32> =
                 genes.keys.iter().enumerate().map(|(c, k)| (k.as_str(), c as u32)).collect();
             let options = plan.input_options()?;
             // Every input's gene table, read in parallel (the strings cost a lookup each).
@@ -39,8 +39,7 @@ fn var_table_file(out: &Output, plan: &Plan) -> Result<VarFile, ConvertError> {
                 .map(|input| {
                     let source = open_gene_table(&input.path, &options)?;
                     let keys = matching_keys(source.as_ref(), genes.key.as_deref(), &input.path)?;
-                    let own: Vec<u32> = (0..keys.len() as u32).collect();
-                    let (table, left_out) = var_table(source.genes(), &own, source.path())?;
+                    let (table, left_out) = var_table(source.genes(), None, false, source.path())?;
                     let left_out = left_out.into_iter().map(|(c, why)| (format!("{}: {c}", input.path), why)).collect();
                     let columns =
                         keys.iter().map(|k| column_of.get(k.as_str()).copied().unwrap_or(NO_COLUMN)).collect();

@@ -19,7 +19,9 @@ use crate::io::Output;
 use crate::output::{Claim, TileState, check_tile, claim_output};
 use crate::plan::Plan;
 use crate::remap::{GeneRemap, NO_COLUMN};
-use crate::scan::{keys_digest, reopen_matching_keys};
+use rustc_hash::FxHashMap;
+
+use crate::scan::{keys_digest, matching_keys, open_gene_table};
 use crate::spill::{Spill, SpillOptions, SpillReader};
 
 /// How to run parts and finalize.
@@ -112,7 +114,7 @@ impl SharedInputs {
         &self,
         plan: &Plan,
         i: usize,
-        column_of: &HashMap<&str, u32>,
+        column_of: &FxHashMap<&str, u32>,
     ) -> Result<Arc<Vec<u32>>, ConvertError> {
         if let Some(c) = lock(&self.1).get(&i) {
             return Ok(c.clone());
@@ -120,7 +122,8 @@ impl SharedInputs {
         // Read without the lock: other workers go on with other inputs (two that read one input agree).
         let input = &plan.inputs[i];
         let key = plan.genes.as_ref().and_then(|g| g.key.as_deref());
-        let keys = reopen_matching_keys(&input.path, &plan.input_options()?, key)?;
+        let source = open_gene_table(&input.path, &plan.input_options()?)?;
+        let keys = matching_keys(source.as_ref(), key, &input.path)?;
         if input.keys_sha256.as_deref() != Some(keys_digest(&keys).as_str()) {
             return Err(ConvertError::Inputs(format!(
                 "{}: its gene list changed since the plan was made: make a new plan",
@@ -170,7 +173,7 @@ struct TileReader<'a> {
     /// Each input's gene renumbering, made when the input is first read (without a gene space, one for all).
     remaps: HashMap<usize, GeneRemap>,
     /// In a gene space: the output column of each matching key.
-    space_columns: Option<HashMap<&'a str, u32>>,
+    space_columns: Option<FxHashMap<&'a str, u32>>,
     input_starts: Vec<u64>,
     current: Option<(usize, OpenInput)>,
     block: RowBlock,

@@ -12,6 +12,7 @@
 //! obs selection, category limit); and it holds gene totals if the gene sort needs that input's totals. Anything
 //! else is scanned again, with a note saying why.
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
@@ -84,11 +85,25 @@ pub(crate) struct InputScan {
 }
 
 impl InputScan {
-    fn compute_checksum(&self) -> String {
-        let mut copy = self.clone();
-        copy.checksum = String::new();
-        let json = serde_json::to_vec(&copy).expect("scans serialize");
-        Sha256::digest(&json).iter().take(12).map(|b| format!("{b:02x}")).collect()
+    /// The checksum of the scan's JSON with an empty `checksum` field (streamed into the hash: a scan holds every
+    /// gene name of its input, so neither the scan nor its JSON is copied).
+    fn compute_checksum(&mut self) -> String {
+        struct HashWriter(Sha256);
+        impl std::io::Write for HashWriter {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.update(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let kept = std::mem::take(&mut self.checksum);
+        let mut w = std::io::BufWriter::with_capacity(1 << 16, HashWriter(Sha256::new()));
+        serde_json::to_writer(&mut w, &*self).expect("scans serialize");
+        std::io::Write::flush(&mut w).expect("hashing cannot fail");
+        self.checksum = kept;
+        w.get_ref().0.clone().finalize().iter().take(12).map(|b| format!("{b:02x}")).collect()
     }
 
     fn to_json(&self) -> Vec<u8> {
@@ -176,18 +191,18 @@ pub(crate) fn gene_keys(source: &dyn CountSource) -> Vec<String> {
 /// The keys an input's genes are matched by across inputs of a gene space ([`ConvertOptions::genes`]): their
 /// names, or the `key` column of an `.h5ad` input's gene table (10x inputs answer any column with their feature
 /// IDs). `path` names the input in errors.
-pub(crate) fn matching_keys(
-    source: &dyn CountSource,
+pub(crate) fn matching_keys<'a>(
+    source: &'a dyn CountSource,
     key: Option<&str>,
     path: &str,
-) -> Result<Vec<String>, ConvertError> {
+) -> Result<Cow<'a, [String]>, ConvertError> {
     let g = source.genes();
-    let Some(column) = key else { return Ok(g.names.clone()) };
+    let Some(column) = key else { return Ok(Cow::Borrowed(&g.names)) };
     if source.kind() != InputKind::H5ad || column == g.index_name {
-        return Ok(if source.kind() == InputKind::H5ad { g.names.clone() } else { g.ids.clone() });
+        return Ok(Cow::Borrowed(if source.kind() == InputKind::H5ad { &g.names } else { &g.ids }));
     }
     match g.columns.iter().find(|c| c.name == column) {
-        Some(c) => c.data.as_strings().ok_or_else(|| {
+        Some(c) => c.data.as_strings().map(Cow::Owned).ok_or_else(|| {
             ConvertError::Inputs(format!(
                 "{path}: gene table column {column:?} does not hold strings without missing values, so it cannot \
                  identify genes; choose another --gene-key"
@@ -224,7 +239,7 @@ pub(crate) fn reopen_matching_keys(
     opts: &dct_input::InputOptions,
     key: Option<&str>,
 ) -> Result<Vec<String>, ConvertError> {
-    matching_keys(open_gene_table(path, opts)?.as_ref(), key, path)
+    Ok(matching_keys(open_gene_table(path, opts)?.as_ref(), key, path)?.into_owned())
 }
 
 /// The gene keys of the input at `path`, opened again (to explain a gene-list mismatch).
@@ -295,7 +310,7 @@ pub(crate) fn scan_input(
         None
     };
     let keys = if gene_space {
-        matching_keys(source.as_ref(), opts.gene_key.as_deref(), &path.display().to_string())?
+        matching_keys(source.as_ref(), opts.gene_key.as_deref(), &path.display().to_string())?.into_owned()
     } else {
         gene_keys(source.as_ref())
     };
@@ -350,7 +365,8 @@ fn load_scan(
         return Err(reject(format!("{} bytes is too large for a scan file", meta.len())));
     }
     let bytes = std::fs::read(&file).map_err(|e| reject(format!("cannot be read ({e})")))?;
-    let s: InputScan = serde_json::from_slice(&bytes).map_err(|e| reject(format!("is not a valid scan file ({e})")))?;
+    let mut s: InputScan =
+        serde_json::from_slice(&bytes).map_err(|e| reject(format!("is not a valid scan file ({e})")))?;
     if s.format != SCAN_FORMAT || s.version != 1 {
         return Err(reject(format!("format {:?} version {} is not a version-1 scan file", s.format, s.version)));
     }

@@ -93,6 +93,23 @@ pub(super) fn cast_to(a: ArrayRef, t: ArrowType, path: &str, name: &str) -> Resu
     cast_with_options(&a, &target, &opts).map_err(|e| changed(path, name, format!("does not fit {t} ({e})")))
 }
 
+/// [`natural_array`] of borrowed values (strings copied once, into the array).
+pub(super) fn natural_array_of(data: &InputData) -> ArrayRef {
+    match data {
+        InputData::Str(v) => Arc::new(StringArray::from_iter_values(v)),
+        InputData::NullableStr { values, valid } => {
+            Arc::new(values.iter().zip(valid).map(|(v, &ok)| ok.then_some(v)).collect::<StringArray>())
+        }
+        InputData::Categorical { codes, categories, .. } => Arc::new(
+            codes
+                .iter()
+                .map(|&c| usize::try_from(c).ok().and_then(|i| categories.get(i)).map(String::as_str))
+                .collect::<StringArray>(),
+        ),
+        other => natural_array(other.clone()),
+    }
+}
+
 /// An input column's values as an Arrow array (categoricals as their labels; NaN floats, masked values and missing
 /// codes as nulls), of the widest type of its kind; [`cast_to`] narrows it.
 pub(super) fn natural_array(data: InputData) -> ArrayRef {

@@ -5,22 +5,29 @@ use std::path::Path;
 use arrow_array::UInt32Array;
 use dct_input::{ColumnData as InputData, GeneTable};
 use dct_obs::VarTable;
+use rayon::prelude::*;
 
-use super::convert::{cast_to, natural_array};
+use super::convert::{cast_to, natural_array_of};
 use super::schema::plain_type;
 use crate::error::ConvertError;
 
-/// The gene table of `source` in output column order (`gene_order[j]` is the source gene of column `j`), with its
-/// index (the gene names) and every var column the reader could type (categoricals kept categorical; NaN floats
-/// as nulls). Returns the var columns left out, with the reason.
+/// The gene table of `source` in output column order (`gene_order[j]` is the source gene of column `j`; `None`:
+/// the source's order), with its index (the gene names; left empty without `with_index`) and every var column the
+/// reader could type (categoricals kept categorical; NaN floats as nulls). Returns the var columns left out, with
+/// the reason.
 pub(crate) fn var_table(
     genes: &GeneTable,
-    gene_order: &[u32],
+    gene_order: Option<&[u32]>,
+    with_index: bool,
     path: &Path,
 ) -> Result<(VarTable, Vec<(String, String)>), ConvertError> {
     let index_name = (genes.index_name != "_index").then(|| genes.index_name.clone());
-    let index: Vec<String> = gene_order.iter().map(|&g| genes.names[g as usize].clone()).collect();
-    let take = UInt32Array::from(gene_order.to_vec());
+    let index: Vec<String> = match (with_index, gene_order) {
+        (false, _) => Vec::new(),
+        (true, Some(order)) => order.iter().map(|&g| genes.names[g as usize].clone()).collect(),
+        (true, None) => genes.names.clone(),
+    };
+    let take = gene_order.map(|order| UInt32Array::from(order.to_vec()));
     let mut skipped = genes.skipped.clone();
     let mut columns = Vec::with_capacity(genes.columns.len());
     let index_field = index_name.as_deref().unwrap_or("__index_level_0__");
@@ -42,10 +49,13 @@ pub(crate) fn var_table(
                 dct_obs::categorical_array(&codes, categories)
                     .map_err(|e| ConvertError::Inputs(format!("{}: var column {:?}: {e}", path.display(), c.name)))?
             }
-            data => cast_to(natural_array(data.clone()), plain_type(c), &path.display().to_string(), &c.name)?,
+            data => cast_to(natural_array_of(data), plain_type(c), &path.display().to_string(), &c.name)?,
         };
-        let ordered = arrow_select::take::take(&stored, &take, None)
-            .map_err(|e| ConvertError::Inputs(format!("{}: var column {:?}: {e}", path.display(), c.name)))?;
+        let ordered = match &take {
+            Some(take) => arrow_select::take::take(&stored, take, None)
+                .map_err(|e| ConvertError::Inputs(format!("{}: var column {:?}: {e}", path.display(), c.name)))?,
+            None => stored,
+        };
         columns.push((c.name.clone(), ordered));
     }
     Ok((VarTable { index_name, index, columns }, skipped))
@@ -105,52 +115,56 @@ pub(crate) fn combined_var_table(inputs: &[InputVar], names: Vec<String>) -> Res
             shared[m].1.push(r as u32);
         }
     }
-    let mut disagree = vec![false; n];
-    let mut columns = Vec::with_capacity(order.len());
-    for name in order {
-        let found: Vec<Option<&ArrayRef>> =
-            inputs.iter().map(|i| i.table.columns.iter().find(|(c, _)| c == name).map(|(_, a)| a)).collect();
-        let data_type = found.iter().flatten().next().expect("listed from an input").data_type().clone();
-        let sources: Vec<Option<ArrayRef>> = found
-            .iter()
-            .map(|a| {
-                a.and_then(|a| {
-                    if a.data_type() == &data_type { Some(a.clone()) } else { arrow_cast::cast(a, &data_type).ok() }
+    // Columns are built and compared in parallel; each says which output genes an input describes differently.
+    let built: Vec<(String, ArrayRef, Vec<u32>)> = order
+        .par_iter()
+        .map(|&name| {
+            let found: Vec<Option<&ArrayRef>> =
+                inputs.iter().map(|i| i.table.columns.iter().find(|(c, _)| c == name).map(|(_, a)| a)).collect();
+            let data_type = found.iter().flatten().next().expect("listed from an input").data_type().clone();
+            let sources: Vec<Option<ArrayRef>> = found
+                .iter()
+                .map(|a| {
+                    a.and_then(|a| {
+                        if a.data_type() == &data_type { Some(a.clone()) } else { arrow_cast::cast(a, &data_type).ok() }
+                    })
                 })
-            })
-            .collect();
-        let null = arrow_array::new_null_array(&data_type, 1);
-        let mut arrays: Vec<&dyn Array> = sources.iter().flatten().map(|a| a.as_ref()).collect();
-        arrays.push(null.as_ref());
-        let slot: Vec<Option<usize>> = {
-            let mut k = 0;
-            sources.iter().map(|s| s.as_ref().map(|_| (k, k += 1).0)).collect()
-        };
-        let picks: Vec<(usize, usize)> = holders
-            .iter()
-            .map(|h| h.first().and_then(|&(m, r)| slot[m].map(|s| (s, r))).unwrap_or((arrays.len() - 1, 0)))
-            .collect();
-        let column = arrow_select::interleave::interleave(&arrays, &picks)
-            .map_err(|e| ConvertError::Inputs(format!("var column {name:?}: {e}")))?;
-        // Each later input's values of the genes it shares with the one they were taken from, against those.
-        for (m, source) in sources.iter().enumerate() {
-            let Some(source) = source else { continue };
-            let (genes, rows) = &shared[m];
-            if genes.is_empty() {
-                continue;
-            }
+                .collect();
+            let null = arrow_array::new_null_array(&data_type, 1);
+            let mut arrays: Vec<&dyn Array> = sources.iter().flatten().map(|a| a.as_ref()).collect();
+            arrays.push(null.as_ref());
+            let slot: Vec<Option<usize>> = {
+                let mut k = 0;
+                sources.iter().map(|s| s.as_ref().map(|_| (k, k += 1).0)).collect()
+            };
+            let picks: Vec<(usize, usize)> = holders
+                .iter()
+                .map(|h| h.first().and_then(|&(m, r)| slot[m].map(|s| (s, r))).unwrap_or((arrays.len() - 1, 0)))
+                .collect();
             let err = |e: String| ConvertError::Inputs(format!("var column {name:?}: {e}"));
-            let kept = arrow_select::take::take(&column, &UInt32Array::from(genes.clone()), None);
-            let theirs = arrow_select::take::take(source, &UInt32Array::from(rows.clone()), None);
-            let (kept, theirs) = (kept.map_err(|e| err(e.to_string()))?, theirs.map_err(|e| err(e.to_string()))?);
-            let differ = distinct(&kept, &theirs).map_err(err)?;
-            for (g, d) in genes.iter().zip(differ.iter()) {
-                if d != Some(false) {
-                    disagree[*g as usize] = true;
+            let column = arrow_select::interleave::interleave(&arrays, &picks).map_err(|e| err(e.to_string()))?;
+            // Each later input's values of the genes it shares with the one they were taken from, against those.
+            let mut differing = Vec::new();
+            for (m, source) in sources.iter().enumerate() {
+                let Some(source) = source else { continue };
+                let (genes, rows) = &shared[m];
+                if genes.is_empty() {
+                    continue;
                 }
+                let kept = arrow_select::take::take(&column, &UInt32Array::from(genes.clone()), None);
+                let theirs = arrow_select::take::take(source, &UInt32Array::from(rows.clone()), None);
+                let (kept, theirs) = (kept.map_err(|e| err(e.to_string()))?, theirs.map_err(|e| err(e.to_string()))?);
+                let differ = distinct(&kept, &theirs).map_err(err)?;
+                differing.extend(genes.iter().zip(differ.iter()).filter(|(_, d)| *d != Some(false)).map(|(g, _)| *g));
             }
-        }
-        columns.push((name.to_string(), column));
+            Ok((name.to_string(), column, differing))
+        })
+        .collect::<Result<_, ConvertError>>()?;
+    let mut disagree = vec![false; n];
+    let mut columns = Vec::with_capacity(built.len());
+    for (name, column, differing) in built {
+        differing.iter().for_each(|&g| disagree[g as usize] = true);
+        columns.push((name, column));
     }
     let index_name = inputs.first().and_then(|i| i.table.index_name.clone());
     let disagreeing = disagree.iter().filter(|&&d| d).count() as u64;
