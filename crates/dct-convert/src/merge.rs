@@ -12,7 +12,7 @@ use dct_dataset::dct_obs::{
     ColumnData, ColumnKind, ObsSchema, ObsWriteOptions, TileObs, category_labels, shard_tile_obs,
 };
 use dct_dataset::manifest::{OBS_SCHEMA_NAME, VAR_TABLE_NAME, obs_shard_path};
-use dct_dataset::{Dataset, DatasetWriter, ReadOptions, WriterOptions};
+use dct_dataset::{Dataset, DatasetWriter, Manifest, ReadOptions, WriterOptions};
 use dct_format::objects::obs_shard_of;
 use dct_store::StoreOptions;
 use serde_json::json;
@@ -50,6 +50,8 @@ pub struct MergeReport {
     pub tiles_copied: usize,
     /// Tiles encoded again (cut anew after a source's partial last tile).
     pub tiles_encoded: usize,
+    /// The output already held this merge, finished (by an earlier run): nothing was written.
+    pub already_done: bool,
 }
 
 fn dataset_err(url: &str) -> impl Fn(dct_dataset::DatasetError) -> ConvertError + '_ {
@@ -233,22 +235,39 @@ pub fn merge(sources: &[String], output: &str, opts: &MergeOptions) -> Result<Me
     let mut w = WriterOptions::new(first.n_genes);
     w.tile_size = tile_size;
     w.n_chunks = first.n_chunks.map_or(8, |n| n as usize).max(1);
-    w.zstd_level = opts.level.unwrap_or_else(|| first.zstd_level.map_or(19, |l| l as i32));
+    let level = opts.level.unwrap_or_else(|| first.zstd_level.map_or(19, |l| l as i32));
+    w.zstd_level = level;
     w.zstd_preset = opts.preset;
     w.version = dct_format::Version::from_number(first.version)
         .ok_or_else(|| ConvertError::Inputs(format!("{}: format version {} is unknown", sources[0], first.version)))?;
     w.overwrite = opts.overwrite;
     w.store = opts.store.clone();
     // A run of this same merge that stopped before its manifest left its marker: it is replaced, so running the
-    // command again completes it. A finished dataset, or files of anything else, are refused without overwrite.
+    // command again completes it. The same merge finished is left as it is; another dataset, or files of anything
+    // else, are refused without overwrite.
     let out = Output::open(output, &opts.store)?;
     let request = serde_json::to_vec(&json!({
         "sources": opened.iter().map(|s| json!({"url": s.url, "n_cells": s.ds.n_cells()})).collect::<Vec<_>>(),
         "level": w.zstd_level,
     }))
     .expect("json");
-    let ours = out.get(dct_dataset::manifest::MANIFEST_NAME)?.is_none()
-        && out.get(MERGE_MARKER)?.as_deref() == Some(&request[..]);
+    // The same merge, finished by an earlier run (perhaps stopped before it removed its marker): nothing to do.
+    let manifest = out.get(dct_dataset::manifest::MANIFEST_NAME)?;
+    if let Some(done) = manifest.as_deref().and_then(|m| Manifest::from_json(m).ok()) {
+        let record = &done.metadata["merge"];
+        let asked: serde_json::Value = serde_json::from_slice(&request).expect("json");
+        if !opts.overwrite && record["sources"] == asked["sources"] && record["level"] == asked["level"] {
+            out.delete(MERGE_MARKER)?;
+            return Ok(MergeReport {
+                n_cells: done.n_cells,
+                n_tiles: done.tile_cells.len(),
+                tiles_copied: record["tiles_copied"].as_u64().unwrap_or(0) as usize,
+                tiles_encoded: record["tiles_encoded"].as_u64().unwrap_or(0) as usize,
+                already_done: true,
+            });
+        }
+    }
+    let ours = manifest.is_none() && out.get(MERGE_MARKER)?.as_deref() == Some(&request[..]);
     w.overwrite |= ours;
     let mut writer = DatasetWriter::create(output, w).map_err(dataset_err(output))?;
     out.put(MERGE_MARKER, request.into())?;
@@ -341,6 +360,7 @@ pub fn merge(sources: &[String], output: &str, opts: &MergeOptions) -> Result<Me
             "sources": opened.iter().map(|s| json!({"url": s.url, "n_cells": s.ds.n_cells()})).collect::<Vec<_>>(),
             "tiles_copied": copied,
             "tiles_encoded": encoded,
+            "level": level,
         }
     });
     writer.set_metadata(metadata);
@@ -351,6 +371,7 @@ pub fn merge(sources: &[String], output: &str, opts: &MergeOptions) -> Result<Me
         n_tiles: manifest.tile_cells.len(),
         tiles_copied: copied,
         tiles_encoded: encoded,
+        already_done: false,
     })
 }
 

@@ -14,7 +14,7 @@ use dct_corpus::{Condition, Corpus, GeneKey, GeneSpace, Member, ObsValue, member
 use dct_dataset::dct_obs::{
     ColumnData, ColumnKind, ObsOptions, ObsWriteOptions, TileObs, VarTable, encode_var_parquet,
 };
-use dct_dataset::{Dataset, DatasetWriter, ReadOptions, WriterOptions};
+use dct_dataset::{Dataset, DatasetWriter, Manifest, ReadOptions, WriterOptions};
 use dct_store::StoreOptions;
 use serde_json::json;
 
@@ -75,6 +75,8 @@ pub struct SubsetReport {
     pub n_genes: u64,
     /// Tiles written.
     pub n_tiles: usize,
+    /// The output already held this subset, finished (by an earlier run): nothing was written.
+    pub already_done: bool,
 }
 
 /// A condition as the command line gives it: `COLUMN=V1,V2,...` (one of these values: category labels,
@@ -202,14 +204,30 @@ pub fn subset(source: &str, output: &str, opts: &SubsetOptions) -> Result<Subset
             "cells": chosen.n_cells(),
             "genes": kept.len(),
             "conditions": opts.conditions,
+            "tile_size": tile_size,
+            "level": opts.level,
+            "choice_sha256": choice_digest(chosen.selection().ranges(), &kept),
         }
     });
     // A run of this same subset that stopped before its manifest left its marker: it is replaced, so running the
-    // command again completes it. A finished dataset, or files of anything else, are refused without --overwrite.
+    // command again completes it. The same subset finished is left as it is (its marker removed if a run stopped
+    // before that); another dataset, or files of anything else, are refused without --overwrite.
     let out = Output::open(output, &opts.store)?;
     let request = serde_json::to_vec(&json!({ "source": source, "metadata": writer_opts.metadata })).expect("json");
-    let ours = out.get(dct_dataset::manifest::MANIFEST_NAME)?.is_none()
-        && out.get(SUBSET_MARKER)?.as_deref() == Some(&request[..]);
+    let manifest = out.get(dct_dataset::manifest::MANIFEST_NAME)?;
+    if let Some(done) = manifest.as_deref().and_then(|m| Manifest::from_json(m).ok())
+        && !opts.overwrite
+        && done.metadata["subset"] == writer_opts.metadata["subset"]
+    {
+        out.delete(SUBSET_MARKER)?;
+        return Ok(SubsetReport {
+            n_cells: done.n_cells,
+            n_genes: done.n_genes,
+            n_tiles: done.tile_cells.len(),
+            already_done: true,
+        });
+    }
+    let ours = manifest.is_none() && out.get(SUBSET_MARKER)?.as_deref() == Some(&request[..]);
     writer_opts.overwrite |= ours;
     let mut writer = DatasetWriter::create(output, writer_opts).map_err(dataset_err(output))?;
     out.put(SUBSET_MARKER, request.into())?;
@@ -326,5 +344,19 @@ pub fn subset(source: &str, output: &str, opts: &SubsetOptions) -> Result<Subset
     let written = writer.finish().map_err(dataset_err(output))?;
     // Finished: the dataset holds only the format's files.
     out.delete(SUBSET_MARKER)?;
-    Ok(SubsetReport { n_cells: written.n_cells, n_genes: written.n_genes, n_tiles })
+    Ok(SubsetReport { n_cells: written.n_cells, n_genes: written.n_genes, n_tiles, already_done: false })
+}
+
+/// A digest of the cells (as `(starts, ends)` ranges) and genes a subset keeps: what says that a dataset at the
+/// output is this subset.
+fn choice_digest((starts, ends): (&[u64], &[u64]), genes: &[usize]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for part in [starts, ends] {
+        h.update((part.len() as u64).to_le_bytes());
+        part.iter().for_each(|v| h.update(v.to_le_bytes()));
+    }
+    h.update((genes.len() as u64).to_le_bytes());
+    genes.iter().for_each(|&g| h.update((g as u64).to_le_bytes()));
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -327,6 +327,6 @@ pub(crate) fn merge(
     };
     let r = py.detach(|| dct_convert::merge(&sources, output, &options)).map_err(convert_error)?;
     let report = serde_json::json!({"n_cells": r.n_cells, "n_tiles": r.n_tiles, "tiles_copied": r.tiles_copied,
-                                    "tiles_encoded": r.tiles_encoded});
+                                    "tiles_encoded": r.tiles_encoded, "already_done": r.already_done});
     Ok(report.to_string())
 }

@@ -113,3 +113,60 @@ def s3_or_skip():
     options = {"aws_endpoint": endpoint, "aws_allow_http": "true", "aws_region": "us-east-1",
                "aws_access_key_id": "test", "aws_secret_access_key": "test"}
     return f"s3://{bucket}/py-{uuid.uuid4().hex[:12]}", options
+
+
+def dataset_files(ds: Path) -> dict[str, str]:
+    """Every file under a dataset folder and its SHA-256."""
+    import hashlib
+
+    return {str(p.relative_to(ds)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(ds.rglob("*")) if p.is_file()}
+
+
+def timed_run(*args: str) -> float:
+    """Seconds ``python -m deltacells *args`` takes (it must succeed)."""
+    import time
+
+    start = time.perf_counter()
+    r = run_module(*args, env=dict(os.environ, RAYON_NUM_THREADS="1"))
+    assert r.returncode == 0, r.stderr
+    return time.perf_counter() - start
+
+
+def kill_trials(args: list[str], out: Path, want: dict[str, str], seed: int, duration: float,
+                trials: int = 10) -> list[str]:
+    """Runs ``python -m deltacells *args`` (which writes a new dataset at ``out``, one thread) ``trials`` times,
+    each killed by SIGKILL after a seeded random share (30-95%) of ``duration``, the seconds a whole run takes
+    (:func:`timed_run`), unless it finished first; after each, checks that
+    ``out`` holds no manifest unless it is the finished dataset, runs the same command again and checks that
+    ``out`` then equals ``want`` file for file. Returns, per trial, what the kill left (``absent``, ``partial`` or
+    ``finished``), so a caller can check that the trials struck where they should."""
+    import random
+    import signal
+    import time
+
+    rng = random.Random(seed)
+    left = []
+    env = dict(os.environ, RAYON_NUM_THREADS="1")
+    for trial in range(trials):
+        shutil.rmtree(out, ignore_errors=True)
+        p = subprocess.Popen([sys.executable, "-m", "deltacells", *args], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, env=env)
+        time.sleep(duration * rng.uniform(0.3, 0.95))
+        if p.poll() is None:
+            os.kill(p.pid, signal.SIGKILL)
+        p.wait()
+        if not out.exists():
+            left.append("absent")
+        elif (out / "manifest.json").exists():
+            # A manifest is written last: whatever holds one is the whole dataset (its marker perhaps not yet
+            # removed).
+            now = {k: v for k, v in dataset_files(out).items() if not k.endswith("-in-progress.json")}
+            assert now == want, f"trial {trial}: a manifest beside an unfinished dataset"
+            left.append("finished")
+        else:
+            left.append("partial")
+        r = run_module(*args)
+        assert r.returncode == 0, f"trial {trial}: {r.stderr}"
+        assert dataset_files(out) == want, f"trial {trial}: the run again did not complete it"
+    return left

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import TESTDATA, require, run_module, s3_or_skip, same
+from conftest import TESTDATA, dataset_files, kill_trials, require, run_module, s3_or_skip, same, timed_run
 
 ad = require("anndata")
 pd = require("pandas")
@@ -60,7 +60,7 @@ def test_aligned_sources_are_copied_tile_for_tile(sources, tmp_path):
     d, a, first, second = sources
     ta, tb = convert(d, "a", 40), convert(d, "b", 40)  # 120 cells: three full tiles
     report = merge([str(ta), str(tb)], str(tmp_path / "c"))
-    assert report == {"n_cells": 200, "n_tiles": 5, "tiles_copied": 5, "tiles_encoded": 0}
+    assert report == {"n_cells": 200, "n_tiles": 5, "tiles_copied": 5, "tiles_encoded": 0, "already_done": False}
     for t in range(3):
         assert digest(tmp_path / "c" / "tiles" / f"tile_{t:06d}.dct") == digest(ta / "tiles" / f"tile_{t:06d}.dct")
         # Local sources are hard-linked, not copied through the process.
@@ -96,12 +96,19 @@ def test_different_genes_are_refused_with_the_alternatives(sources, tmp_path):
 
 
 def test_a_finished_merge_is_not_replaced_without_overwrite(sources, tmp_path):
+    """The same merge again leaves the finished one as it is and says so; another merge into it is refused
+    without ``overwrite``."""
     d, a = sources[0], sources[1]
     ta, tb = convert(d, "a", 50), convert(d, "b", 50)
     out = tmp_path / "c"
     merge([str(ta), str(tb)], str(out))
+    before = dataset_files(out)
+    again = merge([str(ta), str(tb)], str(out))
+    assert again["already_done"] and again["n_cells"] == 200 and dataset_files(out) == before
     with pytest.raises(FileExistsError):
-        merge([str(ta), str(tb)], str(out))
+        merge([str(tb), str(ta)], str(out))
+    with pytest.raises(FileExistsError):
+        merge([str(ta), str(tb)], str(out), level=5)
     assert merge([str(ta), str(tb)], str(out), overwrite=True)["n_cells"] == 200
     assert np.array_equal(open_dataset(str(out)).get_batch([0]).to_scipy().toarray(), a.X[[0]].toarray())
 
@@ -120,3 +127,24 @@ def test_merge_on_an_object_store(sources):
     report = merge(urls, f"{url}/c", storage_options=options)
     assert (report["tiles_copied"], report["tiles_encoded"]) == (2, 2)
     check(open_dataset(StoreBackend(f"{url}/c", options)), a, first, second)
+
+
+def test_merges_killed_at_random_moments_are_completed_by_running_them_again(tmp_path):
+    """SIGKILL at seeded random moments of an unaligned merge (2,030 + 1,970 cells in 50-cell tiles, the second's
+    cells cut anew at level 19): the output is never a dataset with a manifest that is not the whole merge, and
+    running the same command again completes it, file for file equal to a merge never interrupted."""
+    a = ad.read_h5ad(PBMC)
+    a.X = sp.csr_matrix(a.X)
+    big = ad.concat([a] * 20, index_unique="-")
+    big.obs["site"] = pd.Categorical(["lung", "blood"] * 2000)
+    for name, part in (("a", big[:2030]), ("b", big[2030:])):
+        part.copy().write_h5ad(tmp_path / f"{name}.h5ad")
+        convert_h5ad(str(tmp_path / f"{name}.h5ad"), str(tmp_path / name), tile_size=50, level=3, sort_genes=False,
+                     log=None)
+    args = ["merge", str(tmp_path / "a"), str(tmp_path / "b"), "--level", "19"]
+    duration = timed_run(*args, "--output", str(tmp_path / "clean"))
+    want = dataset_files(tmp_path / "clean")
+    assert same(open_dataset(str(tmp_path / "clean"))[:].to_scipy(), big.X)
+    out = tmp_path / "out"
+    left = kill_trials([*args, "--output", str(out)], out, want, seed=20261205, duration=duration)
+    assert "partial" in left, left

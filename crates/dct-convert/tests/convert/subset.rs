@@ -1,7 +1,7 @@
 //! `subset`: an interrupted run leaves no manifest and is completed by running it again; what else is at the
 //! output is refused.
 
-use dct_convert::{ConvertOptions, SubsetOptions, convert, subset};
+use dct_convert::{ConvertOptions, SubsetOptions, SubsetReport, convert, subset};
 
 use crate::support::{files, testdata};
 
@@ -44,7 +44,10 @@ fn an_interrupted_subset_is_completed_by_running_it_again() {
     // The same one completes it: the dataset of a clean run, file for file.
     assert_eq!(subset(&src, url, &opts).unwrap(), whole);
     assert_eq!(files(&out), files(&clean));
-    // A finished dataset is not replaced without overwrite.
-    assert!(subset(&src, url, &opts).is_err());
+    // The same subset again finds it finished and writes nothing; another is not written over it without
+    // overwrite.
+    assert_eq!(subset(&src, url, &opts).unwrap(), SubsetReport { already_done: true, ..whole });
+    assert_eq!(files(&out), files(&clean));
+    assert!(subset(&src, url, &SubsetOptions { level: 2, ..opts.clone() }).is_err());
     assert!(subset(&src, url, &SubsetOptions { overwrite: true, ..opts }).is_ok());
 }

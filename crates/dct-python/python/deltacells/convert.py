@@ -227,7 +227,8 @@ def subset(
     gene-table column such as ``"gene_ids"``), kept in the source's column order. Obs come along with the
     source's category vocabularies, the gene table is cut to the kept genes, and the manifest's
     ``metadata["subset"]`` says what was chosen from what. The manifest is written last: an interrupted subset
-    leaves no dataset that looks complete; run it again with ``overwrite=True``. Runs without the GIL."""
+    leaves no dataset that looks complete, and running the same subset again completes it (a finished one is left
+    as it is). Runs without the GIL."""
     conditions = []
     for column, chosen in (where or {}).items():
         if isinstance(chosen, tuple) and len(chosen) == 2 and all(v is None or isinstance(v, (int, float))
@@ -312,14 +313,16 @@ def merge(
     overwrite: bool = False, storage_options: dict[str, str] | None = None,
 ) -> dict[str, int]:
     """Writes the cells of the datasets ``sources``, in order, as one dataset at ``output``, as ``deltacells merge``,
-    and returns ``{"n_cells", "n_tiles", "tiles_copied", "tiles_encoded"}``.
+    and returns ``{"n_cells", "n_tiles", "tiles_copied", "tiles_encoded", "already_done"}`` (``already_done``:
+    ``output`` held this merge, finished, so nothing was written).
 
     The sources must have the same genes in the same order (datasets with different genes are refused: read them
     together with :func:`deltacells.open_corpus`, or convert their sources with ``genes="union"``). Their tiles are
     copied as they are wherever they fall whole on the new dataset's tiles; after a source whose last tile is
     partial the following cells are cut into tiles anew (``level``: their zstd level, default the first source's).
     Obs is combined: one vocabulary per category column, columns a source lacks missing for its cells. The manifest
-    is written last; an interrupted merge is completed by running it again. Runs without the GIL."""
+    is written last; an interrupted merge is completed by running it again, and a finished one is left as it
+    is. Runs without the GIL."""
     text = _core.merge([os.fspath(s) for s in sources], os.fspath(output), None if level is None else int(level),
                        bool(overwrite), storage_options)
     report: dict[str, int] = json.loads(text)
