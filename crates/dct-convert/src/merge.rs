@@ -35,6 +35,11 @@ pub struct MergeOptions {
     pub overwrite: bool,
     /// Backends of the sources and the output.
     pub store: StoreOptions,
+    /// Put the cells of every source's partial last tile after all the full tiles, so that every full tile is
+    /// copied and only those cells are encoded again (otherwise, after a partial last tile the following cells are
+    /// cut into tiles anew). The cells are then not in source order: the manifest's `metadata.merge.segments` says
+    /// where each source's cells went.
+    pub tails_last: bool,
     /// Stop with an error after this many tiles (tests of interrupted merges; `None` in normal use).
     pub stop_after_tiles: Option<usize>,
 }
@@ -200,9 +205,11 @@ fn check_same_columns(sources: &[Source]) -> Result<(), ConvertError> {
 
 /// Writes the cells of `sources`, in order, as one dataset at `output`: their tiles copied as they are (hard links
 /// between local directories, server-side copies within one bucket, else their bytes) wherever they fall whole on
-/// the new dataset's tiles, re-encoded after a source whose last tile is partial; obs combined as for an append.
-/// Sources with other genes, or another format version, are refused. The manifest is written last; a merge that
-/// stopped before it leaves its marker, and running the same merge again replaces what it left.
+/// the new dataset's tiles, re-encoded after a source whose last tile is partial (or, with
+/// [`MergeOptions::tails_last`], every full tile copied and the partial ones' cells written after them); obs
+/// combined as for an append. Sources with other genes, or another format version, are refused. The manifest is
+/// written last; a merge that stopped before it leaves its marker, and running the same merge again replaces what
+/// it left (or, finished, leaves it as it is).
 pub fn merge(sources: &[String], output: &str, opts: &MergeOptions) -> Result<MergeReport, ConvertError> {
     if sources.len() < 2 {
         return Err(ConvertError::Inputs("merge takes two or more datasets".into()));
@@ -249,6 +256,7 @@ pub fn merge(sources: &[String], output: &str, opts: &MergeOptions) -> Result<Me
     let request = serde_json::to_vec(&json!({
         "sources": opened.iter().map(|s| json!({"url": s.url, "n_cells": s.ds.n_cells()})).collect::<Vec<_>>(),
         "level": w.zstd_level,
+        "tails_last": opts.tails_last,
     }))
     .expect("json");
     // The same merge, finished by an earlier run (perhaps stopped before it removed its marker): nothing to do.
@@ -256,7 +264,8 @@ pub fn merge(sources: &[String], output: &str, opts: &MergeOptions) -> Result<Me
     if let Some(done) = manifest.as_deref().and_then(|m| Manifest::from_json(m).ok()) {
         let record = &done.metadata["merge"];
         let asked: serde_json::Value = serde_json::from_slice(&request).expect("json");
-        if !opts.overwrite && record["sources"] == asked["sources"] && record["level"] == asked["level"] {
+        let same = ["sources", "level", "tails_last"].iter().all(|k| record[k] == asked[k]);
+        if !opts.overwrite && same {
             out.delete(MERGE_MARKER)?;
             return Ok(MergeReport {
                 n_cells: done.n_cells,
@@ -285,11 +294,35 @@ pub fn merge(sources: &[String], output: &str, opts: &MergeOptions) -> Result<Me
 
     let mut pending = Pending { rows: CanonicalCsr::new(first.n_genes), obs: Vec::new() };
     let (mut copied, mut encoded) = (0usize, 0usize);
-    let n_sources = opened.len();
-    for (i, source) in opened.iter_mut().enumerate() {
-        let cells = source.ds.manifest().tile_cells.clone();
+    // The tiles in the order their cells are written: (source, tile, its first cell, its cells).
+    let mut order: Vec<(usize, usize, u64, u64)> = Vec::new();
+    let mut tails = Vec::new();
+    for (i, source) in opened.iter().enumerate() {
         let mut first_cell = 0u64;
-        for (t, &n) in cells.iter().enumerate() {
+        for (t, &n) in source.ds.manifest().tile_cells.iter().enumerate() {
+            if opts.tails_last && n < tile_size {
+                tails.push((i, t, first_cell, n));
+            } else {
+                order.push((i, t, first_cell, n));
+            }
+            first_cell += n;
+        }
+    }
+    order.extend(tails);
+    // Where each source's cells went: (source, first cell, end, first cell in the output), runs joined.
+    let mut segments: Vec<(usize, u64, u64, u64)> = Vec::new();
+    let mut cursor = 0u64;
+    for &(i, _, first_cell, n) in &order {
+        match segments.last_mut() {
+            Some(last) if last.0 == i && last.2 == first_cell => last.2 += n,
+            _ => segments.push((i, first_cell, first_cell + n, cursor)),
+        }
+        cursor += n;
+    }
+    let n_items = order.len();
+    for (k, &(i, t, first_cell, n)) in order.iter().enumerate() {
+        let source = &mut opened[i];
+        {
             let obs = source.tile_obs(t)?;
             // Category columns travel as labels: the sources' vocabularies differ, the writer codes them anew.
             let obs = match (&schema, obs) {
@@ -297,7 +330,7 @@ pub fn merge(sources: &[String], output: &str, opts: &MergeOptions) -> Result<Me
                 (Some(_), None) => Some(TileObs::new()),
                 (None, _) => None,
             };
-            let last_of_all = i + 1 == n_sources && t + 1 == cells.len();
+            let last_of_all = k + 1 == n_items;
             if pending.n_rows() == 0 && (n == tile_size || last_of_all) {
                 // Checked here (structure, CRC, genes) from its bytes, then linked or copied server-side.
                 let blob = source.ds.fetch_tile_bytes(t).map_err(dataset_err(&source.url))?;
@@ -331,7 +364,6 @@ pub fn merge(sources: &[String], output: &str, opts: &MergeOptions) -> Result<Me
                     encoded += 1;
                 }
             }
-            first_cell += n;
             if opts.stop_after_tiles.is_some_and(|stop| copied + encoded >= stop) {
                 return Err(ConvertError::Output(format!(
                     "{output}: stopped after {} tiles, as asked",
@@ -361,6 +393,9 @@ pub fn merge(sources: &[String], output: &str, opts: &MergeOptions) -> Result<Me
             "tiles_copied": copied,
             "tiles_encoded": encoded,
             "level": level,
+            "tails_last": opts.tails_last,
+            "segments": segments.iter().map(|&(i, a, b, at)| json!({"source": i, "cells": [a, b], "at": at}))
+                .collect::<Vec<_>>(),
         }
     });
     writer.set_metadata(metadata);

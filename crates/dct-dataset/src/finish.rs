@@ -141,6 +141,9 @@ pub async fn finish_dataset(store: &Store, mut manifest: Manifest, side: SideFil
     for (rel, bytes) in side.encoded() {
         store.put(&rel, bytes).await?;
     }
+    // Every object is written: temporary files that writes of an interrupted earlier run left go before the
+    // manifest says the dataset is whole.
+    store.remove_leftovers("").await?;
     store.put(MANIFEST_NAME, Bytes::from(manifest.to_json_pretty())).await?;
     Ok(manifest)
 }

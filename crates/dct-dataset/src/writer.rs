@@ -623,6 +623,9 @@ async fn encode_and_store(
 /// Refuses a destination holding files (unless `overwrite`); with `overwrite`, deletes the old manifest first,
 /// then the old dataset's files.
 async fn prepare_destination(store: &Store, overwrite: bool) -> Result<(), DatasetError> {
+    // Temporary files of writes killed before their rename are not a dataset: they neither refuse the location nor
+    // stay.
+    store.remove_leftovers("").await?;
     let Some(first) = store.first_object().await? else { return Ok(()) };
     if !overwrite {
         return Err(DatasetError::AlreadyExists { url: store.root().to_string(), example: first.path });

@@ -310,17 +310,19 @@ pub(crate) fn append(
 /// Merges the datasets `sources` into a new one at `output` (see `dct_convert::merge`), the GIL released; returns
 /// the report as JSON text.
 #[pyfunction]
-#[pyo3(signature = (sources, output, level, overwrite, storage_options))]
+#[pyo3(signature = (sources, output, level, tails_last, overwrite, storage_options))]
 pub(crate) fn merge(
     py: Python<'_>,
     sources: Vec<String>,
     output: &str,
     level: Option<i32>,
+    tails_last: bool,
     overwrite: bool,
     storage_options: Option<Bound<'_, PyDict>>,
 ) -> PyResult<String> {
     let options = dct_convert::MergeOptions {
         level,
+        tails_last,
         overwrite,
         store: crate::dataset::store_options(storage_options.as_ref())?,
         ..dct_convert::MergeOptions::default()

@@ -85,6 +85,41 @@ def test_after_a_partial_last_tile_the_cells_are_cut_anew(sources, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+@pytest.mark.filterwarnings("ignore:Observation names are not unique")
+def test_tails_last_copies_every_full_tile_and_moves_the_partial_ones_to_the_end(sources, tmp_path):
+    """A (50, 50, 20), B (50, 30) and A again, with ``tails_last``: the full tiles of A, B, A copied as they are
+    (hard links), then A's 20 last cells and B's 30 encoded again as one tile, and the second A's last tile, the
+    last of all, copied too; the rows, obs and ``metadata.merge.segments`` say that order, checked against the
+    sources read by anndata."""
+    d, a, first, second = sources
+    ta, tb = convert(d, "a", 50), convert(d, "b", 50)
+    out = tmp_path / "c"
+    report = merge([str(ta), str(tb), str(ta)], str(out), tails_last=True)
+    assert (report["tiles_copied"], report["tiles_encoded"], report["n_tiles"]) == (6, 1, 7)
+    src = [(0, ta, 0), (1, ta, 1), (2, tb, 0), (3, ta, 0), (4, ta, 1), (6, ta, 2)]
+    for t, ds, k in src:
+        assert (out / "tiles" / f"tile_{t:06d}.dct").stat().st_ino == (ds / "tiles" / f"tile_{k:06d}.dct").stat().st_ino
+    # Rows of the sources in the order written: full tiles, then the tails.
+    order = [(first, 0, 100), (second, 0, 50), (first, 0, 100), (first, 100, 120), (second, 50, 80), (first, 100, 120)]
+    want = ad.concat([part[lo:hi] for part, lo, hi in order], join="outer")
+    ds = open_dataset(str(out))
+    assert ds.n_cells == 320 and same(ds[:].to_scipy(), sp.csr_matrix(want.X))
+    obs = ds.obs.to_pandas()
+    assert list(obs["obs_names"]) == list(want.obs_names)
+    assert [str(v) for v in obs["site"]] == [str(v) for v in want.obs["site"]]
+    segments = ds.manifest.metadata["merge"]["segments"]
+    assert segments == [
+        {"source": 0, "cells": [0, 100], "at": 0}, {"source": 1, "cells": [0, 50], "at": 100},
+        {"source": 2, "cells": [0, 100], "at": 150}, {"source": 0, "cells": [100, 120], "at": 250},
+        {"source": 1, "cells": [50, 80], "at": 270}, {"source": 2, "cells": [100, 120], "at": 300},
+    ]
+    r = run_module("verify", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    # Without it the same sources are a different merge: not written over this one.
+    with pytest.raises(FileExistsError):
+        merge([str(ta), str(tb), str(ta)], str(out))
+
+
 def test_different_genes_are_refused_with_the_alternatives(sources, tmp_path):
     d, a = sources[0], sources[1]
     other = a[:30, ::-1].copy()

@@ -54,6 +54,26 @@ impl Store {
         }
     }
 
+    /// Removes the temporary files that writes into a local directory killed before their rename left under
+    /// `prefix` (they are invisible to listings, so nothing else would remove them); returns how many. Object
+    /// stores keep nothing of a PUT that did not complete: there this does nothing. Call it only where no write
+    /// into `prefix` is under way.
+    pub async fn remove_leftovers(&self, prefix: &str) -> Result<usize, StoreError> {
+        let Some(dir) = self.local_dir() else { return Ok(0) };
+        let dir = dir.join(prefix);
+        let shown = self.url(prefix);
+        tokio::task::spawn_blocking(move || remove_leftovers_in(&dir))
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())))
+            .map_err(|e| StoreError::Request {
+                op: "DELETE",
+                url: shown,
+                message: format!("removing temporary files left by an interrupted write: {e}"),
+                transient: false,
+                attempts: 1,
+            })
+    }
+
     /// Copies the object at `from` to `to` within this location, replacing `to`: a server-side copy on object
     /// stores (no bytes pass through this process), a hard link on local files (so a copy of a staged object that
     /// is then deleted costs no I/O).
@@ -144,6 +164,41 @@ fn bucket_of(url: &str) -> Option<&str> {
     (!rest.is_empty()).then(|| &url[..end])
 }
 
+/// Whether `name` is a temporary file a write into a local directory leaves if it is killed before its rename:
+/// `object_store`'s staging files (`NAME#N`) or [`hard_link_into_place`]'s links (`.NAME.link.PID.N`).
+fn is_leftover(name: &str) -> bool {
+    let numbered = |tail: &str| !tail.is_empty() && tail.bytes().all(|b| b.is_ascii_digit());
+    let staged = name.rsplit_once('#').is_some_and(|(head, tail)| !head.is_empty() && numbered(tail));
+    let mut parts = name.rsplitn(3, '.');
+    let (n, pid) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let linked = name.starts_with('.') && name.contains(".link.") && numbered(n) && numbered(pid);
+    staged || linked
+}
+
+/// Removes [`is_leftover`] files under `dir` (recursively); returns how many.
+fn remove_leftovers_in(dir: &std::path::Path) -> std::io::Result<usize> {
+    let mut removed = 0;
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            removed += remove_leftovers_in(&entry.path())?;
+        } else if kind.is_file() && entry.file_name().to_str().is_some_and(is_leftover) {
+            match std::fs::remove_file(entry.path()) {
+                Ok(()) => removed += 1,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(removed)
+}
+
 /// Hard-links `src` at `dst` (a temporary link renamed into place, so `dst` appears whole); `false` if the file
 /// system refuses the link (another device, no hard links), leaving nothing behind.
 fn hard_link_into_place(src: &std::path::Path, dst: &std::path::Path) -> bool {
@@ -168,6 +223,31 @@ fn hard_link_into_place(src: &std::path::Path, dst: &std::path::Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn leftovers_of_killed_writes_are_told_from_objects() {
+        for name in ["tile_000059.dct#1", "manifest.json#12", ".tile_000001.dct.link.4242.0"] {
+            assert!(is_leftover(name), "{name}");
+        }
+        for name in ["tile_000059.dct", "#1", "a#b", "obs_0000.parquet", ".hidden", ".x.link.pid.0", "link.1.2"] {
+            assert!(!is_leftover(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn leftovers_are_removed_and_objects_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("tiles")).unwrap();
+        for f in ["tiles/tile_000000.dct", "tiles/tile_000001.dct#3", "tiles/.tile_000002.dct.link.7.1", "x#2"] {
+            std::fs::write(dir.path().join(f), b"x").unwrap();
+        }
+        let store = Store::from_url(dir.path().to_str().unwrap(), &crate::StoreOptions::default()).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        assert_eq!(rt.block_on(store.remove_leftovers("tiles")).unwrap(), 2);
+        assert!(dir.path().join("tiles/tile_000000.dct").exists() && dir.path().join("x#2").exists());
+        assert_eq!(rt.block_on(store.remove_leftovers("")).unwrap(), 1);
+        assert_eq!(rt.block_on(Store::memory("m").remove_leftovers("")).unwrap(), 0);
+    }
 
     #[test]
     fn lists_and_deletes_relative_to_the_prefix() {

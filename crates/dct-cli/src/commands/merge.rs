@@ -1,4 +1,4 @@
-//! `deltacells merge DATASET DATASET... --output OUT [--level N] [--overwrite] [--json]`.
+//! `deltacells merge DATASET DATASET... --output OUT [--level N] [--tails-last] [--overwrite] [--json]`.
 
 use dct_convert::{MergeOptions, merge};
 use dct_dataset::StoreOptions;
@@ -11,7 +11,8 @@ use crate::output::print_json;
 /// One dataset of the cells of several, in order, that have the same genes in the same order. Their tiles are
 /// copied as they are (hard links locally, server-side copies within a bucket) wherever they fall whole on the new
 /// dataset's tiles; after a source whose last tile is partial, the following cells are cut into tiles anew (every
-/// tile but the last must be full). Obs is combined: one vocabulary per category column, columns a source lacks
+/// tile but the last must be full), unless `--tails-last` puts those partial tiles' cells after every full tile.
+/// Obs is combined: one vocabulary per category column, columns a source lacks
 /// missing for its cells. Datasets with different genes are refused: read them together as a corpus, or convert
 /// their sources with `--genes union`.
 #[derive(Debug, clap::Args)]
@@ -25,6 +26,11 @@ pub struct Args {
     /// zstd level of the tiles encoded again (default: the first dataset's).
     #[arg(long)]
     level: Option<i32>,
+    /// Put the cells of each dataset's partial last tile after all the full tiles, so that every full tile is
+    /// copied and only those cells are encoded again; the cells are then not in the datasets' order
+    /// (`metadata.merge.segments` in the manifest says where each dataset's cells went).
+    #[arg(long)]
+    tails_last: bool,
     /// Replace a dataset already at the output.
     #[arg(long)]
     overwrite: bool,
@@ -35,8 +41,13 @@ pub struct Args {
 
 /// Runs `merge`.
 pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
-    let options =
-        MergeOptions { level: args.level, overwrite: args.overwrite, store: store.clone(), ..MergeOptions::default() };
+    let options = MergeOptions {
+        level: args.level,
+        tails_last: args.tails_last,
+        overwrite: args.overwrite,
+        store: store.clone(),
+        ..MergeOptions::default()
+    };
     let r = merge(&args.datasets, &args.output, &options)?;
     if args.json {
         print_json(&json!({"output": args.output, "n_cells": r.n_cells, "n_tiles": r.n_tiles,

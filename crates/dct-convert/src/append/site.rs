@@ -39,9 +39,11 @@ impl Site {
         Ok(self.out.block_on(self.out.store.copy(rel, &to))??)
     }
 
-    /// Removes the staging folder, then the journal.
+    /// Removes the staging folder and temporary files that writes of an interrupted run left (an append runs
+    /// alone), then the journal.
     pub(super) fn clear(&self) -> Result<(), ConvertError> {
         self.staging.delete_prefix("")?;
+        self.out.block_on(self.out.store.remove_leftovers(""))??;
         if let Some(dir) = self.out.store.local_dir() {
             // Local files leave the emptied folders behind.
             let staging = dir.join(APPEND_STAGING_DIR.trim_end_matches('/'));

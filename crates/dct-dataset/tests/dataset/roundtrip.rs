@@ -220,6 +220,27 @@ fn existing_destination_is_refused_unless_overwrite() {
 }
 
 #[test]
+fn temporary_files_of_a_killed_run_are_gone_when_the_dataset_is_finished() {
+    // A write killed before its rename leaves a temporary file that listings do not show (`object_store`'s
+    // `NAME#N`, or a hard link's `.NAME.link.PID.N`): the run that finishes the dataset removes them.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("tiles")).unwrap();
+    let leftovers = ["tiles/tile_000001.dct#1", "tiles/.tile_000000.dct.link.99.0", "manifest.json#4"];
+    for f in leftovers {
+        std::fs::write(dir.path().join(f), b"partial").unwrap();
+    }
+    let url = dir.path().to_str().unwrap();
+    let truth = random_truth(16, 250, 30, 0.1, false);
+    let mut w = DatasetWriter::create(url, opts(30, 100)).unwrap();
+    append_all(&mut w, &truth, 17, 100);
+    w.finish().unwrap();
+    for f in leftovers {
+        assert!(!dir.path().join(f).exists(), "{f} is left");
+    }
+    check_all(&Dataset::open(url, ReadOptions::default()).unwrap(), &truth, 18);
+}
+
+#[test]
 fn dropped_or_failed_writer_leaves_no_manifest() {
     let truth = random_truth(15, 300, 30, 0.1, false);
     let store = Store::memory("test");

@@ -349,7 +349,8 @@ def append(
     level: int | None, matrix: str, obs_exclude: list[str], threads: int, storage_options: dict[str, str] | None,
 ) -> str: ...
 def merge(
-    sources: list[str], output: str, level: int | None, overwrite: bool, storage_options: dict[str, str] | None,
+    sources: list[str], output: str, level: int | None, tails_last: bool, overwrite: bool,
+    storage_options: dict[str, str] | None,
 ) -> str: ...
 def scan_part(inputs: list[str], plan_path: str, part: int, parts: int, **kw: Any) -> tuple[int, int]: ...
 def run_part(

@@ -310,7 +310,7 @@ def append(
 
 def merge(
     sources: Sequence[str | os.PathLike[str]], output: str | os.PathLike[str], *, level: int | None = None,
-    overwrite: bool = False, storage_options: dict[str, str] | None = None,
+    tails_last: bool = False, overwrite: bool = False, storage_options: dict[str, str] | None = None,
 ) -> dict[str, int]:
     """Writes the cells of the datasets ``sources``, in order, as one dataset at ``output``, as ``deltacells merge``,
     and returns ``{"n_cells", "n_tiles", "tiles_copied", "tiles_encoded", "already_done"}`` (``already_done``:
@@ -319,11 +319,15 @@ def merge(
     The sources must have the same genes in the same order (datasets with different genes are refused: read them
     together with :func:`deltacells.open_corpus`, or convert their sources with ``genes="union"``). Their tiles are
     copied as they are wherever they fall whole on the new dataset's tiles; after a source whose last tile is
-    partial the following cells are cut into tiles anew (``level``: their zstd level, default the first source's).
+    partial the following cells are cut into tiles anew (``level``: their zstd level, default the first source's),
+    unless ``tails_last`` puts the cells of every source's partial last tile after all the full tiles: then every
+    full tile is copied and only those cells are encoded again, and the manifest's
+    ``metadata["merge"]["segments"]`` (``{"source", "cells": [start, end], "at"}``) says where each source's cells
+    went.
     Obs is combined: one vocabulary per category column, columns a source lacks missing for its cells. The manifest
     is written last; an interrupted merge is completed by running it again, and a finished one is left as it
     is. Runs without the GIL."""
     text = _core.merge([os.fspath(s) for s in sources], os.fspath(output), None if level is None else int(level),
-                       bool(overwrite), storage_options)
+                       bool(tails_last), bool(overwrite), storage_options)
     report: dict[str, int] = json.loads(text)
     return report
