@@ -115,6 +115,10 @@ def test_tails_last_copies_every_full_tile_and_moves_the_partial_ones_to_the_end
     ]
     r = run_module("verify", str(out))
     assert r.returncode == 0, r.stdout + r.stderr
+    # The command writes the same dataset.
+    r = run_module("merge", str(ta), str(tb), str(ta), "--tails-last", "--output", str(tmp_path / "cli"), "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["tiles_encoded"] == 1, r.stderr
+    assert dataset_files(tmp_path / "cli") == dataset_files(out)
     # Without it the same sources are a different merge: not written over this one.
     with pytest.raises(FileExistsError):
         merge([str(ta), str(tb), str(ta)], str(out))
