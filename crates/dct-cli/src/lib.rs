@@ -78,6 +78,8 @@ enum Command {
     InspectTile(commands::inspect::Args),
     /// Measure tile fetch and decode times and shuffled batch throughput on your data and storage.
     Bench(commands::bench::Args),
+    /// One self-contained HTML page of a dataset: its facts, cells, tiles, chunks, genes and obs as plots.
+    Report(commands::report::Args),
 }
 
 /// Runs the command line `args` (the program name first, as in `std::env::args_os()`) and returns the exit
@@ -109,6 +111,7 @@ where
         Command::Export(args) => commands::export::run(args, &store),
         Command::InspectTile(args) => commands::inspect::run(args),
         Command::Bench(args) => commands::bench::run(args, &store),
+        Command::Report(args) => commands::report::run(args, &store),
     };
     match result {
         Ok(code) => code,

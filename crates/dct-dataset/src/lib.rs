@@ -78,6 +78,7 @@
 
 mod epoch;
 mod error;
+mod facts;
 mod finish;
 pub mod manifest;
 pub mod npy;
@@ -95,6 +96,7 @@ pub use dct_obs;
 pub use dct_store::{LocalReads, RetryPolicy, Store, StoreError, StoreOptions};
 pub use epoch::{EpochOptions, EpochPlan, EpochUnit, Remainder, TileStrata};
 pub use error::{Category, DatasetError, ManifestError};
+pub use facts::dataset_facts;
 pub use finish::{SideFiles, finish_dataset};
 pub use manifest::{Manifest, ManifestSettings, ObsFields, TileStats};
 pub use reader::{Batch, DECODED_BYTES_PER_NONZERO, Dataset, ReadOptions, ReadStats, TileBudget};

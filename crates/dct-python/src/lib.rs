@@ -51,6 +51,7 @@ mod errors;
 mod manifest;
 mod obs;
 mod process;
+mod report;
 mod store;
 mod tile;
 mod writer;
@@ -116,6 +117,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(obs::cache_root, m)?)?;
     m.add_function(wrap_pyfunction!(obs::column_file_name, m)?)?;
     m.add_function(wrap_pyfunction!(obs::encode_var_table, m)?)?;
+    m.add_function(wrap_pyfunction!(report::dataset_report, m)?)?;
     m.add_function(wrap_pyfunction!(convert::resolve_inputs, m)?)?;
     m.add_function(wrap_pyfunction!(convert::natural_cmp, m)?)?;
     m.add_function(wrap_pyfunction!(convert::convert, m)?)?;

@@ -138,7 +138,14 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
     let mut read_nnz = 0u64;
     let mut n_read = 0u64;
     let mut batch_cells: Vec<u64> = Vec::new();
+    // Per batch: when it was ready (seconds from the start), how long it took, its cells (a report's timeline).
+    let mut timeline: Vec<[f64; 3]> = Vec::new();
     let start = Instant::now();
+    let mark = |cells: usize, timeline: &mut Vec<[f64; 3]>| {
+        let now = start.elapsed().as_secs_f64();
+        let since = timeline.last().map_or(0.0, |l| l[0]);
+        timeline.push([now, now - since, cells as f64]);
+    };
     match pattern {
         Pattern::Global => {
             let mut every: Vec<u64> = (0..ds.n_cells()).collect();
@@ -146,6 +153,7 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
             every.truncate(usize::try_from(args.max_cells).unwrap_or(usize::MAX));
             for chunk in every.chunks(args.batch_size.max(1)) {
                 ds.get_batch_into(chunk, &mut batch)?;
+                mark(chunk.len(), &mut timeline);
                 read_nnz += batch.nnz() as u64;
                 n_read += chunk.len() as u64;
                 std::hint::black_box(&batch);
@@ -169,6 +177,7 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
                 plan.batch_into(j, &mut batch_cells)?;
                 batch_cells.truncate((args.max_cells - n_read) as usize);
                 ds.get_batch_into(&batch_cells, &mut batch)?;
+                mark(batch_cells.len(), &mut timeline);
                 read_nnz += batch.nnz() as u64;
                 n_read += batch_cells.len() as u64;
                 std::hint::black_box(&batch);
@@ -193,7 +202,7 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
             "pattern": args.pattern, "batch_size": args.batch_size, "batch_cells": n_read, "batch_seconds": elapsed,
             "batch_cells_per_second": cells_per_s, "batch_nnz_per_second": read_nnz as f64 / elapsed,
             "stall_seconds": stats.stall_time.as_secs_f64(), "tiles_fetched": stats.tiles_fetched,
-            "tiles_decoded": stats.tiles_decoded,
+            "tiles_decoded": stats.tiles_decoded, "batch_timeline": timeline,
         }));
     } else {
         println!("dataset {}  ({threads} decode threads)", dataset);

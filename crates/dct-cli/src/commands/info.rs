@@ -1,6 +1,6 @@
 //! `deltacells info DATASET [--json]`.
 
-use dct_dataset::{Dataset, ReadOptions, StoreOptions};
+use dct_dataset::{Dataset, ReadOptions, StoreOptions, dataset_facts};
 use serde_json::json;
 
 use crate::output::{human_bytes, print_json};
@@ -25,14 +25,9 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
     let kb_per_cell = bytes as f64 / 1000.0 / m.n_cells.max(1) as f64;
     let obs_bytes: u64 = m.obs.shard_bytes.iter().sum();
     if args.json {
-        print_json(&json!({
-            "dataset": args.dataset, "version": m.version, "n_cells": m.n_cells, "n_genes": m.n_genes,
-            "n_tiles": m.n_tiles(), "tile_size": m.tile_size, "nnz": nnz, "tile_bytes_total": bytes,
-            "bytes_per_nnz": per_nnz, "kb_per_cell": kb_per_cell, "n_chunks": m.n_chunks, "zstd_level": m.zstd_level,
-            "has_gene_order": m.has_gene_order, "has_var_names": m.has_var_names, "has_var_table": m.has_var_table,
-            "has_obs": m.has_obs, "obs_shards": m.obs.shard_bytes.len(), "obs_bytes": obs_bytes,
-            "obs_fingerprint": m.has_obs.then(|| m.obs.fingerprint.clone()),
-        }));
+        let mut facts = dataset_facts(m);
+        facts["dataset"] = json!(args.dataset);
+        print_json(&facts);
         return Ok(0);
     }
     let opt = |x: Option<i64>| x.map_or("-".to_string(), |v| v.to_string());

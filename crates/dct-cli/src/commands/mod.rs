@@ -11,5 +11,6 @@ pub mod info;
 pub mod inspect;
 pub mod merge;
 pub mod obs;
+pub mod report;
 pub mod subset;
 pub mod verify;

@@ -24,6 +24,7 @@ from deltacells.dataset import DeltaCellsDataset, open_dataset
 from deltacells.format import FormatError, TileInfo
 from deltacells.manifest import Manifest
 from deltacells.reader import DecodedTile, SparseBatch, Tile, read_tile
+from deltacells.report import Report
 from deltacells.writer import DatasetWriter, encode_tile, permute_columns, write_tile
 
 __version__: str = _core.__version__
@@ -46,6 +47,7 @@ __all__ = [
     "LocalBackend",
     "Manifest",
     "RangeFile",
+    "Report",
     "SparseBatch",
     "StoreBackend",
     "ThrottledBackend",

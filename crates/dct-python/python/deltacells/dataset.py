@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Iterable, Sequence
@@ -19,6 +20,8 @@ from deltacells.manifest import Manifest
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
+
+    from deltacells.report import Report
 
 
 __all__ = ["DeltaCellsDataset", "open_dataset"]
@@ -306,6 +309,28 @@ class DeltaCellsDataset:
         if self._obs is None:
             self._obs = ObsStore._of_dataset(self)
         return self._obs
+
+    def report(self, *, sample_tiles: int = 24, bench: str | os.PathLike[str] | dict[str, Any] | None = None,
+               title: str | None = None) -> Report:
+        """The dataset's report, as ``deltacells report`` writes it: a :class:`deltacells.report.Report` that
+        shows inline in Jupyter and ``.save(path)`` writes as one self-contained HTML page.
+
+        The page holds the manifest's facts; histograms of nonzeros and counts per cell; tile bytes and bytes per
+        nonzero per tile; chunk balance within tiles; gene totals by rank; per obs column its categories (top 30)
+        or a histogram, and its missing fraction; and, given ``bench`` (the output of ``deltacells bench --json``:
+        a file, or the parsed dict), the read's throughput and batch times. At most ``sample_tiles`` tiles, evenly
+        spread, are decoded (the page says how many). Runs without the GIL."""
+        from deltacells.report import Report
+
+        text: str | None
+        if bench is None:
+            text = None
+        elif isinstance(bench, dict):
+            text = json.dumps(bench)
+        else:
+            with open(os.fspath(bench), encoding="utf-8") as f:
+                text = f.read()
+        return Report._from_core(_core.dataset_report(self._core, int(sample_tiles), text, title, self.cache_dir))
 
     # ------------------------------------------------------------------ reading
 

@@ -1,0 +1,187 @@
+"""`deltacells report` and `Dataset.report()`: one self-contained page whose numbers equal `deltacells info --json`,
+opened in headless Chromium (not blank; each section shows), from the command line and from Python; sampling; the
+benchmark section; refusals."""
+
+import json
+import os
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from conftest import TESTDATA, in_ci, require, run_module
+
+ad = require("anndata")
+pd = require("pandas")
+
+from deltacells import FormatError, Report, open_dataset  # noqa: E402
+from deltacells.convert import convert_h5ad  # noqa: E402
+
+PBMC = TESTDATA / "inputs" / "pbmc200" / "pbmc200.h5ad"
+SECTIONS = ["summary", "cells", "tiles", "chunks", "genes", "obs", "bench"]
+
+
+class Figures(HTMLParser):
+    """The page's section ids, its `data-key` figures and whether it asks for anything over the network."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sections: list[str] = []
+        self.values: dict[str, str] = {}
+        self.svgs = 0
+        self.remote: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "section":
+            self.sections.append(a["id"])
+        if tag == "svg":
+            self.svgs += 1
+        if "data-key" in a and "data-value" in a:
+            self.values[a["data-key"]] = a["data-value"]
+        for k in ("src", "href"):
+            if a.get(k, "").startswith(("http:", "https:", "//")):
+                self.remote.append(a[k])
+
+
+def figures(html: str) -> Figures:
+    f = Figures()
+    f.feed(html)
+    return f
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    """pbmc200 in 50-cell tiles with obs of every kind: categories, numbers, booleans (some missing), strings."""
+    d = tmp_path_factory.mktemp("report")
+    a = ad.read_h5ad(PBMC)
+    a.X = sp.csr_matrix(a.X)
+    rng = np.random.default_rng(20261205)
+    a.obs["tissue"] = pd.Categorical(rng.choice(["lung", "blood", "liver"], a.n_obs))
+    a.obs["n_genes"] = np.diff(a.X.indptr).astype(np.int32)
+    score = rng.normal(size=a.n_obs)
+    score[:10] = np.nan
+    a.obs["score"] = score
+    a.obs["qc_pass"] = pd.array([None if i % 17 == 0 else bool(i % 2) for i in range(a.n_obs)], dtype="boolean")
+    a.obs["barcode"] = [f"BC{i:05d}" for i in range(a.n_obs)]
+    a.write_h5ad(d / "in.h5ad")
+    out = d / "ds"
+    convert_h5ad(str(d / "in.h5ad"), str(out), tile_size=50, level=3, log=None)
+    bench = run_module("bench", str(out), "--json", "--batch-size", "40", "--max-cells", "200", "--sample-tiles", "2")
+    assert bench.returncode == 0, bench.stderr
+    (d / "bench.json").write_text(bench.stdout)
+    return out, a, d / "bench.json"
+
+
+def chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        if in_ci():
+            pytest.fail("chromium is not installed (.ci/run installs Debian's chromium)")
+        pytest.skip("chromium is not installed")
+    return found
+
+
+def screenshot(page: Path, out: Path, height: int) -> "np.ndarray":
+    """The page as headless Chromium draws it, as an RGB array (the network closed, a fresh profile)."""
+    image = require("PIL.Image")
+    cmd = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
+           f"--user-data-dir={out.parent / 'chromium-profile'}", f"--screenshot={out}",
+           f"--window-size=1280,{height}", page.as_uri()]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and out.exists(), r.stderr[-2000:]
+    return np.asarray(image.open(out).convert("RGB"))
+
+
+def test_the_page_shows_what_info_says_and_each_section(dataset, tmp_path):
+    ds_path, a, bench = dataset
+    page = tmp_path / "page.html"
+    r = run_module("report", str(ds_path), "--output", str(page), "--bench", str(bench), "--json")
+    assert r.returncode == 0, r.stderr
+    shown = json.loads(r.stdout)
+    html = page.read_text()
+    f = figures(html)
+    assert f.sections == SECTIONS and f.svgs >= 9 and not f.remote
+    # Every figure of the summary equals `deltacells info --json`.
+    info = json.loads(run_module("info", str(ds_path), "--json").stdout)
+    compared = 0
+    for key, value in info.items():
+        if key in f.values:
+            assert json.loads(f.values[key]) == pytest.approx(value), key
+            compared += 1
+    assert compared >= 14, f.values
+    assert shown["facts"] == {k: v for k, v in info.items() if k != "dataset"}
+    # The obs figures equal the source's, read by pandas.
+    assert f.values["obs.score.missing"] == "10" and shown["obs"]["score"] == {"kind": "numeric", "missing": 10}
+    assert int(f.values["obs.qc_pass.missing"]) == int(a.obs["qc_pass"].isna().sum())
+    assert shown["sample"] == {"tiles": 4, "cells": 200, "how": "every tile (4) decoded"}
+
+    # Drawn: the page is not blank, and each section alone (the others hidden by a style added to a copy) shows
+    # something, and not the same picture as another.
+    whole = screenshot(page, tmp_path / "whole.png", 5200)
+    assert (whole < 200).any(axis=2).mean() > 0.02, "the page is blank"
+    seen = []
+    for section in SECTIONS:
+        alone = tmp_path / f"only-{section}.html"
+        hide = f"<style>h1,nav,p.note:not(section p),section:not(#{section}){{display:none}}</style></head>"
+        alone.write_text(html.replace("</head>", hide, 1))
+        shot = screenshot(alone, tmp_path / f"{section}.png", 700)
+        dark = (shot < 200).any(axis=2).mean()
+        assert dark > 0.01, f"section {section} shows nothing"
+        assert not any(np.array_equal(shot, s) for s in seen), f"section {section} is not in view"
+        seen.append(shot)
+
+
+def test_python_report_shows_inline_and_saves_the_same_page(dataset, tmp_path):
+    ds_path, a, bench = dataset
+    ds = open_dataset(str(ds_path))
+    report = ds.report(bench=bench, title="PBMC 200")
+    assert isinstance(report, Report) and report._repr_html_() == report.html
+    assert "<title>PBMC 200</title>" in report.html
+    saved = report.save(tmp_path / "r.html")
+    assert Path(saved).read_text() == report.html
+    r = run_module("report", str(ds_path), "--output", str(tmp_path / "cli.html"), "--bench", str(bench),
+                   "--title", "PBMC 200")
+    assert r.returncode == 0, r.stderr
+    assert figures((tmp_path / "cli.html").read_text()).values == figures(report.html).values
+    # A bench given as the parsed dict is the same section.
+    again = ds.report(bench=json.loads(Path(bench).read_text()), title="PBMC 200")
+    assert figures(again.html).values == figures(report.html).values
+    assert "PBMC 200" in repr(report) or "200 cells" in repr(report)
+
+
+def test_a_large_dataset_is_sampled_and_says_how(dataset):
+    ds_path, a, _ = dataset
+    report = open_dataset(str(ds_path)).report(sample_tiles=2)
+    assert report.facts["sample"] == {"tiles": 2, "cells": 100, "how": "2 of 4 tiles decoded, evenly spread (first "
+                                      "and last included)"}
+    assert "2 of 4 tiles decoded" in report.html and "bench" not in figures(report.html).sections
+    # The sampled cells are the first and last tiles': their nonzeros per cell are the source's.
+    f = figures(report.html)
+    assert f.values["sample_cells"] == "100"
+
+
+def test_refusals(dataset, tmp_path):
+    ds_path, _, _ = dataset
+    (tmp_path / "not-bench.json").write_text('{"hello": 1}')
+    r = run_module("report", str(ds_path), "--output", str(tmp_path / "x.html"), "--bench",
+                   str(tmp_path / "not-bench.json"))
+    assert r.returncode != 0 and "deltacells bench" in r.stderr and not (tmp_path / "x.html").exists()
+    with pytest.raises(ValueError, match="deltacells bench"):
+        open_dataset(str(ds_path)).report(bench={"hello": 1})
+    # A corrupt tile in the sample is named.
+    bad = tmp_path / "bad"
+    shutil.copytree(ds_path, bad)
+    tile = bad / "tiles" / "tile_000001.dct"
+    data = bytearray(tile.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    tile.write_bytes(bytes(data))
+    with pytest.raises(FormatError, match="tile_000001"):
+        open_dataset(str(bad)).report()
+    r = run_module("report", str(bad), "--output", str(tmp_path / "y.html"))
+    assert r.returncode != 0 and "tile_000001" in r.stderr and "verify" in r.stderr
+    assert os.path.exists(ds_path)

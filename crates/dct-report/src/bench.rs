@@ -1,0 +1,86 @@
+//! The benchmark section: what `deltacells bench --json` measured on this dataset, and its batches over time.
+
+use serde_json::Value;
+
+use crate::ReportError;
+use crate::html::Page;
+use crate::plots;
+
+/// Keys every `deltacells bench --json` output has.
+const REQUIRED: [&str; 4] = ["tile_fetch_seconds", "tile_decode_seconds", "batch_cells_per_second", "batch_seconds"];
+
+/// Refuses JSON that is not a `deltacells bench --json` output, naming what it lacks.
+pub(crate) fn check(bench: &Value) -> Result<(), ReportError> {
+    let missing: Vec<&str> =
+        REQUIRED.iter().copied().filter(|k| !bench.get(*k).is_some_and(Value::is_number)).collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(ReportError::Bench(format!(
+            "lack {}: give the output of `deltacells bench DATASET --json`",
+            missing.join(", ")
+        )))
+    }
+}
+
+/// `(end of batch in seconds, its seconds, its cells)` of the timed read, if the output has them.
+fn timeline(bench: &Value) -> Vec<(f64, f64, f64)> {
+    let Some(rows) = bench.get("batch_timeline").and_then(Value::as_array) else { return Vec::new() };
+    rows.iter()
+        .filter_map(|r| {
+            let r = r.as_array()?;
+            Some((r.first()?.as_f64()?, r.get(1)?.as_f64()?, r.get(2)?.as_f64()?))
+        })
+        .collect()
+}
+
+/// Adds the section.
+pub(crate) fn section(page: &mut Page, bench: &Value) {
+    page.section("bench", "Reading it");
+    let f = |k: &str| bench.get(k).cloned().unwrap_or(Value::Null);
+    page.facts(&[
+        ("bench.batch_cells_per_second", "cells per second (batches)", f("batch_cells_per_second")),
+        ("bench.decode_cells_per_second", "cells per second (decode alone)", f("decode_cells_per_second")),
+        ("bench.stall_seconds", "seconds waiting for tiles", f("stall_seconds")),
+        ("bench.batch_seconds", "seconds of the read", f("batch_seconds")),
+        ("bench.pattern", "order", f("pattern")),
+        ("bench.batch_size", "cells per batch", f("batch_size")),
+        ("bench.threads", "decode threads", f("threads")),
+    ]);
+    let ms = |k: &str| (bench.get(k).and_then(Value::as_f64).unwrap_or(0.0) * 1e6).round() as u64;
+    let per_tile = vec![
+        ("fetch".to_string(), ms("tile_fetch_seconds")),
+        ("decode".to_string(), ms("tile_decode_seconds")),
+        ("reader: fetch".to_string(), ms("tile_reader_fetch_seconds")),
+        ("reader: checks".to_string(), ms("tile_reader_checks_seconds")),
+        ("reader: planes".to_string(), ms("tile_reader_planes_seconds")),
+        ("reader: rows".to_string(), ms("tile_reader_rows_seconds")),
+    ];
+    let mut svgs = vec![plots::bars("One tile, microseconds", "µs", &per_tile)];
+    let batches = timeline(bench);
+    if batches.is_empty() {
+        page.note("No batch timeline in these results (older `deltacells bench`): totals only.");
+    } else {
+        let rate: Vec<(f64, f64)> = batches.iter().map(|&(t, s, c)| (t, c / s.max(1e-9))).collect();
+        let latency: Vec<(f64, f64)> = batches.iter().map(|&(t, s, _)| (t, s * 1e3)).collect();
+        svgs.push(plots::lines("Throughput", "seconds", "cells per second", &[("batch", rate)], false));
+        svgs.push(plots::lines("Batch time (stalls show as peaks)", "seconds", "ms", &[("batch", latency)], false));
+    }
+    page.plots(&svgs);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn only_bench_output_is_taken() {
+        let ok = json!({"tile_fetch_seconds": 0.1, "tile_decode_seconds": 0.2, "batch_cells_per_second": 9.0,
+                        "batch_seconds": 1.0, "batch_timeline": [[0.5, 0.5, 10], [1.0, 0.5, 10]]});
+        assert!(check(&ok).is_ok());
+        assert_eq!(timeline(&ok), [(0.5, 0.5, 10.0), (1.0, 0.5, 10.0)]);
+        let e = check(&json!({"tile_fetch_seconds": 1})).unwrap_err().to_string();
+        assert!(e.contains("tile_decode_seconds") && e.contains("deltacells bench"), "{e}");
+    }
+}
