@@ -5,6 +5,7 @@
     python bench_loaders.py synthetic DATASET [--rounds 3]           # deltacells, local and throttled
     python bench_loaders.py timeline DATASET --out docs/loader_timeline.png
     python bench_loaders.py workers DATASET [--make-from pbmc3k_raw.h5ad --copies 400] [--workers 0,1,2,4]
+    python bench_loaders.py decoder DATASET [--rounds 3] [--batch-sizes 1024,5000]
 
 ``prepare`` replicates the source cells ``copies`` times into one h5ad (the PBMC 3k raw counts by default: 108,000
 cells x 32,738 genes) and stores the same cells as a deltacells dataset (the converter's defaults), a TileDB-SOMA
@@ -35,6 +36,12 @@ keeps its workers across epochs) against none: per round, each configuration run
 path (tiles' CRC checked) against ``verify=False``. ``--make-from`` first
 builds DATASET (when it does not exist) from ``--copies`` hard links of one h5ad, at level 3 without obs: 400 copies
 of the PBMC 3k raw counts are 1,080,000 cells.
+
+``decoder`` sets the loader against the decoder it feeds on: per round, ``deltacells bench DATASET --json`` times
+every tile fetched and decoded whole by the same decode threads (``decode_cells_per_second``; fetch apart), and the
+loader (no workers, CRC checked, as ``workers`` measures it) runs 3 whole epochs at each batch size; the ratio is
+loader / decoder per round. The same bench run says where a tile's time goes through the reader (fetch, checks,
+planes, rows, hand-offs), the rest of the gap is Python and the building of the tensors.
 """
 
 from __future__ import annotations
@@ -44,6 +51,8 @@ import gc
 import json
 import os
 import shutil
+import subprocess
+import sys
 import statistics
 import time
 from pathlib import Path
@@ -333,6 +342,30 @@ def workers_bench(path: str, rounds: int, batch_sizes: list[int], workers: list[
               f"{statistics.median(crc):.3f}", flush=True)
 
 
+def decoder_bench(path: str, rounds: int, batch_sizes: list[int]) -> None:
+    n_tiles = deltacells.open_dataset(path).manifest.n_tiles
+    print(f"{path}: loader (0 workers, 3 epochs) against `deltacells bench` decoding every tile whole", flush=True)
+    epoch_rate(path, batch_sizes[0], 0, epochs=1)  # untimed: the process's first epoch pays for first touches
+    ratios: dict[int, list[float]] = {b: [] for b in batch_sizes}
+    for r in range(rounds):
+        out = subprocess.run([sys.executable, "-m", "deltacells", "bench", path, "--json", "--sample-tiles",
+                              str(n_tiles), "--max-cells", "1"], capture_output=True, text=True, check=True)
+        bench = json.loads(out.stdout)
+        decode = bench["decode_cells_per_second"]
+        line = []
+        for b in batch_sizes if r % 2 == 0 else batch_sizes[::-1]:
+            rate = epoch_rate(path, b, 0)
+            ratios[b].append(rate / decode)
+            line.append(f"batch {b} {rate:.0f} cells/s ({rate / decode:.3f})")
+        parts = {(k.removeprefix("tile_reader_").removesuffix("_seconds") or "total").replace("seconds", "total"):
+                 v * 1e3 for k, v in bench.items() if k.startswith("tile_reader_")}
+        print(f"round {r}: decoder {decode:.0f} cells/s ({bench['threads']} threads); {'; '.join(line)}; a tile "
+              f"through the reader, ms: " + ", ".join(f"{k} {v:.2f}" for k, v in parts.items()), flush=True)
+    for b in batch_sizes:
+        print(f"  batch {b}: loader / decoder per round {', '.join(f'{x:.3f}' for x in ratios[b])}, median "
+              f"{statistics.median(ratios[b]):.3f}", flush=True)
+
+
 # ---------------------------------------------------------------------------------------------- synthetic, timeline
 
 
@@ -434,8 +467,14 @@ def main() -> None:
     k.add_argument("--rounds", type=int, default=3)
     k.add_argument("--batch-sizes", default="1024,5000")
     k.add_argument("--workers", default="0,1,2,4")
+    d = sub.add_parser("decoder")
+    d.add_argument("dataset")
+    d.add_argument("--rounds", type=int, default=3)
+    d.add_argument("--batch-sizes", default="1024,5000")
     args = ap.parse_args()
-    if args.cmd == "prepare":
+    if args.cmd == "decoder":
+        decoder_bench(args.dataset, args.rounds, [int(b) for b in args.batch_sizes.split(",")])
+    elif args.cmd == "prepare":
         prepare(args.work, args.source, args.copies)
     elif args.cmd == "run":
         sizes = [int(b) for b in args.batch_sizes.split(",")]
