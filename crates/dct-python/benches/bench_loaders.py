@@ -51,9 +51,9 @@ import gc
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
-import statistics
 import time
 from pathlib import Path
 
