@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import TESTDATA, in_ci, require, run_module
+from conftest import CONFORMANCE, TESTDATA, expected_csr, in_ci, load_json, require, run_module
 
 ad = require("anndata")
 pd = require("pandas")
@@ -185,3 +185,20 @@ def test_refusals(dataset, tmp_path):
     r = run_module("report", str(bad), "--output", str(tmp_path / "y.html"))
     assert r.returncode != 0 and "tile_000001" in r.stderr and "verify" in r.stderr
     assert os.path.exists(ds_path)
+
+
+@pytest.mark.parametrize("name", ["v1_with_obs", "v2_with_obs"])
+def test_reports_of_both_format_versions_match_the_conformance_files(name):
+    """Datasets written by independent implementations: the page's figures are their expected contents'."""
+    exp = load_json(CONFORMANCE / "datasets" / f"{name}.expected.json")
+    report = open_dataset(str(CONFORMANCE / "datasets" / name)).report()
+    v = figures(report.html).values
+    assert (int(v["version"]), int(v["n_cells"]), int(v["n_genes"]), int(v["nnz"])) == \
+        (exp["version"], exp["n_cells"], exp["n_genes"], exp["nnz"])
+    # Every tile decoded: the sampled cells' nonzeros are the expected matrix's rows'.
+    assert report.facts["sample"]["cells"] == exp["n_cells"]
+    assert int(v["sample_cells"]) == expected_csr(exp).shape[0]
+    # Per obs column, its kind and the cells without a value.
+    want = {c["name"]: {"kind": c["kind"], "missing": sum(v is None for v in c["values"])} for c in exp["obs"]}
+    assert report.facts["obs"] == want
+    assert all(v[f"obs.{name}.missing"] == str(w["missing"]) for name, w in want.items())
