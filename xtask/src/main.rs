@@ -87,7 +87,7 @@ fn cargo() -> Command {
 
 /// The crates meant for crates.io, in dependency order (the README says so too); every other crate of the
 /// workspace has `publish = false`.
-const PUBLISHED: [&str; 9] = [
+const PUBLISHED: [&str; 10] = [
     "dct-format",
     "dct-codec",
     "dct-store",
@@ -96,6 +96,7 @@ const PUBLISHED: [&str; 9] = [
     "dct-corpus",
     "dct-input",
     "dct-convert",
+    "dct-report",
     "dct-cli",
 ];
 
