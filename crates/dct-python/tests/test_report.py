@@ -202,3 +202,26 @@ def test_reports_of_both_format_versions_match_the_conformance_files(name):
     want = {c["name"]: {"kind": c["kind"], "missing": sum(v is None for v in c["values"])} for c in exp["obs"]}
     assert report.facts["obs"] == want
     assert all(v[f"obs.{name}.missing"] == str(w["missing"]) for name, w in want.items())
+
+
+def test_a_loader_timeline_is_drawn_as_the_reading_section(dataset, tmp_path):
+    """``deltacells.Timeline`` over the training loader: every batch recorded with its cells, and the report
+    (from the dict in Python, from the saved file on the command line) shows its throughput."""
+    require("torch")
+    from deltacells import Timeline
+    from deltacells.torch import make_loader
+
+    ds_path, a, _ = dataset
+    timeline = Timeline(make_loader(str(ds_path), 40))
+    seen = sum(batch["X"].shape[0] for batch in timeline)
+    t = timeline.to_json()
+    assert seen == a.n_obs and t["batch_cells"] == a.n_obs and len(t["batch_timeline"]) == 5
+    assert all(b[1] >= 0 for b in t["batch_timeline"]) and t["batch_timeline"][-1][0] == t["batch_seconds"]
+    report = open_dataset(str(ds_path)).report(bench=t)
+    f = figures(report.html)
+    assert "bench" in f.sections and float(f.values["bench.batch_cells_per_second"]) == t["batch_cells_per_second"]
+    assert "deltacells.Timeline" in report.html
+    saved = timeline.save(tmp_path / "timeline.json")
+    r = run_module("report", str(ds_path), "--output", str(tmp_path / "t.html"), "--bench", saved)
+    assert r.returncode == 0, r.stderr
+    assert figures((tmp_path / "t.html").read_text()).values == f.values

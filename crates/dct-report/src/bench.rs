@@ -9,15 +9,28 @@ use crate::plots;
 /// Keys every `deltacells bench --json` output has.
 const REQUIRED: [&str; 4] = ["tile_fetch_seconds", "tile_decode_seconds", "batch_cells_per_second", "batch_seconds"];
 
-/// Refuses JSON that is not a `deltacells bench --json` output, naming what it lacks.
+/// Whether `bench` is a loader's timeline (Python's `deltacells.Timeline`) rather than `deltacells bench`'s output.
+fn from_loader(bench: &Value) -> bool {
+    bench.get("source").and_then(Value::as_str) == Some("loader")
+}
+
+/// Refuses JSON that is neither a `deltacells bench --json` output nor a loader's timeline (`batch_timeline`, as
+/// `deltacells.Timeline` saves it), naming what it lacks.
 pub(crate) fn check(bench: &Value) -> Result<(), ReportError> {
+    if from_loader(bench) {
+        return match bench.get("batch_timeline") {
+            Some(Value::Array(_)) => Ok(()),
+            _ => Err(ReportError::Bench("lack batch_timeline: save a loader's with deltacells.Timeline".into())),
+        };
+    }
     let missing: Vec<&str> =
         REQUIRED.iter().copied().filter(|k| !bench.get(*k).is_some_and(Value::is_number)).collect();
     if missing.is_empty() {
         Ok(())
     } else {
         Err(ReportError::Bench(format!(
-            "lack {}: give the output of `deltacells bench DATASET --json`",
+            "lack {}: give the output of `deltacells bench DATASET --json` (or a loader's timeline saved by \
+             deltacells.Timeline)",
             missing.join(", ")
         )))
     }
@@ -37,6 +50,9 @@ fn timeline(bench: &Value) -> Vec<(f64, f64, f64)> {
 /// Adds the section.
 pub(crate) fn section(page: &mut Page, bench: &Value) {
     page.section("bench", "Reading it");
+    if from_loader(bench) {
+        page.note("A loader's batches as the loop over it received them (deltacells.Timeline).");
+    }
     let f = |k: &str| bench.get(k).cloned().unwrap_or(Value::Null);
     page.facts(&[
         ("bench.batch_cells_per_second", "cells per second (batches)", f("batch_cells_per_second")),
@@ -47,16 +63,17 @@ pub(crate) fn section(page: &mut Page, bench: &Value) {
         ("bench.batch_size", "cells per batch", f("batch_size")),
         ("bench.threads", "decode threads", f("threads")),
     ]);
-    let ms = |k: &str| (bench.get(k).and_then(Value::as_f64).unwrap_or(0.0) * 1e6).round() as u64;
+    let us = |k: &str| (bench.get(k).and_then(Value::as_f64).unwrap_or(0.0) * 1e6).round() as u64;
     let per_tile = vec![
-        ("fetch".to_string(), ms("tile_fetch_seconds")),
-        ("decode".to_string(), ms("tile_decode_seconds")),
-        ("reader: fetch".to_string(), ms("tile_reader_fetch_seconds")),
-        ("reader: checks".to_string(), ms("tile_reader_checks_seconds")),
-        ("reader: planes".to_string(), ms("tile_reader_planes_seconds")),
-        ("reader: rows".to_string(), ms("tile_reader_rows_seconds")),
+        ("fetch".to_string(), us("tile_fetch_seconds")),
+        ("decode".to_string(), us("tile_decode_seconds")),
+        ("reader: fetch".to_string(), us("tile_reader_fetch_seconds")),
+        ("reader: checks".to_string(), us("tile_reader_checks_seconds")),
+        ("reader: planes".to_string(), us("tile_reader_planes_seconds")),
+        ("reader: rows".to_string(), us("tile_reader_rows_seconds")),
     ];
-    let mut svgs = vec![plots::bars("One tile, microseconds", "µs", &per_tile)];
+    let mut svgs =
+        if from_loader(bench) { Vec::new() } else { vec![plots::bars("One tile, microseconds", "µs", &per_tile)] };
     let batches = timeline(bench);
     if batches.is_empty() {
         page.note("No batch timeline in these results (older `deltacells bench`): totals only.");
@@ -80,6 +97,8 @@ mod tests {
                         "batch_seconds": 1.0, "batch_timeline": [[0.5, 0.5, 10], [1.0, 0.5, 10]]});
         assert!(check(&ok).is_ok());
         assert_eq!(timeline(&ok), [(0.5, 0.5, 10.0), (1.0, 0.5, 10.0)]);
+        assert!(check(&json!({"source": "loader", "batch_timeline": [[0.1, 0.1, 5]]})).is_ok());
+        assert!(check(&json!({"source": "loader"})).is_err());
         let e = check(&json!({"tile_fetch_seconds": 1})).unwrap_err().to_string();
         assert!(e.contains("tile_decode_seconds") && e.contains("deltacells bench"), "{e}");
     }

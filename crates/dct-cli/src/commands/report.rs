@@ -20,7 +20,8 @@ pub struct Args {
     /// Where to write the page.
     #[arg(long, short, default_value = "report.html")]
     output: std::path::PathBuf,
-    /// The output of `deltacells bench DATASET --json`, saved to a file: shown as a section of its own.
+    /// The output of `deltacells bench DATASET --json` saved to a file, or a loader's timeline saved by Python's
+    /// `deltacells.Timeline`: shown as a section of its own.
     #[arg(long, value_name = "FILE")]
     bench: Option<std::path::PathBuf>,
     /// Tiles decoded at most for the cell, chunk and gene sections (an even spread, first and last included).

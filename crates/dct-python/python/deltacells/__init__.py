@@ -25,6 +25,7 @@ from deltacells.format import FormatError, TileInfo
 from deltacells.manifest import Manifest
 from deltacells.reader import DecodedTile, SparseBatch, Tile, read_tile
 from deltacells.report import Report
+from deltacells.timeline import Timeline
 from deltacells.writer import DatasetWriter, encode_tile, permute_columns, write_tile
 
 __version__: str = _core.__version__
@@ -53,6 +54,7 @@ __all__ = [
     "ThrottledBackend",
     "Tile",
     "TileInfo",
+    "Timeline",
     "append",
     "encode_tile",
     "open_backend",

@@ -317,8 +317,9 @@ class DeltaCellsDataset:
 
         The page holds the manifest's facts; histograms of nonzeros and counts per cell; tile bytes and bytes per
         nonzero per tile; chunk balance within tiles; gene totals by rank; per obs column its categories (top 30)
-        or a histogram, and its missing fraction; and, given ``bench`` (the output of ``deltacells bench --json``:
-        a file, or the parsed dict), the read's throughput and batch times. At most ``sample_tiles`` tiles, evenly
+        or a histogram, and its missing fraction; and, given ``bench`` (the output of ``deltacells bench --json``,
+        or a loader's :class:`deltacells.Timeline`'s ``to_json()``: a file, or the dict), the read's throughput
+        and batch times. At most ``sample_tiles`` tiles, evenly
         spread, are decoded (the page says how many). Runs without the GIL."""
         from deltacells.report import Report
 
