@@ -253,17 +253,17 @@ pub fn merge(sources: &[String], output: &str, opts: &MergeOptions) -> Result<Me
     // command again completes it. The same merge finished is left as it is; another dataset, or files of anything
     // else, are refused without overwrite.
     let out = Output::open(output, &opts.store)?;
-    let request = serde_json::to_vec(&json!({
+    // What this merge is: its marker's content, and the manifest's `metadata.merge` once finished (with counts).
+    let asked = json!({
         "sources": opened.iter().map(|s| json!({"url": s.url, "n_cells": s.ds.n_cells()})).collect::<Vec<_>>(),
-        "level": w.zstd_level,
+        "level": level,
         "tails_last": opts.tails_last,
-    }))
-    .expect("json");
+    });
+    let request = serde_json::to_vec(&asked).expect("json");
     // The same merge, finished by an earlier run (perhaps stopped before it removed its marker): nothing to do.
     let manifest = out.get(dct_dataset::manifest::MANIFEST_NAME)?;
     if let Some(done) = manifest.as_deref().and_then(|m| Manifest::from_json(m).ok()) {
         let record = &done.metadata["merge"];
-        let asked: serde_json::Value = serde_json::from_slice(&request).expect("json");
         let same = ["sources", "level", "tails_last"].iter().all(|k| record[k] == asked[k]);
         if !opts.overwrite && same {
             out.delete(MERGE_MARKER)?;
@@ -387,17 +387,12 @@ pub fn merge(sources: &[String], output: &str, opts: &MergeOptions) -> Result<Me
             writer.put_file(VAR_TABLE_NAME, bytes).map_err(dataset_err(output))?;
         }
     }
-    let metadata = json!({
-        "merge": {
-            "sources": opened.iter().map(|s| json!({"url": s.url, "n_cells": s.ds.n_cells()})).collect::<Vec<_>>(),
-            "tiles_copied": copied,
-            "tiles_encoded": encoded,
-            "level": level,
-            "tails_last": opts.tails_last,
-            "segments": segments.iter().map(|&(i, a, b, at)| json!({"source": i, "cells": [a, b], "at": at}))
-                .collect::<Vec<_>>(),
-        }
-    });
+    let mut record = asked;
+    record["tiles_copied"] = json!(copied);
+    record["tiles_encoded"] = json!(encoded);
+    record["segments"] =
+        segments.iter().map(|&(i, a, b, at)| json!({"source": i, "cells": [a, b], "at": at})).collect();
+    let metadata = json!({ "merge": record });
     writer.set_metadata(metadata);
     let manifest = writer.finish().map_err(dataset_err(output))?;
     out.delete(MERGE_MARKER)?;

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import CONFORMANCE, TESTDATA, expected_csr, in_ci, load_json, require, run_module
+from conftest import CONFORMANCE, TESTDATA, expected_csr, in_ci, load_json, require, run_module, s3_or_skip
 
 ad = require("anndata")
 pd = require("pandas")
@@ -225,3 +225,20 @@ def test_a_loader_timeline_is_drawn_as_the_reading_section(dataset, tmp_path):
     r = run_module("report", str(ds_path), "--output", str(tmp_path / "t.html"), "--bench", saved)
     assert r.returncode == 0, r.stderr
     assert figures((tmp_path / "t.html").read_text()).values == f.values
+
+
+def test_a_dataset_on_an_object_store_reports_what_the_local_copy_does(dataset, tmp_path):
+    """The same cells on S3 (the server CI starts), through a ``StoreBackend`` in Python and ``--store-option`` on
+    the command line: the page's figures are the local dataset's."""
+    from deltacells import StoreBackend
+
+    ds_path, _, _ = dataset
+    url, options = s3_or_skip()
+    convert_h5ad(str(ds_path.parent / "in.h5ad"), url, tile_size=50, level=3, log=None, storage_options=options)
+    local = figures(open_dataset(str(ds_path)).report().html).values
+    remote = figures(open_dataset(StoreBackend(url, options)).report(title="x").html).values
+    assert remote == local
+    opts = [a for k, v in options.items() for a in ("--store-option", f"{k}={v}")]
+    r = run_module("report", url, "--output", str(tmp_path / "s3.html"), *opts)
+    assert r.returncode == 0, r.stderr
+    assert figures((tmp_path / "s3.html").read_text()).values == local

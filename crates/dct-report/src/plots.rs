@@ -15,6 +15,27 @@ fn note(why: &str) -> String {
     format!("<p class=\"note\">(no plot: {})</p>", crate::html::escape(why))
 }
 
+/// The area drawing functions draw on: an SVG page of the plot's size, white.
+type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
+type Drawn = Result<(), Box<dyn std::error::Error>>;
+
+/// Runs `draw` on a white SVG area of `width` x `height` and returns the SVG text, or a note saying why nothing
+/// could be drawn.
+fn svg(width: u32, height: u32, draw: impl FnOnce(&Area<'_>) -> Drawn) -> String {
+    let mut text = String::new();
+    let drawn = (|| -> Drawn {
+        let root = SVGBackend::with_string(&mut text, (width, height)).into_drawing_area();
+        root.fill(&WHITE)?;
+        draw(&root)?;
+        root.present()?;
+        Ok(())
+    })();
+    match drawn {
+        Ok(()) => text,
+        Err(e) => note(&e.to_string()),
+    }
+}
+
 /// Equal-width bins of `values` between their minimum and maximum: `(left edges, counts, width)`.
 pub(crate) fn bins(values: &[f64], n_bins: usize) -> (Vec<f64>, Vec<u64>, f64) {
     let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
@@ -50,11 +71,8 @@ pub(crate) fn columns(title: &str, x: &str, y: &str, bars: &[(f64, f64, u64)]) -
     let lo = bars.iter().map(|b| b.0).fold(f64::INFINITY, f64::min);
     let hi = bars.iter().map(|b| b.1).fold(f64::NEG_INFINITY, f64::max);
     let top = bars.iter().map(|b| b.2).max().unwrap_or(1).max(1) as f64 * 1.05;
-    let mut svg = String::new();
-    let drawn = (|| -> Result<(), Box<dyn std::error::Error>> {
-        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
-        root.fill(&WHITE)?;
-        let mut chart = ChartBuilder::on(&root)
+    svg(WIDTH, HEIGHT, |root| {
+        let mut chart = ChartBuilder::on(root)
             .caption(title, ("sans-serif", 16))
             .margin(8)
             .x_label_area_size(36)
@@ -71,13 +89,8 @@ pub(crate) fn columns(title: &str, x: &str, y: &str, bars: &[(f64, f64, u64)]) -
         chart.draw_series(
             bars.iter().map(|&(a, b, c)| Rectangle::new([(a, 0.0), (b, c as f64)], BAR.mix(0.85).filled())),
         )?;
-        root.present()?;
         Ok(())
-    })();
-    match drawn {
-        Ok(()) => svg,
-        Err(e) => note(&e.to_string()),
-    }
+    })
 }
 
 /// Horizontal bars, one per label, from the top in the order given, each labelled at its end with its name and
@@ -89,11 +102,8 @@ pub(crate) fn bars(title: &str, x: &str, labeled: &[(String, u64)]) -> String {
     let n = labeled.len();
     let height = (70 + 20 * n as u32).max(140);
     let top = labeled.iter().map(|l| l.1).max().unwrap_or(1).max(1) as f64 * 1.6;
-    let mut svg = String::new();
-    let drawn = (|| -> Result<(), Box<dyn std::error::Error>> {
-        let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
-        root.fill(&WHITE)?;
-        let mut chart = ChartBuilder::on(&root)
+    svg(WIDTH, height, |root| {
+        let mut chart = ChartBuilder::on(root)
             .caption(title, ("sans-serif", 16))
             .margin(8)
             .x_label_area_size(32)
@@ -109,13 +119,8 @@ pub(crate) fn bars(title: &str, x: &str, labeled: &[(String, u64)]) -> String {
         chart.draw_series(labeled.iter().enumerate().map(|(k, (name, c))| {
             Text::new(format!(" {} ({})", shorten(name, 28), c), (*c as f64, row(k) + 0.5), style.clone())
         }))?;
-        root.present()?;
         Ok(())
-    })();
-    match drawn {
-        Ok(()) => svg,
-        Err(e) => note(&e.to_string()),
-    }
+    })
 }
 
 /// One or two lines over a shared x axis (`log_y`: a logarithmic y axis; values ≤ 0 are left out there).
@@ -131,11 +136,8 @@ pub(crate) fn lines(title: &str, x: &str, y: &str, series: &[(&str, Vec<(f64, f6
     let (x0, x1) = points.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), p| (a.min(p.0), b.max(p.0)));
     let (y0, y1) = points.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), p| (a.min(p.1), b.max(p.1)));
     let x1 = if x1 > x0 { x1 } else { x0 + 1.0 };
-    let mut svg = String::new();
-    let drawn = (|| -> Result<(), Box<dyn std::error::Error>> {
-        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
-        root.fill(&WHITE)?;
-        let mut builder = ChartBuilder::on(&root);
+    svg(WIDTH, HEIGHT, |root| {
+        let mut builder = ChartBuilder::on(root);
         builder.caption(title, ("sans-serif", 16)).margin(8).x_label_area_size(36).y_label_area_size(64);
         let colors = [BAR, SECOND];
         if log_y {
@@ -167,13 +169,8 @@ pub(crate) fn lines(title: &str, x: &str, y: &str, series: &[(&str, Vec<(f64, f6
                 chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw()?;
             }
         }
-        root.present()?;
         Ok(())
-    })();
-    match drawn {
-        Ok(()) => svg,
-        Err(e) => note(&e.to_string()),
-    }
+    })
 }
 
 /// An axis label: `12k`, `3.5M`, `0.25`.
