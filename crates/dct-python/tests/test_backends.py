@@ -122,6 +122,24 @@ def test_throttled_backend_delays_reads(tmp_path):
     assert b.exists("x") and b.size("x") == 1_000_000 and "throttled" in b.describe()
 
 
+def test_throttled_backend_jitter_is_seeded_and_survives_pickling(tmp_path):
+    import pickle
+    import random
+
+    (tmp_path / "x").write_bytes(b"0" * 100)
+    b = ThrottledBackend(LocalBackend(str(tmp_path)), jitter_s=0.01, seed=5)
+    b = pickle.loads(pickle.dumps(b))
+    expected = random.Random(5)
+    for _ in range(8):
+        draw = expected.expovariate(100.0)
+        t0 = time.perf_counter()
+        assert b.read_range("x", 0, 10) == b"0" * 10
+        assert time.perf_counter() - t0 >= draw * 0.999
+    assert "jitter" in b.describe()
+    with pytest.raises(ValueError):
+        ThrottledBackend(LocalBackend(str(tmp_path)), jitter_s=-1)
+
+
 def test_counting_backend_and_range_file(tmp_path):
     (tmp_path / "x").write_bytes(bytes(range(200)))
     counting = CountingBackend(LocalBackend(str(tmp_path)))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import io
 import os
+import random
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -210,15 +211,45 @@ class _WrappingBackend(Backend):
 
 class ThrottledBackend(_WrappingBackend):
     """Wraps a backend and delays each read by ``latency_s`` plus its size over ``bandwidth_bytes_per_s`` (per
-    request; concurrent reads overlap), to test and benchmark remote storage locally."""
+    request; concurrent reads overlap), to test and benchmark remote storage locally. ``jitter_s`` adds to each
+    request's latency an exponentially distributed delay of that mean (object stores' long tail), drawn from a
+    generator seeded by ``seed``; the draws are shared by the threads reading, so their order follows the requests'.
+    """
 
-    def __init__(self, inner: Backend, *, latency_s: float = 0.0, bandwidth_bytes_per_s: float | None = None) -> None:
+    def __init__(
+        self,
+        inner: Backend,
+        *,
+        latency_s: float = 0.0,
+        bandwidth_bytes_per_s: float | None = None,
+        jitter_s: float = 0.0,
+        seed: int = 0,
+    ) -> None:
+        if latency_s < 0 or jitter_s < 0 or (bandwidth_bytes_per_s is not None and bandwidth_bytes_per_s <= 0):
+            raise ValueError("latency_s and jitter_s must be >= 0 and bandwidth_bytes_per_s > 0 (or None)")
         self.inner = inner
         self.latency_s = float(latency_s)
         self.bandwidth = bandwidth_bytes_per_s
+        self.jitter_s = float(jitter_s)
+        self.seed = seed
+        self._random = random.Random(seed)
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def _delay(self, start: float, n: int) -> None:
-        delay = self.latency_s + (n / self.bandwidth if self.bandwidth else 0.0)
+        jitter = 0.0
+        if self.jitter_s > 0:
+            with self._lock:
+                jitter = self._random.expovariate(1.0 / self.jitter_s)
+        delay = self.latency_s + jitter + (n / self.bandwidth if self.bandwidth else 0.0)
         left = delay - (time.perf_counter() - start)
         if left > 0:
             time.sleep(left)
@@ -237,7 +268,8 @@ class ThrottledBackend(_WrappingBackend):
 
     def describe(self) -> str:
         bw = f"{self.bandwidth / 1e6:.0f} MB/s" if self.bandwidth else "unlimited"
-        return f"throttled({self.inner.describe()}, latency={self.latency_s * 1e3:.0f} ms, {bw})"
+        jitter = f" + {self.jitter_s * 1e3:.0f} ms mean jitter" if self.jitter_s else ""
+        return f"throttled({self.inner.describe()}, latency={self.latency_s * 1e3:.0f} ms{jitter}, {bw})"
 
 
 class CountingBackend(_WrappingBackend):
