@@ -304,3 +304,43 @@ def test_the_training_process_reuses_its_slots_once_freed(built):
     for b in held:
         idx, dense = _rows_of(b)
         assert np.array_equal(dense, full[idx].toarray())
+
+
+def test_the_next_batch_is_gathered_while_the_caller_holds_this_one(built):
+    """Without workers, batch j+1 is gathered on a thread of its own while the caller works on batch j (a loop
+    blocked in its training step does not wait for the gather after it); ending the iteration ends the thread."""
+    import gc
+    import threading
+    import time
+
+    from deltacells import _batch_slots
+
+    root, full = built
+    pool = _batch_slots.pool(shared=False)
+
+    def busy() -> int:
+        return sum(int(s.state[0] == 1) for s in pool.slots)
+
+    def gatherers() -> int:
+        return sum(t.name.startswith("deltacells-batches") for t in threading.enumerate())
+
+    def wait_for(condition) -> bool:
+        deadline = time.monotonic() + 30
+        while not condition() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return condition()
+
+    before = busy()
+    it = iter(make_loader(root, 16, seed=5))
+    b0 = next(it)
+    assert wait_for(lambda: busy() == before + 2), "batch 1 is gathered before the caller asks for it"
+    assert gatherers() == 1
+    b1 = next(it)
+    for b in (b0, b1):
+        idx, dense = _rows_of(b)
+        assert np.array_equal(dense, full[idx].toarray())
+    del it
+    gc.collect()
+    assert wait_for(lambda: gatherers() == 0), "the gathering thread ends with the iteration"
+    del b, b0, b1
+    assert wait_for(lambda: busy() == before), "the batch gathered ahead gives its slot back"

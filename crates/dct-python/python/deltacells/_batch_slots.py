@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
 import weakref
 from dataclasses import dataclass
 from multiprocessing.reduction import DupFd
@@ -123,6 +124,9 @@ class SlotPool:
         self.pid = os.getpid()
         self.shared = shared
         self.max_slots = MAX_SLOTS if shared else MAX_LOCAL_SLOTS
+        # Slots are chosen under a lock: the training process gathers batches on a thread of its own (one per
+        # iteration of a loader, so two iterations at once are two threads).
+        self._choosing = threading.Lock()
 
     def fill(self, ds: Any, cells: np.ndarray, values: Any, n_genes: int, obs: dict[str, Any]) -> SharedBatch | None:
         """Decodes the cells into a free slot (a new one if none is free and large enough); ``None`` when the
@@ -131,20 +135,22 @@ class SlotPool:
         nnz = ds.batch_nnz(cells)
         n = len(cells)
         c_cells, c_crow, c_col, c_val, used = layout(n, nnz)
-        k = next((i for i, s in enumerate(self.slots) if s.capacity >= used and s.state[0] == 0), None)
-        if k is None:
-            new = _Slot(max(_PAGE, (used * 5 // 4 + _PAGE - 1) // _PAGE * _PAGE), self.shared)
-            if len(self.slots) < self.max_slots:
-                self.slots.append(new)
-                k = len(self.slots) - 1
-            else:
-                # A free slot too small for this batch gives way to a larger one (sent anew to the training process).
-                k = next((i for i, s in enumerate(self.slots) if s.state[0] == 0), None)
-                if k is None:
-                    return None
-                self.slots[k] = new
-        slot = self.slots[k]
-        slot.state[0] = 1
+        with self._choosing:
+            k = next((i for i, s in enumerate(self.slots) if s.capacity >= used and s.state[0] == 0), None)
+            if k is None:
+                new = _Slot(max(_PAGE, (used * 5 // 4 + _PAGE - 1) // _PAGE * _PAGE), self.shared)
+                if len(self.slots) < self.max_slots:
+                    self.slots.append(new)
+                    k = len(self.slots) - 1
+                else:
+                    # A free slot too small for this batch gives way to a larger one (sent anew to the training
+                    # process).
+                    k = next((i for i, s in enumerate(self.slots) if s.state[0] == 0), None)
+                    if k is None:
+                        return None
+                    self.slots[k] = new
+            slot = self.slots[k]
+            slot.state[0] = 1
         buf = slot.map
         np.frombuffer(buf, np.int64, n, c_cells)[:] = cells
         dtype = np.dtype(values)

@@ -33,6 +33,7 @@ Epochs and resumption:
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import inspect
 import multiprocessing
@@ -512,7 +513,10 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         next_epoch = None
         corpus = isinstance(self.uri, deltacells.Corpus)
         window_start = -1
-        for j in range(plan.n_batches()):
+
+        def make(j: int) -> Any:
+            """Batch ``j``: its tiles and the windows ahead asked for, its rows gathered."""
+            nonlocal next_epoch, window_start
             # The tiles of this batch's window and of the windows ahead, within the budget, in flight (tiles cached
             # or on their way are skipped, so asking again each batch costs little).
             ahead = plan.tiles_ahead(j, budget)
@@ -545,9 +549,32 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
             elif out is None:
                 batch = ds.get_batch(cells, values_dtype=values)
                 out = {"X": self._tensor(batch), "obs": self._obs(cells), "index": torch.from_numpy(cells)}
-            # Counted before it is handed over: a state taken while the caller holds this batch includes it.
-            self._yielded += 1
-            yield out
+            return out
+
+        n = plan.n_batches()
+        if info is not None or n == 0:
+            # A DataLoader worker: the DataLoader's own prefetch already gathers batches ahead of the caller.
+            for j in range(n):
+                out = make(j)
+                # Counted before it is handed over: a state taken while the caller holds this batch includes it.
+                self._yielded += 1
+                yield out
+            return
+        # In the training process the next batch is gathered on a thread of its own while the caller works on this
+        # one (the gather releases the GIL), so a loop that blocks in its step does not wait for it after the step.
+        # One thread, batches in order: the plan, prefetches and slots see the calls they saw without it.
+        gatherer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="deltacells-batches")
+        try:
+            pending = gatherer.submit(make, 0)
+            for j in range(n):
+                out = pending.result()
+                if j + 1 < n:
+                    pending = gatherer.submit(make, j + 1)
+                self._yielded += 1
+                yield out
+        finally:
+            # A batch being gathered when the caller stops is finished first, so no gather outlives the iteration.
+            gatherer.shutdown(wait=True, cancel_futures=True)
 
 
 class _EpochSampler:
@@ -671,7 +698,8 @@ def make_loader(
     num_workers=num_workers, pin_memory=pin_memory, **loader_options)``, where the options of ``DataLoader``
     (``multiprocessing_context``, ``persistent_workers``, ``prefetch_factor``, ``timeout``, ``worker_init_fn``,
     ``pin_memory_device``, ...) go to the loader and the rest to the dataset. ``num_workers=0`` is the fast default
-    (Rust threads fetch and decode ahead). With workers, ``persistent_workers`` defaults to ``True`` here: a
+    (Rust threads fetch and decode ahead, and the next batch is gathered on a thread while the caller works on this
+    one). With workers, ``persistent_workers`` defaults to ``True`` here: a
     worker's reader keeps its cache and fetches the next epoch's first tiles while the last batches are taken, where
     a worker started again each epoch begins cold."""
     loader_options = {k: options.pop(k) for k in list(options) if k in _LOADER_OPTIONS}
