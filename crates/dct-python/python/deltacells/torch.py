@@ -134,7 +134,9 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
             have no process group) are given them.
         memory_budget: bytes of tiles the rank holds: the window's decoded tiles, tiles decoded and fetched
             (compressed) ahead, and a cache of decoded tiles with what is left; split evenly among DataLoader
-            workers. At least the window and one tile decoded ahead per worker.
+            workers. At least the window and one tile decoded ahead per worker. Over a Python backend the requests'
+            buffers are Python's: with glibc, ``MALLOC_MMAP_THRESHOLD_=4194304`` in the environment keeps freed ones
+            from staying resident in its per-thread arenas.
         decode_threads: Rust threads decoding each tile and batch (default: every core, shared among DataLoader
             workers).
         io_threads, cache_dir, storage_options: as for :class:`deltacells.DeltaCellsDataset`.
