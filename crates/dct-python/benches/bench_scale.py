@@ -3,6 +3,7 @@
     python bench_scale.py make WORKDIR [--cells 100000,1000000] [--levels 3,19]
     python bench_scale.py run WORKDIR [--cells 100000,1000000] [--level 3] [--batch-size 1024] [--only warm,cold]
         [--memory-budget-mib 1024]
+    python bench_scale.py one DATASET MODE BATCH_SIZE BUDGET_BYTES     # one measure in this process: a JSON line
 
 ``make`` writes each dataset with the ``scale-dataset`` binary of ``dct-bench`` (``cargo build --release -p dct-bench
 --bin scale-dataset``; found in ``$CARGO_TARGET_DIR/release``, or give ``--bin``): seeded synthetic counts of about
@@ -15,8 +16,8 @@ values), tiles of 10,000 cells. Its line per dataset (cells/s written and the wr
 * ``info``: ``deltacells info --json``, wall time (median of 3);
 * ``verify``: ``deltacells verify`` (every tile's CRC and structure) with the tiles out of the page cache, wall time;
 * ``obs``: every obs column localized into a new cache directory, wall time and cache bytes;
-* ``warm``: an epoch of a new ``make_loader`` (no workers, batch ``--batch-size``, windows of 4 tiles, a 1 GiB
-  memory budget, tiles' CRC checked) after an untimed epoch of another one (the page cache holds what fits);
+* ``warm``: an epoch of a new ``make_loader`` (no workers, batch ``--batch-size``, windows of 4 tiles, the memory
+  budget, tiles' CRC checked) after an untimed epoch of another one (the page cache holds what fits);
 * ``cold``: the same epoch after every tile file is dropped from the page cache (``posix_fadvise(DONTNEED)``; no
   root needed);
 * ``throttled``: an epoch over a store answering each request after 30 ms plus an exponential jitter of 10 ms mean,
