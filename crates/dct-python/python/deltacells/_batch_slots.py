@@ -124,8 +124,8 @@ class SlotPool:
         self.pid = os.getpid()
         self.shared = shared
         self.max_slots = MAX_SLOTS if shared else MAX_LOCAL_SLOTS
-        # Slots are chosen under a lock: the training process gathers batches on a thread of its own (one per
-        # iteration of a loader, so two iterations at once are two threads).
+        # Slots are chosen under a lock: the training process gathers batches on a thread of its own, and a caller
+        # may take batches on its own threads too.
         self._choosing = threading.Lock()
 
     def fill(self, ds: Any, cells: np.ndarray, values: Any, n_genes: int, obs: dict[str, Any]) -> SharedBatch | None:

@@ -39,6 +39,7 @@ import inspect
 import multiprocessing
 import multiprocessing.context
 import os
+import threading
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -562,21 +563,45 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
                 self._yielded += 1
                 yield out
             return
-        # In the training process the next batch is gathered on a thread of its own while the caller works on this
-        # one (the gather releases the GIL), so a loop that blocks in its step does not wait for it after the step.
-        # One thread, batches in order: the plan, prefetches and slots see the calls they saw without it.
-        gatherer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="deltacells-batches")
+        # In the training process the next batch is gathered on the process's gathering thread while the caller works
+        # on this one (the gather releases the GIL), so a loop that blocks in its step does not wait for it after the
+        # step. Batches in order, one at a time: the plan, prefetches and slots see the calls they saw without it.
+        gatherer = _gatherer()
+        pending: concurrent.futures.Future[Any] | None = gatherer.submit(make, 0)
         try:
-            pending = gatherer.submit(make, 0)
             for j in range(n):
+                assert pending is not None
                 out = pending.result()
-                if j + 1 < n:
-                    pending = gatherer.submit(make, j + 1)
+                pending = gatherer.submit(make, j + 1) if j + 1 < n else None
                 self._yielded += 1
                 yield out
         finally:
-            # A batch being gathered when the caller stops is finished first, so no gather outlives the iteration.
-            gatherer.shutdown(wait=True, cancel_futures=True)
+            # A caller that stops early: the batch gathered for it is dropped (not started, or finished first), so
+            # no gather of this iteration runs once it has ended. (Not when the garbage collector ends the iteration
+            # on the gathering thread itself, which would wait for its own work.)
+            if pending is not None and not pending.cancel() and threading.current_thread() is not _GATHERING[0]:
+                concurrent.futures.wait([pending])
+
+
+_GATHERER: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None
+# The gathering thread, once it has run (so that an iteration ended on it does not wait for itself).
+_GATHERING: list[threading.Thread | None] = [None]
+
+
+def _mark_gathering_thread() -> None:
+    _GATHERING[0] = threading.current_thread()
+
+
+def _gatherer() -> concurrent.futures.ThreadPoolExecutor:
+    """The thread that gathers the next batch of every loader without workers in this process (one for the
+    process, made when first needed; a forked child makes its own)."""
+    global _GATHERER
+    if _GATHERER is None or _GATHERER[0] != os.getpid():
+        pool = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix="deltacells-batches", initializer=_mark_gathering_thread
+        )
+        _GATHERER = (os.getpid(), pool)
+    return _GATHERER[1]
 
 
 class _EpochSampler:
