@@ -311,7 +311,8 @@ def test_the_training_process_reuses_its_slots_once_freed(built):
         assert np.array_equal(dense, full[idx].toarray())
 
 
-def test_the_next_batch_is_gathered_while_the_caller_holds_this_one(built):
+@pytest.mark.parametrize("how", ["make_loader", "dataset"])
+def test_the_next_batch_is_gathered_while_the_caller_holds_this_one(built, how):
     """Without workers, batch j+1 is gathered on the process's gathering thread while the caller works on batch j
     (a loop blocked in its training step does not wait for the gather after it); a caller that stops early leaves
     no gather running and its slots free; one thread serves every iteration."""
@@ -337,10 +338,12 @@ def test_the_next_batch_is_gathered_while_the_caller_holds_this_one(built):
         return condition()
 
     before = busy()
-    it = iter(make_loader(root, 16, seed=5))
+    # The loader and the dataset iterated itself (no DataLoader) take the same path.
+    make = make_loader if how == "make_loader" else DeltaCellsIterableDataset
+    it = iter(make(root, 16, seed=5))
     b0 = next(it)
     assert wait_for(lambda: busy() == before + 2), "batch 1 is gathered before the caller asks for it"
-    other = iter(make_loader(root, 16, seed=6))
+    other = iter(make(root, 16, seed=6))
     c0 = next(other)
     assert gatherers() == 1, "one gathering thread for every iteration of the process"
     b1 = next(it)
