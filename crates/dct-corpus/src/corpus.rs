@@ -6,7 +6,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef};
 use arrow_schema::DataType;
 use dct_dataset::dct_obs::VarTable;
-use dct_dataset::{Batch, CountValue, Dataset, ReadOptions, TileBudget};
+use dct_dataset::{Batch, CountValue, Dataset, HeldBatches, Manifest, ReadOptions, TileBudget};
 
 use crate::error::CorpusError;
 use crate::genes::{GeneKey, GeneMap, GeneSpace, RowScratch};
@@ -179,13 +179,15 @@ impl Corpus {
         self.members.iter().zip(&by_member).map(|(member, keep)| member.dataset.release_tiles_except(keep)).sum()
     }
 
-    /// The cache and prefetch sizes that keep the corpus's readers serving windows of `window` tiles within
-    /// `budget` bytes ([`TileBudget::split_sizes`] over every member's tiles).
-    pub fn tile_budget(&self, budget: u64, window: usize) -> TileBudget {
-        let nnz: Vec<u64> = self.members.iter().flat_map(|m| m.dataset.manifest().tile_nnz.iter().copied()).collect();
-        let bytes: Vec<u64> =
-            self.members.iter().flat_map(|m| m.dataset.manifest().tile_bytes.iter().copied()).collect();
-        TileBudget::split_sizes(budget, window, &nnz, &bytes)
+    /// The cache and prefetch sizes that keep the corpus's readers serving windows of `window` tiles, and a loader
+    /// holding `batches`, within `budget` bytes ([`TileBudget::split_sizes_beside`] over every member's tiles; a
+    /// batch's nonzeros counted as the members store them, before the genes outside the vocabulary are dropped).
+    pub fn tile_budget(&self, budget: u64, window: usize, batches: HeldBatches) -> TileBudget {
+        let of = |field: fn(&Manifest) -> &Vec<u64>| -> Vec<u64> {
+            self.members.iter().flat_map(|m| field(m.dataset.manifest()).iter().copied()).collect()
+        };
+        let (cells, nnz, bytes) = (of(|m| &m.tile_cells), of(|m| &m.tile_nnz), of(|m| &m.tile_bytes));
+        TileBudget::split_sizes_beside(budget, window, batches, &cells, &nnz, &bytes)
     }
 
     /// The corpus with every member's reader reopened with `options` (no request is made; see

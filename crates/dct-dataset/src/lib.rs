@@ -99,7 +99,10 @@ pub use error::{Category, DatasetError, ManifestError};
 pub use facts::dataset_facts;
 pub use finish::{SideFiles, finish_dataset};
 pub use manifest::{Manifest, ManifestSettings, ObsFields, TileStats};
-pub use reader::{Batch, DECODED_BYTES_PER_NONZERO, Dataset, ReadOptions, ReadStats, TileBudget};
+pub use reader::{
+    BATCH_BYTES_PER_CELL, BATCH_BYTES_PER_NONZERO, BATCH_SLOT_GRANULE, Batch, DECODED_BYTES_PER_NONZERO, Dataset,
+    HeldBatches, ReadOptions, ReadStats, TileBudget, batch_slot_bytes,
+};
 #[cfg(feature = "obs")]
 pub use verify::obs_fingerprint;
 pub use verify::{Problem, VerifyOptions, VerifyReport, verify, verify_url};

@@ -270,10 +270,20 @@ impl PyCorpus {
         Ok(py.detach(|| c.release_tiles_except(&keep)))
     }
 
-    /// `(max_cached_tiles, max_prefetch_tiles)` for windows of `window` tiles within `budget` bytes, over every
-    /// member's tiles (`dct_dataset::TileBudget`).
-    fn budget_split(&self, budget: u64, window: usize) -> PyResult<(usize, usize)> {
-        let split = self.get()?.tile_budget(budget, window);
+    /// `(max_cached_tiles, max_prefetch_tiles)` for windows of `window` tiles and a loader holding `held` batches
+    /// of `batch_cells` cells (dense ones of `dense_genes` genes, else sparse) within `budget` bytes, over every
+    /// member's tiles (`dct_dataset::TileBudget::split_sizes_beside`).
+    #[pyo3(signature = (budget, window, batch_cells = 0, held = 0, dense_genes = 0))]
+    fn budget_split(
+        &self,
+        budget: u64,
+        window: usize,
+        batch_cells: u64,
+        held: u64,
+        dense_genes: u64,
+    ) -> PyResult<(usize, usize)> {
+        let split =
+            self.get()?.tile_budget(budget, window, dct_dataset::HeldBatches { cells: batch_cells, held, dense_genes });
         Ok((split.cached, split.ahead))
     }
 

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use dct_dataset::{Dataset, ReadOptions, StoreOptions, TileBudget};
+use dct_dataset::{Dataset, HeldBatches, ReadOptions, StoreOptions, TileBudget};
 use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -147,9 +147,19 @@ impl PyDataset {
     }
 
     /// `(max_cached_tiles, max_prefetch_tiles)` that keep a reader of this dataset serving windows of `window`
-    /// tiles within `budget` bytes (the reader's memory model, `dct_dataset::TileBudget`).
-    fn budget_split(&self, budget: u64, window: usize) -> PyResult<(usize, usize)> {
-        let split = TileBudget::split(budget, window, self.get()?.manifest());
+    /// tiles, and a loader holding `held` batches of `batch_cells` cells (dense ones of `dense_genes` genes, else
+    /// sparse), within `budget` bytes (the reader's memory model, `dct_dataset::TileBudget::split_beside`).
+    #[pyo3(signature = (budget, window, batch_cells = 0, held = 0, dense_genes = 0))]
+    fn budget_split(
+        &self,
+        budget: u64,
+        window: usize,
+        batch_cells: u64,
+        held: u64,
+        dense_genes: u64,
+    ) -> PyResult<(usize, usize)> {
+        let batches = HeldBatches { cells: batch_cells, held, dense_genes };
+        let split = TileBudget::split_beside(budget, window, batches, self.get()?.manifest());
         Ok((split.cached, split.ahead))
     }
 
@@ -294,4 +304,11 @@ fn batch_as<'py, V: dct_codec::CountValue + numpy::Element>(
         }
         _ => Err(value_error("pass both out_indices and out_values, or neither")),
     }
+}
+
+/// Bytes of the slot a loader makes for a batch that needs `used` bytes (`dct_dataset::batch_slot_bytes`: a
+/// quarter spare, in whole granules), which its memory budget sets aside for each batch it holds.
+#[pyfunction]
+pub(crate) fn batch_slot_bytes(used: u64) -> u64 {
+    dct_dataset::batch_slot_bytes(used)
 }

@@ -102,6 +102,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<epoch::PyEpochPlan>()?;
     m.add_class::<epoch::PyEpochUnits>()?;
     m.add_class::<epoch::PyStrata>()?;
+    m.add_function(wrap_pyfunction!(dataset::batch_slot_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(tile::read_tile_file, m)?)?;
     m.add_function(wrap_pyfunction!(tile::payload_crc32, m)?)?;
     m.add_function(wrap_pyfunction!(tile::row_offsets, m)?)?;

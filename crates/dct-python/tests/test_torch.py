@@ -250,8 +250,11 @@ def test_the_last_windows_prefetch_the_next_epoch(built):
 
     root, _, _ = built
     nnz = open_dataset(root).manifest.tile_nnz
-    # Room for 3 decoded tiles (about 4 bytes per nonzero): windows of 1 tile, 2 fetched ahead.
-    budget = int(3 * 4 * max(nnz))
+    # Room for 3 decoded tiles (about 4 bytes per nonzero): windows of 1 tile, 2 fetched ahead; and for the 4 batches
+    # of 20 cells the loader may hold (each at most every gene).
+    from deltacells import _batch_slots, _core
+
+    budget = int(3 * 4 * max(nnz)) + _batch_slots.MAX_LOCAL_SLOTS * _core.batch_slot_bytes(20 * (12 + 8 * G))
     slow = ThrottledBackend(LocalBackend(root), latency_s=0.05, bandwidth_bytes_per_s=20e6)
     # Seed 2: the first tile of epoch 1 is none of the last 3 of epoch 0 (those stay cached anyway).
     ds = DeltaCellsIterableDataset(slow, 20, shuffle_tiles=1, seed=2, memory_budget=budget, io_threads=4)

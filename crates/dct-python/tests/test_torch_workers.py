@@ -129,6 +129,36 @@ def test_workers_share_the_memory_budget(built):
         assert held <= max(budget / workers, floor) * 1.01, (workers, held)
 
 
+def test_the_memory_budget_covers_the_batches_the_loader_holds(built):
+    """The tiles the reader may hold and the memory the loader's batches take stay within the budget together."""
+    from deltacells import _batch_slots
+
+    root, full = built
+    probe = DeltaCellsIterableDataset(root, 16).dataset
+    nnz, size = probe.manifest.tile_nnz, probe.manifest.tile_bytes
+    per_decoded, per_fetched = 4 * sum(nnz) / len(nnz), sum(size) / len(size)
+    for output, batch, budget in (("csr", 16, 320 << 10), ("csr", 40, 1 << 20), ("dense", 40, 1 << 20)):
+        # This process's slots made afresh, by this loader alone (earlier tests' batches keep theirs).
+        _batch_slots._POOLS.pop(False, None)
+        ds = DeltaCellsIterableDataset(root, batch, shuffle_tiles=1, memory_budget=budget, seed=4, output=output)
+        peak = held = 0
+        previous = None
+        for b in ds:
+            dense = b["X"] if output == "dense" else b["X"].to_dense()
+            assert np.array_equal(dense.numpy(), full[b["index"].numpy()].toarray())
+            # A loop holds this batch while the one before is still bound (as `for b in loader` does), and the
+            # loader gathers the next.
+            if output == "dense":
+                held = sum(x["X"].numel() * x["X"].element_size() for x in (b, previous) if x is not None)
+                peak = max(peak, held + b["X"].numel() * b["X"].element_size())
+            previous = b
+        if output == "csr":
+            peak = sum(s.capacity for s in _batch_slots.pool(shared=False).slots)
+        reader = ds.dataset
+        tiles = reader.max_cached_tiles * per_decoded + reader.max_prefetch_tiles * per_fetched
+        assert peak > 0 and tiles + peak <= budget, (output, batch, budget, tiles, peak)
+
+
 def test_make_loader_passes_the_dataloader_options_through(built):
     root, _ = built
     seen = []

@@ -7,6 +7,59 @@ use crate::manifest::Manifest;
 /// Bytes a decoded tile takes per nonzero: its decompressed planes (two bytes of gap and two of count).
 pub const DECODED_BYTES_PER_NONZERO: f64 = 4.0;
 
+/// Bytes a sparse batch takes per nonzero: a column index and a count, four bytes each.
+pub const BATCH_BYTES_PER_NONZERO: u64 = 8;
+
+/// Bytes a sparse batch takes per cell besides its nonzeros: the cell's index (8) and its row offset (4).
+pub const BATCH_BYTES_PER_CELL: u64 = 12;
+
+/// The granularity of the memory a loader lays its batches out in (its slots are whole multiples of it).
+pub const BATCH_SLOT_GRANULE: u64 = 1 << 16;
+
+/// Bytes of the slot a loader makes for a batch that needs `used` bytes: a quarter more, so that a later batch of
+/// a few more nonzeros fits too, in whole [`BATCH_SLOT_GRANULE`]s.
+pub fn batch_slot_bytes(used: u64) -> u64 {
+    let room = used.saturating_add(used / 4).max(1);
+    let granules = room.div_ceil(BATCH_SLOT_GRANULE);
+    granules.checked_mul(BATCH_SLOT_GRANULE).unwrap_or(u64::MAX / BATCH_SLOT_GRANULE * BATCH_SLOT_GRANULE)
+}
+
+/// The batches a training loader holds beside its tiles, which a memory budget covers too: `held` batches of
+/// `cells` cells each (the one the caller holds, the next one gathered, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HeldBatches {
+    /// Cells a batch.
+    pub cells: u64,
+    /// Batches held at once.
+    pub held: u64,
+    /// Genes of a dense batch (its every gene as a 4-byte count), or 0 for sparse batches.
+    pub dense_genes: u64,
+}
+
+impl HeldBatches {
+    /// Bytes the batches take, at the mean nonzeros a cell of tiles of `tile_cells` cells and `tile_nnz` nonzeros:
+    /// a sparse batch in its slot ([`batch_slot_bytes`] of its cells and nonzeros), a dense one as its matrix.
+    pub fn bytes(&self, tile_cells: &[u64], tile_nnz: &[u64]) -> u64 {
+        if self.held == 0 || self.cells == 0 {
+            return 0;
+        }
+        let one = if self.dense_genes > 0 {
+            self.cells.saturating_mul(self.dense_genes.saturating_mul(4).saturating_add(BATCH_BYTES_PER_CELL))
+        } else {
+            let cells = tile_cells.iter().fold(0u64, |a, &b| a.saturating_add(b)).max(1) as f64;
+            let mean_nnz = tile_nnz.iter().map(|&x| x as f64).sum::<f64>() / cells;
+            let nnz = (mean_nnz * self.cells as f64).ceil();
+            let nnz = if nnz >= u64::MAX as f64 { u64::MAX } else { nnz as u64 };
+            batch_slot_bytes(
+                self.cells
+                    .saturating_mul(BATCH_BYTES_PER_CELL)
+                    .saturating_add(nnz.saturating_mul(BATCH_BYTES_PER_NONZERO)),
+            )
+        };
+        one.saturating_mul(self.held)
+    }
+}
+
 /// The cache and prefetch sizes that keep a reader within a memory budget ([`TileBudget::split`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TileBudget {
@@ -25,6 +78,26 @@ impl TileBudget {
     /// least the window and one tile ahead, whatever the budget.
     pub fn split(budget: u64, window: usize, manifest: &Manifest) -> TileBudget {
         TileBudget::split_sizes(budget, window, &manifest.tile_nnz, &manifest.tile_bytes)
+    }
+
+    /// [`TileBudget::split`] of what `budget` leaves once the loader's `batches` are set aside: the budget then
+    /// covers the tiles and the batches made of them.
+    pub fn split_beside(budget: u64, window: usize, batches: HeldBatches, manifest: &Manifest) -> TileBudget {
+        let m = manifest;
+        TileBudget::split_sizes_beside(budget, window, batches, &m.tile_cells, &m.tile_nnz, &m.tile_bytes)
+    }
+
+    /// [`TileBudget::split_beside`] from the tiles' cells, nonzeros and compressed sizes.
+    pub fn split_sizes_beside(
+        budget: u64,
+        window: usize,
+        batches: HeldBatches,
+        tile_cells: &[u64],
+        tile_nnz: &[u64],
+        tile_bytes: &[u64],
+    ) -> TileBudget {
+        let left = budget.saturating_sub(batches.bytes(tile_cells, tile_nnz));
+        TileBudget::split_sizes(left, window, tile_nnz, tile_bytes)
     }
 
     /// [`TileBudget::split`] from the tiles' nonzeros and compressed sizes.
@@ -76,6 +149,35 @@ mod tests {
         let b = TileBudget::split_sizes(u64::MAX / 2, 6, &nnz, &bytes);
         assert_eq!(b.ahead, 12);
         assert!(b.cached > 1_000_000, "a large budget is a large cache");
+    }
+
+    #[test]
+    fn held_batches_come_out_of_the_budget() {
+        // Tiles of 1,000 cells with 500 nonzeros a cell: a sparse batch of 1,000 cells needs 12,000 + 4,000,000
+        // bytes, and its slot a quarter more in whole granules.
+        let (cells, nnz) = (vec![1_000; 4], vec![500_000; 4]);
+        let sparse = HeldBatches { cells: 1_000, held: 4, dense_genes: 0 };
+        let slot = 4_012_000u64 * 5 / 4;
+        let slot = slot.div_ceil(BATCH_SLOT_GRANULE) * BATCH_SLOT_GRANULE;
+        assert_eq!(batch_slot_bytes(4_012_000), slot);
+        assert_eq!(sparse.bytes(&cells, &nnz), 4 * slot);
+        assert_eq!(batch_slot_bytes(1), BATCH_SLOT_GRANULE, "a small batch takes a whole granule");
+        assert_eq!(batch_slot_bytes(u64::MAX) % BATCH_SLOT_GRANULE, 0);
+        let dense = HeldBatches { cells: 100, held: 3, dense_genes: 2_000 };
+        assert_eq!(dense.bytes(&cells, &nnz), 8_012 * 300);
+        assert_eq!(HeldBatches::default().bytes(&cells, &nnz), 0);
+        assert_eq!(HeldBatches { cells: 1, held: 1, dense_genes: 0 }.bytes(&[], &[]), BATCH_SLOT_GRANULE);
+        let huge = HeldBatches { cells: u64::MAX, held: u64::MAX, dense_genes: u64::MAX };
+        assert_eq!(huge.bytes(&cells, &nnz), u64::MAX);
+        // The tiles get what the batches leave: 4 places of 2 MB, then tiles fetched ahead of 0.5 MB.
+        let bytes = vec![MB / 2; 4];
+        let sparse = HeldBatches { cells: 10, held: 4, dense_genes: 0 };
+        let budget = 8 * MB + 2 * MB + sparse.bytes(&cells, &nnz);
+        let split = TileBudget::split_sizes_beside(budget, 3, sparse, &cells, &nnz, &bytes);
+        assert_eq!(split, TileBudget::split_sizes(10 * MB, 3, &nnz, &bytes));
+        assert_eq!(split, TileBudget { cached: 4, ahead: 4 });
+        let starved = TileBudget::split_sizes_beside(MB, 3, huge, &cells, &nnz, &bytes);
+        assert_eq!(starved, TileBudget { cached: 4, ahead: 1 }, "the window and one ahead, whatever the batches");
     }
 
     #[test]

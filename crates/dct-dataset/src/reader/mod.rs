@@ -17,7 +17,10 @@ mod open;
 mod options;
 
 pub use batch::Batch;
-pub use budget::{DECODED_BYTES_PER_NONZERO, TileBudget};
+pub use budget::{
+    BATCH_BYTES_PER_CELL, BATCH_BYTES_PER_NONZERO, BATCH_SLOT_GRANULE, DECODED_BYTES_PER_NONZERO, HeldBatches,
+    TileBudget, batch_slot_bytes,
+};
 pub(crate) use load::Core;
 #[cfg(feature = "obs")]
 pub(crate) use obs::{obs_error, obs_manifest};

@@ -31,9 +31,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from deltacells import _core
+
 # A slot's header: its state (0 free, 1 holding a batch the training process may still read), then padding.
 _HEADER = 64
-_PAGE = 1 << 16
 # Slots a worker makes at most; past them (the training process holds on to that many batches, or dropped them
 # unopened without freeing them) a batch goes as an ordinary tensor.
 MAX_SLOTS = 64
@@ -138,7 +139,8 @@ class SlotPool:
         with self._choosing:
             k = next((i for i, s in enumerate(self.slots) if s.capacity >= used and s.state[0] == 0), None)
             if k is None:
-                new = _Slot(max(_PAGE, (used * 5 // 4 + _PAGE - 1) // _PAGE * _PAGE), self.shared)
+                # A quarter spare, in whole granules: the room the loader's memory budget sets aside for it.
+                new = _Slot(_core.batch_slot_bytes(used), self.shared)
                 if len(self.slots) < self.max_slots:
                     self.slots.append(new)
                     k = len(self.slots) - 1

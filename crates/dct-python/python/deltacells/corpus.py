@@ -152,12 +152,13 @@ class Corpus:
         """The members' reader counters, summed (the keys of :attr:`deltacells.DeltaCellsDataset.stats`)."""
         return dict(self._core.stats())
 
-    def _reader(self, memory_budget: int, window: int, *, io_threads: int, decode_threads: int, verify: bool
-                ) -> _CorpusReader:
+    def _reader(self, memory_budget: int, window: int, *, io_threads: int, decode_threads: int, verify: bool,
+                held: tuple[int, int, int] = (0, 0, 0)) -> _CorpusReader:
         """Readers of the members for a training loader: cache and prefetch sized for windows of ``window`` tiles
-        within ``memory_budget`` bytes (``dct_dataset::TileBudget`` over every member's tiles), all members on one
-        set of threads."""
-        cached, ahead = self._core.budget_split(int(memory_budget), int(window))
+        within ``memory_budget`` bytes, less the ``held`` batches (cells a batch, batches, genes of a dense batch or
+        0) the loader keeps (``dct_dataset::TileBudget`` over every member's tiles), all members on one set of
+        threads."""
+        cached, ahead = self._core.budget_split(int(memory_budget), int(window), *held)
         core = self._core.reopened(cached, ahead, int(io_threads), int(decode_threads), bool(verify))
         return _CorpusReader(core, self.n_genes, ahead)
 

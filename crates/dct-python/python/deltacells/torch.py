@@ -133,9 +133,11 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
             and ``WORLD_SIZE``), looked up here in the training process, and again when a loader starts its workers
             if the process group did not exist yet: DataLoader workers (which under ``spawn`` or ``forkserver``
             have no process group) are given them.
-        memory_budget: bytes of tiles the rank holds: the window's decoded tiles, tiles decoded and fetched
-            (compressed) ahead, and a cache of decoded tiles with what is left; split evenly among DataLoader
-            workers. At least the window and one tile decoded ahead per worker. Over a Python backend the requests'
+        memory_budget: bytes the rank's loader holds: the batches it makes (up to four sparse batches of the
+            dataset's mean nonzeros a cell, with a quarter spare, or three dense ones), then the window's decoded
+            tiles, tiles decoded and fetched (compressed) ahead, and a cache of decoded tiles with what is left;
+            split evenly among DataLoader workers. At least the window and one tile decoded ahead per worker,
+            whatever the budget. Over a Python backend the requests'
             buffers are Python's: with glibc, ``MALLOC_MMAP_THRESHOLD_=4194304`` in the environment keeps freed ones
             from staying resident in its per-thread arenas.
         decode_threads: Rust threads decoding each tile and batch (default: every core, shared among DataLoader
@@ -439,9 +441,11 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
             return self._ds
         threads = self.decode_threads or max(1, (os.cpu_count() or 1) // max(1, workers))
         if isinstance(self.uri, deltacells.Corpus):
+            held = self._held_batches(self.uri.n_genes)
             # One set of threads for every member; the cache and prefetch sized from all members' tiles.
             self._ds = self.uri._reader(self.memory_budget // max(1, workers), self.shuffle_tiles,
-                                        io_threads=self.io_threads, decode_threads=threads, verify=self.verify)
+                                        io_threads=self.io_threads, decode_threads=threads, verify=self.verify,
+                                        held=held)
             self._ahead = self._ds.ahead
             self._pid = os.getpid()
             return self._ds
@@ -449,14 +453,25 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
             self.uri, decode_threads=threads, io_threads=self.io_threads, verify=self.verify,
             cache_dir=self.cache_dir, storage_options=self.storage_options,
         )
-        # The reader's memory model (dct_dataset::TileBudget): the window and one tile decoded ahead, tiles fetched
-        # ahead, a next window decoded, the rest a cache; each worker takes an equal share of the budget.
-        cached, self._ahead = probe._core.budget_split(self.memory_budget // max(1, workers), self.shuffle_tiles)
+        # The reader's memory model (dct_dataset::TileBudget): the batches held, the window and one tile decoded
+        # ahead, tiles fetched ahead, a next window decoded, the rest a cache; each worker takes an equal share.
+        cached, self._ahead = probe._core.budget_split(self.memory_budget // max(1, workers), self.shuffle_tiles,
+                                                       *self._held_batches(probe.n_genes))
         # Sized from the manifest the probe read, without fetching it again (a round trip on object storage).
         self._ds = probe.reopened(max_cached_tiles=cached, max_prefetch_tiles=self._ahead)
         probe.close()
         self._pid = os.getpid()
         return self._ds
+
+    def _held_batches(self, n_genes: int) -> tuple[int, int, int]:
+        """The batches a process of this loader holds beside its tiles, which the budget covers too: (cells a batch,
+        batches, genes of a dense batch or 0). Sparse batches live in the process's slots (``_batch_slots``: at most
+        ``MAX_LOCAL_SLOTS`` in the training process, and as many in flight from a worker with the DataLoader's
+        default prefetch); a dense batch is held by the caller, gathered ahead and, until the loop takes the next
+        one, still bound to the loop's variable."""
+        if self.output == "dense":
+            return self.batch_size, 3, n_genes
+        return self.batch_size, _batch_slots.MAX_LOCAL_SLOTS, 0
 
     @property
     def dataset(self) -> Any:
