@@ -206,7 +206,7 @@ pub fn subset(source: &str, output: &str, opts: &SubsetOptions) -> Result<Subset
             "conditions": opts.conditions,
             "tile_size": tile_size,
             "level": opts.level,
-            "choice_sha256": choice_digest(chosen.selection().ranges(), &kept),
+            "choice_sha256": choice_digest(&chosen.selection().ranges(), &kept),
         }
     });
     // A run of this same subset that stopped before its manifest left its marker: it is replaced, so running the
@@ -308,7 +308,7 @@ pub fn subset(source: &str, output: &str, opts: &SubsetOptions) -> Result<Subset
         }
         Ok(())
     };
-    for (&a, &b) in starts.iter().zip(ends) {
+    for (&a, &b) in starts.iter().zip(&ends) {
         for cell in a..b {
             cells.push(cell);
             if cells.len() as u64 == tile_size {
@@ -349,7 +349,7 @@ pub fn subset(source: &str, output: &str, opts: &SubsetOptions) -> Result<Subset
 
 /// A digest of the cells (as `(starts, ends)` ranges) and genes a subset keeps: what says that a dataset at the
 /// output is this subset.
-fn choice_digest((starts, ends): (&[u64], &[u64]), genes: &[usize]) -> String {
+fn choice_digest((starts, ends): &(Vec<u64>, Vec<u64>), genes: &[usize]) -> String {
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
     for part in [starts, ends] {

@@ -244,7 +244,7 @@ impl Corpus {
     /// The corpus over the same members with another selection of their cells (ranges of cells laid end to end).
     pub fn with_selection(&self, selection: Selection) -> Result<Corpus, CorpusError> {
         let total = *self.starts.last().expect("a corpus has a total");
-        if selection.ranges().1.last().is_some_and(|&e| e > total) {
+        if selection.end() > total {
             return Err(CorpusError::InvalidArgument(format!("the selection reaches past the corpus's {total} cells")));
         }
         Ok(Corpus { selection, ..self.clone() })

@@ -15,7 +15,8 @@
 //! * `genes.rs`: [`GeneSpace`], [`GeneKey`], [`GeneMap`] (the vocabulary and each member's columns in it, with the
 //!   re-indexing of one row).
 //! * `interner.rs`: [`GeneInterner`], gene identifiers held once for many gene lists.
-//! * `selection.rs`: [`Selection`], sorted ranges of the members' cells laid end to end.
+//! * `selection.rs`: [`Selection`], the chosen cells of the members laid end to end: runs or a bitmap per block of
+//!   65,536 cells (`selection/tests.rs`: every query against a plain list of cells).
 //! * `corpus.rs`: [`Corpus`] (opening, reading, choosing cells, the tiles an epoch plans over) and [`member_genes`].
 //! * `obs.rs`: [`CorpusObs`], the members' obs as one set of columns with one vocabulary per category column.
 //! * `choose.rs`: [`Corpus::filter`] (conditions on obs columns) and [`Corpus::split`] (seeded parts, whole

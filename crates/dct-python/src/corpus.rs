@@ -322,17 +322,16 @@ impl PyCorpus {
         Ok(PyCorpus::wrap(c.select_mask(mask.as_slice()?).map_err(corpus_error)?))
     }
 
-    /// The selection as `(starts, ends)` of ranges of the members' cells laid end to end.
-    fn selection<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        let (starts, ends) = self.get()?.selection().ranges();
-        let starts: Vec<u64> = starts.to_vec();
-        let ends: Vec<u64> = ends.to_vec();
-        PyTuple::new(py, [owned(py, starts).into_any(), owned(py, ends).into_any()])
+    /// The selection as bytes (`dct_corpus::Selection::to_bytes`: a bitmap or runs per block of cells, so a
+    /// corpus pickled for a worker carries its selection compactly).
+    fn selection_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+        let bytes = self.get()?.selection().to_bytes();
+        Ok(pyo3::types::PyBytes::new(py, &bytes))
     }
 
-    /// The same members with the selection `(starts, ends)` (as `selection` gives it).
-    fn with_selection(&self, starts: Vec<u64>, ends: Vec<u64>) -> PyResult<Self> {
-        let selection = Selection::from_ranges(&starts, &ends).map_err(value_error)?;
+    /// The same members with the selection `selection_bytes` gave.
+    fn with_selection_bytes(&self, bytes: &[u8]) -> PyResult<Self> {
+        let selection = Selection::from_bytes(bytes).map_err(value_error)?;
         Ok(PyCorpus::wrap(self.get()?.with_selection(selection).map_err(corpus_error)?))
     }
 }

@@ -242,6 +242,14 @@ def test_a_corpus_pickles_and_reads_in_another_process(members):
     np.testing.assert_array_equal(_read_in_child(again), _read_in_child(corpus))
     with ProcessPoolExecutor(1) as pool:
         np.testing.assert_array_equal(pool.submit(_read_in_child, corpus).result(), _read_in_child(corpus))
+    # The selection travels as its compact bytes; bytes that are not a selection are refused, not trusted.
+    state = corpus.__getstate__()
+    assert isinstance(state["_selection"], bytes) and len(state["_selection"]) < 1_000
+    state["_selection"] = state["_selection"][:-3]
+    broken = object.__new__(type(corpus))
+    broken.__setstate__(state)
+    with pytest.raises(ValueError, match="selection"):
+        broken.get_batch([0])
 
 
 def test_open_corpus_is_exported():

@@ -174,7 +174,7 @@ fn split_keeps_groups_whole_and_stays_put_when_members_are_added() {
     let mut covered = Vec::new();
     for (p, (_, part)) in parts.iter().enumerate() {
         let (starts, ends) = part.selection().ranges();
-        for (&a, &b) in starts.iter().zip(ends) {
+        for (&a, &b) in starts.iter().zip(&ends) {
             for c in a..b {
                 covered.push(c);
                 let d = &donors[c as usize];
@@ -197,17 +197,11 @@ fn split_keeps_groups_whole_and_stays_put_when_members_are_added() {
     let grown_parts = bigger.split(&bigger_obs, &fractions, None, 3).unwrap();
     let old = s.corpus.n_cells();
     for ((_, a), (_, b)) in by_cell.iter().zip(&grown_parts) {
-        let inside: Vec<(u64, u64)> = b
-            .selection()
-            .ranges()
-            .0
-            .iter()
-            .zip(b.selection().ranges().1)
-            .map(|(&x, &y)| (x, y.min(old)))
-            .filter(|(x, y)| x < y)
-            .collect();
-        let mine: Vec<(u64, u64)> =
-            a.selection().ranges().0.iter().copied().zip(a.selection().ranges().1.iter().copied()).collect();
+        let (b_starts, b_ends) = b.selection().ranges();
+        let inside: Vec<(u64, u64)> =
+            b_starts.into_iter().zip(b_ends).map(|(x, y)| (x, y.min(old))).filter(|(x, y)| x < y).collect();
+        let (a_starts, a_ends) = a.selection().ranges();
+        let mine: Vec<(u64, u64)> = a_starts.into_iter().zip(a_ends).collect();
         assert_eq!(inside, mine);
     }
     assert!(s.corpus.split(&obs, &[("a".into(), 0.5)], None, 0).is_err(), "fractions must add up to 1");
