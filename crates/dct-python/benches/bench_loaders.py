@@ -6,6 +6,7 @@
     python bench_loaders.py timeline DATASET --out docs/loader_timeline.png
     python bench_loaders.py workers DATASET [--make-from pbmc3k_raw.h5ad --copies 400] [--workers 0,1,2,4]
     python bench_loaders.py decoder DATASET [--rounds 3] [--batch-sizes 1024,5000]
+    python bench_loaders.py epochs WORKDIR [--rounds 3] [--budgets-mib 2048,512]
 
 ``prepare`` replicates the source cells ``copies`` times into one h5ad (the PBMC 3k raw counts by default: 108,000
 cells x 32,738 genes) and stores the same cells as a deltacells dataset (the converter's defaults), a TileDB-SOMA
@@ -37,6 +38,10 @@ path (tiles' CRC checked) against ``verify=False``. ``--make-from`` first
 builds DATASET (when it does not exist) from ``--copies`` hard links of one h5ad, at level 3 without obs: 400 copies
 of the PBMC 3k raw counts are 1,080,000 cells.
 
+``epochs`` times the first and the second epoch of one loader (deltacells at each memory budget, and annbatch) over
+``prepare``'s cells: a new loader's first epoch pays for its start and for the memory it takes fresh from the
+system, a later one does not.
+
 ``decoder`` sets the loader against the decoder it feeds on: per round, ``deltacells bench DATASET --json`` times
 every tile fetched and decoded whole by the same decode threads (``decode_cells_per_second``; fetch apart), and the
 loader (no workers, CRC checked, as ``workers`` measures it) runs 3 whole epochs at each batch size; the ratio is
@@ -56,6 +61,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import deltacells
 import numpy as np
@@ -114,7 +120,10 @@ def prepare(work: Path, source: Path, copies: int) -> None:
 
         _use_zarrs()
         t0 = time.perf_counter()
-        DatasetCollection(collection).add_adatas([str(h5ad)], shuffle=True, rng=np.random.default_rng(1))
+        # annbatch reads `dataset_size` of rows into memory to shuffle them (20 GB by default, which the kernel
+        # killed at 24 GB resident on a 24 GiB machine with 10^6 PBMC cells); its documented memory knob bounds it.
+        DatasetCollection(collection).add_adatas([str(h5ad)], shuffle=True, rng=np.random.default_rng(1),
+                                                 dataset_size="4GB")
         print(f"annbatch collection in {time.perf_counter() - t0:.0f} s", flush=True)
 
 
@@ -200,7 +209,8 @@ def soma_loader(path, batch_size):
     return (to_torch_csr(x) for x, _obs in loader)
 
 
-def annbatch_loader(path, batch_size):
+def annbatch_loader_object(path, batch_size):
+    """annbatch's ``Loader`` over the collection; each iteration is an epoch, its batches dicts with ``"X"``."""
     import anndata as ad
     from annbatch import DatasetCollection, Loader
 
@@ -215,7 +225,11 @@ def annbatch_loader(path, batch_size):
     loader = Loader(batch_size=batch_size, chunk_size=32, preload_nchunks=preload, shuffle=True, to="torch",
                     preload_to_gpu=False, rng=np.random.default_rng(1))
     loader.use_collection(DatasetCollection(path, mode="r"), load_adata=x_only)
-    return (b["X"] for b in loader)
+    return loader
+
+
+def annbatch_loader(path, batch_size):
+    return (b["X"] for b in annbatch_loader_object(path, batch_size))
 
 
 def measure(batches, max_cells: int) -> float:
@@ -277,6 +291,43 @@ def run(work: Path, rounds: int, batch_sizes: list[int], max_cells: int, loaders
                 print(f"later epochs, batch {b}: local {local:.0f}, throttled {slow:.0f} cells/s", flush=True)
             print(f"  batch {b}: throttled / local on later epochs {', '.join(f'{x:.2f}' for x in ratios)}, "
                   f"median {statistics.median(ratios):.2f}")
+
+
+def epochs_bench(work: Path, rounds: int, batch_sizes: list[int], budgets_mib: list[int]) -> None:
+    """The first and the second epoch of one loader, deltacells at each memory budget and annbatch, in alternating
+    order round after round: a new loader's first epoch pays for its start and for memory the process takes fresh
+    (deltacells' cache growing to its budget; annbatch's preload buffers), a second one for neither."""
+    dataset = str(work / "cells.dct")
+    configs: list[tuple[str, Any]] = [
+        (f"deltacells {m} MiB", lambda b, m=m: _deltacells(dataset, b, memory_budget=m << 20)) for m in budgets_mib
+    ]
+    if _has_annbatch():
+        configs.append(("annbatch", lambda b: annbatch_loader_object(work / "cells.annbatch.zarr", b)))
+    results: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    for r in range(rounds):
+        for b in batch_sizes:
+            for name, make in configs if r % 2 == 0 else configs[::-1]:
+                loader = make(b)
+                rates = []
+                for epoch in range(2):
+                    if hasattr(loader, "set_epoch"):
+                        loader.set_epoch(epoch)
+                    start, n = time.perf_counter(), 0
+                    for batch in loader:
+                        n += batch["X"].shape[0]
+                    rates.append(n / (time.perf_counter() - start))
+                del loader
+                gc.collect()
+                results.setdefault((name, b), []).append((rates[0], rates[1]))
+                print(f"round {r} batch {b}: {name:<20} first epoch {rates[0]:>9.0f}, second {rates[1]:>9.0f} cells/s",
+                      flush=True)
+    print("\nmedians (cells/s into torch tensors), first epoch / second epoch:")
+    for b in batch_sizes:
+        line = ", ".join(
+            f"{name} {statistics.median(x[0] for x in v):.0f} / {statistics.median(x[1] for x in v):.0f}"
+            for (name, bb), v in results.items() if bb == b
+        )
+        print(f"  batch {b}: {line}")
 
 
 # ---------------------------------------------------------------------------------------------- workers
@@ -467,6 +518,11 @@ def main() -> None:
     k.add_argument("--rounds", type=int, default=3)
     k.add_argument("--batch-sizes", default="1024,5000")
     k.add_argument("--workers", default="0,1,2,4")
+    e = sub.add_parser("epochs")
+    e.add_argument("work", type=Path)
+    e.add_argument("--rounds", type=int, default=3)
+    e.add_argument("--batch-sizes", default="1024,5000")
+    e.add_argument("--budgets-mib", default="2048,512")
     d = sub.add_parser("decoder")
     d.add_argument("dataset")
     d.add_argument("--rounds", type=int, default=3)
@@ -479,6 +535,9 @@ def main() -> None:
     elif args.cmd == "run":
         sizes = [int(b) for b in args.batch_sizes.split(",")]
         run(args.work, args.rounds, sizes, args.max_cells, args.loaders.split(","), args.epoch_rounds)
+    elif args.cmd == "epochs":
+        epochs_bench(args.work, args.rounds, [int(b) for b in args.batch_sizes.split(",")],
+                     [int(m) for m in args.budgets_mib.split(",")])
     elif args.cmd == "synthetic":
         synthetic(args.dataset, args.rounds, [int(b) for b in args.batch_sizes.split(",")])
     elif args.cmd == "workers":
