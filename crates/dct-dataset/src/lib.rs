@@ -89,6 +89,7 @@ mod verify;
 mod writer;
 #[cfg(feature = "obs")]
 mod writer_obs;
+mod writer_options;
 
 pub use dct_codec::{CountValue, CsrMatrix, SparseRows};
 #[cfg(feature = "obs")]
@@ -106,4 +107,5 @@ pub use reader::{
 #[cfg(feature = "obs")]
 pub use verify::obs_fingerprint;
 pub use verify::{Problem, VerifyOptions, VerifyReport, verify, verify_url};
-pub use writer::{DatasetWriter, WriterOptions};
+pub use writer::DatasetWriter;
+pub use writer_options::WriterOptions;

@@ -1,0 +1,585 @@
+"""The dataset of :mod:`deltacells.torch`: one pass of a rank's (or a DataLoader worker's) share of an epoch as
+batches, the epoch and resume point it serves, and the reader it opens in each process."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import multiprocessing.context
+import os
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+import torch
+import torch.utils.data
+
+import deltacells
+from deltacells import _batch_slots, _core
+
+if TYPE_CHECKING:  # pragma: no cover
+    from deltacells._obs_store import ObsStore
+
+__all__ = ["DeltaCellsIterableDataset"]
+
+
+def _distributed() -> tuple[int, int] | None:
+    """``(rank, world_size)`` of this process: from an initialised ``torch.distributed``, else from the ``RANK`` and
+    ``WORLD_SIZE`` variables that ``torchrun`` sets (a spawned DataLoader worker has no process group but inherits
+    them); ``None`` when neither says."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
+    if rank is not None and world is not None:
+        try:
+            return int(rank), int(world)
+        except ValueError:
+            return None
+    return None
+
+
+def _spawning() -> bool:
+    """Whether this process is pickling a new process's arguments (shared memory may go along then)."""
+    return multiprocessing.context.get_spawning_popen() is not None
+
+
+# What a pass over the dataset serves: (epoch, batches of the rank already yielded, rank, world size, whether the
+# process goes on to the next epoch, so that fetching its first tiles ahead is worth it, whether batches go to the
+# training process through reused shared memory (see _batch_slots)).
+_Ticket = tuple[int, int, int, int, int, int]
+# The settings a resumed epoch must share with the interrupted one for its order to be the same.
+_ORDER_KEYS = ("seed", "batch_size", "shuffle_tiles", "shuffle", "drop_last", "remainder", "world_size", "tiles",
+               "manifest", "weights", "epoch_cells", "stratify_by", "class_weights")
+
+
+class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
+    """Batches of a deltacells dataset for training: ``{"X": tensor, "obs": {column: tensor}, "index": tensor}``.
+
+    Args:
+        uri: the dataset (a path, a store URL or a :class:`deltacells.Backend`), or a :class:`deltacells.Corpus`
+            (many datasets read through one gene vocabulary, or a selection of their cells): its cells are served
+            with the same guarantees, ``"index"`` holds corpus cell indices, and batches gain ``"dataset"``, the
+            member index of each cell (int64); obs columns are the corpus's (:attr:`deltacells.Corpus.obs`: one
+            vocabulary per category column, missing where a member lacks the column).
+        weights: for a corpus, each member's share of an epoch: a mapping ``member name -> weight`` or a sequence
+            in member order. An epoch then draws ``epoch_cells`` cells (default: the corpus's cells), each member's
+            share in proportion to its weight (exactly, up to rounding); a member drawn beyond its size starts
+            another pass over its cells, the part of a pass taken from its tiles whole in a seeded order and a
+            sample of one more, so that only tiles with drawn cells are fetched. Deterministic in (seed, epoch).
+        epoch_cells: cells a weighted or stratified epoch draws (default: the corpus's cells; stratified: its cells
+            with a value of ``stratify_by``).
+        stratify_by: for a corpus, a category obs column: an epoch draws ``epoch_cells`` cells with each category
+            equally often (or in the proportions of ``class_weights``), exactly over the epoch (up to the cells a
+            split across ranks leaves out); a category drawn beyond its size starts another pass over its cells.
+            Cells without a value are not drawn. The cells of one tile drawn for several categories in one pass
+            share one window, so each such tile is fetched once per pass; a batch holds the categories of the
+            windows its cells come from, so the balance within a batch grows with ``shuffle_tiles``. Not with
+            ``weights``. The strata hold 4 bytes per selected cell in each process that plans an epoch.
+        class_weights: with ``stratify_by``, each category's share: a mapping ``category -> weight`` (categories
+            left out are not drawn).
+        batch_size: cells per batch.
+        shuffle: shuffle tiles and cells each epoch (``False``: cell order).
+        shuffle_tiles: tiles per shuffling window; that many decoded tiles are held at once.
+        seed: seed of the shuffles (with the epoch, :meth:`set_epoch`).
+        drop_last: every batch of ``batch_size`` cells: cells that would make a short batch are left out.
+        remainder: ``"drop"`` (no cell goes to two ranks; up to ``world_size - 1`` cells left out) or ``"wrap"``
+            (every cell served, a few twice) to give every rank the same number of batches.
+        obs_columns: obs columns to return with each batch (localized at once): category columns as integer codes
+            (vocabularies: :meth:`categories`), numbers and booleans as tensors, strings as lists.
+        output: ``"csr"`` (a torch sparse CSR tensor, no copy of the decoded indices and values) or ``"dense"``.
+        values_dtype: ``torch.float32`` (default) or ``torch.int32``.
+        rank, world_size: this process's share. By default from ``torch.distributed`` (or ``torchrun``'s ``RANK``
+            and ``WORLD_SIZE``), looked up here in the training process, and again when a loader starts its workers
+            if the process group did not exist yet: DataLoader workers (which under ``spawn`` or ``forkserver``
+            have no process group) are given them.
+        memory_budget: bytes the rank's loader holds: the batches it makes (up to four sparse batches of the
+            dataset's mean nonzeros a cell, with a quarter spare, or three dense ones), then the window's decoded
+            tiles, tiles decoded and fetched (compressed) ahead, and a cache of decoded tiles with what is left;
+            split evenly among DataLoader workers. At least the window and one tile decoded ahead per worker,
+            whatever the budget. The cache serves later epochs only as far as the dataset's decoded tiles (about
+            4 bytes a nonzero) fit in it, and it grows into memory new to the process during the first epoch, which
+            some machines supply slowly: for data much larger than the budget, a smaller budget makes the first
+            epoch faster at little cost to later ones. Over a Python backend the requests'
+            buffers are Python's: with glibc, ``MALLOC_MMAP_THRESHOLD_=4194304`` in the environment keeps freed ones
+            from staying resident in its per-thread arenas.
+        decode_threads: Rust threads decoding each tile and batch (default: every core, shared among DataLoader
+            workers).
+        io_threads, cache_dir, storage_options: as for :class:`deltacells.DeltaCellsDataset`.
+        verify: check each tile's CRC-32 (default on; ``False`` skips it).
+
+    Each worker of a DataLoader serves whole windows of the rank's share, so a tile is fetched and decoded once per
+    rank and epoch whatever ``num_workers`` is; the batches a rank yields (and their number) depend on
+    ``num_workers``, which a resumed run must keep.
+    """
+
+    def __init__(
+        self,
+        uri: Any,
+        batch_size: int,
+        *,
+        shuffle: bool = True,
+        shuffle_tiles: int = 4,
+        seed: int = 0,
+        drop_last: bool = False,
+        remainder: str = "drop",
+        obs_columns: Sequence[str] = (),
+        output: str = "csr",
+        values_dtype: torch.dtype = torch.float32,
+        rank: int | None = None,
+        world_size: int | None = None,
+        memory_budget: int = 2 << 30,
+        decode_threads: int | None = None,
+        io_threads: int = 4,
+        verify: bool | None = None,
+        cache_dir: str | None = None,
+        storage_options: dict[str, str] | None = None,
+        weights: Mapping[str, float] | Sequence[float] | None = None,
+        epoch_cells: int | None = None,
+        stratify_by: str | None = None,
+        class_weights: Mapping[str, float] | None = None,
+    ) -> None:
+        super().__init__()
+        if output not in ("csr", "dense"):
+            raise ValueError(f'output must be "csr" or "dense", not {output!r}')
+        if values_dtype not in (torch.float32, torch.int32):
+            raise ValueError(f"values_dtype must be torch.float32 or torch.int32, not {values_dtype}")
+        if remainder not in ("drop", "wrap"):
+            raise ValueError(f'remainder must be "drop" or "wrap", not {remainder!r}')
+        if int(batch_size) < 1 or int(shuffle_tiles) < 1:
+            raise ValueError("batch_size and shuffle_tiles must be at least 1")
+        if (rank is None) != (world_size is None):
+            raise ValueError("give both rank and world_size, or neither (they then come from torch.distributed)")
+        if world_size is not None and not 0 <= int(rank) < int(world_size):  # type: ignore[arg-type]
+            raise ValueError(f"rank {rank} is outside 0..{world_size} (world_size)")
+        self.uri = uri
+        self.batch_size = int(batch_size)
+        self.shuffle = bool(shuffle)
+        self.shuffle_tiles = int(shuffle_tiles)
+        self.seed = int(seed)
+        self.drop_last = bool(drop_last)
+        self.remainder = remainder
+        self.obs_columns = [obs_columns] if isinstance(obs_columns, str) else list(obs_columns)
+        self.output = output
+        self.values_dtype = values_dtype
+        self._ranks: tuple[int, int] | None = None if rank is None else (int(rank), int(world_size))  # type: ignore[arg-type]
+        self._resolve_ranks()
+        self.memory_budget = int(memory_budget)
+        self.decode_threads = decode_threads
+        self.io_threads = int(io_threads)
+        self.verify = True if verify is None else bool(verify)
+        self.cache_dir = cache_dir
+        self.storage_options = storage_options
+        # The epoch and where its next pass starts; `_fresh`: set by set_epoch / load_state_dict since the last pass
+        # (else the next pass is the next epoch).
+        self.epoch = 0
+        self._resume = 0
+        self._fresh = True
+        # The pass under way in this process: [epoch, first batch, parts], and the batches it yielded.
+        self._current: list[int] | None = None
+        self._yielded = 0
+        # Set by a DeltaCellsDataLoader: its workers (1 without), the ticket of its pass, and shared memory through
+        # which persistent workers learn each pass's ticket.
+        self._parts = 1
+        self._handoff: _Ticket | None = None
+        self._shared: Any = None
+        self._ds: Any = None
+        self._pid = -1
+        self.weights: list[float] | None = None
+        self.epoch_cells: int | None = None
+        self.stratify_by = None if stratify_by is None else str(stratify_by)
+        self.class_weights: list[float] | None = None
+        self._strata: Any = None
+        if (weights is not None or epoch_cells is not None) and not isinstance(uri, deltacells.Corpus):
+            raise ValueError("weights and epoch_cells weigh the members of a Corpus; this is one dataset")
+        if stratify_by is not None and not isinstance(uri, deltacells.Corpus):
+            raise ValueError("stratify_by draws the cells of a Corpus; open the dataset as one with "
+                             "deltacells.open_corpus([uri])")
+        if class_weights is not None and stratify_by is None:
+            raise ValueError("class_weights weigh the categories of stratify_by: give stratify_by too")
+        if stratify_by is not None and weights is not None:
+            raise ValueError("weights and stratify_by cannot be combined: weigh members, or balance categories")
+        if isinstance(uri, deltacells.Corpus) and weights is not None:
+            if isinstance(weights, Mapping):
+                unknown = [k for k in weights if k not in uri.members]
+                if unknown:
+                    raise ValueError(f"weights name members the corpus does not have: {unknown}; it has {uri.members}")
+                self.weights = [float(weights.get(m, 0.0)) for m in uri.members]
+            else:
+                self.weights = [float(w) for w in weights]
+            self.epoch_cells = int(epoch_cells) if epoch_cells is not None else uri.n_cells
+            uri._core.weighted_units(self.weights, self.epoch_cells, self.seed, 0)  # refused here, not in a worker
+        elif isinstance(uri, deltacells.Corpus) and stratify_by is not None:
+            strata = self._strata_of()  # a column that is not a category column is refused here
+            cats = strata.categories
+            if class_weights is not None:
+                unknown = [k for k in class_weights if k not in cats]
+                if unknown:
+                    raise ValueError(f"class_weights name categories obs column {stratify_by!r} does not have: "
+                                     f"{unknown}; it has {cats}")
+                self.class_weights = [float(class_weights.get(c, 0.0)) for c in cats]
+            self.epoch_cells = int(epoch_cells) if epoch_cells is not None else sum(strata.category_cells())
+            # Refused here, not in a worker.
+            uri._core.stratified_units(strata, self.class_weights, self.epoch_cells, self.seed, 0)
+        elif epoch_cells is not None:
+            raise ValueError("epoch_cells sets the size of a weighted or stratified epoch: give weights or "
+                             "stratify_by too")
+        if isinstance(uri, deltacells.Corpus):
+            if self.obs_columns:
+                for c in self.obs_columns:
+                    uri.obs.kind(c)  # KeyError for a column no member has
+                uri.obs.localize(self.obs_columns)
+            self.tile_cells = uri.tile_cells
+            self.n_genes = uri.n_genes
+            manifests = "".join(d._core.manifest_json() for d in uri.datasets) + "\n".join(uri.genes)
+            self._identity = {
+                "tiles": hashlib.sha256(np.asarray(self.tile_cells, np.int64).tobytes()).hexdigest()[:16],
+                "manifest": hashlib.sha256(manifests.encode()).hexdigest()[:16],
+            }
+            return
+        probe = self._dataset(1)  # opened now: a bad URI fails here, not in a worker
+        self.tile_cells = list(probe.manifest.tile_cells)
+        self.n_genes = probe.n_genes
+        self._identity = {
+            "tiles": hashlib.sha256(np.asarray(self.tile_cells, np.int64).tobytes()).hexdigest()[:16],
+            "manifest": hashlib.sha256(probe._core.manifest_json().encode()).hexdigest()[:16],
+        }
+        if self.obs_columns:
+            if probe.obs is None:
+                raise ValueError("obs_columns were given but the dataset has no obs")
+            probe.obs.localize(self.obs_columns)
+
+    # ------------------------------------------------------------------ the split
+
+    def _resolve_ranks(self) -> tuple[int, int]:
+        """The ranks, looked up (and kept) if they were not given and are known now."""
+        if self._ranks is None:
+            found = _distributed()
+            if found is not None:
+                self._ranks = found
+        return self._ranks if self._ranks is not None else (0, 1)
+
+    @property
+    def rank(self) -> int:
+        """This process's rank."""
+        return self._resolve_ranks()[0]
+
+    @property
+    def world_size(self) -> int:
+        """Ranks."""
+        return self._resolve_ranks()[1]
+
+    def _plan(self, worker: int, parts: int, first_batch: int, epoch: int, ranks: tuple[int, int] | None = None
+              ) -> _core.EpochPlan:
+        rank, world = ranks if ranks is not None else self._resolve_ranks()
+        units = None
+        if self.weights is not None:
+            units = self.uri._core.weighted_units(self.weights, self.epoch_cells, self.seed, epoch)
+        elif self.stratify_by is not None:
+            units = self.uri._core.stratified_units(self._strata_of(), self.class_weights, self.epoch_cells,
+                                                    self.seed, epoch)
+        return _core.EpochPlan(
+            self.tile_cells, self.batch_size, self.shuffle, self.shuffle_tiles, self.seed, self.drop_last,
+            self.remainder, rank, world, worker, parts, first_batch, epoch, units,
+        )
+
+    def _strata_of(self) -> _core.Strata:
+        """The corpus's cells by category of ``stratify_by``, made once per process (not pickled)."""
+        if self._strata is None or self._strata[0] != os.getpid():
+            self._strata = (os.getpid(), self.uri.obs._core.strata(self.stratify_by))
+        return cast("_core.Strata", self._strata[1])
+
+    def _rank_batches(self, epoch: int, parts: int) -> int:
+        return int(self._plan(0, parts, 0, epoch).rank_batches())
+
+    def __len__(self) -> int:
+        """Batches per epoch of this rank (every rank has as many), for the workers of the loader it belongs to."""
+        return self._rank_batches(self.epoch, self._parts)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Sets the epoch (which changes the order, deterministically). The next pass starts it from its first
+        batch, unless a state of this same epoch was just loaded (:meth:`load_state_dict`): then it goes on from
+        there, so a training loop may call ``set_epoch`` at the start of every epoch, resumed or not."""
+        epoch = int(epoch)
+        if not (self._resume and self._fresh and epoch == self.epoch):
+            self._resume = 0
+        self.epoch = epoch
+        self._fresh = True
+        self._current = None
+        self._yielded = 0
+
+    # ------------------------------------------------------------------ resumption
+
+    def _state(self, epoch: int, done: int, parts: int) -> dict[str, Any]:
+        if done and done >= self._rank_batches(epoch, parts):
+            epoch, done = epoch + 1, 0  # a finished epoch resumes as the next one, whole
+        rank, world = self._resolve_ranks()
+        return {"epoch": epoch, "batches": done, "seed": self.seed, "batch_size": self.batch_size,
+                "shuffle_tiles": self.shuffle_tiles, "shuffle": self.shuffle, "drop_last": self.drop_last,
+                "remainder": self.remainder, "world_size": world, "num_workers": parts, "weights": self.weights,
+                "epoch_cells": self.epoch_cells, "stratify_by": self.stratify_by, "class_weights": self.class_weights,
+                **self._identity}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the epoch is: its number and the batches of this rank yielded so far (counted before each batch
+        is handed over), with the settings that fix the order. For the dataset iterated directly (or by a
+        ``DataLoader`` without workers); a :class:`DeltaCellsDataLoader` counts its workers' batches itself."""
+        if self._current is not None:
+            epoch, first, parts = self._current
+            return self._state(epoch, first + self._yielded, parts)
+        return self._state(self.epoch, self._resume, self._parts)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continues from ``state``: the next pass yields exactly the batches the interrupted epoch had not yielded
+        yet. ``ValueError`` if the order would differ (the setting is named)."""
+        self._load(state, self._parts)
+
+    def _load(self, state: dict[str, Any], parts: int) -> None:
+        mine = self._state(0, 0, parts)
+        for key in _ORDER_KEYS:
+            if key in state and state[key] != mine[key]:
+                what = "dataset" if key in ("tiles", "manifest") else key
+                detail = ("another dataset (its tile layout differs)" if key == "tiles" else
+                          "another dataset (its manifest differs)" if key == "manifest" else
+                          f"{key}={state[key]!r}, this loader has {key}={mine[key]!r}")
+                raise ValueError(f"cannot resume: the state was saved with {detail}; the batches would differ "
+                                 f"(resume with the same {what})")
+        done = int(state["batches"])
+        saved_parts = max(1, int(state.get("num_workers", 1)))
+        if done and saved_parts != parts:
+            raise ValueError(
+                f"cannot resume: the state was saved by a loader with {saved_parts} worker part(s) of the epoch "
+                f"(num_workers={state.get('num_workers')}), this one has {parts}; each worker serves its own windows, "
+                f"so the rest of the epoch is only defined for the same num_workers (use num_workers={saved_parts}; "
+                "0 and 1 are the same)"
+            )
+        self.epoch = int(state["epoch"])
+        self._resume = done
+        self._fresh = True
+        self._current = None
+        self._yielded = 0
+
+    # ------------------------------------------------------------------ passes
+
+    def _begin(self, parts: int, lasting: bool = True, slots: bool = False) -> _Ticket:
+        """Starts a pass in the training process: the next epoch unless one was set, from the resume point.
+        ``lasting``: the processes reading it read the next epoch too (not so for workers that end with the pass);
+        ``slots``: workers send batches through reused shared memory (a DeltaCellsDataLoader opens them)."""
+        if not self._fresh:
+            self.epoch += 1
+            self._resume = 0
+        ticket = (self.epoch, self._resume, *self._resolve_ranks(), int(lasting), int(slots))
+        self._resume = 0
+        self._fresh = False
+        self._current = [ticket[0], ticket[1], parts]
+        self._yielded = 0
+        return ticket
+
+    def _worker_ticket(self) -> _Ticket:
+        """The pass a DataLoader worker serves: from the loader's shared memory (persistent workers), else as the
+        loader set it before starting the workers, else (a plain DataLoader) the dataset's epoch and resume point."""
+        shared = self._shared
+        if shared is not None and shared[0] > 0:
+            return tuple(int(v) for v in shared[1:7])  # type: ignore[return-value]
+        if self._handoff is not None:
+            return self._handoff
+        return (self.epoch, self._resume, *self._resolve_ranks(), 0, 0)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickled for a spawned DataLoader worker (or by the user): the ranks are resolved here, in the training
+        # process, where the process group is; the shared ticket goes along only to a process being spawned.
+        self._resolve_ranks()
+        state = dict(self.__dict__)
+        if not _spawning():
+            state["_shared"] = None
+        if isinstance(self.uri, deltacells.Corpus):
+            state["_ds"] = None  # a corpus's readers are rebuilt in each process
+            state["_strata"] = None  # so are its strata
+        return state
+
+    # ------------------------------------------------------------------ reading
+
+    def _dataset(self, workers: int) -> Any:
+        if self._ds is not None and self._pid == os.getpid():
+            return self._ds
+        threads = self.decode_threads or max(1, (os.cpu_count() or 1) // max(1, workers))
+        if isinstance(self.uri, deltacells.Corpus):
+            held = self._held_batches(self.uri.n_genes)
+            # One set of threads for every member; the cache and prefetch sized from all members' tiles.
+            self._ds = self.uri._reader(self.memory_budget // max(1, workers), self.shuffle_tiles,
+                                        io_threads=self.io_threads, decode_threads=threads, verify=self.verify,
+                                        held=held)
+            self._ahead = self._ds.ahead
+            self._pid = os.getpid()
+            return self._ds
+        probe = deltacells.DeltaCellsDataset(
+            self.uri, decode_threads=threads, io_threads=self.io_threads, verify=self.verify,
+            cache_dir=self.cache_dir, storage_options=self.storage_options,
+        )
+        # The reader's memory model (dct_dataset::TileBudget): the batches held, the window and one tile decoded
+        # ahead, tiles fetched ahead, a next window decoded, the rest a cache; each worker takes an equal share.
+        cached, self._ahead = probe._core.budget_split(self.memory_budget // max(1, workers), self.shuffle_tiles,
+                                                       *self._held_batches(probe.n_genes))
+        # Sized from the manifest the probe read, without fetching it again (a round trip on object storage).
+        self._ds = probe.reopened(max_cached_tiles=cached, max_prefetch_tiles=self._ahead)
+        probe.close()
+        self._pid = os.getpid()
+        return self._ds
+
+    def _held_batches(self, n_genes: int) -> tuple[int, int, int]:
+        """The batches a process of this loader holds beside its tiles, which the budget covers too: (cells a batch,
+        batches, genes of a dense batch or 0). Sparse batches live in the process's slots (``_batch_slots``: at most
+        ``MAX_LOCAL_SLOTS`` in the training process, and as many in flight from a worker with the DataLoader's
+        default prefetch); a dense batch is held by the caller, gathered ahead and, until the loop takes the next
+        one, still bound to the loop's variable."""
+        if self.output == "dense":
+            return self.batch_size, 3, n_genes
+        return self.batch_size, _batch_slots.MAX_LOCAL_SLOTS, 0
+
+    @property
+    def dataset(self) -> Any:
+        """The reader of this process (a :class:`deltacells.DeltaCellsDataset`, or a corpus's readers)."""
+        return self._dataset(1)
+
+    def categories(self, column: str) -> list[str]:
+        """The vocabulary of a category obs column (its codes index it)."""
+        if isinstance(self.uri, deltacells.Corpus):
+            return self.uri.obs.categories(column)
+        obs = getattr(self.dataset, "obs", None)
+        if obs is None:
+            raise ValueError("the dataset has no obs")
+        return obs.categories(column)
+
+    def stats(self) -> dict[str, float]:
+        """The reader's counters (see :attr:`deltacells.DeltaCellsDataset.stats`)."""
+        return self.dataset.stats
+
+    def _tensor(self, batch: deltacells.SparseBatch) -> torch.Tensor:
+        if self.output == "dense":
+            return batch.to_torch_dense()
+        return batch.to_torch_csr()
+
+    def _obs(self, cells: np.ndarray) -> dict[str, Any]:
+        if not self.obs_columns:
+            return {}
+        got: dict[str, Any]
+        if isinstance(self.uri, deltacells.Corpus):
+            got = self.uri.obs.take(cells, self.obs_columns)
+        else:
+            # Not None: __init__ refuses obs_columns for a dataset without obs.
+            obs = cast("ObsStore", self.dataset.obs)
+            got = obs.take(cells, self.obs_columns, warn=False)
+        out: dict[str, Any] = {}
+        for name, values in got.items():
+            if isinstance(values, list) or values.dtype == object:
+                out[name] = list(values)
+            else:
+                out[name] = torch.from_numpy(values)
+        return out
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        info = torch.utils.data.get_worker_info()
+        if info is None:
+            worker, workers = 0, 1
+            ticket = self._handoff if self._handoff is not None else self._begin(1)
+            self._handoff = None
+        else:
+            worker, workers = info.id, info.num_workers
+            ticket = self._worker_ticket()
+        epoch, first, rank, world, lasting, slots = ticket
+        ds = self._dataset(workers)
+        plan = self._plan(worker, workers, first, epoch, (rank, world))
+        values = np.float32 if self.values_dtype == torch.float32 else np.int32
+        budget = self._ahead + self.shuffle_tiles
+        next_epoch = None
+        corpus = isinstance(self.uri, deltacells.Corpus)
+        window_start = -1
+
+        def make(j: int) -> Any:
+            """Batch ``j``: its tiles and the windows ahead asked for, its rows gathered."""
+            nonlocal next_epoch, window_start
+            # The tiles of this batch's window and of the windows ahead, within the budget, in flight (tiles cached
+            # or on their way are skipped, so asking again each batch costs little).
+            ahead = plan.tiles_ahead(j, budget)
+            following: list[int] = []
+            if len(ahead) < budget and self.shuffle and lasting:
+                # The epoch's last windows leave room: it goes to the first tiles of the next epoch (the order the
+                # next pass takes), so that epoch starts without waiting on the store. Not reading them costs only
+                # their fetches.
+                if next_epoch is None:
+                    next_epoch = self._plan(worker, workers, 0, epoch + 1, (rank, world))
+                following = list(next_epoch.tiles_ahead(0, budget - len(ahead)))
+            if corpus and ahead and ahead[0] != window_start:
+                # A new window: the members' readers give back the tiles no window ahead needs, so their caches
+                # together stay within the budget however many members the windows visit.
+                window_start = ahead[0]
+                ds.release_tiles_except(list(ahead) + following)
+            ds.prefetch(ahead)
+            if following:
+                ds.prefetch(following)
+            cells = plan.batch(j)
+            out: Any = None
+            if self.output == "csr" and info is None:
+                out = _batch_slots.pool(shared=False).take(ds, cells, values, self.n_genes, self._obs(cells))
+            elif self.output == "csr" and slots:
+                out = _batch_slots.pool().fill(ds, cells, values, self.n_genes, self._obs(cells))
+            if out is None and corpus:
+                batch, member = ds.get_batch_with_members(cells, values)
+                out = {"X": self._tensor(batch), "obs": self._obs(cells), "index": torch.from_numpy(cells),
+                       "dataset": torch.from_numpy(member)}
+            elif out is None:
+                batch = ds.get_batch(cells, values_dtype=values)
+                out = {"X": self._tensor(batch), "obs": self._obs(cells), "index": torch.from_numpy(cells)}
+            return out
+
+        n = plan.n_batches()
+        if info is not None or n == 0:
+            # A DataLoader worker: the DataLoader's own prefetch already gathers batches ahead of the caller.
+            for j in range(n):
+                out = make(j)
+                # Counted before it is handed over: a state taken while the caller holds this batch includes it.
+                self._yielded += 1
+                yield out
+            return
+        # In the training process the next batch is gathered on the process's gathering thread while the caller works
+        # on this one (the gather releases the GIL), so a loop that blocks in its step does not wait for it after the
+        # step. Batches in order, one at a time: the plan, prefetches and slots see the calls they saw without it.
+        gatherer = _gatherer()
+        pending: concurrent.futures.Future[Any] | None = gatherer.submit(make, 0)
+        try:
+            for j in range(n):
+                assert pending is not None
+                out = pending.result()
+                pending = gatherer.submit(make, j + 1) if j + 1 < n else None
+                self._yielded += 1
+                yield out
+        finally:
+            # A caller that stops early: the batch gathered for it is dropped (not started, or finished first), so
+            # no gather of this iteration runs once it has ended. (Not when the garbage collector ends the iteration
+            # on the gathering thread itself, which would wait for its own work.)
+            if pending is not None and not pending.cancel() and threading.current_thread() is not _GATHERING[0]:
+                concurrent.futures.wait([pending])
+
+
+_GATHERER: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None
+# The gathering thread, once it has run (so that an iteration ended on it does not wait for itself).
+_GATHERING: list[threading.Thread | None] = [None]
+
+
+def _mark_gathering_thread() -> None:
+    _GATHERING[0] = threading.current_thread()
+
+
+def _gatherer() -> concurrent.futures.ThreadPoolExecutor:
+    """The thread that gathers the next batch of every loader without workers in this process (one for the
+    process, made when first needed; a forked child makes its own)."""
+    global _GATHERER
+    if _GATHERER is None or _GATHERER[0] != os.getpid():
+        pool = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix="deltacells-batches", initializer=_mark_gathering_thread
+        )
+        _GATHERER = (os.getpid(), pool)
+    return _GATHERER[1]
+

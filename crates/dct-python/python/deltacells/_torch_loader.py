@@ -1,0 +1,150 @@
+"""The ``DataLoader`` of :mod:`deltacells.torch`: it starts each pass in the training process, hands it to its
+workers, counts what it yields (for ``state_dict``) and opens the batches workers send through shared slots."""
+
+from __future__ import annotations
+
+import inspect
+import multiprocessing
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.utils.data
+
+from deltacells import _batch_slots
+from deltacells._torch_dataset import DeltaCellsIterableDataset
+
+__all__ = ["DeltaCellsDataLoader", "make_loader"]
+
+
+class _EpochSampler:
+    """The sampler a :class:`DeltaCellsDataLoader` shows: the ``DataLoader``'s own (an iterable dataset's constant
+    sampler), plus ``set_epoch``, which trainers (Lightning's fit loop, for one) call on a loader's sampler at the
+    start of every epoch; it goes to the loader, so their epoch numbers are the loader's."""
+
+    def __init__(self, inner: Any, loader: DeltaCellsDataLoader) -> None:
+        self._inner = inner
+        # Weak: a cycle would keep a dropped loader, and its persistent workers, alive until the garbage collector
+        # runs.
+        self._loader = weakref.ref(loader)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._inner)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Sets the loader's epoch (see :meth:`DeltaCellsIterableDataset.set_epoch`)."""
+        loader = self._loader()
+        if loader is not None:
+            loader.set_epoch(epoch)
+
+
+class DeltaCellsDataLoader(torch.utils.data.DataLoader):
+    """A ``DataLoader`` of ready batches from a :class:`DeltaCellsIterableDataset` (``batch_size=None``).
+
+    It starts each pass in the training process (the epoch, the resume point, the ranks) and hands it to its
+    workers, also to persistent ones (``persistent_workers=True``) and under any ``multiprocessing_context``; it
+    counts the batches it yields, so that :meth:`state_dict` / :meth:`load_state_dict` resume mid-epoch with
+    workers; ``len()`` is the rank's batches for its number of workers. Batches come in the workers' turn order
+    (``in_order=False`` is refused: the order would depend on timing). Every other ``DataLoader`` option is passed
+    through.
+    """
+
+    def __init__(self, dataset: DeltaCellsIterableDataset, **kwargs: Any) -> None:
+        kwargs.setdefault("batch_size", None)
+        if kwargs["batch_size"] is not None:
+            raise ValueError("batches are formed by the dataset: leave batch_size at None")
+        if not kwargs.get("in_order", True):
+            raise ValueError("in_order=False would make the order of batches depend on timing; the epoch plan, "
+                             "resumption and equal ranks need the workers' turn order")
+        super().__init__(dataset, **kwargs)
+        dataset._parts = max(1, self.num_workers)
+        if self.num_workers > 0:
+            ctx = self.multiprocessing_context or multiprocessing.get_context()
+            # [valid, *ticket] of the current pass, read by each worker as it starts the pass.
+            dataset._shared = ctx.RawArray("q", 7)
+        self._start = 0
+        self._count = 0
+        self._epoch = dataset.epoch
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        ds: DeltaCellsIterableDataset = self.dataset  # type: ignore[assignment]
+        parts = max(1, self.num_workers)
+        slots = self.num_workers > 0 and _batch_slots.AVAILABLE
+        ticket = ds._begin(parts, lasting=self.num_workers == 0 or self.persistent_workers, slots=slots)
+        ds._handoff = ticket
+        if ds._shared is not None:
+            ds._shared[1:7] = list(ticket)
+            ds._shared[0] = 1
+        self._epoch, self._start, self._count = ticket[0], ticket[1], 0
+        if slots:
+            _batch_slots.MAPS.forget_exited()
+        # As the DataLoader does: pinning needs an accelerator (without one, pin_memory=True is ignored).
+        accelerator = getattr(torch, "accelerator", None)
+        pin = self.pin_memory and (accelerator.is_available() if accelerator is not None else torch.cuda.is_available())
+        try:
+            for batch in super().__iter__():
+                if isinstance(batch, _batch_slots.SharedBatch):
+                    batch = _batch_slots.MAPS.open(batch)
+                    if pin:
+                        batch["X"], batch["index"] = batch["X"].pin_memory(), batch["index"].pin_memory()
+                self._count += 1
+                yield batch
+        finally:
+            ds._handoff = None
+
+    def __len__(self) -> int:
+        ds: DeltaCellsIterableDataset = self.dataset  # type: ignore[assignment]
+        return ds._rank_batches(ds.epoch, max(1, self.num_workers))
+
+    @property  # type: ignore[override]
+    def sampler(self) -> _EpochSampler:
+        """The ``DataLoader``'s sampler with ``set_epoch`` (see :class:`_EpochSampler`)."""
+        return self._epoch_sampler
+
+    @sampler.setter
+    def sampler(self, value: Any) -> None:
+        self._epoch_sampler = _EpochSampler(value, self)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Sets the dataset's epoch (see :meth:`DeltaCellsIterableDataset.set_epoch`)."""
+        self.dataset.set_epoch(epoch)  # type: ignore[attr-defined]
+        self._start = self._count = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """The epoch and the batches yielded so far in it, with the settings that fix the order."""
+        ds: DeltaCellsIterableDataset = self.dataset  # type: ignore[assignment]
+        parts = max(1, self.num_workers)
+        if ds._current is None:
+            return ds._state(ds.epoch, ds._resume, parts)
+        return ds._state(self._epoch, self._start + self._count, parts)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resumes from ``state`` (see :meth:`DeltaCellsIterableDataset.load_state_dict`); ``ValueError`` for a
+        state of another number of workers once batches were yielded."""
+        ds: DeltaCellsIterableDataset = self.dataset  # type: ignore[assignment]
+        ds._load(state, max(1, self.num_workers))
+        self._start = self._count = 0
+
+
+# Options of DataLoader itself (passed through by make_loader); batch_size, shuffle and drop_last are the dataset's.
+_LOADER_OPTIONS = frozenset(inspect.signature(torch.utils.data.DataLoader.__init__).parameters) - {
+    "self", "dataset", "batch_size", "shuffle", "drop_last", "sampler", "batch_sampler"}
+
+
+def make_loader(
+    uri: Any, batch_size: int, *, num_workers: int = 0, pin_memory: bool = False, **options: Any
+) -> DeltaCellsDataLoader:
+    """A ready loader: ``DeltaCellsDataLoader(DeltaCellsIterableDataset(uri, batch_size, **dataset_options),
+    num_workers=num_workers, pin_memory=pin_memory, **loader_options)``, where the options of ``DataLoader``
+    (``multiprocessing_context``, ``persistent_workers``, ``prefetch_factor``, ``timeout``, ``worker_init_fn``,
+    ``pin_memory_device``, ...) go to the loader and the rest to the dataset. ``num_workers=0`` is the fast default
+    (Rust threads fetch and decode ahead, and the next batch is gathered on a thread while the caller works on this
+    one). With workers, ``persistent_workers`` defaults to ``True`` here: a
+    worker's reader keeps its cache and fetches the next epoch's first tiles while the last batches are taken, where
+    a worker started again each epoch begins cold."""
+    loader_options = {k: options.pop(k) for k in list(options) if k in _LOADER_OPTIONS}
+    if num_workers > 0:
+        loader_options.setdefault("persistent_workers", True)
+    ds = DeltaCellsIterableDataset(uri, batch_size, **options)
+    return DeltaCellsDataLoader(ds, num_workers=num_workers, pin_memory=pin_memory, **loader_options)
