@@ -7,17 +7,19 @@ import time
 
 import numpy as np
 import pytest
-from conftest import make_counts, same
+from conftest import make_counts, require, same
 from deltacells import (
     Backend,
     CountingBackend,
     DatasetWriter,
+    DeltaCellsDataset,
     GCSBackend,
     LocalBackend,
     RangeFile,
     StoreBackend,
     ThrottledBackend,
     open_backend,
+    open_corpus,
     open_dataset,
 )
 
@@ -238,3 +240,50 @@ def test_exiting_with_backend_reads_in_flight_does_not_abort(dataset):
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "exiting", (done.returncode, done.stderr[-2000:])
+
+
+class DuckStore:
+    """A user's store with a backend's methods that does not subclass Backend (only read and exists are required),
+    counting its reads."""
+
+    def __init__(self, root):
+        self.root, self.reads = root, []
+
+    def read(self, name):
+        self.reads.append(name)
+        with open(os.path.join(self.root, name), "rb") as f:
+            return f.read()
+
+    def exists(self, name):
+        return os.path.exists(os.path.join(self.root, name))
+
+
+@pytest.mark.parametrize("described", [False, True])
+def test_an_object_with_a_backend_s_methods_is_a_backend(tmp_path, described):
+    root = str(tmp_path / "named")
+    full = make_counts(250, 40, density=0.2, seed=32)
+    with DatasetWriter(root, n_genes=40, tile_size=50, level=3, var_names=[f"g{j}" for j in range(40)]) as w:
+        for lo in range(0, 250, 50):
+            w.add_tile(full[lo : lo + 50])
+    duck = DuckStore(root)
+    if described:
+        duck.describe = lambda: "duck:store"
+    backend = open_backend(duck)
+    assert isinstance(backend, Backend) and backend.inner is duck
+    assert backend.describe() == ("duck:store" if described else "DuckStore")
+    assert backend.size("manifest.json") == os.path.getsize(os.path.join(root, "manifest.json"))
+    assert backend.read_range("manifest.json", 1, 3) == open(os.path.join(root, "manifest.json"), "rb").read()[1:4]
+    for opened in (open_dataset(duck), DeltaCellsDataset(duck)):
+        assert same(opened.get_batch([3, 249, 100]).to_scipy(), full[[3, 249, 100]])
+    assert any(r.startswith("tiles/") for r in duck.reads), "the tiles were read through the object"
+    corpus = open_corpus([duck])
+    assert corpus.members == [backend.describe()]
+    assert same(corpus.get_batch([7, 8]).to_scipy(), full[[7, 8]])
+    torch = require("torch")
+    from deltacells.torch import make_loader
+
+    rows = [b["index"] for b in make_loader(duck, batch_size=64, shuffle=False)]
+    assert torch.cat(rows).tolist() == list(range(250)), "the loader reads every cell through the object"
+    assert type(open_backend(root)) is LocalBackend, "a path is not an object with a backend's methods"
+    with pytest.raises(TypeError):
+        open_dataset(object())

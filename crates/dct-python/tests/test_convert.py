@@ -291,3 +291,24 @@ def test_an_index_stored_as_a_nullable_string_array_is_read(tmp_path):
     assert ds.var_names == list(a.var_names)
     assert list(ds.obs.to_pandas()["obs_names"]) == list(a.obs_names)
     assert same(ds[:].to_scipy(), sp.csr_matrix(a.X))
+
+
+def test_obs_options_threads_and_workers_of_convert_h5ad(shards, tmp_path):
+    """Each obs option does what its documentation says, against anndata's obs; threads and workers change nothing
+    in the tiles."""
+    d, a = shards
+    base = str(tmp_path / "base")
+    convert_h5ad(str(d / "*.h5ad"), base, tile_size=64, level=3, n_chunks=4, log=None)
+    out = str(tmp_path / "out")
+    m = convert_h5ad(str(d / "*.h5ad"), out, tile_size=64, level=3, n_chunks=4, log=None, obs_names=False,
+                     obs_exclude=["qc_pass"], max_categories=3, obs_tiles_per_file=1, threads=1, workers=2)
+    assert tile_bytes(out) == tile_bytes(base), "threads and workers change no tile"
+    ds = open_dataset(out, cache_dir=str(tmp_path / "cache"))
+    obs = ds.obs
+    assert obs.columns == ["barcode", "depth_bin"], "qc_pass excluded, no obs_names"
+    assert a.obs["depth_bin"].nunique() > 3
+    assert obs.kind("depth_bin") == "string", "a category column of more than max_categories values: strings"
+    assert list(obs.to_pandas()["depth_bin"]) == [str(v) for v in a.obs["depth_bin"]]
+    assert len(list(Path(out, "obs").glob("*.parquet"))) == m.n_tiles, "one obs file per tile"
+    with pytest.raises(ValueError, match="workers"):
+        convert_h5ad(str(d / "*.h5ad"), str(tmp_path / "bad"), workers=0, log=None)

@@ -104,3 +104,31 @@ def test_the_trainer_s_epoch_reaches_the_loader_through_its_sampler(corpus):
     loader = DeltaCellsDataModule(corpus, batch_size=16, seed=3).train_dataloader()
     _set_sampler_epoch(loader, 5)  # what Lightning's fit loop calls at each epoch's start
     assert loader.dataset.epoch == 5 and loader.state_dict()["epoch"] == 5
+
+
+def test_evaluation_serves_each_cell_once_whatever_the_training_draws(tmp_path):
+    """Weights and stratification are training's: with them in the options, the validation loader still serves
+    each of its cells once, in cell order (cells without the stratifying category included)."""
+    pd = require("pandas")
+    from deltacells.obs import ObsSchema
+
+    roots = []
+    for i, n in enumerate([90, 60]):
+        root = str(tmp_path / f"m{i}")
+        x = make_counts(n, 12, density=0.3, seed=10 + i)
+        labels = ["rare" if j % 10 == 0 else "common" for j in range(n)]
+        obs = pd.DataFrame({"kind": pd.Categorical([None if j % 7 == 3 else v for j, v in enumerate(labels)])})
+        with DatasetWriter(root, n_genes=12, tile_size=30, level=3, var_names=[f"g{j}" for j in range(12)],
+                           obs_schema=ObsSchema.infer([obs])) as w:
+            for lo in range(0, n, 30):
+                w.add_tile(x[lo : lo + 30], obs.iloc[lo : lo + 30].reset_index(drop=True))
+        roots.append(root)
+    members = open_corpus(roots, cache_dir=str(tmp_path / "cache"))
+    for drawing in ({"stratify_by": "kind"}, {"stratify_by": "kind", "class_weights": {"rare": 1, "common": 1}},
+                    {"weights": [3, 1], "epoch_cells": 40}):
+        dm = DeltaCellsDataModule(members, val=members, test=members, batch_size=16, seed=2, **drawing)
+        for loader in (dm.val_dataloader(), dm.test_dataloader()):
+            cells = np.concatenate([b["index"].numpy() for b in loader])
+            assert list(cells) == list(range(members.n_cells)), drawing
+        train = np.concatenate([b["index"].numpy() for b in dm.train_dataloader()])
+        assert list(train) != list(range(members.n_cells)), f"training draws as asked: {drawing}"

@@ -18,6 +18,7 @@ pd = require("pandas")
 pa = require("pyarrow")
 pq = require("pyarrow.parquet")
 
+import deltacells  # noqa: E402
 from deltacells import CountingBackend, DatasetWriter, LocalBackend, Manifest, RangeFile, open_dataset  # noqa: E402
 from deltacells.obs import DEFAULT_MAX_CATEGORIES, ColumnSpec, ObsSchema, resolve_cache_dir  # noqa: E402
 
@@ -538,3 +539,51 @@ def test_converted_var_keeps_the_input_s_categoricals(tmp_path):
     assert isinstance(got["feature_types"].dtype, pd.CategoricalDtype)
     assert set(got["feature_types"].cat.categories) == set(want["feature_types"].cat.categories)
     assert got["feature_types"].tolist() == want["feature_types"].iloc[order].tolist()
+
+
+def test_take_gives_missing_values_the_documented_types(tmp_path):
+    """Numbers with missing values come as float64 with NaN, booleans with missing values as objects with None;
+    without missing values, the stored dtype (against the DataFrame written)."""
+    rng = np.random.default_rng(12)
+    n = 90
+    obs = pd.DataFrame({
+        "counts": pd.array(np.where(rng.random(n) < 0.2, None, rng.integers(0, 500, n)), dtype="Int64"),
+        "whole": rng.integers(-5, 5, n).astype(np.int32),
+        "passed": pd.array(np.where(rng.random(n) < 0.2, None, rng.random(n) < 0.5), dtype="boolean"),
+        "kept": rng.random(n) < 0.5,
+    })
+    root = str(tmp_path / "d")
+    with DatasetWriter(root, n_genes=8, tile_size=40, level=3, obs_schema=ObsSchema.infer([obs])) as w:
+        x = make_counts(n, 8, seed=13)
+        for lo in range(0, n, 40):
+            w.add_tile(x[lo : lo + 40], obs.iloc[lo : lo + 40].reset_index(drop=True))
+    idx = rng.permutation(n)[:60]
+    got = open_dataset(root, cache_dir=str(tmp_path / "c")).obs.take(idx, list(obs.columns), warn=False)
+    want = obs.iloc[idx]
+    assert got["counts"].dtype == np.float64
+    np.testing.assert_array_equal(got["counts"], want["counts"].astype("float64").to_numpy(na_value=np.nan))
+    assert got["whole"].dtype == np.int32 and np.array_equal(got["whole"], want["whole"].to_numpy())
+    assert got["passed"].dtype == object
+    assert list(got["passed"]) == [None if pd.isna(v) else bool(v) for v in want["passed"]]
+    assert got["kept"].dtype == np.bool_ and np.array_equal(got["kept"], want["kept"].to_numpy())
+
+
+def test_the_gene_table_written_and_read_by_path_and_backend(tmp_path):
+    from deltacells.obs import read_var_table, write_var_table
+
+    root = str(tmp_path / "d")
+    genes = [f"g{i}" for i in range(6)]
+    with DatasetWriter(root, n_genes=6, tile_size=10, level=3, var_names=genes) as w:
+        w.add_tile(make_counts(10, 6, seed=3))
+    var = pd.DataFrame({"gene_id": [f"ENS{i}" for i in range(6)], "length": np.arange(6, dtype=np.int64) * 100},
+                       index=pd.Index(genes, name="symbol"))
+    assert read_var_table(root) is None
+    with pytest.raises(ValueError, match="6 genes"):
+        write_var_table(root, var.iloc[:4])
+    write_var_table(root, var)
+    for where in (root, LocalBackend(root)):
+        got = read_var_table(where)
+        pd.testing.assert_frame_equal(got, var, check_index_type=False)
+    ds = open_dataset(root)
+    assert ds.manifest.has_var_table and ds.var_names == genes
+    assert deltacells.cli.main(["verify", root]) == 0, "the dataset stays valid"

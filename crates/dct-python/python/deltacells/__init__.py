@@ -7,7 +7,7 @@ writing, ``deltacells.obs`` for per-cell metadata, ``deltacells.convert``
 for h5ad conversion and ``deltacells.cli`` (``python -m deltacells``) for the command line.
 """
 
-from deltacells import _core
+from deltacells import _core, cli, obs  # noqa: F401 - the submodules, there after `import deltacells` as convert is
 from deltacells.backends import (
     Backend,
     CountingBackend,

@@ -270,7 +270,7 @@ class Tile:
         n = self._core.decode(str(dt), int(threads), oi, ov)
         return DecodedTile(self.indptr, oi[:n], ov[:n], self.n_genes)
 
-    def to_scipy(self, *, values: Any = np.float32, threads: int = 1) -> scipy.sparse.csr_matrix:
+    def to_scipy(self, values: Any = np.float32, threads: int = 1) -> scipy.sparse.csr_matrix:
         """The decoded tile as a ``scipy.sparse.csr_matrix`` (float32 values by default)."""
         return self.decode(values=values, threads=threads).to_scipy()
 

@@ -34,6 +34,8 @@ __all__ = [
     "RangeFile",
     "StoreBackend",
     "ThrottledBackend",
+    "as_backend",
+    "backend_or_path",
     "open_backend",
 ]
 
@@ -63,6 +65,52 @@ class Backend(ABC):
     def describe(self) -> str:
         """A short description for messages."""
         return type(self).__name__
+
+
+class _DuckBackend(Backend):
+    """A user's object with a backend's methods that does not subclass :class:`Backend`: its ``read`` and
+    ``exists``, and its ``size``, ``read_range`` and ``describe`` where it has them (else :class:`Backend`'s)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def read(self, name: str) -> Any:
+        return self.inner.read(name)
+
+    def exists(self, name: str) -> bool:
+        return bool(self.inner.exists(name))
+
+    def size(self, name: str) -> int:
+        own = getattr(self.inner, "size", None)
+        return int(own(name)) if callable(own) else super().size(name)
+
+    def read_range(self, name: str, offset: int, length: int) -> bytes:
+        own = getattr(self.inner, "read_range", None)
+        return own(name, offset, length) if callable(own) else super().read_range(name, offset, length)
+
+    def describe(self) -> str:
+        own = getattr(self.inner, "describe", None)
+        return str(own()) if callable(own) else type(self.inner).__name__
+
+
+def as_backend(obj: Any) -> Backend | None:
+    """``obj`` as a :class:`Backend`: itself if it is one, a wrapper if it has a backend's methods (``read`` and
+    ``exists``, optionally ``size``, ``read_range``, ``describe``) without subclassing it, ``None`` otherwise (a
+    path or URL)."""
+    if isinstance(obj, Backend):
+        return obj
+    if isinstance(obj, (str, bytes, os.PathLike)):
+        return None
+    if callable(getattr(obj, "read", None)) and callable(getattr(obj, "exists", None)):
+        return _DuckBackend(obj)
+    return None
+
+
+def backend_or_path(uri: Any) -> Backend | str:
+    """``uri`` as a :class:`Backend` (see :func:`as_backend`), or else as the path or URL it names
+    (``os.fspath``: ``TypeError`` for anything else)."""
+    backend = as_backend(uri)
+    return backend if backend is not None else os.fspath(uri)
 
 
 class LocalBackend(Backend):
@@ -367,10 +415,12 @@ class RangeFile(io.RawIOBase):
 def open_backend(uri: str | os.PathLike[str] | Backend, *, storage_options: dict[str, str] | None = None) -> Backend:
     """The backend of ``uri``: a :class:`Backend` is returned as is; a local path or ``file://`` URL gives a
     :class:`LocalBackend`, ``gs://bucket/prefix`` a :class:`GCSBackend`, any other store URL a
-    :class:`StoreBackend`."""
-    if isinstance(uri, Backend):
-        return uri
-    uri = os.fspath(uri)
+    :class:`StoreBackend`. An object with a backend's methods that does not subclass :class:`Backend` is used
+    through them."""
+    found = backend_or_path(uri)
+    if isinstance(found, Backend):
+        return found
+    uri = found
     if uri.startswith("file://"):
         return LocalBackend(uri[len("file://") :])
     if uri.startswith("gs://") and not storage_options:

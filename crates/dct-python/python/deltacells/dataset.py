@@ -15,7 +15,7 @@ from deltacells._indices import cell_indices
 from deltacells._obs_schema import _var_frame
 from deltacells._obs_store import ObsStore
 from deltacells._tiles import SparseBatch, Tile, _check_out, as_values_dtype
-from deltacells.backends import Backend, GCSBackend, LocalBackend, StoreBackend, open_backend
+from deltacells.backends import Backend, GCSBackend, LocalBackend, StoreBackend, backend_or_path, open_backend
 from deltacells.manifest import Manifest
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -96,7 +96,7 @@ class DeltaCellsDataset:
         storage_options: dict[str, str] | None = None,
     ) -> None:
         _check_reader_sizes(max_cached_tiles, max_prefetch_tiles, io_threads, decode_threads)
-        self._uri = uri if isinstance(uri, Backend) else os.fspath(uri)
+        self._uri = backend_or_path(uri)  # a Backend (or an object with its methods), or a path or URL
         self.max_cached_tiles = int(max_cached_tiles)
         self.max_prefetch_tiles = int(max_prefetch_tiles)
         self.io_threads = int(io_threads)
@@ -112,7 +112,7 @@ class DeltaCellsDataset:
         if obs_columns:
             if self.obs is None:
                 raise ValueError("obs_columns were given but the dataset has no obs")
-            self.obs.localize(list(obs_columns))
+            self.obs.localize([obs_columns] if isinstance(obs_columns, str) else list(obs_columns))
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -32,7 +32,8 @@ class DeltaCellsDataModule(pl.LightningDataModule):
         batch_size: cells per batch.
         loader_options: passed to :func:`deltacells.torch.make_loader` for every loader (``seed``,
             ``shuffle_tiles``, ``obs_columns``, ``weights``, ``num_workers``, ...); validation and test loaders are
-            not shuffled (``shuffle=False``), and ``weights`` apply to training only.
+            not shuffled (``shuffle=False``), and ``weights``, ``epoch_cells``, ``stratify_by`` and
+            ``class_weights`` apply to training only: evaluation serves each of its cells once.
     """
 
     def __init__(self, train: Any, val: Any = None, test: Any = None, *, batch_size: int, **loader_options: Any
@@ -52,8 +53,10 @@ class DeltaCellsDataModule(pl.LightningDataModule):
             options = dict(self.loader_options)
             if part != "train":
                 options["shuffle"] = False
-                options.pop("weights", None)
-                options.pop("epoch_cells", None)
+                # Each evaluation cell once, in cell order: the training draws (member weights, balanced
+                # categories) are training's.
+                for drawing in ("weights", "epoch_cells", "stratify_by", "class_weights"):
+                    options.pop(drawing, None)
             self._loaders[part] = make_loader(source, self.batch_size, **options)
         loader = self._loaders[part]
         if part in self._pending:

@@ -25,6 +25,7 @@ from deltacells._obs_schema import (
 )
 from deltacells._obs_store import ObsStore
 from deltacells.dataset import DeltaCellsDataset
+from deltacells.manifest import Manifest
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -46,8 +47,22 @@ __all__ = [
 
 def write_var_table(root: str | os.PathLike[str], var: pd.DataFrame) -> None:
     """Writes ``var.parquet`` (the gene table, with its pandas index) into the dataset directory ``root``
-    atomically."""
-    write_atomic(os.path.join(os.fspath(root), _core.VAR_TABLE_NAME), _var_bytes(var))
+    atomically. In a complete dataset (one with ``manifest.json``) the table needs one row per gene, in stored
+    column order (``ValueError`` otherwise), and the manifest is then rewritten to record it, last and atomically,
+    so that readers see the table."""
+    root = os.fspath(root)
+    manifest_path = os.path.join(root, _core.MANIFEST_NAME)
+    manifest = None
+    if os.path.exists(manifest_path):
+        with open(manifest_path, "rb") as f:
+            manifest = Manifest.from_json(f.read())
+        if len(var) != manifest.n_genes:
+            raise ValueError(f"the gene table has {len(var)} rows but the dataset at {root} has {manifest.n_genes} "
+                             "genes: give one row per gene, in stored column order")
+    write_atomic(os.path.join(root, _core.VAR_TABLE_NAME), _var_bytes(var))
+    if manifest is not None and not manifest.has_var_table:
+        manifest.has_var_table = True
+        write_atomic(manifest_path, manifest.to_json().encode())
 
 
 def read_var_table(backend: Any) -> pd.DataFrame | None:
