@@ -35,6 +35,7 @@ mod genes;
 mod interner;
 mod obs;
 mod selection;
+mod split;
 mod strata;
 mod weights;
 

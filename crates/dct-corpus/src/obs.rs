@@ -34,13 +34,17 @@ pub struct CorpusObsColumn {
 pub struct CorpusObs {
     members: Vec<Option<Obs>>,
     columns: Vec<CorpusObsColumn>,
+    /// The columns whose kind differs between members, each as its first disagreement
+    /// ([`CorpusError::ObsConflict`]): not among `columns`, and refused when asked for.
+    conflicts: Vec<CorpusError>,
 }
 
 impl Corpus {
     /// The members' obs as one set of columns: the union of the members' columns (in order of first
     /// appearance), category columns with one vocabulary (the members' categories in order of first appearance),
-    /// a column a member lacks missing for its cells. A column whose kind differs between members is refused,
-    /// naming both. Members without obs have every column missing.
+    /// a column a member lacks missing for its cells. A column whose kind differs between members is left out of
+    /// the columns and refused when asked for, naming both members ([`CorpusObs::conflicts`] lists them), so the
+    /// other columns stay usable. Members without obs have every column missing.
     pub fn obs(&self, options: &ObsOptions) -> Result<CorpusObs, CorpusError> {
         let members: Vec<Option<Obs>> = self
             .members()
@@ -56,9 +60,14 @@ impl Corpus {
         let mut columns: Vec<CorpusObsColumn> = Vec::new();
         let mut first_member: Vec<usize> = Vec::new();
         let mut position: HashMap<String, usize> = HashMap::new();
+        let mut conflicts: Vec<CorpusError> = Vec::new();
+        let mut conflicted: std::collections::HashSet<String> = std::collections::HashSet::new();
         for (m, obs) in members.iter().enumerate() {
             let Some(obs) = obs else { continue };
             for c in &obs.schema().columns {
+                if conflicted.contains(&c.name) {
+                    continue;
+                }
                 let data_type = c.arrow_type.data_type();
                 let at = match position.get(&c.name) {
                     Some(&at) => at,
@@ -77,13 +86,15 @@ impl Corpus {
                 };
                 let column = &mut columns[at];
                 if column.kind != c.kind {
-                    return Err(CorpusError::ObsConflict {
+                    conflicts.push(CorpusError::ObsConflict {
                         column: c.name.clone(),
                         first: self.members()[first_member[at]].name.clone(),
                         first_kind: column.kind.as_str(),
                         member: self.members()[m].name.clone(),
                         kind: c.kind.as_str(),
                     });
+                    conflicted.insert(c.name.clone());
+                    continue;
                 }
                 if column.kind == ColumnKind::Numeric && column.data_type != data_type {
                     column.data_type = DataType::Float64;
@@ -105,7 +116,8 @@ impl Corpus {
                 column.members[m] = Some(codes);
             }
         }
-        Ok(CorpusObs { members, columns })
+        columns.retain(|c| !conflicted.contains(&c.name));
+        Ok(CorpusObs { members, columns, conflicts })
     }
 }
 
@@ -115,8 +127,20 @@ impl CorpusObs {
         &self.columns
     }
 
-    /// The column `name`.
+    /// The columns left out because their kind differs between members: one [`CorpusError::ObsConflict`] each,
+    /// naming the column, the first member that has it and the first that disagrees.
+    pub fn conflicts(&self) -> &[CorpusError] {
+        &self.conflicts
+    }
+
+    /// The column `name`: [`CorpusError::ObsConflict`] if its kind differs between members,
+    /// [`CorpusError::UnknownObsColumn`] if no member has it.
     pub fn column(&self, name: &str) -> Result<&CorpusObsColumn, CorpusError> {
+        if let Some(conflict) =
+            self.conflicts.iter().find(|e| matches!(e, CorpusError::ObsConflict { column, .. } if column == name))
+        {
+            return Err(conflict.clone());
+        }
         self.columns.iter().find(|c| c.name == name).ok_or_else(|| CorpusError::UnknownObsColumn {
             column: name.to_string(),
             available: self.columns.iter().map(|c| c.name.clone()).collect(),

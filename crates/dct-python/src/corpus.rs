@@ -394,6 +394,21 @@ impl PyCorpusObs {
         Ok(self.get()?.1.columns().iter().map(|c| (c.name.clone(), c.kind.as_str())).collect())
     }
 
+    /// `(column, message)` of each column whose kind differs between members (left out of `columns`; the
+    /// message names both members).
+    fn conflicts(&self) -> PyResult<Vec<(String, String)>> {
+        Ok(self
+            .get()?
+            .1
+            .conflicts()
+            .iter()
+            .map(|e| match e {
+                CorpusError::ObsConflict { column, .. } => (column.clone(), e.to_string()),
+                other => (String::new(), other.to_string()),
+            })
+            .collect())
+    }
+
     /// The corpus vocabulary of a category column (`None` for other kinds); `KeyError` for an unknown column.
     fn categories(&self, column: &str) -> PyResult<Option<Vec<String>>> {
         let c = self.get()?.1.column(column).map_err(corpus_error)?;

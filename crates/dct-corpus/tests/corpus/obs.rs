@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, Int32Type};
-use arrow_array::{ArrayRef, Float32Array, Int64Array};
+use arrow_array::{Array, ArrayRef, Float32Array, Int64Array};
 use dct_corpus::{Condition, Corpus, CorpusError, GeneKey, GeneSpace, Member, ObsValue};
 use dct_dataset::dct_obs::{ArrowType, ColumnData, ObsOptions, ObsSchemaBuilder, ObsWriteOptions, TileObs};
 use dct_dataset::{CsrMatrix, DatasetWriter, WriterOptions};
@@ -207,11 +207,101 @@ fn split_keeps_groups_whole_and_stays_put_when_members_are_added() {
     assert!(s.corpus.split(&obs, &[("a".into(), 0.5)], None, 0).is_err(), "fractions must add up to 1");
 }
 
+/// Cells of each part of `parts`, and the part of each cell.
+fn part_sizes(parts: &[(String, Corpus)], n: u64) -> (Vec<u64>, Vec<usize>) {
+    let mut part_of = vec![usize::MAX; n as usize];
+    let sizes = parts
+        .iter()
+        .enumerate()
+        .map(|(p, (_, part))| {
+            let (starts, ends) = part.selection().ranges();
+            for (&a, &b) in starts.iter().zip(&ends) {
+                for c in a..b {
+                    part_of[c as usize] = p;
+                }
+            }
+            part.n_cells()
+        })
+        .collect();
+    (sizes, part_of)
+}
+
 #[test]
-fn a_column_of_two_kinds_is_refused_naming_both_members() {
+fn split_by_groups_deals_parts_close_to_their_fractions_and_keeps_old_groups_when_members_are_added() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Ten donors of uneven sizes in three members (none in two), then a late member with one old and one new donor.
+    let specs: [(usize, &[&str]); 3] =
+        [(60, &["d1", "d2", "d3", "d4"]), (50, &["d5", "d6", "d7"]), (40, &["d8", "d9", "d10"])];
+    let mut members = Vec::new();
+    let mut written = Vec::new();
+    for (i, (n, donors)) in specs.iter().enumerate() {
+        let dir = tmp.path().join(format!("m{i}"));
+        written.push(member(&dir, *n, &["T"], donors, true, 40 + i as u64));
+        members.push(open(&dir, &format!("m{i}")));
+    }
+    let corpus = Corpus::open(members.clone(), &GeneKey::VarNames, &GeneSpace::Union).unwrap();
+    let obs = corpus.obs(&options(tmp.path())).unwrap();
+    let donors = all(&written, |w| &w.donor);
+    let n = corpus.n_cells();
+    let mut group_size: std::collections::HashMap<&str, u64> = Default::default();
+    for d in &donors {
+        *group_size.entry(d.as_str()).or_default() += 1;
+    }
+    let largest = *group_size.values().max().unwrap() as f64;
+    for fractions in [[0.6, 0.2, 0.2], [0.8, 0.1, 0.1], [0.5, 0.5, 0.0]] {
+        let named: Vec<(String, f64)> =
+            ["train", "val", "test"].iter().zip(fractions).map(|(k, f)| (k.to_string(), f)).collect();
+        for seed in 0..20 {
+            let parts = corpus.split(&obs, &named, Some("donor"), seed).unwrap();
+            let (sizes, part_of) = part_sizes(&parts, n);
+            assert_eq!(sizes.iter().sum::<u64>(), n, "covering");
+            for (c, d) in donors.iter().enumerate() {
+                let first = donors.iter().position(|x| x == d).unwrap();
+                assert_eq!(part_of[c], part_of[first], "donor {d} in two parts");
+            }
+            // Dealt to the part furthest below its fraction: none ends more than the largest group above it, nor
+            // more than the others' excess below it; a part of no fraction gets nothing.
+            for (p, (&size, &f)) in sizes.iter().zip(&fractions).enumerate() {
+                let target = f * n as f64;
+                assert!(size as f64 <= target + largest, "{fractions:?} seed {seed}: part {p} has {size} of {n}");
+                assert!(size as f64 >= target - 2.0 * largest, "{fractions:?} seed {seed}: part {p} has {size} of {n}");
+                if f == 0.0 {
+                    assert_eq!(size, 0);
+                } else {
+                    assert!(size > 0, "{fractions:?} seed {seed}: part {p} is empty; sizes {sizes:?}");
+                }
+            }
+        }
+    }
+    // The seed changes the parts.
+    let named = vec![("train".to_string(), 0.6), ("val".to_string(), 0.2), ("test".to_string(), 0.2)];
+    let by_seed: Vec<Vec<usize>> =
+        (0..5).map(|seed| part_sizes(&corpus.split(&obs, &named, Some("donor"), seed).unwrap(), n).1).collect();
+    assert!(by_seed.iter().any(|p| p != &by_seed[0]), "five seeds gave one split");
+    // A member added at the end: every old cell stays in its part; the old donor's new cells join it.
+    let late = tmp.path().join("late");
+    let late_written = member(&late, 30, &["T"], &["d3", "d11"], true, 77);
+    members.push(open(&late, "late"));
+    let grown = Corpus::open(members, &GeneKey::VarNames, &GeneSpace::Union).unwrap();
+    let grown_obs = grown.obs(&options(tmp.path())).unwrap();
+    for seed in 0..5 {
+        let (_, before) = part_sizes(&corpus.split(&obs, &named, Some("donor"), seed).unwrap(), n);
+        let (_, after) = part_sizes(&grown.split(&grown_obs, &named, Some("donor"), seed).unwrap(), grown.n_cells());
+        assert_eq!(&after[..n as usize], &before[..], "seed {seed}: old cells moved");
+        let d3 = before[donors.iter().position(|d| d == "d3").unwrap()];
+        for (i, d) in late_written.donor.iter().enumerate() {
+            if d == "d3" {
+                assert_eq!(after[n as usize + i], d3, "seed {seed}: the late cells of d3 left its part");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_column_of_two_kinds_is_refused_naming_both_members_and_the_others_stay_usable() {
     let tmp = tempfile::tempdir().unwrap();
     let a = tmp.path().join("a");
-    member(&a, 9, &["T"], &["d1"], true, 1);
+    let a_truth = member(&a, 9, &["T"], &["d1"], true, 1);
     let b = tmp.path().join("b");
     // `donor` as numbers here.
     {
@@ -227,10 +317,33 @@ fn a_column_of_two_kinds_is_refused_naming_both_members() {
         w.finish().unwrap();
     }
     let corpus = Corpus::open(vec![open(&a, "a"), open(&b, "b")], &GeneKey::VarNames, &GeneSpace::Union).unwrap();
-    let e = corpus.obs(&options(tmp.path())).unwrap_err();
+    let obs = corpus.obs(&options(tmp.path())).unwrap();
+    let e = obs.column("donor").unwrap_err();
     assert!(
         matches!(&e, CorpusError::ObsConflict { column, first, member, .. } if column == "donor" && first == "a" && member == "b"),
         "{e}"
     );
     assert!(e.to_string().contains("category") && e.to_string().contains("numeric"), "{e}");
+    assert_eq!(obs.conflicts().len(), 1);
+    assert!(obs.conflicts()[0].to_string() == e.to_string());
+    // Left out of the columns, refused wherever it is used ...
+    let names: Vec<&str> = obs.columns().iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["cell_type", "n_counts"]);
+    assert!(matches!(obs.take(&corpus, &[0], &["donor"]), Err(CorpusError::ObsConflict { .. })));
+    assert!(matches!(obs.localize(&corpus, &["donor"]), Err(CorpusError::ObsConflict { .. })));
+    let split = corpus.split(&obs, &[("x".into(), 1.0)], Some("donor"), 0);
+    assert!(matches!(split, Err(CorpusError::ObsConflict { .. })));
+    // ... while the other columns read as in any corpus: member a's values, missing for member b's cell.
+    obs.localize(&corpus, &["cell_type"]).unwrap();
+    let cells: Vec<u64> = (0..10).collect();
+    let got = obs.take(&corpus, &cells, &["cell_type"]).unwrap();
+    let codes = got[0].1.as_primitive::<Int32Type>();
+    assert_eq!(codes.len(), 10);
+    assert!(codes.is_null(9), "member b lacks cell_type");
+    let truth = a_truth.cell_type.clone();
+    for (i, want) in truth.iter().enumerate() {
+        let vocabulary = obs.column("cell_type").unwrap().categories.clone().unwrap();
+        let label = codes.is_valid(i).then(|| vocabulary[codes.value(i) as usize].clone());
+        assert_eq!(&label, want, "cell {i}");
+    }
 }

@@ -19,7 +19,7 @@ import numpy as np
 from deltacells import _core
 from deltacells._indices import cell_indices
 from deltacells._tiles import SparseBatch, as_values_dtype
-from deltacells.backends import Backend
+from deltacells.backends import Backend, backend_or_path
 from deltacells.dataset import DeltaCellsDataset
 
 __all__ = ["Corpus", "CorpusObs", "open_corpus"]
@@ -28,9 +28,27 @@ __all__ = ["Corpus", "CorpusObs", "open_corpus"]
 MemberUri = Union[str, "os.PathLike[str]", Backend]
 
 def _member_name(uri: MemberUri) -> str:
-    if isinstance(uri, Backend):
-        return uri.describe()
-    return os.fspath(uri)
+    found = backend_or_path(uri)
+    return found if isinstance(found, str) else found.describe()
+
+
+def _plain_condition(value: Any) -> Any:
+    """A ``where`` condition with numpy's and pandas' values as the Python values they hold (a ``numpy.bool_`` as a
+    ``bool``, an array as a list); a tuple stays a range, a single value is a list of it."""
+
+    def plain(v: Any) -> Any:
+        return v.item() if isinstance(v, np.generic) else v
+
+    value = plain(value)
+    if isinstance(value, tuple):
+        return tuple(plain(v) for v in value)
+    if isinstance(value, (str, bytes, bool, int, float)):
+        return [value]
+    if hasattr(value, "tolist"):  # numpy arrays, pandas Series, Index and Categorical
+        return list(value.tolist())
+    if isinstance(value, Iterable):
+        return [plain(v) for v in value]
+    return value
 
 
 class Corpus:
@@ -122,7 +140,7 @@ class Corpus:
         return self._core.member_of(cell_indices(cells, self.n_cells))
 
     def get_batch(
-        self, cells: Sequence[int] | np.ndarray | Iterable[int], *, values_dtype: Any = np.float32
+        self, cells: Sequence[int] | np.ndarray | Iterable[int], values_dtype: Any = np.float32
     ) -> SparseBatch:
         """The rows of ``cells`` (corpus indices, any order, repeats allowed, or a boolean mask) as a
         :class:`~deltacells.SparseBatch` in request order: columns are the vocabulary's (``corpus.genes``), column
@@ -178,22 +196,25 @@ class Corpus:
 
     def where(self, **conditions: Any) -> Corpus:
         """The cells whose obs meet every condition, as a corpus of their own (in corpus order). A list means "one
-        of these values" (category labels, strings, numbers, booleans), a pair ``(low, high)`` the numbers from
-        ``low`` to ``high`` inclusive, ``None`` leaving that end open::
+        of these values" (category labels, strings, numbers, booleans; a single value is that value), a pair
+        ``(low, high)`` the numbers from ``low`` to ``high`` inclusive, ``None`` leaving that end open::
 
             corpus.where(tissue=["lung", "blood"], n_genes=(200, None))
 
         An unknown column is a ``KeyError``; a condition that does not fit its column (a range on a category
-        column) a ``ValueError``. The columns are read a block of cells at a time."""
-        core = self.obs._core.filter(list(conditions.items()))
+        column) a ``ValueError``. Values may be numpy's (scalars, arrays) or pandas'. The columns are read a block
+        of cells at a time."""
+        core = self.obs._core.filter([(name, _plain_condition(value)) for name, value in conditions.items()])
         return self._selected(core)
 
     def split(self, fractions: Mapping[str, float], *, by: str | None = None, seed: int = 0) -> dict[str, Corpus]:
         """Disjoint parts covering every cell, ``{name: Corpus}``, one per ``fractions`` entry (summing to 1). With
-        ``by`` (an obs column, e.g. ``"donor_id"``) whole groups of cells sharing its value go to one part, so no
-        group is in two parts; parts then come as close to the fractions as the groups' sizes allow. The same
-        ``(fractions, by, seed)`` always gives the same parts, also after members are added at the end (a group's
-        part depends on its value alone, a cell's on its member's name and its place there)."""
+        ``by`` (an obs column, e.g. ``"donor_id"``; cells missing it form one group) whole groups of cells sharing
+        its value go to one part, so no group is in two parts: groups are dealt member by member, each member's new
+        groups in a seeded order, each to the part furthest below its fraction, so each part comes within about one
+        group's cells of its fraction (a part of ``0`` gets none). Without ``by`` each cell goes to the part its
+        seeded hash falls in. The same ``(fractions, by, seed)`` always gives the same parts, also after members are
+        added at the end (they deal only their own new groups). Memory: one entry per group."""
         parts = self.obs._core.split([(str(k), float(v)) for k, v in fractions.items()], by, int(seed))
         return {name: self._selected(core) for name, core in parts}
 
@@ -218,15 +239,26 @@ class CorpusObs:
         self._n_cells = int(n_cells)
         self._pid = os.getpid()
         self._kinds: dict[str, str] = dict(core.columns())
+        self._conflicts: dict[str, str] = dict(core.conflicts())
         self._local: set[str] = set()
 
     @property
     def columns(self) -> list[str]:
-        """The columns, in order of first appearance across members."""
+        """The columns, in order of first appearance across members (not those in :attr:`conflicts`)."""
         return list(self._kinds)
 
+    @property
+    def conflicts(self) -> dict[str, str]:
+        """The columns whose kind differs between members (a category in one, numbers in another), each with the
+        reason naming both members. They are left out of :attr:`columns`, and using one is a ``ValueError``
+        saying so; the other columns are unaffected."""
+        return dict(self._conflicts)
+
     def kind(self, column: str) -> str:
-        """``"category"``, ``"numeric"``, ``"bool"`` or ``"string"``; ``KeyError`` for an unknown column."""
+        """``"category"``, ``"numeric"``, ``"bool"`` or ``"string"``; ``KeyError`` for an unknown column,
+        ``ValueError`` for one whose kind differs between members."""
+        if column in self._conflicts:
+            raise ValueError(self._conflicts[column])
         if column not in self._kinds:
             raise KeyError(f"unknown obs column {column!r}; the corpus has {self.columns}")
         return self._kinds[column]

@@ -1,0 +1,183 @@
+//! [`Corpus::split`]: deterministic, disjoint parts of a corpus in given fractions, whole groups of cells (those
+//! sharing an obs value, e.g. a donor) to one part.
+//!
+//! Single cells go to the part their seeded hash falls in. Groups are dealt: member by member, each member's new
+//! groups (values no earlier member has) in a seeded order, each to the part furthest below its fraction of the
+//! cells dealt so far (a group weighing its cells in the member where it first appears). Every part then ends
+//! within about one group's cells of its fraction, as close as the groups' sizes allow, and a member added at the
+//! end deals only its own new groups: the earlier groups stay where they were.
+
+use std::collections::HashMap;
+
+use arrow_array::ArrayRef;
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int32Type;
+use arrow_schema::DataType;
+use dct_dataset::dct_obs::ColumnKind;
+
+use crate::choose::BLOCK;
+use crate::corpus::Corpus;
+use crate::error::CorpusError;
+use crate::obs::{CorpusObs, CorpusObsColumn};
+use crate::selection::SelectionBuilder;
+
+impl Corpus {
+    /// Disjoint parts covering every cell, one per `(name, fraction)` (fractions summing to 1). Without `by`, each
+    /// cell goes to the part its seeded hash (of its member's name and its place there) falls in. With `by`, whole
+    /// groups of cells sharing that obs column's value (cells missing it form one group) go to one part, dealt so
+    /// that each part comes within about one group's cells of its fraction (see the module documentation). The
+    /// same `(fractions, by, seed)` always gives the same parts, also after members are added at the end.
+    pub fn split(
+        &self,
+        obs: &CorpusObs,
+        fractions: &[(String, f64)],
+        by: Option<&str>,
+        seed: u64,
+    ) -> Result<Vec<(String, Corpus)>, CorpusError> {
+        if fractions.is_empty() || fractions.iter().any(|(_, f)| !(f.is_finite() && *f >= 0.0)) {
+            return Err(CorpusError::InvalidArgument("split fractions must be finite and not negative".into()));
+        }
+        let total: f64 = fractions.iter().map(|(_, f)| f).sum();
+        if (total - 1.0).abs() > 1e-6 {
+            return Err(CorpusError::InvalidArgument(format!("split fractions add up to {total}, not 1")));
+        }
+        let targets: Vec<f64> = fractions.iter().map(|(_, f)| f / total).collect();
+        let mut parts: Vec<SelectionBuilder> = (0..fractions.len()).map(|_| SelectionBuilder::default()).collect();
+        match by {
+            None => self.split_cells(&targets, seed, &mut parts)?,
+            Some(name) => {
+                let column = obs.column(name)?;
+                obs.localize(self, &[name])?;
+                let dealt = self.deal_groups(obs, name, column, &targets, seed)?;
+                self.for_each_block(|cells, _| {
+                    let keys = group_keys(column, &obs.take(self, cells, &[name])?[0].1);
+                    for (&c, key) in cells.iter().zip(keys) {
+                        let part = dealt.get(&key).ok_or_else(|| {
+                            CorpusError::InvalidArgument(format!("obs column {name:?} changed while it was split"))
+                        })?;
+                        parts[*part as usize].push(self.selection().base_cell(c, 0)?);
+                    }
+                    Ok(())
+                })?;
+            }
+        }
+        fractions
+            .iter()
+            .zip(parts)
+            .map(|((name, _), builder)| Ok((name.clone(), self.with_selection(builder.finish())?)))
+            .collect()
+    }
+
+    /// Each cell to the part its seeded hash falls in.
+    fn split_cells(&self, targets: &[f64], seed: u64, parts: &mut [SelectionBuilder]) -> Result<(), CorpusError> {
+        let mut bounds = Vec::with_capacity(targets.len());
+        let mut acc = 0.0;
+        for f in targets {
+            acc += f;
+            bounds.push(acc);
+        }
+        let member_hash: Vec<u64> = self.members().iter().map(|m| fnv(m.name.as_bytes())).collect();
+        self.for_each_block(|cells, members| {
+            for (&c, &(m, local)) in cells.iter().zip(members) {
+                let u = (mix(seed, mix(member_hash[m as usize], local)) >> 11) as f64 / (1u64 << 53) as f64;
+                let part = bounds.iter().position(|&b| u < b).unwrap_or(bounds.len() - 1);
+                parts[part].push(self.selection().base_cell(c, 0)?);
+            }
+            Ok(())
+        })
+    }
+
+    /// The part of each group of column `name` (by its key): groups dealt member by member, each member's new
+    /// groups in the seeded order of their keys, each to the part whose cells fall furthest below its target
+    /// share of the cells dealt so far with it.
+    fn deal_groups(
+        &self,
+        obs: &CorpusObs,
+        name: &str,
+        column: &CorpusObsColumn,
+        targets: &[f64],
+        seed: u64,
+    ) -> Result<HashMap<u64, u32>, CorpusError> {
+        let mut part_of: HashMap<u64, u32> = HashMap::new();
+        // The groups first seen in the member being read, with their cells there.
+        let mut pending: HashMap<u64, u64> = HashMap::new();
+        let mut member = None;
+        let mut dealt = vec![0u64; targets.len()];
+        let mut deal = |pending: &mut HashMap<u64, u64>, part_of: &mut HashMap<u64, u32>| {
+            let mut groups: Vec<(u64, u64)> = pending.drain().collect();
+            groups.sort_unstable_by_key(|&(key, _)| (mix(seed, key), key));
+            for (key, cells) in groups {
+                let total = (dealt.iter().sum::<u64>() + cells) as f64;
+                let short = |p: usize| targets[p] * total - dealt[p] as f64;
+                let best = (1..targets.len()).fold(0, |best, p| if short(p) > short(best) { p } else { best });
+                dealt[best] += cells;
+                part_of.insert(key, best as u32);
+            }
+        };
+        self.for_each_block(|cells, members| {
+            let keys = group_keys(column, &obs.take(self, cells, &[name])?[0].1);
+            for (&(m, _), key) in members.iter().zip(keys) {
+                if member != Some(m) {
+                    deal(&mut pending, &mut part_of);
+                    member = Some(m);
+                }
+                if !part_of.contains_key(&key) {
+                    *pending.entry(key).or_insert(0) += 1;
+                }
+            }
+            Ok(())
+        })?;
+        deal(&mut pending, &mut part_of);
+        Ok(part_of)
+    }
+
+    /// Runs `f` over the corpus's cells a block at a time, with each cell's `(member, place in it)`.
+    fn for_each_block(
+        &self,
+        mut f: impl FnMut(&[u64], &[(u32, u64)]) -> Result<(), CorpusError>,
+    ) -> Result<(), CorpusError> {
+        let n = self.n_cells();
+        let mut lo = 0;
+        while lo < n {
+            let hi = (lo + BLOCK).min(n);
+            let cells: Vec<u64> = (lo..hi).collect();
+            let members = self.locate(&cells)?;
+            f(&cells, &members)?;
+            lo = hi;
+        }
+        Ok(())
+    }
+}
+
+/// Each value's group key: a hash of its text (category label, string, number, boolean); missing values share one.
+fn group_keys(column: &CorpusObsColumn, a: &ArrayRef) -> Vec<u64> {
+    const MISSING: u64 = 0x9e37_79b9_7f4a_7c15;
+    match column.kind {
+        ColumnKind::Category => {
+            let cats = column.categories.as_deref().unwrap_or_default();
+            let hashes: Vec<u64> = cats.iter().map(|c| fnv(c.as_bytes())).collect();
+            a.as_primitive::<Int32Type>()
+                .iter()
+                .map(|c| c.and_then(|c| hashes.get(c as usize).copied()).unwrap_or(MISSING))
+                .collect()
+        }
+        _ => {
+            let text = arrow_cast::cast(a, &DataType::Utf8)
+                .unwrap_or_else(|_| arrow_array::new_null_array(&DataType::Utf8, a.len()));
+            text.as_string::<i32>().iter().map(|v| v.map_or(MISSING, |v| fnv(v.as_bytes()))).collect()
+        }
+    }
+}
+
+/// FNV-1a, 64 bits: a stable hash of bytes (the same on every platform and run).
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3))
+}
+
+/// splitmix64 of two words: a well-mixed, stable hash.
+fn mix(a: u64, b: u64) -> u64 {
+    let mut z = a.wrapping_add(b.wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}

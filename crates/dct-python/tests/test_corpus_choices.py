@@ -1,0 +1,158 @@
+"""Choosing a corpus's cells and reading its obs when members disagree, against pandas: splits by group in
+proportions as close as the groups allow, a column whose kind differs between members, conditions given as numpy
+and pandas values; and the call forms the API documents."""
+
+import contextlib
+import io
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import make_counts, require, same
+
+pd = require("pandas")
+
+import deltacells  # noqa: E402
+from deltacells import DatasetWriter, open_corpus, open_dataset  # noqa: E402
+from deltacells.obs import ObsSchema  # noqa: E402
+
+GENES = [f"g{j}" for j in range(12)]
+
+
+def write_member(root, obs, seed):
+    """A member of ``len(obs)`` cells over GENES with ``obs``; returns its counts."""
+    n = len(obs)
+    x = make_counts(n, len(GENES), density=0.3, seed=seed)
+    with DatasetWriter(root, n_genes=len(GENES), tile_size=16, level=3, var_names=GENES,
+                       obs_schema=ObsSchema.infer([obs])) as w:
+        for lo in range(0, n, 16):
+            w.add_tile(x[lo : lo + 16], obs.iloc[lo : lo + 16].reset_index(drop=True))
+    return x
+
+
+@pytest.fixture(scope="module")
+def donors(tmp_path_factory):
+    """Five donors of uneven sizes in three members (40 + 25, 30 + 15, 20 cells): few groups, which a split by a
+    hash of each donor alone often leaves a part without. Obs: ``donor`` (category), ``flag`` (bool), ``score``
+    (float). Returns the corpus (its obs cached under the temporary directory), the obs as one DataFrame and the
+    members' roots."""
+    d = tmp_path_factory.mktemp("donors")
+    rng = np.random.default_rng(5)
+    roots, frames = [], []
+    for i, sizes in enumerate([{"d1": 40, "d2": 25}, {"d3": 30, "d4": 15}, {"d5": 20}]):
+        names = rng.permutation([name for name, k in sizes.items() for _ in range(k)])
+        n = len(names)
+        obs = pd.DataFrame({"donor": pd.Categorical(names), "flag": rng.random(n) < 0.4,
+                            "score": rng.random(n).round(3)})
+        root = str(d / f"m{i}")
+        write_member(root, obs, seed=20 + i)
+        roots.append(root)
+        frames.append(obs.astype({"donor": str}))
+    return open_corpus(roots, cache_dir=str(d / "cache")), pd.concat(frames, ignore_index=True), roots
+
+
+def test_split_by_donor_gives_each_part_its_share_as_the_groups_allow(donors):
+    corpus, truth, _ = donors
+    sizes = truth["donor"].value_counts()
+    fractions = {"train": 0.6, "val": 0.2, "test": 0.2}
+    orders = set()
+    for seed in range(30):
+        parts = corpus.split(fractions, by="donor", seed=seed)
+        owner = {}
+        for name, part in parts.items():
+            got = part.obs.take_pandas(range(part.n_cells), ["donor", "score"])
+            for d in set(got["donor"]):
+                assert owner.setdefault(d, name) == name, f"seed {seed}: donor {d} in two parts"
+            # The part holds its donors whole: as many cells as pandas counts for them, with their scores.
+            assert part.n_cells == sum(sizes[d] for d in set(got["donor"]))
+            assert sorted(got["score"]) == sorted(truth.loc[truth["donor"].isin(set(got["donor"])), "score"])
+            # Dealt to the part furthest below its fraction: no part gets more than its share and one donor.
+            assert 0 < part.n_cells <= fractions[name] * corpus.n_cells + sizes.max(), (seed, name, part.n_cells)
+        assert sum(p.n_cells for p in parts.values()) == corpus.n_cells
+        orders.add(tuple(sorted(owner.items())))
+    assert len(orders) > 1, "the seed changes the parts"
+
+
+def test_a_column_of_two_kinds_is_refused_naming_both_members_and_the_others_stay_usable(tmp_path):
+    rng = np.random.default_rng(3)
+    a = pd.DataFrame({"batch": pd.Categorical(rng.choice(["x", "y"], 20)), "cell_type": pd.Categorical(
+        rng.choice(["T", "B"], 20))})
+    b = pd.DataFrame({"batch": rng.integers(0, 3, 12).astype(np.int64), "cell_type": pd.Categorical(
+        rng.choice(["B", "NK"], 12))})
+    roots = [str(tmp_path / "a"), str(tmp_path / "b")]
+    write_member(roots[0], a, seed=1)
+    write_member(roots[1], b, seed=2)
+    corpus = open_corpus(roots, cache_dir=str(tmp_path / "cache"))
+    obs = corpus.obs
+    assert obs.columns == ["cell_type"], "the conflicting column is left out, the other kept"
+    assert list(obs.conflicts) == ["batch"]
+    reason = obs.conflicts["batch"]
+    assert roots[0] in reason and roots[1] in reason and "category" in reason and "numeric" in reason
+    for use in (lambda: obs.kind("batch"), lambda: obs.take([0, 25], ["batch"]), lambda: corpus.where(batch=["x"]),
+                lambda: corpus.split({"a": 0.5, "b": 0.5}, by="batch")):
+        with pytest.raises(ValueError, match="batch") as e:
+            use()
+        assert roots[0] in str(e.value) and roots[1] in str(e.value)
+    torch = require("torch")
+    from deltacells.torch import DeltaCellsIterableDataset
+
+    for options in ({"obs_columns": ["batch"]}, {"stratify_by": "batch"}):
+        with pytest.raises(ValueError, match="batch"):
+            DeltaCellsIterableDataset(corpus, 8, **options)
+    # The other column reads as in any corpus, also through the loader.
+    want = list(a["cell_type"]) + list(b["cell_type"])
+    assert list(obs.take_pandas(range(32), "cell_type")["cell_type"]) == want
+    assert corpus.where(cell_type=["B"]).n_cells == want.count("B")
+    loader = DeltaCellsIterableDataset(corpus, 8, shuffle=False, obs_columns=["cell_type"])
+    codes = torch.cat([batch["obs"]["cell_type"] for batch in loader]).tolist()
+    assert [obs.categories("cell_type")[c] for c in codes] == want
+    # `corpus info` lists the columns and the conflict, and succeeds.
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = deltacells.cli.main(["corpus", "info", *roots, "--json"])
+    assert status == 0
+    report = json.loads(out.getvalue())
+    assert [c["column"] for c in report["obs_columns"]] == ["cell_type"]
+    assert report["obs_conflicts"] == [reason]
+
+
+def test_conditions_take_numpy_and_pandas_values(donors):
+    corpus, truth, _ = donors
+
+    def cells(chosen):
+        return sorted(chosen.obs.take_pandas(range(chosen.n_cells), "score")["score"])
+
+    def want(mask):
+        return sorted(truth.loc[mask, "score"])
+
+    for flag in (True, np.bool_(True), np.array([True]), [np.True_]):
+        assert cells(corpus.where(flag=flag)) == want(truth["flag"]), repr(flag)
+    assert cells(corpus.where(flag=[False])) == want(~truth["flag"])
+    picked = ["d1", "d4"]
+    for donor in (picked, np.array(picked), pd.Index(picked), pd.Series(picked), pd.Categorical(picked)):
+        assert cells(corpus.where(donor=donor)) == want(truth["donor"].isin(picked)), repr(donor)
+    low = np.float64(truth["score"].median())
+    assert cells(corpus.where(score=(low, None))) == want(truth["score"] >= low)
+    assert cells(corpus.where(score=(None, np.float32(0.5)))) == want(truth["score"] <= np.float32(0.5))
+    exact = truth["score"].iloc[[3, 50]].to_numpy()
+    assert cells(corpus.where(score=exact)) == want(truth["score"].isin(exact))
+
+
+def test_the_call_forms_the_api_documents(donors, tmp_path):
+    corpus, _, roots = donors
+    # get_batch(cells, values_dtype) with the dtype given by position, as the spec writes it.
+    a, b = corpus.get_batch([5, 0, 99], np.int32), corpus.get_batch([5, 0, 99], values_dtype=np.float32)
+    assert a.values.dtype == np.int32 and same(a.to_scipy(), b.to_scipy())
+    # Tile.to_scipy(values, threads) by position too.
+    tile = open_dataset(roots[0]).get_tile(0)
+    got = tile.to_scipy(np.int32, 2)
+    assert got.dtype == np.int32 and same(got, tile.to_scipy())
+    # A single obs column by name is that column.
+    ds = open_dataset(roots[0], cache_dir=str(tmp_path / "c"), obs_columns="donor")
+    assert ds.obs.localized_columns() == ["donor"]
+    # deltacells.obs is there after `import deltacells`, as deltacells.convert is.
+    code = "import deltacells; print(deltacells.obs.ObsSchema.__name__, deltacells.convert.convert_h5ad.__name__)"
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert out.split() == ["ObsSchema", "convert_h5ad"]
