@@ -111,6 +111,14 @@ def test_out_buffers_share_memory(built):
         ds.get_batch(idx, out_indices=np.empty(nnz - 1, np.int32), out_values=ov)
     with pytest.raises(ValueError):
         ds.get_batch(idx, out_indices=oi, out_values=np.empty(nnz, np.float64))
+    # Buffers the batch cannot be written into: read-only, strided, 2-D; each refused, naming the buffer.
+    readonly = np.empty(nnz, np.int32)
+    readonly.flags.writeable = False
+    strided = np.empty(2 * nnz, np.float32)[::2]
+    for bad_i, bad_v, name in ((readonly, ov, "out_indices"), (oi, strided, "out_values"),
+                               (np.empty((1, nnz), np.int32), ov, "out_indices")):
+        with pytest.raises(ValueError, match=name):
+            ds.get_batch(idx, out_indices=bad_i, out_values=bad_v)
 
 
 def test_batch_nnz_fetches_without_decoding(built):
@@ -246,6 +254,16 @@ def test_tile_not_matching_manifest(built, tmp_path):
 def test_missing_manifest_and_invalid_options(tmp_path):
     with pytest.raises(FileNotFoundError, match="manifest"):
         open_dataset(str(tmp_path))
+    # A manifest with a bad key: the error names the key, through open_dataset as through Manifest.from_json.
+    root = tmp_path / "bad"
+    with DatasetWriter(str(root), n_genes=5, tile_size=10, level=3) as w:
+        w.add_tile(make_counts(10, 5, seed=1))
+    manifest = json.loads((root / "manifest.json").read_text())
+    for key, value in (("n_genes", "many"), ("tile_size", 0), ("tile_nnz", [1, 2])):
+        broken = dict(manifest, **{key: value})
+        (root / "manifest.json").write_text(json.dumps(broken))
+        with pytest.raises(FormatError, match=key):
+            open_dataset(str(root))
     for k in ("max_cached_tiles", "max_prefetch_tiles", "io_threads", "decode_threads"):
         with pytest.raises(ValueError):
             open_dataset(str(tmp_path), **{k: 0})

@@ -587,3 +587,21 @@ def test_the_gene_table_written_and_read_by_path_and_backend(tmp_path):
     ds = open_dataset(root)
     assert ds.manifest.has_var_table and ds.var_names == genes
     assert deltacells.cli.main(["verify", root]) == 0, "the dataset stays valid"
+
+
+def test_the_cache_s_place_and_the_compatibility_calls(built, tmp_path):
+    """``cache_root`` is the directory rule's answer, ``cache_dir`` the dataset's place under it (by obs
+    fingerprint), shared by copies of the dataset; ``localize(threads=...)`` and ``warmup()`` are accepted."""
+    root, *_ = built
+    cache = tmp_path / "cache"
+    store = open_dataset(root, cache_dir=str(cache)).obs
+    assert store.cache_root == resolve_cache_dir(str(cache)) == cache
+    assert store.cache_dir.parent.parent == cache and store.cache_dir.name == "obs"
+    assert store.localize(["age"], threads=3) == ["age"]
+    assert store.localize(["age"], threads=1) == [], "already local"
+    store.warmup()
+    assert store.localized_columns() == ["age"]
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy)
+    again = open_dataset(str(copy), cache_dir=str(cache)).obs
+    assert again.cache_dir == store.cache_dir and again.localized_columns() == ["age"], "copies share the cache"
