@@ -156,3 +156,47 @@ def test_the_call_forms_the_api_documents(donors, tmp_path):
     code = "import deltacells; print(deltacells.obs.ObsSchema.__name__, deltacells.convert.convert_h5ad.__name__)"
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert out.split() == ["ObsSchema", "convert_h5ad"]
+
+
+def test_weighted_and_stratified_epochs_keep_the_loader_s_guarantees(donors):
+    torch = require("torch")
+    from deltacells import CountingBackend, LocalBackend
+    from deltacells.torch import DeltaCellsIterableDataset, make_loader
+
+    corpus, _, roots = donors
+    names = corpus.members
+
+    def epoch(source):
+        return [b["index"].tolist() for b in source]
+
+    # Weights as a sequence in member order are the mapping's; an epoch draws the corpus's cells by default.
+    by_name = epoch(DeltaCellsIterableDataset(corpus, 8, seed=4, weights={names[0]: 1, names[1]: 2, names[2]: 0}))
+    assert epoch(DeltaCellsIterableDataset(corpus, 8, seed=4, weights=[1, 2, 0])) == by_name
+    assert sum(len(b) for b in by_name) == corpus.n_cells
+    # A member of weight 0 is never drawn, and none of its tiles is read.
+    counted = CountingBackend(LocalBackend(roots[2]))
+    weighed = open_corpus([roots[0], roots[1], counted])
+    counted.reset()
+    drawn = torch.cat([b["dataset"] for b in DeltaCellsIterableDataset(weighed, 8, seed=4, weights=[1, 2, 0])])
+    assert set(drawn.tolist()) == {0, 1}
+    assert not [name for name, _, _ in counted.log if name.startswith("tiles/")], "no tile of the unweighted member"
+    # Every rank the same number of batches, as len() says, weighted or stratified.
+    for options in ({"weights": [1, 2, 1]}, {"stratify_by": "donor"}):
+        ranks = [DeltaCellsIterableDataset(corpus, 8, seed=1, rank=r, world_size=3, **options) for r in range(3)]
+        counts = [len(epoch(r)) for r in ranks]
+        assert len(set(counts)) == 1 and counts[0] == len(ranks[0]), (options, counts)
+    # Resumed from the loader's state (the loader counts the batches its workers send), with and without workers:
+    # the interrupted epoch and its rest are the uninterrupted epoch.
+    for options in ({"weights": [1, 2, 1], "epoch_cells": 200}, {"stratify_by": "donor"}):
+        for workers in (0, 2):
+            whole = epoch(make_loader(corpus, 8, seed=6, num_workers=workers, **options))
+            first = make_loader(corpus, 8, seed=6, num_workers=workers, **options)
+            taken = []
+            for b in first:
+                taken.append(b["index"].tolist())
+                if len(taken) == 3:
+                    break
+            again = make_loader(corpus, 8, seed=6, num_workers=workers, **options)
+            again.load_state_dict(first.state_dict())
+            assert taken + epoch(again) == whole, (options, workers)
+            del first, again
