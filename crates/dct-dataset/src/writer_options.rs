@@ -5,7 +5,7 @@ use dct_format::Version;
 use dct_store::StoreOptions;
 use serde_json::Value;
 
-/// Settings of a [`DatasetWriter`]. Start from [`WriterOptions::new`].
+/// Settings of a [`DatasetWriter`](crate::DatasetWriter). Start from [`WriterOptions::new`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct WriterOptions {
     /// Genes (columns) of every appended block, `1 ..= 2^31`.
@@ -29,7 +29,8 @@ pub struct WriterOptions {
     /// refused).
     pub overwrite: bool,
     /// Tiles being encoded or uploaded at once (default 0 = encode threads + 2); bounds memory, since each
-    /// holds a tile's rows and bytes. [`DatasetWriter::append`] blocks while this many are in flight.
+    /// holds a tile's rows and bytes. [`DatasetWriter::append`](crate::DatasetWriter::append) blocks while
+    /// this many are in flight.
     pub max_tiles_in_flight: usize,
     /// Threads encoding tiles (default 0 = the machine's parallelism).
     pub encode_threads: usize,
