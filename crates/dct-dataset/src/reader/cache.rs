@@ -151,26 +151,32 @@ impl Cache {
         gone.into_iter().filter_map(|t| self.remove_slot(t)).collect()
     }
 
+    /// How readily counted tile `t` is evicted (`None` if it is not a counted tile); `for_read`: to make room for a
+    /// read.
+    fn keepness(&self, t: usize, for_read: bool) -> Option<Keepness> {
+        let Some(Slot::Ready { counted: true, used, .. }) = self.slots.get(&t) else { return None };
+        // For a read's decode, a prefetch request made since the latest batch says which tiles are needed
+        // next: a tile of that batch it does not name is done with (at a window's start, the last window's
+        // tiles), and the read's own window goes first. Otherwise (a decode ahead, or no such request) the
+        // latest batch's tiles are kept above all.
+        let fresh_request = for_read && !self.wanted_stale && !self.wanted.is_empty();
+        Some(match (self.last_read.binary_search(&t).is_ok(), *used, self.wanted.get(&t)) {
+            (true, _, None) if fresh_request => Keepness::Done,
+            (true, _, _) => Keepness::Latest,
+            (false, true, None) => Keepness::Done,
+            (false, _, _) => Keepness::Wanted,
+        })
+    }
+
     /// The counted tile (not `keep`) to evict first, with its [`Keepness`]; `for_read`: to make room for a read.
     fn most_evictable(&self, keep: Option<usize>, for_read: bool) -> Option<(Keepness, usize)> {
         let mut best: Option<(Keepness, usize, usize)> = None; // (keepness, order within it, tile)
         for (rank, &t) in self.lru.values().enumerate() {
-            let Some(Slot::Ready { counted: true, used, .. }) = self.slots.get(&t) else { continue };
             if Some(t) == keep {
                 continue;
             }
+            let Some(kind) = self.keepness(t, for_read) else { continue };
             let wanted = self.wanted.get(&t);
-            // For a read's decode, a prefetch request made since the latest batch says which tiles are needed
-            // next: a tile of that batch it does not name is done with (at a window's start, the last window's
-            // tiles), and the read's own window goes first. Otherwise (a decode ahead, or no such request) the
-            // latest batch's tiles are kept above all.
-            let fresh_request = for_read && !self.wanted_stale && !self.wanted.is_empty();
-            let kind = match (self.last_read.binary_search(&t).is_ok(), *used, wanted) {
-                (true, _, None) if fresh_request => Keepness::Done,
-                (true, _, _) => Keepness::Latest,
-                (false, true, None) => Keepness::Done,
-                (false, _, _) => Keepness::Wanted,
-            };
             // Least recently used first; of the tiles wanted, the one needed last first, whether it was decoded
             // ahead or read before (a window's tiles come before the next window's in a request). A tile decoded
             // ahead that the latest requests no longer name was asked for before them: needed soonest.
@@ -184,14 +190,35 @@ impl Cache {
 
     /// Whether a background decode fits in a free place or in that of a tile done with (read before and not
     /// asked for again): a decode ahead never takes the place of the tiles being read or of those decoded for
-    /// the next batches.
+    /// the next batches, nor the places the tiles being read will take when their fetches end.
     pub(super) fn has_room_to_decode_ahead(&self, capacity: usize) -> bool {
         self.room_ahead(capacity, None)
     }
 
-    /// A free place, or one of a tile done with (never `keep`).
-    fn room_ahead(&self, capacity: usize, keep: Option<usize>) -> bool {
-        self.counted < capacity || self.most_evictable(keep, false).is_some_and(|(k, _)| k == Keepness::Done)
+    /// A place for tile `ahead` (any tile with `None`): free, or one of a tile done with; and, once it is taken,
+    /// places left (free, or of tiles a read may evict) for the tiles needed before it that do not count yet: the
+    /// latest batch's (a read waiting on their fetches decodes them next) and, for `ahead`, those the latest
+    /// requests want sooner. Fetches end in any order: without the second condition a tile fetched early could be
+    /// decoded ahead into the place the window's last tile needs, and be evicted (its bytes with it, to be
+    /// fetched again) when the read decodes that tile.
+    fn room_ahead(&self, capacity: usize, ahead: Option<usize>) -> bool {
+        let soonest = ahead.and_then(|t| self.wanted.get(&t).copied());
+        let wanted_sooner = self.wanted.iter().filter(|(_, p)| soonest.is_some_and(|s| **p < s)).map(|(t, _)| *t);
+        let set_aside = self
+            .last_read
+            .iter()
+            .copied()
+            .chain(wanted_sooner)
+            .filter(|t| Some(*t) != ahead && !matches!(self.slots.get(t), Some(Slot::Ready { counted: true, .. })))
+            .count();
+        let free = capacity.saturating_sub(self.counted);
+        let done = |for_read: bool| {
+            self.lru
+                .values()
+                .filter(|&&t| Some(t) != ahead && self.keepness(t, for_read) == Some(Keepness::Done))
+                .count()
+        };
+        free + done(false) >= 1 && free + done(true) > set_aside
     }
 
     /// Records `tiles` as those of the latest batch: they are no longer wanted ahead, and the next prefetch
@@ -318,5 +345,22 @@ mod tests {
         let left = cached(&c);
         assert!([2, 3, 4, 5].iter().all(|t| left.contains(t)), "{left:?}");
         assert!(c.count_for_decode_ahead(9, 5).is_none(), "only the latest batch's and wanted tiles are left");
+    }
+
+    #[test]
+    fn a_decode_ahead_leaves_the_places_of_the_window_s_tiles_still_on_their_way() {
+        // The first batch of the window 0..4 waits on tile 3's fetch: 0, 1 and 2 decoded, 4 decoded ahead, 5
+        // fetched early and waiting.
+        let mut c = Cache::default();
+        c.want(&(0..12).collect::<Vec<_>>());
+        c.mark_read(&[0, 1, 2, 3]);
+        for t in [0, 1, 2, 4] {
+            assert!(c.insert_ready(t, decoded(), 5, false, true).is_empty());
+        }
+        assert!(c.insert_ready(5, decoded(), 5, false, false).is_empty());
+        assert!(c.count_for_decode_ahead(5, 5).is_none(), "the last place is tile 3's");
+        // Tile 3 arrives and the read decodes it: nothing leaves, and 5 waits to be decoded (not fetched again).
+        assert!(c.insert_ready(3, decoded(), 5, true, true).is_empty());
+        assert!(cached(&c).contains(&5));
     }
 }
