@@ -47,9 +47,18 @@ fn cell_of(indptr: &IndptrView<'_>, e: &ChunkEntry, pos: u64) -> u64 {
     lo
 }
 
-/// A data error at the chunk's nonzero `pos` (relative to `e.nnz_lo`), naming its cell.
-pub(crate) fn data_err(indptr: &IndptrView<'_>, chunk: u32, e: &ChunkEntry, pos: u64, problem: String) -> DecodeError {
-    DecodeError::Data { chunk, cell: cell_of(indptr, e, pos), nonzero: e.nnz_lo + pos, problem }
+/// A data error in frame `frame` of chunk `chunk` at the chunk's nonzero `pos` (relative to `e.nnz_lo`), naming its
+/// cell.
+pub(crate) fn data_err(
+    indptr: &IndptrView<'_>,
+    chunk: u32,
+    e: &ChunkEntry,
+    frame: FrameKind,
+    pos: u64,
+    problem: String,
+) -> DecodeError {
+    let offset = e.frame(frame).offset;
+    DecodeError::Data { chunk, frame, offset, cell: cell_of(indptr, e, pos), nonzero: e.nnz_lo + pos, problem }
 }
 
 /// Longest cell whose gaps (each at most 65,535) are summed in 32 bits: 65,537 x 65,535 = 2^32 - 1.
@@ -125,6 +134,7 @@ pub(crate) fn gap_error(
                 &ctx.indptr,
                 chunk,
                 e,
+                FrameKind::Gaps,
                 i as u64,
                 "gap of 0 repeats the previous gene (indices must strictly increase)".into(),
             );
@@ -135,10 +145,11 @@ pub(crate) fn gap_error(
                 &ctx.indptr,
                 chunk,
                 e,
+                FrameKind::Gaps,
                 i as u64,
                 format!("gene index {acc} is not below n_genes = {n_genes}"),
             );
         }
     }
-    data_err(&ctx.indptr, chunk, e, start as u64, "invalid gaps".into())
+    data_err(&ctx.indptr, chunk, e, FrameKind::Gaps, start as u64, "invalid gaps".into())
 }

@@ -32,7 +32,14 @@ pub(crate) fn decode_chunk<V: CountValue>(
     let (vlo, vhi) = w.vals.split_at(n);
     if counts_into(vlo, vhi, values, ctx.mode) {
         let pos = (0..n).find(|&i| plane(vlo, vhi, i) == 0).expect("a zero was seen");
-        return Err(data_err(&ctx.indptr, chunk, e, pos as u64, "stored count is 0; zeros are never stored".into()));
+        return Err(data_err(
+            &ctx.indptr,
+            chunk,
+            e,
+            FrameKind::Vals,
+            pos as u64,
+            "stored count is 0; zeros are never stored".into(),
+        ));
     }
 
     decompress_exact(&mut w.dctx, &blob[e.gaps.range()], 2 * n, &mut w.gaps)
@@ -72,7 +79,7 @@ pub(crate) fn decode_chunk<V: CountValue>(
             check_position(p, prev, n).map_err(|m| frame_err(c, FrameKind::ValueExceptions, frame, m))?;
             prev = Some(p);
             let at = p as usize;
-            let fail = |m: String| data_err(&ctx.indptr, chunk, e, p.into(), m);
+            let fail = |m: String| data_err(&ctx.indptr, chunk, e, FrameKind::ValueExceptions, p.into(), m);
             if plane(vlo, vhi, at) != STREAM_MAX {
                 return Err(fail(format!(
                     "value exception at a stored count of {} (must be 65535)",
@@ -101,7 +108,7 @@ pub(crate) fn decode_chunk<V: CountValue>(
             check_position(p, prev, n).map_err(|m| frame_err(c, FrameKind::GapExceptions, frame, m))?;
             prev = Some(p);
             let at = p as usize;
-            let fail = |m: String| data_err(&ctx.indptr, chunk, e, p.into(), m);
+            let fail = |m: String| data_err(&ctx.indptr, chunk, e, FrameKind::GapExceptions, p.into(), m);
             if plane(glo, ghi, at) != STREAM_MAX {
                 return Err(fail(format!("gap exception at a stored gap of {} (must be 65535)", plane(glo, ghi, at))));
             }

@@ -301,9 +301,11 @@ impl Engine {
         out.n_genes = header.n_genes;
         out.chunk_cell_lo.clear();
         out.chunk_nnz_lo.clear();
+        out.chunk_frames.clear();
         for e in layout.chunks() {
             out.chunk_cell_lo.push(e.cell_lo);
             out.chunk_nnz_lo.push(e.nnz_lo);
+            out.chunk_frames.push((e.gaps.offset, e.vals.offset));
         }
         out.chunk_cell_lo.push(header.n_cells);
         out.chunk_nnz_lo.push(nnz);

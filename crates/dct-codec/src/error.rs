@@ -20,10 +20,14 @@ pub enum DecodeError {
         problem: String,
     },
     /// The decompressed data breaks a rule of the data model (gene range, repeated gene, zero count, exceptions).
-    #[error("chunk {chunk}, cell {cell}, nonzero {nonzero} of the tile: {problem}")]
+    #[error("chunk {chunk}, cell {cell}, nonzero {nonzero} of the tile ({frame} frame at offset {offset}): {problem}")]
     Data {
         /// Chunk number.
         chunk: u32,
+        /// The frame whose decompressed content breaks the rule.
+        frame: FrameKind,
+        /// Byte offset of that frame in the tile.
+        offset: u64,
         /// Local row (cell) in the tile.
         cell: u64,
         /// Index of the nonzero in the tile (`indptr` units).

@@ -38,6 +38,8 @@ pub struct TilePlanes {
     /// Per chunk: its first cell and first nonzero; one more entry for the end.
     pub(crate) chunk_cell_lo: Vec<u64>,
     pub(crate) chunk_nnz_lo: Vec<u64>,
+    /// Per chunk: the byte offsets of its gaps and vals frames in the tile, named by errors.
+    pub(crate) chunk_frames: Vec<(u64, u64)>,
     /// Chunk `c`'s gap planes at `2 * nnz_lo[c] ..`: `n_c` low bytes, then `n_c` high bytes.
     pub(crate) gaps: Vec<u8>,
     /// The count planes, laid out like `gaps`.
@@ -54,6 +56,7 @@ impl Default for TilePlanes {
             indptr: vec![0],
             chunk_cell_lo: vec![0],
             chunk_nnz_lo: vec![0],
+            chunk_frames: Vec::new(),
             gaps: Vec::new(),
             vals: Vec::new(),
             value_exceptions: Vec::new(),
@@ -158,7 +161,7 @@ impl TilePlanes {
         if counts_into(vl, vh, values, mode) {
             let i = vl.iter().zip(vh).position(|(&l, &h)| l == 0 && h == 0).unwrap_or(0);
             let problem = "stored count is 0; zeros are never stored".to_string();
-            return Err(DecodeError::Data { chunk: c as u32, cell: r as u64, nonzero: lo + i as u64, problem });
+            return Err(self.data_error(c, FrameKind::Vals, r, lo + i as u64, problem));
         }
         for x in exceptions_in(&self.value_exceptions, lo, hi) {
             values[(x.pos - lo) as usize] = V::from_count(x.payload);
@@ -207,7 +210,7 @@ impl TilePlanes {
                 g += u64::from(gexc[k].payload);
                 k += 1;
             }
-            let err = |problem: String| DecodeError::Data { chunk: c as u32, cell: r as u64, nonzero: pos, problem };
+            let err = |problem: String| self.data_error(c, FrameKind::Gaps, r, pos, problem);
             if i > 0 && g == 0 {
                 return err("gap of 0 repeats the previous gene (indices must strictly increase)".into());
             }
@@ -216,7 +219,15 @@ impl TilePlanes {
                 return err(format!("gene index {acc} is not below n_genes = {n_genes}"));
             }
         }
-        DecodeError::Data { chunk: c as u32, cell: r as u64, nonzero: lo, problem: "invalid gaps".into() }
+        self.data_error(c, FrameKind::Gaps, r, lo, "invalid gaps".into())
+    }
+
+    /// A data error of row `r` in chunk `c`'s `frame` (gaps or vals) at the tile's nonzero `nonzero`.
+    #[cold]
+    fn data_error(&self, c: usize, frame: FrameKind, r: usize, nonzero: u64, problem: String) -> DecodeError {
+        let (gaps, vals) = self.chunk_frames.get(c).copied().unwrap_or_default();
+        let offset = if frame == FrameKind::Vals { vals } else { gaps };
+        DecodeError::Data { chunk: c as u32, frame, offset, cell: r as u64, nonzero, problem }
     }
 }
 
@@ -267,7 +278,7 @@ pub(crate) fn decompress_chunk(
             let at = p as usize;
             let stored = u32::from(planes[at]) | u32::from(planes[n + at]) << 8;
             let global = e.nnz_lo + u64::from(p);
-            let data = |problem: String| data_err(&ctx.indptr, c as u32, e, u64::from(p), problem);
+            let data = |problem: String| data_err(&ctx.indptr, c as u32, e, kind, u64::from(p), problem);
             let what = if kind == FrameKind::GapExceptions { "gap" } else { "value" };
             if stored != STREAM_MAX {
                 return Err(data(format!("{what} exception at a stored {what} of {stored} (must be 65535)")));

@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
-use dct_codec::dct_format::ParsedTile;
-use dct_codec::{DecodeOptions, DecodedTile, Decoder, SparseRows, TilePlanes};
+use dct_codec::dct_format::{FrameKind, ParsedTile, TileLayout};
+use dct_codec::{DecodeError, DecodeOptions, DecodedTile, Decoder, SparseRows, TilePlanes};
 use serde_json::Value;
 
 use crate::largest_alloc::largest_allocation;
@@ -285,6 +285,38 @@ fn errors_name_the_place() {
     assert!(msg("indptr_not_monotone.dct").contains("indptr[3]"), "{}", msg("indptr_not_monotone.dct"));
     assert!(msg("gaps_off_unaligned.dct").contains("chunk 1 gaps_off"), "{}", msg("gaps_off_unaligned.dct"));
     assert!(msg("vexc_positions_equal.dct").contains("vexc"), "{}", msg("vexc_positions_equal.dct"));
+}
+
+/// A data error names the frame whose content breaks the rule and that frame's byte offset, as the chunk table
+/// gives it, on the whole-tile and the row-by-row paths alike.
+#[test]
+fn data_errors_name_the_frame_and_its_offset() {
+    let dir = tiles_dir("bad");
+    let cases = [
+        ("zero_count.dct", FrameKind::Vals),
+        ("zero_gap_repeats_gene.dct", FrameKind::Gaps),
+        ("gene_index_reaches_n_genes_in_stream.dct", FrameKind::Gaps),
+    ];
+    for (file, kind) in cases {
+        let blob = std::fs::read(dir.join(file)).unwrap();
+        let layout = TileLayout::parse(&blob).unwrap();
+        let mut decoder = Decoder::new(DecodeOptions { verify_crc: false, threads: 1 });
+        let whole = decoder.decode::<u32>(&blob).unwrap_err();
+        let mut planes = TilePlanes::default();
+        let by_rows = decoder
+            .decode_planes_into(&blob, &mut planes)
+            .and_then(|()| {
+                let (mut i, mut v) = (Vec::new(), Vec::<u32>::new());
+                (0..planes.n_rows()).try_for_each(|r| planes.row_into(r, &mut i, &mut v))
+            })
+            .unwrap_err();
+        for (path, e) in [("whole", &whole), ("rows", &by_rows)] {
+            let DecodeError::Data { chunk, frame, offset, .. } = e else { panic!("{file} ({path}): {e}") };
+            let want = layout.chunks()[*chunk as usize].frame(kind).offset;
+            assert_eq!((*frame, *offset), (kind, want), "{file} ({path}): {e}");
+            assert!(e.to_string().contains(&format!("{kind} frame at offset {want}")), "{file} ({path}): {e}");
+        }
+    }
 }
 
 /// Tiles found by review or fuzzing that once broke the decoder (testdata/regressions).
