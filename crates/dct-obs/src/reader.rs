@@ -260,7 +260,7 @@ impl Obs {
         Ok(self.cached(column)?.1.arrays.clone())
     }
 
-    /// A localized column, all cells in global order (one copy).
+    /// A localized column, all cells in global order (one copy, into a vector a caller may take over).
     pub fn column(&self, column: &str) -> Result<ArrayRef> {
         let (c, col) = self.cached(column)?;
         concat_or_empty(&col.arrays, c)
@@ -571,5 +571,30 @@ mod tests {
                 assert_eq!(idx.locate(cell), Some(((cell / k) as usize, cell % k)), "{tiles:?} cell {cell}");
             }
         }
+    }
+
+    /// Joins and takes of numbers and codes build their buffers as Rust vectors nothing else holds, which the
+    /// Python binding hands to numpy whole (`Buffer::into_vec`) rather than copying.
+    #[test]
+    fn joined_and_taken_numbers_are_vectors_a_caller_can_take_over() {
+        use arrow_array::cast::AsArray;
+        use arrow_array::types::Int16Type;
+        let tiles: Vec<ArrayRef> = vec![
+            Arc::new(arrow_array::Int16Array::from(vec![1, 2, 3])),
+            Arc::new(arrow_array::Int16Array::from(vec![Some(-4), None])),
+        ];
+        let c = ObsColumn {
+            name: "n".into(),
+            kind: ColumnKind::Numeric,
+            arrow_type: crate::schema::ArrowType::Int16,
+            categories: None,
+        };
+        let vector = |a: ArrayRef| {
+            let values = a.as_primitive::<Int16Type>().values().clone();
+            drop(a);
+            values.into_inner().into_vec::<i16>().is_ok()
+        };
+        assert!(vector(concat_or_empty(&tiles, &c).unwrap()));
+        assert!(vector(take_located(&tiles, &[(1, 0), (0, 2), (0, 2)], &c).unwrap()));
     }
 }

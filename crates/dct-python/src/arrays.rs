@@ -1,5 +1,6 @@
 //! numpy arrays in and out: Rust vectors handed to numpy without a copy, and the value types a caller may ask for.
 
+use arrow_buffer::{ArrowNativeType, ScalarBuffer};
 use numpy::{IntoPyArray, PyArray1, PyArrayMethods, PyReadonlyArray1, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 
@@ -26,6 +27,19 @@ impl Values {
 /// A Rust vector as a 1-D numpy array that owns it (no copy).
 pub(crate) fn owned<T: numpy::Element>(py: Python<'_>, v: Vec<T>) -> Bound<'_, PyArray1<T>> {
     v.into_pyarray(py)
+}
+
+/// Arrow values as a 1-D numpy array: handed over without a copy when they are a Rust vector nothing else holds
+/// (the columns the obs reader's takes and joins build), copied otherwise (a view of the memory-mapped cache), so
+/// the array is writable and never aliases the cache.
+pub(crate) fn from_arrow<T>(py: Python<'_>, values: ScalarBuffer<T>) -> Bound<'_, PyArray1<T>>
+where
+    T: numpy::Element + ArrowNativeType,
+{
+    match values.into_inner().into_vec::<T>() {
+        Ok(v) => owned(py, v),
+        Err(shared) => PyArray1::from_slice(py, shared.typed_data::<T>()),
+    }
 }
 
 /// Global cell indices from an int64 array, as the readers take them. A negative one is the readers' own

@@ -437,7 +437,7 @@ impl PyCorpusObs {
         let out = pyo3::types::PyDict::new(py);
         for (name, array) in got {
             let kind = obs.column(&name).map_err(corpus_error)?.kind;
-            out.set_item(&name, crate::obs::array_to_py(py, &array, kind)?)?;
+            out.set_item(&name, crate::obs::array_to_py(py, array, kind)?)?;
         }
         Ok(out)
     }

@@ -20,7 +20,7 @@ use numpy::PyReadonlyArray1;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
-use crate::arrays::{cell_ids, owned};
+use crate::arrays::{cell_ids, from_arrow, owned};
 use crate::errors::{format_error, obs_error, value_error};
 
 /// A dataset's obs opened for reading (bound to the dataset's store).
@@ -40,9 +40,10 @@ impl PyObs {
     }
 
     /// `batch`'s columns as Python values (see the module docs), keyed by name in order.
-    fn columns_to_py<'py>(&self, py: Python<'py>, batch: &RecordBatch) -> PyResult<Bound<'py, PyDict>> {
+    fn columns_to_py<'py>(&self, py: Python<'py>, batch: RecordBatch) -> PyResult<Bound<'py, PyDict>> {
         let out = PyDict::new(py);
-        for (field, array) in batch.schema().fields().iter().zip(batch.columns()) {
+        let (schema, columns, _) = batch.into_parts();
+        for (field, array) in schema.fields().iter().zip(columns) {
             let kind = self.kind_of(field.name())?;
             out.set_item(field.name(), array_to_py(py, array, kind)?)?;
         }
@@ -105,14 +106,14 @@ impl PyObs {
         let cells = cell_ids(&cells, self.obs.n_cells())?;
         let refs: Vec<&str> = columns.iter().map(String::as_str).collect();
         let batch = py.detach(|| self.obs.take(&cells, &refs)).map_err(obs_error)?;
-        self.columns_to_py(py, &batch)
+        self.columns_to_py(py, batch)
     }
 
     /// Every cell of localized `columns`.
     fn table<'py>(&self, py: Python<'py>, columns: Vec<String>) -> PyResult<Bound<'py, PyDict>> {
         let refs: Vec<&str> = columns.iter().map(String::as_str).collect();
         let batch = py.detach(|| self.obs.table(&refs)).map_err(obs_error)?;
-        self.columns_to_py(py, &batch)
+        self.columns_to_py(py, batch)
     }
 
     /// Stored bytes per column: `(name, compressed, uncompressed)` summed over the shards (reads their footers).
@@ -140,36 +141,42 @@ impl PyObs {
 /// One Arrow column as Python values: numbers and category codes as numpy arrays (missing codes as -1, missing
 /// numbers as NaN in float64), booleans as a bool array (a list with `None` when some are missing), strings as a
 /// list of `str` / `None`.
-pub(crate) fn array_to_py<'py>(py: Python<'py>, a: &ArrayRef, kind: ColumnKind) -> PyResult<Bound<'py, PyAny>> {
-    fn primitive<'py, T: ArrowPrimitiveType>(py: Python<'py>, a: &ArrayRef, kind: ColumnKind) -> Bound<'py, PyAny>
+pub(crate) fn array_to_py<'py>(py: Python<'py>, a: ArrayRef, kind: ColumnKind) -> PyResult<Bound<'py, PyAny>> {
+    fn primitive<'py, T: ArrowPrimitiveType>(
+        py: Python<'py>,
+        a: ArrayRef,
+        kind: ColumnKind,
+    ) -> PyResult<Bound<'py, PyAny>>
     where
         T::Native: numpy::Element + num_like::AsF64 + num_like::MinusOne,
     {
         use num_like::{AsF64, MinusOne};
-        let p = a.as_primitive::<T>();
-        match p.nulls().filter(|n| n.null_count() > 0) {
-            None => owned(py, p.values().to_vec()).into_any(),
+        // Its own handle on the values, then `a` dropped: a column only this call holds goes to numpy uncopied.
+        let (_, values, nulls) = a.as_primitive::<T>().clone().into_parts();
+        drop(a);
+        Ok(match nulls.filter(|n| n.null_count() > 0) {
+            None => from_arrow(py, values).into_any(),
             Some(nulls) if kind == ColumnKind::Category => {
-                let v = p.values().iter().zip(nulls.iter()).map(|(&v, ok)| if ok { v } else { T::Native::MINUS_ONE });
+                let v = values.iter().zip(nulls.iter()).map(|(&v, ok)| if ok { v } else { T::Native::MINUS_ONE });
                 owned(py, v.collect()).into_any()
             }
             Some(nulls) => {
-                let v = p.values().iter().zip(nulls.iter()).map(|(&v, ok)| if ok { v.as_f64() } else { f64::NAN });
+                let v = values.iter().zip(nulls.iter()).map(|(&v, ok)| if ok { v.as_f64() } else { f64::NAN });
                 owned(py, v.collect::<Vec<f64>>()).into_any()
             }
-        }
+        })
     }
     Ok(match a.data_type() {
-        DataType::Int8 => primitive::<Int8Type>(py, a, kind),
-        DataType::Int16 => primitive::<Int16Type>(py, a, kind),
-        DataType::Int32 => primitive::<Int32Type>(py, a, kind),
-        DataType::Int64 => primitive::<Int64Type>(py, a, kind),
-        DataType::UInt8 => primitive::<UInt8Type>(py, a, kind),
-        DataType::UInt16 => primitive::<UInt16Type>(py, a, kind),
-        DataType::UInt32 => primitive::<UInt32Type>(py, a, kind),
-        DataType::UInt64 => primitive::<UInt64Type>(py, a, kind),
-        DataType::Float32 => primitive::<Float32Type>(py, a, kind),
-        DataType::Float64 => primitive::<Float64Type>(py, a, kind),
+        DataType::Int8 => primitive::<Int8Type>(py, a, kind)?,
+        DataType::Int16 => primitive::<Int16Type>(py, a, kind)?,
+        DataType::Int32 => primitive::<Int32Type>(py, a, kind)?,
+        DataType::Int64 => primitive::<Int64Type>(py, a, kind)?,
+        DataType::UInt8 => primitive::<UInt8Type>(py, a, kind)?,
+        DataType::UInt16 => primitive::<UInt16Type>(py, a, kind)?,
+        DataType::UInt32 => primitive::<UInt32Type>(py, a, kind)?,
+        DataType::UInt64 => primitive::<UInt64Type>(py, a, kind)?,
+        DataType::Float32 => primitive::<Float32Type>(py, a, kind)?,
+        DataType::Float64 => primitive::<Float64Type>(py, a, kind)?,
         DataType::Boolean => {
             let b = a.as_boolean();
             if b.null_count() == 0 {
@@ -325,7 +332,7 @@ pub(crate) fn encode_frame<'py>(
     let schema = ObsSchema::parse(schema_text.as_bytes(), "obs schema").map_err(|e| value_error(e.to_string()))?;
     let batch = dct_obs::encode_obs(&schema, &tile_obs(&frame)?, rows).map_err(obs_error)?;
     let out = PyDict::new(py);
-    for (c, array) in schema.columns.iter().zip(batch.columns()) {
+    for (c, array) in schema.columns.iter().zip(batch.into_parts().1) {
         out.set_item(&c.name, array_to_py(py, array, c.kind)?)?;
     }
     Ok(out)
@@ -366,7 +373,7 @@ pub(crate) fn batch_to_py<'py>(py: Python<'py>, batch: &RecordBatch) -> PyResult
             DataType::Boolean => ColumnKind::Bool,
             _ => ColumnKind::Numeric,
         };
-        columns.append((field.name(), array_to_py(py, array, kind)?))?;
+        columns.append((field.name(), array_to_py(py, Arc::clone(array), kind)?))?;
     }
     let metadata = PyDict::new(py);
     for (k, v) in batch.schema().metadata() {

@@ -274,6 +274,38 @@ def test_take_matches_ground_truth_for_every_kind(built, cache):
     assert got["cell_type"].dtype == np.int8 and got["n_counts"].dtype == np.int64 and got["doublet"].dtype == bool
 
 
+def test_numbers_and_codes_reach_numpy_without_a_copy(built, cache, tmp_path):
+    """Numbers without missing values and category codes come as the vectors the Rust reader built, handed to
+    numpy (which owns no copy of its own; that they are handed over whole is checked in dct-obs); they are writable
+    and never alias the cache, which a later read shows; a one-tile column, which Arrow hands back as the cache's
+    own view, is copied into an array numpy owns."""
+    root, full, obs, *_ = built
+    store = open_dataset(root, cache_dir=cache).obs
+    columns = ["n_counts", "donor"]
+    store.localize(columns)
+    idx = np.array([349, 0, 120, 120, 7])
+    taken = store.take(idx, columns)
+    whole = store._r().table(columns)  # what to_pandas builds its frame from
+    for name in columns:
+        for got, cells in ((taken[name], idx), (whole[name], np.arange(N))):
+            assert not got.flags.owndata and got.base is not None, name
+            assert_column_equal(got, expected_column(obs, name, cells), name)
+            got[:] = 0
+    again = store.take(idx, columns)
+    for name in columns:
+        assert_column_equal(again[name], expected_column(obs, name, idx), name)
+
+    one = str(tmp_path / "one")
+    with DatasetWriter(one, n_genes=30, tile_size=TILE, obs_schema=ObsSchema.infer([obs]), level=3) as w:
+        w.add_tile(full[:TILE], obs=obs.iloc[:TILE])
+    single = open_dataset(one, cache_dir=cache).obs
+    single.localize(["n_counts"])
+    first = single._r().table(["n_counts"])["n_counts"]
+    assert first.flags.owndata and first.flags.writeable
+    first[:] = -1
+    assert_column_equal(single._r().table(["n_counts"])["n_counts"], obs["n_counts"].to_numpy()[:TILE], "n_counts")
+
+
 def test_take_basics(built, cache):
     root, _, obs, *_ = built
     store = open_dataset(root, cache_dir=cache).obs

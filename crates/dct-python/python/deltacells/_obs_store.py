@@ -167,10 +167,11 @@ class ObsStore:
         """The values of ``columns`` at global cells ``indices`` (any order, repeats allowed), in request order.
 
         Category columns come as their int8/16/32 codes (-1 for missing; labels: :meth:`categories`), numbers in
-        their stored dtype (float64 with NaN when some are missing), booleans as bool arrays, strings (and
-        booleans with missing values) as object arrays with ``None``. ``indices`` are integers or a boolean mask with
-        one entry per cell, as in numpy. Columns not local yet are fetched first,
-        with a ``UserWarning`` unless ``warn=False``.
+        their stored dtype (float64 with NaN when some are missing); codes and numbers without missing values are
+        the buffers the reader built, handed to numpy without a copy (writable; never the cache itself). Booleans
+        come as bool arrays, strings (and booleans with missing values) as object arrays with ``None``. ``indices``
+        are integers or a boolean mask with one entry per cell, as in numpy. Columns not local yet are fetched
+        first, with a ``UserWarning`` unless ``warn=False``.
         """
         cols = self._check_columns(columns)
         idx = cell_indices(indices, self.manifest.n_cells)
