@@ -332,6 +332,48 @@ mod tests {
     }
 
     #[test]
+    fn rows_of_every_density_match_a_sort() {
+        // A seeded (splitmix64) shuffle of 2,000 member genes, 1,500 of them in a reversed 2,500-gene vocabulary:
+        // rows from a gene or two to every gene, so words of the row's bits hold from none to all 64.
+        let mut state = 7u64;
+        let mut next = move || {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        };
+        let n = 2000usize;
+        let mut order: Vec<usize> = (0..n).collect();
+        for i in (1..n).rev() {
+            order.swap(i, (next() % (i as u64 + 1)) as usize);
+        }
+        let member: Vec<String> = order.iter().map(|g| format!("g{g}")).collect();
+        let vocabulary: Vec<String> = (0..2500).rev().filter(|g| g % 4 != 0).map(|g| format!("g{g}")).collect();
+        let m = GeneMap::build(&names(1), &[member], &GeneSpace::Given(vocabulary)).unwrap();
+        let columns = m.member(0);
+        RowScratch::with(m.genes().len(), |scratch| {
+            for per_10k in [1u64, 10, 500, 2_000, 5_000, 9_000, 10_000] {
+                for _ in 0..5 {
+                    let indices: Vec<i32> = (0..n as i32).filter(|_| next() % 10_000 < per_10k).collect();
+                    let values: Vec<u32> = indices.iter().map(|_| (next() % 1000) as u32 + 1).collect();
+                    let k = columns.kept_in(&indices);
+                    let (mut i, mut v) = (vec![-1; k], vec![0u32; k]);
+                    columns.write_row(&indices, &values, &mut i, &mut v, scratch);
+                    let mut want: Vec<(i32, u32)> = indices
+                        .iter()
+                        .zip(&values)
+                        .filter_map(|(&j, &x)| columns.corpus_column(j as usize).map(|c| (c as i32, x)))
+                        .collect();
+                    want.sort_unstable();
+                    let got: Vec<(i32, u32)> = i.iter().copied().zip(v.iter().copied()).collect();
+                    assert_eq!(got, want, "{per_10k} in 10,000 genes");
+                }
+            }
+        });
+    }
+
+    #[test]
     fn refusals_name_the_member_and_gene() {
         let e = GeneMap::build(&names(2), &[strings(&["a"]), strings(&["b", "b"])], &GeneSpace::Union).unwrap_err();
         assert!(matches!(&e, CorpusError::DuplicateGene { member, gene } if member == "m1" && gene == "b"), "{e}");
