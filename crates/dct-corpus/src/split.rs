@@ -1,7 +1,9 @@
 //! [`Corpus::split`]: deterministic, disjoint parts of a corpus in given fractions, whole groups of cells (those
 //! sharing an obs value, e.g. a donor) to one part.
 //!
-//! Single cells go to the part their seeded hash falls in. Groups are dealt: member by member, each member's new
+//! Single cells are dealt member by member: a member's cells in the seeded order of their hashes, the first
+//! `fraction * cells` (rounded at each part's running total) to the first part, and so on, so every part holds its
+//! fraction of each member's cells to within one cell. Groups are dealt: member by member, each member's new
 //! groups (values no earlier member has) in a seeded order, each to the part furthest below its fraction of the
 //! cells dealt so far (a group weighing its cells in the member where it first appears). Every part then ends
 //! within about one group's cells of its fraction, as close as the groups' sizes allow, and a member added at the
@@ -11,7 +13,7 @@ use std::collections::HashMap;
 
 use arrow_array::ArrayRef;
 use arrow_array::cast::AsArray;
-use arrow_array::types::Int32Type;
+use arrow_array::types::{Float64Type, Int32Type};
 use arrow_schema::DataType;
 use dct_dataset::dct_obs::ColumnKind;
 
@@ -23,7 +25,8 @@ use crate::selection::SelectionBuilder;
 
 impl Corpus {
     /// Disjoint parts covering every cell, one per `(name, fraction)` (fractions summing to 1). Without `by`, each
-    /// cell goes to the part its seeded hash (of its member's name and its place there) falls in. With `by`, whole
+    /// member's cells are ranked by their seeded hash (of the member's name and the cell's place there) and cut at
+    /// the fractions, so each part holds its fraction of every member's cells to within one. With `by`, whole
     /// groups of cells sharing that obs column's value (cells missing it form one group) go to one part, dealt so
     /// that each part comes within about one group's cells of its fraction (see the module documentation). The
     /// same `(fractions, by, seed)` always gives the same parts, also after members are added at the end.
@@ -68,23 +71,44 @@ impl Corpus {
             .collect()
     }
 
-    /// Each cell to the part its seeded hash falls in.
+    /// Each member's cells, ranked by their seeded hash, cut at the fractions' running totals.
     fn split_cells(&self, targets: &[f64], seed: u64, parts: &mut [SelectionBuilder]) -> Result<(), CorpusError> {
-        let mut bounds = Vec::with_capacity(targets.len());
-        let mut acc = 0.0;
-        for f in targets {
-            acc += f;
-            bounds.push(acc);
-        }
         let member_hash: Vec<u64> = self.members().iter().map(|m| fnv(m.name.as_bytes())).collect();
+        // The current member's cells: (hash, corpus cell). A member's cells are contiguous in corpus order.
+        let mut pending: Vec<(u64, u64)> = Vec::new();
+        let mut member = None;
+        let cut = |pending: &mut Vec<(u64, u64)>, parts: &mut [SelectionBuilder]| -> Result<(), CorpusError> {
+            pending.sort_unstable();
+            let n = pending.len() as f64;
+            let (mut acc, mut lo) = (0.0, 0usize);
+            for (p, f) in targets.iter().enumerate() {
+                acc += f;
+                let hi = if p + 1 == targets.len() {
+                    pending.len()
+                } else {
+                    ((acc * n).round() as usize).min(pending.len())
+                };
+                let mut cells: Vec<u64> = pending[lo..hi.max(lo)].iter().map(|&(_, c)| c).collect();
+                cells.sort_unstable();
+                for c in cells {
+                    parts[p].push(self.selection().base_cell(c, 0)?);
+                }
+                lo = hi.max(lo);
+            }
+            pending.clear();
+            Ok(())
+        };
         self.for_each_block(|cells, members| {
             for (&c, &(m, local)) in cells.iter().zip(members) {
-                let u = (mix(seed, mix(member_hash[m as usize], local)) >> 11) as f64 / (1u64 << 53) as f64;
-                let part = bounds.iter().position(|&b| u < b).unwrap_or(bounds.len() - 1);
-                parts[part].push(self.selection().base_cell(c, 0)?);
+                if member != Some(m) {
+                    cut(&mut pending, parts)?;
+                    member = Some(m);
+                }
+                pending.push((mix(seed, mix(member_hash[m as usize], local)), c));
             }
             Ok(())
-        })
+        })?;
+        cut(&mut pending, parts)
     }
 
     /// The part of each group of column `name` (by its key): groups dealt member by member, each member's new
@@ -164,9 +188,28 @@ fn group_keys(column: &CorpusObsColumn, a: &ArrayRef) -> Vec<u64> {
         _ => {
             let text = arrow_cast::cast(a, &DataType::Utf8)
                 .unwrap_or_else(|_| arrow_array::new_null_array(&DataType::Utf8, a.len()));
-            text.as_string::<i32>().iter().map(|v| v.map_or(MISSING, |v| fnv(v.as_bytes()))).collect()
+            // A whole number keys as its integer text whatever its type: a column stored as integers in some
+            // members and as floats in others (widened to floats across the corpus) keeps its groups' keys when
+            // a member of the other type is added.
+            let whole = matches!(a.data_type(), DataType::Float16 | DataType::Float32 | DataType::Float64)
+                .then(|| arrow_cast::cast(a, &DataType::Float64).ok())
+                .flatten();
+            let whole = whole.as_ref().map(|w| w.as_primitive::<Float64Type>());
+            text.as_string::<i32>()
+                .iter()
+                .enumerate()
+                .map(|(i, v)| match whole.and_then(|w| integral(w.value(i))) {
+                    Some(n) if v.is_some() => fnv(n.to_string().as_bytes()),
+                    _ => v.map_or(MISSING, |v| fnv(v.as_bytes())),
+                })
+                .collect()
         }
     }
+}
+
+/// `x` as an integer when it is a whole number an `i64` holds.
+fn integral(x: f64) -> Option<i64> {
+    (x.fract() == 0.0 && x.abs() < 9.2e18).then_some(x as i64)
 }
 
 /// FNV-1a, 64 bits: a stable hash of bytes (the same on every platform and run).

@@ -28,7 +28,8 @@
 //!   * `reader.py` and `obs.py`: the original package's module faces over those and `dataset.py`, so that no module
 //!     imports one that imports it.
 //!   * `_files.py`: atomic file writes.
-//!   * `_indices.py`: cell indices as numpy means them (integers, or a boolean mask of one entry per cell).
+//!   * `_indices.py`: cell indices as numpy means them (integers, or a boolean mask of one entry per cell);
+//!     `_seeds.py`: seeds as torch takes them (a negative one modulo 2^64), refused when the object is made.
 //!   * `torch.py`: the training loader (over a dataset or a corpus); `_batch_slots.py`: the reused memory its
 //!     batches are decoded into, shared with the training process when DataLoader workers hand them over.
 //!   * `corpus.py`: `open_corpus`, `Corpus` and `CorpusObs` over `_core.Corpus`; `lightning.py`: the Lightning

@@ -200,3 +200,49 @@ def test_weighted_and_stratified_epochs_keep_the_loader_s_guarantees(donors):
             again.load_state_dict(first.state_dict())
             assert taken + epoch(again) == whole, (options, workers)
             del first, again
+
+
+def test_a_split_by_cell_holds_its_fraction_of_every_member(donors):
+    """Each part of a split without ``by`` holds its fraction of each member's cells to within one cell, counted
+    from the obs each cell carries (the cells themselves, not the part's own count)."""
+    corpus, truth, _ = donors
+    member_of = corpus.member_of(np.arange(corpus.n_cells))
+    per_member = np.bincount(member_of)
+    for fractions in ({"train": 0.8, "val": 0.1, "test": 0.1}, {"a": 0.5, "b": 0.5}, {"x": 0.7, "y": 0.3}):
+        for seed in range(5):
+            parts = corpus.split(fractions, seed=seed)
+            scores = []
+            for name, part in parts.items():
+                got = part.member_cells
+                want = np.array([fractions[name] * n for n in per_member])
+                assert np.all(np.abs(np.array(got) - want) <= 1), (fractions, seed, name, got)
+                scores.extend(part.obs.take(np.arange(part.n_cells), ["score"])["score"].tolist())
+            assert sorted(scores) == sorted(truth["score"]), "disjoint and covering"
+
+
+def test_seeds_are_taken_as_torch_takes_them_and_refused_when_made(donors):
+    """A negative seed is the same seed modulo 2**64 (as ``torch.Generator.manual_seed`` takes it), for a split
+    and for the loader's epochs; a seed that is not an integer or out of range is refused when the split is asked
+    or the dataset made, not in a worker."""
+    torch = require("torch")
+    from deltacells.torch import DeltaCellsIterableDataset
+
+    corpus, _, _ = donors
+    wrapped = corpus.split({"a": 0.5, "b": 0.5}, seed=(1 << 64) - 1)
+    negative = corpus.split({"a": 0.5, "b": 0.5}, seed=-1)
+    for k in "ab":
+        cells = np.arange(wrapped[k].n_cells)
+        assert wrapped[k].n_cells == negative[k].n_cells
+        scores = [part[k].obs.take(cells, ["score"])["score"] for part in (wrapped, negative)]
+        assert np.array_equal(*scores)
+    assert [b["index"].tolist() for b in DeltaCellsIterableDataset(corpus, 8, seed=-7)] == [
+        b["index"].tolist() for b in DeltaCellsIterableDataset(corpus, 8, seed=(1 << 64) - 7)
+    ]
+    assert DeltaCellsIterableDataset(corpus, 8, seed=np.int64(-7)).seed == (1 << 64) - 7
+    for bad, error in ((1 << 64, ValueError), (-(1 << 63) - 1, ValueError), (1.5, TypeError), ("3", TypeError),
+                       (True, TypeError)):
+        with pytest.raises(error, match="seed"):
+            corpus.split({"a": 1.0}, seed=bad)
+        with pytest.raises(error, match="seed"):
+            DeltaCellsIterableDataset(corpus, 8, seed=bad)
+    assert torch.Generator().manual_seed(-1).initial_seed() == (1 << 64) - 1  # the rule followed

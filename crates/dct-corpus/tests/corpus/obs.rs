@@ -347,3 +347,56 @@ fn a_column_of_two_kinds_is_refused_naming_both_members_and_the_others_stay_usab
         assert_eq!(&label, want, "cell {i}");
     }
 }
+
+#[test]
+fn split_by_cell_gives_each_part_its_fraction_of_every_member_within_one_cell() {
+    let s = setup();
+    let obs = s.corpus.obs(&options(s._tmp.path())).unwrap();
+    let sizes = s.corpus.member_cells();
+    for fractions in [[0.6, 0.2, 0.2], [0.8, 0.1, 0.1], [1.0 / 3.0, 1.0 / 3.0, 1.0 / 3.0], [0.5, 0.5, 0.0]] {
+        let named: Vec<(String, f64)> =
+            ["train", "val", "test"].iter().zip(fractions).map(|(k, f)| (k.to_string(), f)).collect();
+        for seed in 0..10 {
+            let parts = s.corpus.split(&obs, &named, None, seed).unwrap();
+            let (_, part_of) = part_sizes(&parts, s.corpus.n_cells());
+            assert!(part_of.iter().all(|&p| p < 3), "covering");
+            for (p, (_, part)) in parts.iter().enumerate() {
+                for (m, (&got, &n)) in part.member_cells().iter().zip(&sizes).enumerate() {
+                    let want = fractions[p] * n as f64;
+                    assert!((got as f64 - want).abs() <= 1.0, "{fractions:?} seed {seed}: member {m} part {p} {got}");
+                }
+            }
+        }
+    }
+    // The seed orders each member's cells: another seed, other cells in each part.
+    let named = vec![("a".to_string(), 0.5), ("b".to_string(), 0.5)];
+    let first = |seed| s.corpus.split(&obs, &named, None, seed).unwrap()[0].1.selection().clone();
+    assert!((1..5).any(|seed| first(seed) != first(0)), "five seeds gave one split");
+}
+
+#[test]
+fn split_by_numbers_keeps_its_groups_when_a_member_stores_them_as_floats() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut members = Vec::new();
+    for i in 0..2 {
+        let dir = tmp.path().join(format!("m{i}"));
+        member(&dir, 40, &["T"], &["d1"], true, 60 + i as u64);
+        members.push(open(&dir, &format!("m{i}")));
+    }
+    let corpus = Corpus::open(members.clone(), &GeneKey::VarNames, &GeneSpace::Union).unwrap();
+    let obs = corpus.obs(&options(tmp.path())).unwrap();
+    // n_counts is int64 in the first members and float32 in the late one: floats across the grown corpus.
+    let late = tmp.path().join("late");
+    member(&late, 24, &["T"], &["d1"], false, 70);
+    members.push(open(&late, "late"));
+    let grown = Corpus::open(members, &GeneKey::VarNames, &GeneSpace::Union).unwrap();
+    let grown_obs = grown.obs(&options(tmp.path())).unwrap();
+    let named = vec![("train".to_string(), 0.6), ("val".to_string(), 0.2), ("test".to_string(), 0.2)];
+    let n = corpus.n_cells();
+    for seed in 0..5 {
+        let (_, before) = part_sizes(&corpus.split(&obs, &named, Some("n_counts"), seed).unwrap(), n);
+        let parts = grown.split(&grown_obs, &named, Some("n_counts"), seed).unwrap();
+        let (_, after) = part_sizes(&parts, grown.n_cells());
+        assert_eq!(&after[..n as usize], &before[..], "seed {seed}: old cells moved");
+    }
+}

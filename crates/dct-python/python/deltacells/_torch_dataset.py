@@ -17,6 +17,7 @@ import torch.utils.data
 
 import deltacells
 from deltacells import _batch_slots, _core
+from deltacells._seeds import as_seed
 
 if TYPE_CHECKING:  # pragma: no cover
     from deltacells._obs_store import ObsStore
@@ -83,7 +84,8 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         batch_size: cells per batch.
         shuffle: shuffle tiles and cells each epoch (``False``: cell order).
         shuffle_tiles: tiles per shuffling window; that many decoded tiles are held at once.
-        seed: seed of the shuffles (with the epoch, :meth:`set_epoch`).
+        seed: seed of the shuffles (with the epoch, :meth:`set_epoch`): an integer in -2**63..2**64, a negative one
+            taken modulo 2**64 as ``torch.Generator.manual_seed`` does.
         drop_last: every batch of ``batch_size`` cells: cells that would make a short batch are left out.
         remainder: ``"drop"`` (no cell goes to two ranks; up to ``world_size - 1`` cells left out) or ``"wrap"``
             (every cell served, a few twice) to give every rank the same number of batches.
@@ -158,7 +160,7 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         self.batch_size = int(batch_size)
         self.shuffle = bool(shuffle)
         self.shuffle_tiles = int(shuffle_tiles)
-        self.seed = int(seed)
+        self.seed = as_seed(seed)
         self.drop_last = bool(drop_last)
         self.remainder = remainder
         self.obs_columns = [obs_columns] if isinstance(obs_columns, str) else list(obs_columns)

@@ -18,6 +18,7 @@ import numpy as np
 
 from deltacells import _core
 from deltacells._indices import cell_indices
+from deltacells._seeds import as_seed
 from deltacells._tiles import SparseBatch, as_values_dtype
 from deltacells.backends import Backend, backend_or_path
 from deltacells.dataset import DeltaCellsDataset
@@ -212,10 +213,12 @@ class Corpus:
         ``by`` (an obs column, e.g. ``"donor_id"``; cells missing it form one group) whole groups of cells sharing
         its value go to one part, so no group is in two parts: groups are dealt member by member, each member's new
         groups in a seeded order, each to the part furthest below its fraction, so each part comes within about one
-        group's cells of its fraction (a part of ``0`` gets none). Without ``by`` each cell goes to the part its
-        seeded hash falls in. The same ``(fractions, by, seed)`` always gives the same parts, also after members are
-        added at the end (they deal only their own new groups). Memory: one entry per group."""
-        parts = self.obs._core.split([(str(k), float(v)) for k, v in fractions.items()], by, int(seed))
+        group's cells of its fraction (a part of ``0`` gets none). Without ``by`` each member's cells, in a seeded
+        order, are cut at the fractions, so each part holds its fraction of every member's cells to within one cell.
+        The same ``(fractions, by, seed)`` always gives the same parts, also after members are added at the end
+        (they deal only their own cells and new groups); ``seed`` as :class:`DeltaCellsIterableDataset` takes it.
+        Memory: one entry per group, and 16 bytes per cell of the largest member without ``by``."""
+        parts = self.obs._core.split([(str(k), float(v)) for k, v in fractions.items()], by, as_seed(seed))
         return {name: self._selected(core) for name, core in parts}
 
     def _selected(self, core: Any) -> Corpus:
