@@ -86,7 +86,7 @@ def test_a_column_of_two_kinds_is_refused_naming_both_members_and_the_others_sta
     write_member(roots[1], b, seed=2)
     corpus = open_corpus(roots, cache_dir=str(tmp_path / "cache"))
     obs = corpus.obs
-    assert obs.columns == ["cell_type"], "the conflicting column is left out, the other kept"
+    assert obs.columns == ["cell_type", "batch"], "the union, the conflicting column last"
     assert list(obs.conflicts) == ["batch"]
     reason = obs.conflicts["batch"]
     assert roots[0] in reason and roots[1] in reason and "category" in reason and "numeric" in reason

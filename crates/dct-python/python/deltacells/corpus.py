@@ -247,14 +247,15 @@ class CorpusObs:
 
     @property
     def columns(self) -> list[str]:
-        """The columns, in order of first appearance across members (not those in :attr:`conflicts`)."""
-        return list(self._kinds)
+        """The union of the members' obs columns: those of one kind in order of first appearance, then those in
+        :attr:`conflicts` (reading one of them is a ``ValueError`` naming both members)."""
+        return list(self._kinds) + [c for c in self._conflicts if c not in self._kinds]
 
     @property
     def conflicts(self) -> dict[str, str]:
         """The columns whose kind differs between members (a category in one, numbers in another), each with the
-        reason naming both members. They are left out of :attr:`columns`, and using one is a ``ValueError``
-        saying so; the other columns are unaffected."""
+        reason naming both members. They come last in :attr:`columns`, and using one is a ``ValueError`` saying
+        so; the other columns are unaffected."""
         return dict(self._conflicts)
 
     def kind(self, column: str) -> str:
