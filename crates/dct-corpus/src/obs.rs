@@ -148,18 +148,23 @@ impl CorpusObs {
     }
 
     /// Makes `columns` local in every member that has them (see `dct_obs::Obs::localize`).
-    pub fn localize(&self, corpus: &Corpus, columns: &[&str]) -> Result<(), CorpusError> {
+    ///
+    /// Returns the columns that were fetched from (or rebuilt out of) some member's shards rather than found in the
+    /// node's cache, in the order asked.
+    pub fn localize(&self, corpus: &Corpus, columns: &[&str]) -> Result<Vec<String>, CorpusError> {
         for &name in columns {
             self.column(name)?;
         }
+        let mut fetched = std::collections::HashSet::new();
         for (m, obs) in self.members.iter().enumerate() {
             let Some(obs) = obs else { continue };
             let present: Vec<&str> = columns.iter().copied().filter(|&c| obs.schema().column(c).is_some()).collect();
             if !present.is_empty() {
-                obs.localize_blocking(&present).map_err(|e| obs_error(corpus, m, e))?;
+                let report = obs.localize_blocking(&present).map_err(|e| obs_error(corpus, m, e))?;
+                fetched.extend(report.fetched.into_iter().chain(report.rebuilt));
             }
         }
-        Ok(())
+        Ok(columns.iter().filter(|c| fetched.contains(**c)).map(|c| c.to_string()).collect())
     }
 
     /// The values of `columns` (localized) at corpus `cells`, in request order: category columns as `Int32` codes

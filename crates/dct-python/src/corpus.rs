@@ -415,8 +415,9 @@ impl PyCorpusObs {
         Ok(c.categories.clone())
     }
 
-    /// Makes `columns` local in every member that has them (the GIL released).
-    fn localize(&self, py: Python<'_>, columns: Vec<String>) -> PyResult<()> {
+    /// Makes `columns` local in every member that has them (the GIL released); returns those some member fetched
+    /// from its shards.
+    fn localize(&self, py: Python<'_>, columns: Vec<String>) -> PyResult<Vec<String>> {
         let (corpus, obs) = self.get()?;
         let refs: Vec<&str> = columns.iter().map(String::as_str).collect();
         py.detach(|| obs.localize(corpus, &refs)).map_err(corpus_error)

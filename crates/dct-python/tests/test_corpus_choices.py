@@ -246,3 +246,25 @@ def test_seeds_are_taken_as_torch_takes_them_and_refused_when_made(donors):
         with pytest.raises(error, match="seed"):
             DeltaCellsIterableDataset(corpus, 8, seed=bad)
     assert torch.Generator().manual_seed(-1).initial_seed() == (1 << 64) - 1  # the rule followed
+
+
+def test_corpus_obs_takes_the_dataset_s_call_form_and_warns_only_for_a_fetch(tmp_path):
+    """``corpus.obs.take(cells, columns, warn=False)``, as code written for a dataset's obs calls it; a column some
+    member must fetch warns once (unless ``warn=False``), one found in the node's cache does not."""
+    rng = np.random.default_rng(8)
+    roots = []
+    for i in range(2):
+        obs = pd.DataFrame({"donor": pd.Categorical(rng.choice(["p", "q"], 20)), "score": rng.random(20)})
+        roots.append(str(tmp_path / f"m{i}"))
+        write_member(roots[-1], obs, seed=30 + i)
+    cache = str(tmp_path / "cache")
+    with pytest.warns(UserWarning, match="donor"):
+        open_corpus(roots, cache_dir=cache).obs.take([0, 39], ["donor"])
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert open_corpus(roots, cache_dir=cache).obs.take([0, 39], ["donor"])["donor"].shape == (2,)  # cached
+        fresh = open_corpus(roots, cache_dir=str(tmp_path / "other"))
+        assert len(fresh.obs.take_pandas([1, 2], ["score"], warn=False)) == 2
+        assert fresh.obs.localize(["donor"]) == ["donor"] and fresh.obs.localize(["donor"]) == []

@@ -468,7 +468,7 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
             return {}
         got: dict[str, Any]
         if isinstance(self.uri, deltacells.Corpus):
-            got = self.uri.obs.take(cells, self.obs_columns)
+            got = self.uri.obs.take(cells, self.obs_columns, warn=False)
         else:
             # Not None: __init__ refuses obs_columns for a dataset without obs.
             obs = cast("ObsStore", self.dataset.obs)

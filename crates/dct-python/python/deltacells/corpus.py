@@ -10,6 +10,7 @@ corpus can be pickled into ``DataLoader`` workers and rebuilt after ``fork``.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Union
@@ -274,32 +275,48 @@ class CorpusObs:
             raise ValueError(f"obs column {column!r} is not categorical (it is {self.kind(column)})")
         return list(cats)
 
-    def localize(self, columns: str | Sequence[str]) -> None:
-        """Makes ``columns`` local in every member that has them (once per node)."""
+    def localize(self, columns: str | Sequence[str]) -> list[str]:
+        """Makes ``columns`` local in every member that has them (once per node); returns those some member
+        fetched from its shards rather than found in the node's cache."""
         cols = [columns] if isinstance(columns, str) else list(columns)
-        self._core.localize(cols)
+        fetched = list(self._core.localize(cols))
         self._local.update(cols)
+        return fetched
 
-    def take(self, cells: Sequence[int] | np.ndarray, columns: str | Sequence[str]) -> dict[str, Any]:
+    def take(
+        self, cells: Sequence[int] | np.ndarray, columns: str | Sequence[str], *, warn: bool = True
+    ) -> dict[str, Any]:
         """The values of ``columns`` at corpus ``cells`` (localized first), in request order: category columns as
         codes into the corpus's vocabulary (-1 missing, also for cells whose member lacks the column), numbers
-        (NaN missing), booleans, strings as lists (``None`` missing)."""
-        cols = [columns] if isinstance(columns, str) else list(columns)
+        (NaN missing), booleans, strings as lists (``None`` missing). Columns some member had to fetch from its
+        shards (not in the node's cache yet) give a ``UserWarning`` unless ``warn=False``, as a dataset's
+        ``obs.take`` does."""
+        return self._take(cells, [columns] if isinstance(columns, str) else list(columns), warn, 3)
+
+    def _take(self, cells: Sequence[int] | np.ndarray, cols: list[str], warn: bool, stacklevel: int) -> dict[str, Any]:
         for c in cols:
             self.kind(c)
         missing = [c for c in cols if c not in self._local]
-        if missing:
-            self.localize(missing)
+        fetched = self.localize(missing) if missing else []
+        if fetched and warn:
+            warnings.warn(
+                f"obs columns {fetched} were not in the local cache of every member; they were fetched now. Call "
+                "corpus.obs.localize([...]) (or pass obs_columns=... to the loader) up front to avoid this stall.",
+                UserWarning,
+                stacklevel=stacklevel,
+            )
         got = self._core.take(cell_indices(cells, self._n_cells), cols)
         return {c: got[c] for c in cols}
 
-    def take_pandas(self, cells: Sequence[int] | np.ndarray, columns: str | Sequence[str]) -> Any:
+    def take_pandas(
+        self, cells: Sequence[int] | np.ndarray, columns: str | Sequence[str], *, warn: bool = True
+    ) -> Any:
         """:meth:`take` as a pandas DataFrame in request order; category columns are pandas categoricals with the
         corpus's vocabulary."""
         import pandas as pd
 
         cols = [columns] if isinstance(columns, str) else list(columns)
-        got = self.take(cells, cols)
+        got = self._take(cells, cols, warn, 3)
         frame: dict[str, Any] = {}
         for c in cols:
             if self.kind(c) == "category":
