@@ -88,12 +88,12 @@ impl Corpus {
                 } else {
                     ((acc * n).round() as usize).min(pending.len())
                 };
-                let mut cells: Vec<u64> = pending[lo..hi.max(lo)].iter().map(|&(_, c)| c).collect();
+                let mut cells: Vec<u64> = pending[lo..hi].iter().map(|&(_, c)| c).collect();
                 cells.sort_unstable();
                 for c in cells {
                     parts[p].push(self.selection().base_cell(c, 0)?);
                 }
-                lo = hi.max(lo);
+                lo = hi;
             }
             pending.clear();
             Ok(())
