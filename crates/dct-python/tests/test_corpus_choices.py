@@ -218,6 +218,15 @@ def test_a_split_by_cell_holds_its_fraction_of_every_member(donors):
                 assert np.all(np.abs(np.array(got) - want) <= 1), (fractions, seed, name, got)
                 scores.extend(part.obs.take(np.arange(part.n_cells), ["score"])["score"].tolist())
             assert sorted(scores) == sorted(truth["score"]), "disjoint and covering"
+    # Over a selection: the fractions are of each member's selected cells.
+    flagged = corpus.where(flag=[True])
+    per_member = np.bincount(flagged.member_of(np.arange(flagged.n_cells)), minlength=len(corpus.members))
+    assert sum(per_member) == int(truth["flag"].sum())
+    for seed in range(5):
+        parts = flagged.split({"a": 0.7, "b": 0.3}, seed=seed)
+        for name, f in (("a", 0.7), ("b", 0.3)):
+            assert np.all(np.abs(np.array(parts[name].member_cells) - f * per_member) <= 1), (seed, name)
+            assert parts[name].obs.take(np.arange(parts[name].n_cells), ["flag"])["flag"].all()
 
 
 def test_seeds_are_taken_as_torch_takes_them_and_refused_when_made(donors):
@@ -227,7 +236,7 @@ def test_seeds_are_taken_as_torch_takes_them_and_refused_when_made(donors):
     torch = require("torch")
     from deltacells.torch import DeltaCellsIterableDataset
 
-    corpus, _, _ = donors
+    corpus, _, roots = donors
     wrapped = corpus.split({"a": 0.5, "b": 0.5}, seed=(1 << 64) - 1)
     negative = corpus.split({"a": 0.5, "b": 0.5}, seed=-1)
     for k in "ab":
@@ -239,6 +248,13 @@ def test_seeds_are_taken_as_torch_takes_them_and_refused_when_made(donors):
         b["index"].tolist() for b in DeltaCellsIterableDataset(corpus, 8, seed=(1 << 64) - 7)
     ]
     assert DeltaCellsIterableDataset(corpus, 8, seed=np.int64(-7)).seed == (1 << 64) - 7
+    # One dataset, and through make_loader, alike.
+    from deltacells.torch import make_loader
+
+    one = roots[0]
+    want = [b["index"].tolist() for b in DeltaCellsIterableDataset(one, 8, seed=(1 << 64) - 3)]
+    assert [b["index"].tolist() for b in DeltaCellsIterableDataset(one, 8, seed=-3)] == want
+    assert [b["index"].tolist() for b in make_loader(one, 8, seed=-3)] == want
     for bad, error in ((1 << 64, ValueError), (-(1 << 63) - 1, ValueError), (1.5, TypeError), ("3", TypeError),
                        (True, TypeError)):
         with pytest.raises(error, match="seed"):
