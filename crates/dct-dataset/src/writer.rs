@@ -28,7 +28,8 @@ use dct_store::runtime::Runtime as Rt;
 /// Atomicity: every object is stored whole or not at all (local files are written to a temporary name and
 /// renamed; object stores publish a PUT atomically), and the manifest is stored only after every tile and side
 /// file. An error (after which every call fails) or a writer dropped before `finish` leaves no manifest, so
-/// readers see an incomplete dataset and refuse it (`manifest_missing`).
+/// readers see an incomplete dataset and refuse it (`manifest_missing`). Either first waits for the tiles still
+/// in flight, so that nothing is written into the output once the failing call or the drop has returned.
 ///
 /// The calls block; encoding runs on the writer's own rayon pool and uploads on its own tokio runtime.
 pub struct DatasetWriter {
@@ -47,7 +48,6 @@ pub struct DatasetWriter {
     #[cfg(feature = "obs")]
     obs: Option<ObsShards>,
     failed: Option<DatasetError>,
-    finished: bool,
     /// A tile of fewer than `tile_size` cells was pushed ([`DatasetWriter::push_tile`]): no more may follow.
     short_tile_pushed: bool,
 }
@@ -121,7 +121,6 @@ impl DatasetWriter {
             #[cfg(feature = "obs")]
             obs: None,
             failed: None,
-            finished: false,
             short_tile_pushed: false,
             opts: options,
         })
@@ -153,12 +152,19 @@ impl DatasetWriter {
     }
 
     fn fail(&mut self, e: DatasetError) -> DatasetError {
-        for job in &self.pending {
-            job.abort();
-        }
-        self.pending.clear();
+        self.settle_pending();
         self.failed = Some(e.clone());
         e
+    }
+
+    /// Waits for the tiles still being encoded or stored (at most `max_tiles_in_flight`), their results unused,
+    /// so that nothing writes into the output after the writer failed or is dropped: the caller may then list,
+    /// clear or resume it. Aborting would not do: a local file's write runs on a blocking thread that an abort
+    /// does not stop.
+    fn settle_pending(&mut self) {
+        for job in self.pending.drain(..) {
+            let _ = futures::executor::block_on(job);
+        }
     }
 
     /// Appends the rows of `m` (cells; columns = genes, `m.n_cols` must be `n_genes`). Rows may have unsorted
@@ -489,9 +495,7 @@ impl DatasetWriter {
         let manifest = self.build_manifest(obs);
         let (store, side) = (self.store.clone(), std::mem::take(&mut self.side));
         let finished = self.rt.block_on(async move { finish_dataset(&store, manifest, side).await });
-        let manifest = finished.map_err(|e| self.fail(e))?;
-        self.finished = true;
-        Ok(manifest)
+        finished.map_err(|e| self.fail(e))
     }
 
     /// Stores the last obs shard and puts `obs/schema.json` with the side files; returns the manifest's obs
@@ -534,11 +538,7 @@ impl DatasetWriter {
 
 impl Drop for DatasetWriter {
     fn drop(&mut self) {
-        if !self.finished {
-            for job in &self.pending {
-                job.abort();
-            }
-        }
+        self.settle_pending();
     }
 }
 

@@ -34,7 +34,7 @@ fn an_interrupted_subset_is_completed_by_running_it_again() {
     let stopped = subset(&src, url, &SubsetOptions { stop_after_tiles: Some(2), ..opts.clone() });
     assert!(stopped.unwrap_err().to_string().contains("stopped after 2 tiles"));
     let left = files(&out);
-    // Tiles still being stored when it stopped may or may not be there; its marker and no manifest are.
+    // The tiles it stored and its marker are there, no manifest.
     assert!(!left.contains_key("manifest.json") && left.contains_key("subset-in-progress.json"), "{left:?}");
     assert!(dct_dataset::Dataset::open(url, Default::default()).is_err(), "no dataset that looks complete");
 

@@ -8,7 +8,7 @@ use dct_dataset::{
     Batch, Category, Dataset, DatasetError, DatasetWriter, LocalReads, ReadOptions, SparseRows, Store, StoreOptions,
     VerifyOptions, WriterOptions,
 };
-use dct_store::testing::counted;
+use dct_store::testing::{Throttle, counted, throttled};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 
@@ -278,6 +278,37 @@ fn dropped_or_failed_writer_leaves_no_manifest() {
     };
     assert!(e.to_string().contains("tile 0"), "{e}");
     assert!(block_on_head(&store, "exceptions/manifest.json").is_none());
+}
+
+#[test]
+fn a_dropped_or_failed_writer_has_stopped_writing_when_it_returns() {
+    // Whatever the writer still had in flight is stored or given up before `drop` or the failing call returns,
+    // so the output a caller then lists (to clear or resume it) does not change under it. The store's PUTs take
+    // 100 ms and land even if the writer stops waiting for them, as a server's or a local file's do.
+    let truth = random_truth(21, 400, 50, 0.2, false);
+    let bad = CsrMatrix { n_rows: 1, n_cols: 50, indptr: &[0u32, 1], indices: &[3u32], values: &[-1i32] };
+    let slow = Throttle { latency: std::time::Duration::from_millis(100), ..Throttle::default() };
+    for fails in [false, true] {
+        let store = throttled(&Store::memory("slow"), slow);
+        let mut w = create_in(store.clone(), "ds", WriterOptions { max_tiles_in_flight: 8, ..opts(50, 50) }).unwrap();
+        append_all(&mut w, &truth, 22, 400);
+        if fails {
+            assert!(w.append(&bad).is_err());
+        }
+        drop(w);
+        let left = list_all(&store);
+        assert_eq!(left.iter().filter(|f| f.starts_with("ds/tiles/")).count(), 8, "fails: {fails}: {left:?}");
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        assert_eq!(list_all(&store), left, "fails: {fails}: the output changed after the writer was gone");
+    }
+}
+
+fn list_all(store: &Store) -> Vec<String> {
+    let store = store.clone();
+    let listed = dct_store::runtime::block_on(async move { store.list("").await }).unwrap().unwrap();
+    let mut names: Vec<String> = listed.into_iter().map(|o| o.path).collect();
+    names.sort();
+    names
 }
 
 fn block_on_head(store: &Store, path: &str) -> Option<u64> {

@@ -148,7 +148,7 @@ pub struct Throttle {
 }
 
 /// `store` with every request delayed as `throttle` says (an object store seen over a network). Works over
-/// every backend, local directories included.
+/// every backend, local directories included. A PUT, once sent, lands even if its caller stops waiting for it.
 pub fn throttled(store: &Store, throttle: Throttle) -> Store {
     store.layered(|inner| Arc::new(throttle::ThrottleStore { inner, throttle }) as Arc<dyn ObjectStore>)
 }

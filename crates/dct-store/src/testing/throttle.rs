@@ -37,8 +37,14 @@ fn transfer(bytes_per_second: Option<std::num::NonZeroU32>, n: usize) -> Duratio
 
 object_store_layer!(ThrottleStore, forward: [put_multipart_opts, delete_stream, copy_opts, rename_opts], {
     async fn put_opts(&self, location: &Path, payload: PutPayload, opts: PutOptions) -> object_store::Result<PutResult> {
-        sleep(self.throttle.latency).await;
-        self.inner.put_opts(location, payload, opts).await
+        // A PUT once sent lands even if its caller stops waiting (a server commits the body it received; a local
+        // write runs on a blocking thread), so it runs as a task of its own that dropping this future leaves be.
+        let (inner, location, latency) = (self.inner.clone(), location.clone(), self.throttle.latency);
+        let put = tokio::spawn(async move {
+            sleep(latency).await;
+            inner.put_opts(&location, payload, opts).await
+        });
+        put.await.map_err(|e| object_store::Error::Generic { store: "throttle", source: Box::new(e) })?
     }
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> object_store::Result<GetResult> {
