@@ -312,6 +312,25 @@ mod tests {
     }
 
     #[test]
+    fn members_in_the_vocabulary_s_order_are_copied_or_filtered() {
+        let vocabulary = strings(&["a", "b", "c", "d"]);
+        let members = vec![strings(&["a", "b", "c"]), strings(&["a", "x", "c", "d"])];
+        let m = GeneMap::build(&names(2), &members, &GeneSpace::Given(vocabulary)).unwrap();
+        RowScratch::with(4, |scratch| {
+            // The vocabulary's first genes in its order: the row as it is.
+            assert_eq!(m.member(0).kept_in(&[0, 2]), 2);
+            let (mut i, mut v) = (vec![0; 2], vec![0u32; 2]);
+            m.member(0).write_row(&[0, 2], &[5u32, 6], &mut i, &mut v, scratch);
+            assert_eq!((i, v), (vec![0, 2], vec![5, 6]));
+            // In its order with a gene the vocabulary lacks: that gene dropped, the rest renumbered.
+            assert_eq!(m.member(1).kept_in(&[0, 1, 2, 3]), 3);
+            let (mut i, mut v) = (vec![0; 3], vec![0u32; 3]);
+            m.member(1).write_row(&[0, 1, 2, 3], &[1u32, 2, 3, 4], &mut i, &mut v, scratch);
+            assert_eq!((i, v), (vec![0, 2, 3], vec![1, 3, 4]));
+        });
+    }
+
+    #[test]
     fn long_rows_over_many_words_match_a_sort() {
         let n: i32 = 300;
         let member: Vec<String> = (0..n).rev().map(|g| format!("g{g}")).collect();
