@@ -143,7 +143,7 @@ pub async fn finish_dataset(store: &Store, mut manifest: Manifest, side: SideFil
     }
     // Every object is written: temporary files that writes of an interrupted earlier run left go before the
     // manifest says the dataset is whole.
-    store.remove_leftovers("").await?;
+    store.remove_leftovers("", dct_format::objects::is_dataset_object).await?;
     store.put(MANIFEST_NAME, Bytes::from(manifest.to_json_pretty())).await?;
     Ok(manifest)
 }

@@ -6,14 +6,13 @@ use std::sync::Arc;
 use bytes::Bytes;
 use dct_codec::{CanonicalCsr, CountLike, CsrMatrix, EncodeOptions, IndexLike, encode_canonical};
 use dct_format::Version;
+use dct_format::objects::{APPEND_JOURNAL_NAME, APPEND_STAGING_DIR, is_dataset_object};
 use serde_json::Value;
 use tokio::task::JoinHandle;
 
 use crate::error::DatasetError;
 use crate::finish::{SideFiles, finish_dataset};
-use crate::manifest::{
-    GENE_ORDER_NAME, MANIFEST_NAME, Manifest, ManifestSettings, TileStats, VAR_NAMES_NAME, VAR_TABLE_NAME, tile_path,
-};
+use crate::manifest::{MANIFEST_NAME, Manifest, ManifestSettings, TileStats, tile_path};
 use crate::rt::{default_threads, on_pool};
 #[cfg(feature = "obs")]
 use crate::writer_obs::ObsShards;
@@ -565,22 +564,22 @@ async fn encode_and_store(
 /// Refuses a destination holding files (unless `overwrite`); with `overwrite`, deletes the old manifest first,
 /// then the old dataset's files.
 async fn prepare_destination(store: &Store, overwrite: bool) -> Result<(), DatasetError> {
-    // Temporary files of writes killed before their rename are not a dataset: they neither refuse the location nor
-    // stay.
-    store.remove_leftovers("").await?;
-    let Some(first) = store.first_object().await? else { return Ok(()) };
-    if !overwrite {
-        return Err(DatasetError::AlreadyExists { url: store.root().to_string(), example: first.path });
-    }
-    store.delete(MANIFEST_NAME).await?;
-    for object in store.list("").await? {
-        let rel = object.path;
-        let ours = rel.starts_with(dct_format::objects::TILES_DIR)
-            || rel.starts_with(dct_format::objects::OBS_DIR)
-            || [GENE_ORDER_NAME, VAR_NAMES_NAME, VAR_TABLE_NAME].contains(&rel.as_str());
-        if ours {
-            store.delete(&rel).await?;
+    // Temporary files of writes killed before their rename are invisible to listings: they do not refuse the
+    // location, and go once it is ours (only a dataset's own: a refused location is left as it was).
+    if let Some(first) = store.first_object().await? {
+        if !overwrite {
+            return Err(DatasetError::AlreadyExists { url: store.root().to_string(), example: first.path });
+        }
+        store.delete(MANIFEST_NAME).await?;
+        for object in store.list("").await? {
+            // The append's objects stay: an append that was under way is resumed or cleared by the converter.
+            let ours = is_dataset_object(&object.path)
+                && ![APPEND_JOURNAL_NAME, APPEND_STAGING_DIR].iter().any(|a| object.path.starts_with(a));
+            if ours {
+                store.delete(&object.path).await?;
+            }
         }
     }
+    store.remove_leftovers("", is_dataset_object).await?;
     Ok(())
 }

@@ -2,9 +2,10 @@
 //! Defined here once for every layer (the reader and writer, the obs layer, the converter, the Python package).
 //!
 //! ```
-//! use dct_format::objects::{obs_shard_path, obs_shard_tiles, tile_path};
+//! use dct_format::objects::{is_dataset_object, obs_shard_path, obs_shard_tiles, tile_path};
 //!
 //! assert_eq!(tile_path(3), "tiles/tile_000003.dct");
+//! assert!(is_dataset_object(&tile_path(3)) && is_dataset_object("manifest.json") && !is_dataset_object("notes.txt"));
 //! assert_eq!(obs_shard_path(1), "obs/obs_0001.parquet");
 //! assert_eq!(obs_shard_tiles(25, 10, 2), 20..25);
 //! ```
@@ -45,6 +46,14 @@ pub const APPEND_JOURNAL_NAME: &str = "append-in-progress.json";
 pub const APPEND_STAGING_DIR: &str = "append-staging/";
 /// Tiles per obs shard (K, the manifest's `obs_tiles_per_file`) unless the writer is told otherwise.
 pub const DEFAULT_OBS_TILES_PER_FILE: u64 = 1000;
+
+/// Whether `rel` (a path relative to a dataset's root) is an object that a dataset, or an append to it, is made of:
+/// the manifest, the side files, anything under [`TILES_DIR`], [`OBS_DIR`] or [`APPEND_STAGING_DIR`], and the
+/// append journal. Writers clear only these (and their temporary files) from a location they take over.
+pub fn is_dataset_object(rel: &str) -> bool {
+    [TILES_DIR, OBS_DIR, APPEND_STAGING_DIR].iter().any(|dir| rel.starts_with(dir))
+        || [MANIFEST_NAME, GENE_ORDER_NAME, VAR_NAMES_NAME, VAR_TABLE_NAME, APPEND_JOURNAL_NAME].contains(&rel)
+}
 
 /// The name of tile `tile`: `tiles/tile_NNNNNN.dct`.
 pub fn tile_path(tile: usize) -> String {

@@ -55,14 +55,16 @@ impl Store {
     }
 
     /// Removes the temporary files that writes into a local directory killed before their rename left under
-    /// `prefix` (they are invisible to listings, so nothing else would remove them); returns how many. Object
-    /// stores keep nothing of a PUT that did not complete: there this does nothing. Call it only where no write
-    /// into `prefix` is under way.
-    pub async fn remove_leftovers(&self, prefix: &str) -> Result<usize, StoreError> {
-        let Some(dir) = self.local_dir() else { return Ok(0) };
-        let dir = dir.join(prefix);
+    /// `prefix`, for the objects `of` names (it is given each one's path relative to this location: a sweep
+    /// touches only what its caller writes, never a file of someone else's that happens to be named alike); returns
+    /// how many. They are invisible to listings, so nothing else would remove them. Object stores keep nothing of a
+    /// PUT that did not complete: there this does nothing. Call it only where no write into `prefix` is under way.
+    pub async fn remove_leftovers(&self, prefix: &str, of: fn(&str) -> bool) -> Result<usize, StoreError> {
+        let Some(root) = self.local_dir() else { return Ok(0) };
+        let rel = prefix.trim_matches('/').to_string();
+        let dir = root.join(&rel);
         let shown = self.url(prefix);
-        tokio::task::spawn_blocking(move || remove_leftovers_in(&dir))
+        tokio::task::spawn_blocking(move || remove_leftovers_in(&dir, &rel, of))
             .await
             .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())))
             .map_err(|e| StoreError::Request {
@@ -117,11 +119,20 @@ impl Store {
         }
     }
 
-    /// The first object a listing of the whole location returns, if any (one request, for "is it empty?").
+    /// The first object a listing of the whole location returns, if any, temporary files that killed writes left
+    /// aside (one request, for "is it empty?").
     pub async fn first_object(&self) -> Result<Option<ObjectInfo>, StoreError> {
         let prefix = (!self.prefix.as_ref().is_empty()).then_some(&self.prefix);
-        let (got, attempts) =
-            self.retry().run_counted(is_transient, || async { self.inner.list(prefix).next().await.transpose() }).await;
+        let first = || async {
+            let mut listed = self.inner.list(prefix);
+            while let Some(meta) = listed.next().await.transpose()? {
+                if meta.location.filename().is_none_or(|name| leftover_of(name).is_none()) {
+                    return Ok(Some(meta));
+                }
+            }
+            Ok(None)
+        };
+        let (got, attempts) = self.retry().run_counted(is_transient, first).await;
         match got {
             Ok(meta) => Ok(meta.and_then(|m| self.info(m))),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
@@ -164,31 +175,37 @@ fn bucket_of(url: &str) -> Option<&str> {
     (!rest.is_empty()).then(|| &url[..end])
 }
 
-/// Whether `name` is a temporary file a write into a local directory leaves if it is killed before its rename:
-/// `object_store`'s staging files (`NAME#N`) or [`hard_link_into_place`]'s links (`.NAME.link.PID.N`).
-fn is_leftover(name: &str) -> bool {
+/// The name of the object that `name` is a temporary file of, if it is one a write into a local directory leaves
+/// when it is killed before its rename: `object_store`'s staging files (`NAME#N`) or [`hard_link_into_place`]'s
+/// links (`.NAME.link.PID.N`).
+fn leftover_of(name: &str) -> Option<&str> {
     let numbered = |tail: &str| !tail.is_empty() && tail.bytes().all(|b| b.is_ascii_digit());
-    let staged = name.rsplit_once('#').is_some_and(|(head, tail)| !head.is_empty() && numbered(tail));
-    let mut parts = name.rsplitn(3, '.');
-    let (n, pid) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let linked = name.starts_with('.') && name.contains(".link.") && numbered(n) && numbered(pid);
-    staged || linked
+    if let Some((head, tail)) = name.rsplit_once('#') {
+        return (!head.is_empty() && numbered(tail)).then_some(head);
+    }
+    let mut parts = name.strip_prefix('.')?.rsplitn(3, '.');
+    let (n, pid, head) = (parts.next()?, parts.next()?, parts.next()?);
+    let target = head.strip_suffix(".link")?;
+    (numbered(n) && numbered(pid) && !target.is_empty()).then_some(target)
 }
 
-/// Removes [`is_leftover`] files under `dir` (recursively); returns how many.
-fn remove_leftovers_in(dir: &std::path::Path) -> std::io::Result<usize> {
+/// Removes the [`leftover_of`] files under `dir` (recursively; `rel` is `dir`'s path relative to the location)
+/// whose object `of` names; returns how many.
+fn remove_leftovers_in(dir: &std::path::Path, rel: &str, of: fn(&str) -> bool) -> std::io::Result<usize> {
     let mut removed = 0;
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
         Err(e) => return Err(e),
     };
+    let path_of = |name: &str| if rel.is_empty() { name.to_string() } else { format!("{rel}/{name}") };
     for entry in entries {
         let entry = entry?;
         let kind = entry.file_type()?;
+        let Some(name) = entry.file_name().to_str().map(str::to_string) else { continue };
         if kind.is_dir() {
-            removed += remove_leftovers_in(&entry.path())?;
-        } else if kind.is_file() && entry.file_name().to_str().is_some_and(is_leftover) {
+            removed += remove_leftovers_in(&entry.path(), &path_of(&name), of)?;
+        } else if kind.is_file() && leftover_of(&name).is_some_and(|target| of(&path_of(target))) {
             match std::fs::remove_file(entry.path()) {
                 Ok(()) => removed += 1,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -226,11 +243,18 @@ mod tests {
 
     #[test]
     fn leftovers_of_killed_writes_are_told_from_objects() {
-        for name in ["tile_000059.dct#1", "manifest.json#12", ".tile_000001.dct.link.4242.0"] {
-            assert!(is_leftover(name), "{name}");
+        let leftovers = [
+            ("tile_000059.dct#1", "tile_000059.dct"),
+            ("manifest.json#12", "manifest.json"),
+            (".t.dct.link.4242.0", "t.dct"),
+        ];
+        for (name, of) in leftovers {
+            assert_eq!(leftover_of(name), Some(of), "{name}");
         }
-        for name in ["tile_000059.dct", "#1", "a#b", "obs_0000.parquet", ".hidden", ".x.link.pid.0", "link.1.2"] {
-            assert!(!is_leftover(name), "{name}");
+        let others =
+            ["tile_000059.dct", "#1", "a#b", "obs_0000.parquet", ".hidden", ".x.link.pid.0", "link.1.2", "..link.1.2"];
+        for name in others {
+            assert_eq!(leftover_of(name), None, "{name}");
         }
     }
 
@@ -238,15 +262,23 @@ mod tests {
     fn leftovers_are_removed_and_objects_kept() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("tiles")).unwrap();
-        for f in ["tiles/tile_000000.dct", "tiles/tile_000001.dct#3", "tiles/.tile_000002.dct.link.7.1", "x#2"] {
+        std::fs::create_dir_all(dir.path().join("mine")).unwrap();
+        let files =
+            ["tiles/tile_000000.dct", "tiles/tile_000001.dct#3", "tiles/.tile_000002.dct.link.7.1", "x#2", "mine/y#4"];
+        for f in files {
             std::fs::write(dir.path().join(f), b"x").unwrap();
         }
         let store = Store::from_url(dir.path().to_str().unwrap(), &crate::StoreOptions::default()).unwrap();
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        assert_eq!(rt.block_on(store.remove_leftovers("tiles")).unwrap(), 2);
+        let anything: fn(&str) -> bool = |_| true;
+        let tiles_and_x: fn(&str) -> bool = |rel| rel.starts_with("tiles/") || rel == "x";
+        assert_eq!(rt.block_on(store.remove_leftovers("tiles", anything)).unwrap(), 2);
         assert!(dir.path().join("tiles/tile_000000.dct").exists() && dir.path().join("x#2").exists());
-        assert_eq!(rt.block_on(store.remove_leftovers("")).unwrap(), 1);
-        assert_eq!(rt.block_on(Store::memory("m").remove_leftovers("")).unwrap(), 0);
+        // Only the leftovers of the objects named: `mine/y#4` is not the caller's.
+        assert_eq!(rt.block_on(store.remove_leftovers("", tiles_and_x)).unwrap(), 1);
+        assert!(!dir.path().join("x#2").exists() && dir.path().join("mine/y#4").exists());
+        assert_eq!(rt.block_on(store.remove_leftovers("", anything)).unwrap(), 1);
+        assert_eq!(rt.block_on(Store::memory("m").remove_leftovers("", anything)).unwrap(), 0);
     }
 
     #[test]

@@ -43,7 +43,7 @@ impl Site {
     /// alone), then the journal.
     pub(super) fn clear(&self) -> Result<(), ConvertError> {
         self.staging.delete_prefix("")?;
-        self.out.block_on(self.out.store.remove_leftovers(""))??;
+        self.out.block_on(self.out.store.remove_leftovers("", dct_format::objects::is_dataset_object))??;
         if let Some(dir) = self.out.store.local_dir() {
             // Local files leave the emptied folders behind.
             let staging = dir.join(APPEND_STAGING_DIR.trim_end_matches('/'));

@@ -199,11 +199,22 @@ fn existing_destination_is_refused_unless_overwrite() {
     assert_eq!(e.category(), Category::AlreadyExists, "{e}");
     assert!(e.to_string().contains("overwrite"), "{e}");
 
-    // An unrelated file is enough to refuse a location.
+    // An unrelated file is enough to refuse a location, and a refused location is left as it was: even files
+    // named as a killed write's temporary files are, and those the writer would sweep.
     let other = tempfile::tempdir().unwrap();
-    std::fs::write(other.path().join("notes.txt"), "hi").unwrap();
+    std::fs::create_dir_all(other.path().join("tiles")).unwrap();
+    let theirs = ["notes.txt", "notes.txt#2", "tiles/tile_000001.dct#1"];
+    for f in theirs {
+        std::fs::write(other.path().join(f), "hi").unwrap();
+    }
     let e = DatasetWriter::create(other.path().to_str().unwrap(), opts(40, 100)).unwrap_err();
     assert_eq!(e.category(), Category::AlreadyExists);
+    assert!(theirs.iter().all(|f| other.path().join(f).exists()), "a refused location was changed");
+    // Taken over: the dataset's leftovers go, the other files stay, whatever their names.
+    let w = DatasetWriter::create(other.path().to_str().unwrap(), WriterOptions { overwrite: true, ..opts(40, 100) });
+    drop(w.unwrap());
+    assert!(!other.path().join("tiles/tile_000001.dct#1").exists());
+    assert!(other.path().join("notes.txt").exists() && other.path().join("notes.txt#2").exists());
 
     let small = random_truth(12, 150, 40, 0.1, false);
     let mut w = DatasetWriter::create(url, WriterOptions { overwrite: true, ..opts(40, 100) }).unwrap();
