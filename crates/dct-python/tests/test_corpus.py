@@ -2,6 +2,7 @@
 versions), read through a vocabulary and compared with the sources read by anndata and re-indexed by pandas."""
 
 import pickle
+import warnings
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
@@ -200,6 +201,32 @@ def test_obs_across_members_match_pandas(members, tmp_path):
         "a column a member lacks is missing for its cells"
     with pytest.raises(KeyError, match="nope"):
         obs.take([0], ["nope"])
+
+
+def test_obs_columns_of_open_corpus_are_the_corpus_s_and_take_gives_numpy_as_a_dataset_does(members, tmp_path):
+    roots, sources = members
+    cache = str(tmp_path / "cache")
+    # Member 1 has no "tissue": its cells are missing there, the corpus opens.
+    corpus = open_corpus(roots, cache_dir=cache, obs_columns=["tissue", "barcode"])
+    truth_df = obs_truth(sources)
+    cells = np.random.default_rng(5).permutation(corpus.n_cells)[:80]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # localized when the corpus opened: nothing is fetched now
+        got = corpus.obs.take(cells, ["tissue", "barcode"])
+    tissue = got["tissue"]
+    assert isinstance(tissue, np.ndarray)
+    assert ((tissue == -1) == np.array([truth_df["tissue"][i] is None for i in cells])).all()
+    vocabulary = corpus.obs.categories("tissue")
+    assert [None if c < 0 else vocabulary[c] for c in tissue] == [truth_df["tissue"][i] for i in cells]
+    barcodes = got["barcode"]
+    assert isinstance(barcodes, np.ndarray) and barcodes.dtype == object
+    assert list(barcodes) == [truth_df["barcode"][i] for i in cells]
+    # The same kinds of arrays a member's own obs gives.
+    own = deltacells.open_dataset(roots[0], cache_dir=cache).obs.take([0, 1], ["barcode", "tissue"], warn=False)
+    for c in ["barcode", "tissue"]:
+        assert type(own[c]) is type(got[c]) and own[c].dtype.kind == got[c].dtype.kind, c
+    with pytest.raises(KeyError, match="nope"):
+        open_corpus(roots, cache_dir=cache, obs_columns="nope")
 
 
 def test_where_and_split_choose_cells_as_pandas_would(members, tmp_path):

@@ -19,6 +19,7 @@ import numpy as np
 
 from deltacells import _core
 from deltacells._indices import cell_indices
+from deltacells._obs_store import _as_numpy
 from deltacells._seeds import as_seed
 from deltacells._tiles import SparseBatch, as_values_dtype
 from deltacells.backends import Backend, backend_or_path
@@ -286,11 +287,11 @@ class CorpusObs:
     def take(
         self, cells: Sequence[int] | np.ndarray, columns: str | Sequence[str], *, warn: bool = True
     ) -> dict[str, Any]:
-        """The values of ``columns`` at corpus ``cells`` (localized first), in request order: category columns as
-        codes into the corpus's vocabulary (-1 missing, also for cells whose member lacks the column), numbers
-        (NaN missing), booleans, strings as lists (``None`` missing). Columns some member had to fetch from its
-        shards (not in the node's cache yet) give a ``UserWarning`` unless ``warn=False``, as a dataset's
-        ``obs.take`` does."""
+        """The values of ``columns`` at corpus ``cells`` (localized first), in request order, as numpy arrays as a
+        dataset's ``obs.take`` gives them: category columns as codes into the corpus's vocabulary (-1 missing, also
+        for cells whose member lacks the column), numbers (NaN missing), booleans, and strings and booleans with
+        missing values as object arrays (``None`` missing). Columns some member had to fetch from its shards (not
+        in the node's cache yet) give a ``UserWarning`` unless ``warn=False``, as a dataset's ``obs.take`` does."""
         return self._take(cells, [columns] if isinstance(columns, str) else list(columns), warn, 3)
 
     def _take(self, cells: Sequence[int] | np.ndarray, cols: list[str], warn: bool, stacklevel: int) -> dict[str, Any]:
@@ -306,7 +307,7 @@ class CorpusObs:
                 stacklevel=stacklevel,
             )
         got = self._core.take(cell_indices(cells, self._n_cells), cols)
-        return {c: got[c] for c in cols}
+        return {c: _as_numpy(got[c]) for c in cols}
 
     def take_pandas(
         self, cells: Sequence[int] | np.ndarray, columns: str | Sequence[str], *, warn: bool = True
@@ -398,7 +399,8 @@ def open_corpus(
             member that lacks it, or names one gene twice, is refused with ``ValueError`` naming the member (and
             the gene).
         storage_options, cache_dir, reader_options: passed to each member's
-            :class:`~deltacells.DeltaCellsDataset`.
+            :class:`~deltacells.DeltaCellsDataset`, but ``obs_columns``: those are made local across the corpus
+            (``corpus.obs.localize``), a member without one missing there; ``KeyError`` for a column no member has.
     """
     if isinstance(members, Mapping):
         names = [str(n) for n in members]
@@ -416,6 +418,9 @@ def open_corpus(
     else:
         spec = [str(g) for g in genes]
 
+    # The obs columns to localize are the corpus's, not each member's: a member without one is missing there.
+    obs_columns = reader_options.pop("obs_columns", None)
+
     def open_one(uri: MemberUri) -> DeltaCellsDataset:
         return DeltaCellsDataset(uri, storage_options=storage_options, cache_dir=cache_dir, **reader_options)
 
@@ -423,4 +428,12 @@ def open_corpus(
     # a corpus of many members on an object store opens in the time of a few round trips rather than one per member.
     with ThreadPoolExecutor(max_workers=min(_core.CORPUS_OPEN_CONCURRENCY, len(uris))) as pool:
         datasets = list(pool.map(open_one, uris))
-    return Corpus(datasets, names, gene_key, spec, cache_dir=cache_dir)
+    corpus = Corpus(datasets, names, gene_key, spec, cache_dir=cache_dir)
+    if obs_columns:
+        cols = [obs_columns] if isinstance(obs_columns, str) else list(obs_columns)
+        if not corpus.obs.columns:
+            raise ValueError("obs_columns were given but no member of the corpus has obs")
+        for c in cols:
+            corpus.obs.kind(c)  # KeyError for a column no member has, ValueError for one of two kinds
+        corpus.obs.localize(cols)
+    return corpus
