@@ -111,6 +111,35 @@ def test_genes_identified_by_a_gene_table_column(members):
         open_corpus({f"m{i}": r for i, r in enumerate(roots)}, gene_key="nope")
 
 
+def test_gene_orders_and_refusals_as_corpus_md_says(members, tmp_path):
+    roots, sources = members
+    stored = [list(deltacells.open_dataset(r).var_names) for r in roots]
+    # Union: every gene in order of first appearance, member by member in each member's stored order.
+    union, seen = [], set()
+    for names in stored:
+        union += [g for g in names if not (g in seen or seen.add(g))]
+    assert list(open_corpus(roots).genes) == union
+    # Intersection: the genes every member has, in member 0's order.
+    others = [set(n) for n in stored[1:]]
+    assert list(open_corpus(roots, genes="intersection").genes) == [g for g in stored[0] if all(g in o for o in others)]
+    # A member naming one gene twice (by its gene table's identifiers): refused, naming the member and the gene.
+    part = sources[0][:40].copy()
+    ids = list(part.var["gene_ids"])
+    ids[5] = ids[3]
+    part.var["gene_ids"] = ids
+    part.write_h5ad(tmp_path / "dup.h5ad")
+    dup = str(tmp_path / "dup")
+    convert_h5ad(str(tmp_path / "dup.h5ad"), dup, tile_size=32, level=1, log=None)
+    with pytest.raises(ValueError, match=f"twice_named.*{ids[3]}|{ids[3]}.*twice_named"):
+        open_corpus({"fine": roots[0], "twice_named": dup}, gene_key="gene_ids")
+    # Split fractions: finite, not negative, some, summing to 1.
+    corpus = open_corpus(roots)
+    for fractions, message in (({"a": 0.5, "b": 0.4}, "add up"), ({"a": -0.1, "b": 1.1}, "negative"),
+                               ({}, "negative|empty|fraction"), ({"a": float("nan"), "b": 1.0}, "finite")):
+        with pytest.raises(ValueError, match=message):
+            corpus.split(fractions)
+
+
 def test_member_of_selection_and_errors(members):
     roots, sources = members
     corpus = open_corpus(roots, genes="intersection")
@@ -287,7 +316,15 @@ def test_open_corpus_is_exported():
 
 
 def _epoch(loader):
-    return [(b["index"].numpy().copy(), b["dataset"].numpy().copy(), b["X"].to_dense().numpy()) for b in loader]
+    import torch
+
+    out = []
+    for b in loader:
+        # The types CORPUS.md and PYTHON-API.md give: int64 cell and member indices, a CSR X with int32 offsets.
+        assert b["index"].dtype == torch.int64 and b["dataset"].dtype == torch.int64
+        assert b["X"].layout == torch.sparse_csr and b["X"].crow_indices().dtype == torch.int32
+        out.append((b["index"].numpy().copy(), b["dataset"].numpy().copy(), b["X"].to_dense().numpy()))
+    return out
 
 
 def test_the_loader_serves_every_selected_cell_once_with_its_member(members):

@@ -113,6 +113,25 @@ def test_public_names():
 
     for name in deltacells.__all__:
         assert hasattr(deltacells, name), name
+    # The names PYTHON-API.md and CORPUS.md promise, spelled out: dropping one from __all__ must fail here.
+    promised = {"open_dataset", "DeltaCellsDataset", "SparseBatch", "Tile", "TileInfo", "DecodedTile", "read_tile",
+                "encode_tile", "write_tile", "permute_columns", "DatasetWriter", "Manifest", "FormatError", "Backend",
+                "LocalBackend", "GCSBackend", "ThrottledBackend", "CountingBackend", "RangeFile", "open_backend",
+                "open_corpus", "Corpus"}
+    assert promised <= set(deltacells.__all__), sorted(promised - set(deltacells.__all__))
+    obs = importlib.import_module("deltacells.obs")
+    for name in ("ObsSchema", "ObsStore", "obs_fingerprint", "read_var_table", "write_var_table", "resolve_cache_dir"):
+        assert callable(getattr(obs, name)), name
+    from deltacells.convert import convert_h5ad
+    from deltacells.format import (CHUNK_ENTRY_SIZE, HEADER_SIZE, MAGIC, MAX_GENES, MAX_VALUE, VERSION, align8,
+                                   parse_tile_info, payload_crc32)
+
+    assert callable(convert_h5ad) and callable(align8) and callable(parse_tile_info) and callable(payload_crc32)
+    assert (MAGIC, VERSION, HEADER_SIZE, CHUNK_ENTRY_SIZE, MAX_GENES, MAX_VALUE) == (
+        b"DELTACEL", 2, 64, 96, 2**31, 2**31 - 1)
+    from deltacells.cli import main
+
+    assert callable(main)
     for module in ("convert", "obs", "cli", "format", "reader", "manifest", "backends", "writer", "dataset"):
         importlib.import_module(f"deltacells.{module}")
     from deltacells.reader import DeltaCellsDataset, row_offsets
