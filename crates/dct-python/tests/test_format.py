@@ -123,8 +123,17 @@ def test_public_names():
     for name in ("ObsSchema", "ObsStore", "obs_fingerprint", "read_var_table", "write_var_table", "resolve_cache_dir"):
         assert callable(getattr(obs, name)), name
     from deltacells.convert import convert_h5ad
-    from deltacells.format import (CHUNK_ENTRY_SIZE, HEADER_SIZE, MAGIC, MAX_GENES, MAX_VALUE, VERSION, align8,
-                                   parse_tile_info, payload_crc32)
+    from deltacells.format import (
+        CHUNK_ENTRY_SIZE,
+        HEADER_SIZE,
+        MAGIC,
+        MAX_GENES,
+        MAX_VALUE,
+        VERSION,
+        align8,
+        parse_tile_info,
+        payload_crc32,
+    )
 
     assert callable(convert_h5ad) and callable(align8) and callable(parse_tile_info) and callable(payload_crc32)
     assert (MAGIC, VERSION, HEADER_SIZE, CHUNK_ENTRY_SIZE, MAX_GENES, MAX_VALUE) == (
