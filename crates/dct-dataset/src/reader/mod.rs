@@ -111,7 +111,8 @@ pub struct Dataset {
 impl Drop for Dataset {
     fn drop(&mut self) {
         // The background decoder holds the core: without this it would decode every queued prefetch for a reader
-        // that is gone (and dropping the runtime waits for it). It stops after the tile in progress.
+        // that is gone. It stops after the tile in progress, which dropping the runtime does not wait for (it only
+        // reads: the core, and the tiles it maps, go when that tile is done).
         self.core.lock_to_decode().clear();
     }
 }
