@@ -564,8 +564,9 @@ async fn encode_and_store(
 /// Refuses a destination holding files (unless `overwrite`); with `overwrite`, deletes the old manifest first,
 /// then the old dataset's files.
 async fn prepare_destination(store: &Store, overwrite: bool) -> Result<(), DatasetError> {
-    // Temporary files of writes killed before their rename are invisible to listings: they do not refuse the
-    // location, and go once it is ours (only a dataset's own: a refused location is left as it was).
+    // Temporary files of writes killed before their rename are not objects: they do not refuse the location
+    // (`first_object` passes over them), and go once it is ours (only a dataset's own: a refused location is left
+    // as it was).
     if let Some(first) = store.first_object().await? {
         if !overwrite {
             return Err(DatasetError::AlreadyExists { url: store.root().to_string(), example: first.path });
