@@ -90,6 +90,12 @@ def test_cell_order_epochs_and_output_kinds(built):
     assert np.array_equal(dense["X"].numpy(), full[dense["index"].numpy()].toarray().astype(np.int32))
     with pytest.raises(ValueError):
         DeltaCellsIterableDataset(root, 16, output="coo")
+    # numpy's spellings of the two value types, as get_batch takes them, mean the torch ones.
+    for spelling, want in ((np.int32, torch.int32), (np.dtype("float32"), torch.float32), ("int32", torch.int32)):
+        assert next(iter(DeltaCellsIterableDataset(root, 16, values_dtype=spelling)))["X"].values().dtype == want
+    for wrong in (torch.float64, np.float64, "int64", object()):
+        with pytest.raises(ValueError, match="float32 or int32|int32 or float32"):
+            DeltaCellsIterableDataset(root, 16, values_dtype=wrong)
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 8])

@@ -18,6 +18,7 @@ import torch.utils.data
 import deltacells
 from deltacells import _batch_slots, _core
 from deltacells._seeds import as_seed
+from deltacells._tiles import as_values_dtype
 
 if TYPE_CHECKING:  # pragma: no cover
     from deltacells._obs_store import ObsStore
@@ -92,7 +93,8 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         obs_columns: obs columns to return with each batch (localized at once): category columns as integer codes
             (vocabularies: :meth:`categories`), numbers and booleans as tensors, strings as lists.
         output: ``"csr"`` (a torch sparse CSR tensor, no copy of the decoded indices and values) or ``"dense"``.
-        values_dtype: ``torch.float32`` (default) or ``torch.int32``.
+        values_dtype: ``torch.float32`` (default) or ``torch.int32``; numpy's float32 or int32 (a dtype, its type or
+            its name, as ``get_batch`` takes them) mean the same.
         rank, world_size: this process's share. By default from ``torch.distributed`` (or ``torchrun``'s ``RANK``
             and ``WORLD_SIZE``), looked up here in the training process, and again when a loader starts its workers
             if the process group did not exist yet: DataLoader workers (which under ``spawn`` or ``forkserver``
@@ -129,7 +131,7 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         remainder: str = "drop",
         obs_columns: Sequence[str] = (),
         output: str = "csr",
-        values_dtype: torch.dtype = torch.float32,
+        values_dtype: Any = torch.float32,
         rank: int | None = None,
         world_size: int | None = None,
         memory_budget: int = 2 << 30,
@@ -146,8 +148,7 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         super().__init__()
         if output not in ("csr", "dense"):
             raise ValueError(f'output must be "csr" or "dense", not {output!r}')
-        if values_dtype not in (torch.float32, torch.int32):
-            raise ValueError(f"values_dtype must be torch.float32 or torch.int32, not {values_dtype}")
+        values_dtype = _torch_values_dtype(values_dtype)
         if remainder not in ("drop", "wrap"):
             raise ValueError(f'remainder must be "drop" or "wrap", not {remainder!r}')
         if int(batch_size) < 1 or int(shuffle_tiles) < 1:
@@ -563,6 +564,16 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
             # on the gathering thread itself, which would wait for its own work.)
             if pending is not None and not pending.cancel() and threading.current_thread() is not _GATHERING[0]:
                 concurrent.futures.wait([pending])
+
+
+def _torch_values_dtype(dtype: Any) -> torch.dtype:
+    """``torch.float32`` or ``torch.int32`` for that torch dtype, or for numpy's float32 or int32 (dtype, type or
+    name); ``ValueError`` for anything else."""
+    if isinstance(dtype, torch.dtype):
+        if dtype not in (torch.float32, torch.int32):
+            raise ValueError(f"values_dtype must be float32 or int32, not {dtype}")
+        return dtype
+    return torch.float32 if as_values_dtype(dtype) == np.float32 else torch.int32
 
 
 _GATHERER: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None
