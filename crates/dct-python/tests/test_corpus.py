@@ -429,6 +429,21 @@ def test_a_weighted_epoch_draws_each_member_s_share_and_resumes(members):
         DeltaCellsIterableDataset(corpus, 10, weights={"nope": 1.0})
     with pytest.raises(ValueError, match="one dataset"):
         DeltaCellsIterableDataset(roots[0], 10, weights=[1.0])
+    with pytest.raises(ValueError, match="weights"):
+        DeltaCellsIterableDataset(corpus, 10, weights=[1.0, 2.0])  # one weight too few
+    # A member drawn beyond its size starts another pass over its cells, reshuffled: three passes over m0 serve
+    # each of its cells three times, and no two passes in the same order.
+    n0 = corpus.member_cells[0]
+    ds = DeltaCellsIterableDataset(corpus, 16, seed=2, weights=[1.0, 0.0, 0.0], epoch_cells=3 * n0, shuffle_tiles=2)
+    drawn = np.concatenate([b["index"].numpy() for b in ds])
+    assert np.bincount(drawn, minlength=corpus.n_cells).tolist() == [3] * n0 + [0] * (corpus.n_cells - n0)
+    # Pass k's order: the cells by their k-th appearance (a window may mix the end of one pass and the next).
+    seen: dict[int, int] = {}
+    passes: list[list[int]] = [[], [], []]
+    for c in drawn.tolist():
+        passes[seen.get(c, 0)].append(c)
+        seen[c] = seen.get(c, 0) + 1
+    assert passes[0] != passes[1] and passes[1] != passes[2] and passes[0] != passes[2], "each pass reshuffled"
 
 
 def _tissues(batches, categories, df):

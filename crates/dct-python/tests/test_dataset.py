@@ -43,6 +43,11 @@ def test_manifest_and_files(built):
     for t in range(4):
         assert os.path.getsize(os.path.join(root, Manifest.tile_name(t))) == m.tile_bytes[t]
     assert json.loads(open(os.path.join(root, "manifest.json")).read())["version"] == 2
+    # A file:// URL is the same dataset as its path.
+    by_url = open_dataset(f"file://{root}")
+    assert by_url.manifest.tile_bytes == m.tile_bytes
+    np.testing.assert_array_equal(by_url.get_batch([349, 0, 120]).to_scipy().toarray(),
+                                  ds.get_batch([349, 0, 120]).to_scipy().toarray())
 
 
 def test_rows_match_the_source(built):

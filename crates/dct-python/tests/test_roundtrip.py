@@ -110,6 +110,14 @@ def test_caller_buffers_are_used_and_shared():
         d = t.decode(values=np.float32, threads=2, out_indices=oi, out_values=ov, scratch=scratch)
         assert np.shares_memory(d.indices, oi) and np.shares_memory(d.values, ov)
         assert (oi[m.nnz :] == -1).all() and (ov[m.nnz :] == -1).all() and same(d.to_scipy(), m)
+    # The original's executor= is accepted (the Rust decoder has threads of its own), and the scratch size the
+    # info gives is the largest chunk's.
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        assert same(t.decode(threads=2, executor=pool).to_scipy(), m)
+    assert t.info.max_chunk_nnz == max(c.nnz for c in t.info.chunks)
+    assert t.info.scratch_nbytes == 4 * t.info.max_chunk_nnz
 
 
 def test_wrong_buffers_rejected():
