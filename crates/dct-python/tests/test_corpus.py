@@ -483,6 +483,13 @@ def test_a_stratified_epoch_balances_categories_and_resumes(members, tmp_path):
     shares = pd.Series(_tissues(ds, ds.categories("tissue"), df)).value_counts(normalize=True)
     np.testing.assert_allclose(shares[["lung", "blood", "gut"]], [0.5, 0.25, 0.25], atol=0.02)
     assert len(DeltaCellsIterableDataset(corpus, 1, stratify_by="tissue")) == len(present)
+    # Locality: an epoch of the cells with a value fetches each tile holding one once, and none of member 1's,
+    # which has no tissue column (as tile_cells counts them: 3 + 2 + 3 tiles of 32 cells).
+    fresh = open_corpus({f"m{i}": r for i, r in enumerate(roots)}, cache_dir=str(tmp_path / "cache"))
+    assert len(fresh.tile_cells) == 8
+    ds = DeltaCellsIterableDataset(fresh, 16, seed=3, stratify_by="tissue", shuffle_tiles=2)
+    assert sum(len(b["index"]) for b in ds) == len(present)
+    assert ds.stats()["tiles_fetched"] == 6
 
     # A resumed stratified epoch is the uninterrupted one.
     def make():
