@@ -539,7 +539,8 @@ def test_the_loader_serves_a_corpus_s_obs(members, tmp_path):
     corpus = open_corpus(roots, cache_dir=str(tmp_path / "cache"))
     df = obs_truth(sources)
     for workers in (0, 2):
-        loader = make_loader(corpus, 32, seed=4, obs_columns=["donor", "tissue", "n_genes"], num_workers=workers)
+        loader = make_loader(corpus, 32, seed=4, obs_columns=["donor", "tissue", "n_genes", "barcode"],
+                             num_workers=workers)
         donors = loader.dataset.categories("donor")
         tissues = loader.dataset.categories("tissue")
         seen = 0
@@ -550,6 +551,8 @@ def test_the_loader_serves_a_corpus_s_obs(members, tmp_path):
             got_tissue = [None if c < 0 else tissues[c] for c in b["obs"]["tissue"].tolist()]
             assert got_tissue == [df["tissue"][i] for i in index]
             np.testing.assert_array_equal(b["obs"]["n_genes"].numpy(), df["n_genes"].to_numpy(np.float64)[index])
+            # Strings as lists, as over one dataset.
+            assert b["obs"]["barcode"] == [df["barcode"][i] for i in index]
         assert seen == corpus.n_cells
     with pytest.raises(KeyError):
         make_loader(corpus, 32, obs_columns=["nope"])

@@ -93,6 +93,9 @@ def test_cell_order_epochs_and_output_kinds(built):
     # numpy's spellings of the two value types, as get_batch takes them, mean the torch ones.
     for spelling, want in ((np.int32, torch.int32), (np.dtype("float32"), torch.float32), ("int32", torch.int32)):
         assert next(iter(DeltaCellsIterableDataset(root, 16, values_dtype=spelling)))["X"].values().dtype == want
+    for workers in (0, 2):  # through make_loader too, the workers given the torch dtype
+        b = next(iter(make_loader(root, 16, values_dtype=np.int32, num_workers=workers)))
+        assert b["X"].values().dtype == torch.int32
     for wrong in (torch.float64, np.float64, "int64", object()):
         with pytest.raises(ValueError, match="float32 or int32|int32 or float32"):
             DeltaCellsIterableDataset(root, 16, values_dtype=wrong)
