@@ -1,6 +1,6 @@
 """How each cost grows with the cells: the same synthetic atlas at 10^5, 10^6 and 10^7 cells.
 
-    python bench_scale.py make WORKDIR [--cells 100000,1000000] [--levels 3,19]
+    python bench_scale.py make WORKDIR [--cells 100000,1000000] [--levels 3,19] [--part-cells 1000000]
     python bench_scale.py run WORKDIR [--cells 100000,1000000] [--level 3] [--batch-size 1024] [--only warm,cold]
         [--memory-budget-mib 1024]
     python bench_scale.py one DATASET MODE BATCH_SIZE BUDGET_BYTES     # one measure in this process: a JSON line
@@ -8,8 +8,12 @@
 ``make`` writes each dataset with the ``scale-dataset`` binary of ``dct-bench`` (``cargo build --release -p dct-bench
 --bin scale-dataset``; found in ``$CARGO_TARGET_DIR/release``, or give ``--bin``): seeded synthetic counts of about
 2,000 nonzeros a cell over 36,000 genes and 20 obs columns (a distinct barcode per cell, categories of 10 to 50,000
-values), tiles of 10,000 cells. Its line per dataset (cells/s written and the writer's peak memory) is kept in
-``WORKDIR/written.jsonl``.
+values), tiles of 10,000 cells. Its line per dataset (cells/s written, CPU seconds and the writer's peak memory) is
+kept in ``WORKDIR/written.jsonl``. With ``--part-cells N``, a dataset of more cells is written as parts of N cells
+(whole tiles; one process each, into ``WORKDIR/cells{n}-l{level}.parts``), skipping the parts already complete, and
+the parts are merged in order with ``deltacells merge`` (aligned tiles are hard-linked, not copied): a write too
+long for one sitting can be stopped and run again, and the dataset is the one a single process writes. The whole's
+line sums the parts' seconds and CPU seconds and adds the merge's, with the largest peak of any of them.
 
 ``run`` measures, per dataset, each in a process of its own (so peaks do not carry over):
 
@@ -66,7 +70,20 @@ def du(path: Path) -> int:
 # ---------------------------------------------------------------------------------------------- make
 
 
-def make(work: Path, cells: list[int], levels: list[int], binary: str) -> None:
+def run_measured(args: list[str]) -> tuple[str, float, float, int]:
+    """Runs a command to its end: its stdout, wall seconds, CPU seconds (user and system) and peak resident bytes."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, args)
+    return out.strip(), time.perf_counter() - t0, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024
+
+
+def make(work: Path, cells: list[int], levels: list[int], binary: str, part_cells: int, tile_size: int) -> None:
     work.mkdir(parents=True, exist_ok=True)
     for n in cells:
         for level in levels:
@@ -74,12 +91,56 @@ def make(work: Path, cells: list[int], levels: list[int], binary: str) -> None:
             if (out / "manifest.json").exists():
                 print(f"{out} exists", flush=True)
                 continue
-            print(f"writing {out} ...", flush=True)
-            line = subprocess.run([binary, "--cells", str(n), "--output", str(out), "--level", str(level)],
-                                  check=True, capture_output=True, text=True).stdout.strip()
+            args = [binary, "--cells", str(n), "--level", str(level), "--tile-size", str(tile_size)]
+            if part_cells and n > part_cells:
+                line = make_in_parts(work, out, n, part_cells, tile_size, args)
+            else:
+                print(f"writing {out} ...", flush=True)
+                line = run_measured([*args, "--output", str(out)])[0]
             with open(work / "written.jsonl", "a") as f:
                 f.write(line + "\n")
             print(line, flush=True)
+
+
+def make_in_parts(work: Path, out: Path, n: int, part_cells: int, tile_size: int, args: list[str]) -> str:
+    """Writes ``out`` as parts of ``part_cells`` cells merged in order; a part already complete is kept."""
+    if part_cells % tile_size:
+        raise SystemExit(f"--part-cells {part_cells} is not a whole number of {tile_size}-cell tiles")
+    parts_dir = out.with_name(out.name + ".parts")
+    parts_dir.mkdir(exist_ok=True)
+    log = parts_dir / "parts.jsonl"
+    tiles, per_part = -(-n // tile_size), part_cells // tile_size
+    parts = []
+    for first in range(0, tiles, per_part):
+        end = min(first + per_part, tiles)
+        part = parts_dir / f"tiles{first:07d}-{end:07d}"
+        parts.append(part)
+        if (part / "manifest.json").exists():
+            print(f"{part} exists", flush=True)
+            continue
+        print(f"writing {part} ...", flush=True)
+        line = run_measured([*args, "--tiles", f"{first}..{end}", "--output", str(part)])[0]
+        with open(log, "a") as f:
+            f.write(line + "\n")
+        print(line, flush=True)
+    print(f"merging {len(parts)} parts into {out} ...", flush=True)
+    cli = [sys.executable, "-m", "deltacells", "merge", *map(str, parts), "--output", str(out), "--overwrite"]
+    _, merge_s, merge_cpu, merge_peak = run_measured(cli)
+    written = {}
+    for line in log.read_text().splitlines():  # the latest line of each part (a part may have been begun twice)
+        entry = json.loads(line)
+        written[tuple(entry["tile_range"])] = entry
+    lines = list(written.values())
+    seconds = sum(e["seconds"] for e in lines) + merge_s
+    shutil.rmtree(parts_dir)  # the merged dataset holds the tiles (hard links)
+    return json.dumps({
+        "cells": n, "tiles": tiles, "nnz": sum(e["nnz"] for e in lines), "genes": lines[0]["genes"],
+        "level": lines[0]["level"], "tile_size": tile_size, "bytes": du(out), "parts": len(lines),
+        "seconds": seconds, "cells_per_s": n / seconds, "cpu_seconds": sum(e["cpu_seconds"] for e in lines) + merge_cpu,
+        "merge_seconds": merge_s, "merge_cpu_seconds": merge_cpu, "merge_peak_rss_bytes": merge_peak,
+        "peak_rss_bytes": max(e["peak_rss_bytes"] for e in lines),
+        "writing_peak_bytes": max(e["writing_peak_bytes"] for e in lines),
+    })
 
 
 # ---------------------------------------------------------------------------------------------- one measure
@@ -250,12 +311,14 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--only", default=",".join(MODES))
     p.add_argument("--memory-budget-mib", type=int, default=BUDGET >> 20)
+    p.add_argument("--part-cells", type=int, default=0, help="make: write larger datasets as parts of this many cells")
+    p.add_argument("--tile-size", type=int, default=10_000, help="make: cells a tile")
     target = os.environ.get("CARGO_TARGET_DIR", "target")
     p.add_argument("--bin", default=str(Path(target) / "release" / "scale-dataset"))
     a = p.parse_args()
     cells = [int(c) for c in a.cells.split(",")]
     if a.command == "make":
-        make(a.workdir, cells, [int(x) for x in a.levels.split(",")], a.bin)
+        make(a.workdir, cells, [int(x) for x in a.levels.split(",")], a.bin, a.part_cells, a.tile_size)
     else:
         run(a.workdir, cells, a.level, a.batch_size, a.only.split(","), a.memory_budget_mib << 20)
 

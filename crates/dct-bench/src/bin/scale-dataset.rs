@@ -19,8 +19,8 @@
 //! of each width (int16 with missing values, int64, float32, float64); three bools; a string column that is
 //! missing for nine cells in ten.
 //!
-//! The JSON line: cells, tiles, nonzeros, bytes, seconds writing (generation of the pool excluded), cells/s, the
-//! resident memory peak of the whole process (`VmHWM`) and of the writing alone (the peak less the resident memory
+//! The JSON line: cells, tiles (and the range written), nonzeros, bytes, seconds writing (generation of the pool
+//! excluded), cells/s, the CPU seconds of writing (user and system, all threads), the resident memory peak of the whole process (`VmHWM`) and of the writing alone (the peak less the resident memory
 //! once the pool was made).
 
 #![forbid(unsafe_code)]
@@ -62,10 +62,13 @@ struct Args {
     tile_size: u64,
     seed: u64,
     pool: usize,
+    /// The dataset's tiles written: `FIRST..END`.
+    tiles: Option<(u64, u64)>,
 }
 
 fn parse_args() -> Result<Args, Error> {
-    let mut a = Args { cells: 0, output: String::new(), level: 3, tile_size: 10_000, seed: 7, pool: 30_000 };
+    let mut a =
+        Args { cells: 0, output: String::new(), level: 3, tile_size: 10_000, seed: 7, pool: 30_000, tiles: None };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -76,6 +79,10 @@ fn parse_args() -> Result<Args, Error> {
             "--tile-size" => a.tile_size = value.parse()?,
             "--seed" => a.seed = value.parse()?,
             "--pool" => a.pool = value.parse()?,
+            "--tiles" => {
+                let (first, end) = value.split_once("..").ok_or("--tiles takes FIRST..END")?;
+                a.tiles = Some((first.parse()?, end.parse()?));
+            }
             _ => return Err(format!("unknown option {flag} (see the file's documentation)").into()),
         }
     }
@@ -86,6 +93,11 @@ fn parse_args() -> Result<Args, Error> {
     }
     if (a.pool as u64) < a.tile_size {
         return Err("--pool must hold at least one tile of cells".into());
+    }
+    if let Some((first, end)) = a.tiles
+        && (first >= end || end > a.cells.div_ceil(a.tile_size))
+    {
+        return Err(format!("--tiles {first}..{end} is not a range of the dataset's tiles").into());
     }
     Ok(a)
 }
@@ -210,6 +222,16 @@ fn schema() -> Result<(ObsSchema, Labels), Error> {
     Ok((ObsSchema::new(columns)?, Labels(labels)))
 }
 
+/// The process's CPU seconds so far, user and system, all threads (`/proc/self/stat`, in the kernel's 100 ticks a
+/// second); 0 where it cannot be read.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command's closing parenthesis: state is the 3rd field, utime the 14th and stime the 15th.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let ticks: u64 = rest.split_whitespace().skip(11).take(2).filter_map(|f| f.parse::<u64>().ok()).sum();
+    ticks as f64 / 100.0
+}
+
 /// A line of `/proc/self/status` in bytes (`VmHWM`, `VmRSS`); 0 where there is none.
 fn status_bytes(key: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -244,13 +266,15 @@ fn main() -> Result<(), Error> {
         ..WriterOptions::new(u64::from(N_GENES))
     };
     let baseline = status_bytes("VmRSS");
+    let cpu0 = cpu_seconds();
     let t1 = Instant::now();
     let mut w = DatasetWriter::create(&a.output, options)?;
     w.set_var_names((0..N_GENES).map(|g| format!("GENE{g:05}")).collect())?;
     w.set_obs_schema(schema, &ObsWriteOptions::default())?;
     let mut nnz = 0u64;
     let tiles = a.cells.div_ceil(a.tile_size);
-    for t in 0..tiles {
+    let (first_tile, end_tile) = a.tiles.unwrap_or((0, tiles));
+    for t in first_tile..end_tile {
         let first = t * a.tile_size;
         let rows = a.tile_size.min(a.cells - first) as usize;
         let mut rng = ChaCha8Rng::seed_from_u64(a.seed ^ 0x5ca1e);
@@ -258,17 +282,20 @@ fn main() -> Result<(), Error> {
         let (tile, obs) = make_tile(&pool, rows, first, &mut rng, &labels)?;
         nnz += tile.nnz() as u64;
         w.push_tile_with_obs(tile, &obs)?;
-        if (t + 1) % 100 == 0 {
-            eprintln!("  {} of {tiles} tiles", t + 1);
+        if (t + 1 - first_tile) % 100 == 0 {
+            eprintln!("  {} of {} tiles", t + 1 - first_tile, end_tile - first_tile);
         }
     }
     w.finish()?;
     let seconds = t1.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu0;
     let peak = status_bytes("VmHWM");
+    let cells = (end_tile * a.tile_size).min(a.cells) - first_tile * a.tile_size;
     let line = serde_json::json!({
-        "cells": a.cells, "tiles": tiles, "nnz": nnz, "genes": N_GENES, "level": a.level, "tile_size": a.tile_size,
+        "cells": cells, "dataset_cells": a.cells, "tiles": end_tile - first_tile, "tile_range": [first_tile, end_tile],
+        "nnz": nnz, "genes": N_GENES, "level": a.level, "tile_size": a.tile_size,
         "bytes": dir_bytes(std::path::Path::new(&a.output)), "pool_cells": a.pool, "pool_seconds": pool_seconds,
-        "seconds": seconds, "cells_per_s": a.cells as f64 / seconds,
+        "seconds": seconds, "cells_per_s": cells as f64 / seconds, "cpu_seconds": cpu,
         "peak_rss_bytes": peak, "writing_peak_bytes": peak.saturating_sub(baseline),
     });
     println!("{line}");
