@@ -5,7 +5,9 @@
 //! `fraction * cells` (rounded at each part's running total) to the first part, and so on, so every part holds its
 //! fraction of each member's cells to within one cell. Groups are dealt: member by member, each member's new
 //! groups (values no earlier member has) in a seeded order, each to the part furthest below its fraction of the
-//! cells dealt so far (a group weighing its cells in the member where it first appears). Every part then ends
+//! cells dealt so far (a group weighing its cells in the member where it first appears; its cells in later members
+//! count toward its part before those members' new groups are dealt, so a donor spread over many datasets does not
+//! tip the balance). Every part then ends
 //! within about one group's cells of its fraction, as close as the groups' sizes allow, and a member added at the
 //! end deals only its own new groups: the earlier groups stay where they were.
 
@@ -113,7 +115,7 @@ impl Corpus {
 
     /// The part of each group of column `name` (by its key): groups dealt member by member, each member's new
     /// groups in the seeded order of their keys, each to the part whose cells fall furthest below its target
-    /// share of the cells dealt so far with it.
+    /// share of the cells dealt so far with it (the member's cells of groups dealt before included).
     fn deal_groups(
         &self,
         obs: &CorpusObs,
@@ -126,8 +128,10 @@ impl Corpus {
         // The groups first seen in the member being read, with their cells there.
         let mut pending: HashMap<u64, u64> = HashMap::new();
         let mut member = None;
+        // Cells of each part so far: those of the groups dealt, in every member read (a group dealt in an earlier
+        // member keeps its part, and its cells in later members count toward that part's share).
         let mut dealt = vec![0u64; targets.len()];
-        let mut deal = |pending: &mut HashMap<u64, u64>, part_of: &mut HashMap<u64, u32>| {
+        let deal = |pending: &mut HashMap<u64, u64>, part_of: &mut HashMap<u64, u32>, dealt: &mut [u64]| {
             let mut groups: Vec<(u64, u64)> = pending.drain().collect();
             groups.sort_unstable_by_key(|&(key, _)| (mix(seed, key), key));
             for (key, cells) in groups {
@@ -142,16 +146,17 @@ impl Corpus {
             let keys = group_keys(column, &obs.take(self, cells, &[name])?[0].1);
             for (&(m, _), key) in members.iter().zip(keys) {
                 if member != Some(m) {
-                    deal(&mut pending, &mut part_of);
+                    deal(&mut pending, &mut part_of, &mut dealt);
                     member = Some(m);
                 }
-                if !part_of.contains_key(&key) {
-                    *pending.entry(key).or_insert(0) += 1;
+                match part_of.get(&key) {
+                    Some(&part) => dealt[part as usize] += 1,
+                    None => *pending.entry(key).or_insert(0) += 1,
                 }
             }
             Ok(())
         })?;
-        deal(&mut pending, &mut part_of);
+        deal(&mut pending, &mut part_of, &mut dealt);
         Ok(part_of)
     }
 

@@ -298,6 +298,41 @@ fn split_by_groups_deals_parts_close_to_their_fractions_and_keeps_old_groups_whe
 }
 
 #[test]
+fn split_by_groups_counts_the_cells_a_group_has_in_later_members() {
+    // Donor A starts small in member 0 and has 500 cells in member 1; member 2 brings 50 donors of about 10 cells.
+    // A's 505 cells against everyone else's 505 is the balanced split: A's later cells must count toward its part.
+    let tmp = tempfile::tempdir().unwrap();
+    let many: Vec<String> = (0..50).map(|d| format!("d{d}")).collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    let specs: [(usize, &[&str]); 3] = [(10, &["A", "B"]), (500, &["A"]), (500, &many)];
+    let mut members = Vec::new();
+    let mut written = Vec::new();
+    for (i, (n, donors)) in specs.iter().enumerate() {
+        let dir = tmp.path().join(format!("m{i}"));
+        written.push(member(&dir, *n, &["T"], donors, true, 90 + i as u64));
+        members.push(open(&dir, &format!("m{i}")));
+    }
+    let corpus = Corpus::open(members, &GeneKey::VarNames, &GeneSpace::Union).unwrap();
+    let obs = corpus.obs(&options(tmp.path())).unwrap();
+    let donors = all(&written, |w| &w.donor);
+    let mut size: std::collections::HashMap<&str, u64> = Default::default();
+    for d in &donors {
+        *size.entry(d.as_str()).or_default() += 1;
+    }
+    // The groups that can still be placed once A is: the largest of them bounds how close a part can come.
+    let largest_other = size.iter().filter(|(d, _)| **d != "A").map(|(_, &n)| n).max().unwrap() as f64;
+    let n = corpus.n_cells();
+    let named = vec![("train".to_string(), 0.5), ("test".to_string(), 0.5)];
+    for seed in 0..10 {
+        let (sizes, _) = part_sizes(&corpus.split(&obs, &named, Some("donor"), seed).unwrap(), n);
+        for &got in &sizes {
+            let off = (got as f64 - 0.5 * n as f64).abs();
+            assert!(off <= largest_other, "seed {seed}: parts {sizes:?} of {n}, a group of {largest_other} at most");
+        }
+    }
+}
+
+#[test]
 fn a_column_of_two_kinds_is_refused_naming_both_members_and_the_others_stay_usable() {
     let tmp = tempfile::tempdir().unwrap();
     let a = tmp.path().join("a");
