@@ -8,7 +8,7 @@ use pyo3::exceptions::{
 use pyo3::prelude::*;
 
 pyo3::create_exception!(
-    _core,
+    deltacells._core,
     FormatError,
     PyValueError,
     "A tile, manifest, side file, obs shard or cache file breaks the deltacells format (the message names the file, \
@@ -16,7 +16,7 @@ pyo3::create_exception!(
 );
 
 pyo3::create_exception!(
-    _core,
+    deltacells._core,
     DatasetChangedError,
     PyRuntimeError,
     "The dataset was changed (appended to) after it was opened, and a tile read now belongs to the new version: open \

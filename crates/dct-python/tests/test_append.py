@@ -6,6 +6,7 @@ before the append, and appends killed at random moments completed by running the
 import hashlib
 import json
 import os
+import pickle
 import random
 import signal
 import subprocess
@@ -220,6 +221,50 @@ def test_a_reader_opened_before_sees_an_error_not_new_rows(parts, base):
         stale.get_batch([120])
     fresh = open_dataset(str(base))
     assert fresh.n_cells == 200 and fresh.get_batch([120]).to_scipy().shape == (1, fresh.n_genes)
+
+
+def test_a_dataset_opened_again_after_an_append_is_refused_not_read_under_other_indices(parts, base):
+    """A pickled dataset (what a DataLoader worker gets) or a closed one opens its reader again on first use: after
+    an append the manifest is another, and reading it as if it were the same would shift cells."""
+    d = parts[0]
+    ds = open_dataset(str(base))
+    before = ds.get_batch([0, 1]).to_scipy()
+    again = pickle.loads(pickle.dumps(ds))
+    assert same(again.get_batch([0, 1]).to_scipy(), before)  # unchanged: opened again as it was
+    shipped = pickle.dumps(ds)
+    deltacells.append(str(base), str(d / "second.h5ad"))
+    with pytest.raises(deltacells.DatasetChangedError, match="changed since it was opened"):
+        pickle.loads(shipped).get_batch([0])
+    ds.close()
+    with pytest.raises(deltacells.DatasetChangedError, match="open it again"):
+        ds.get_batch([0])
+    assert open_dataset(str(base)).n_cells == 200
+
+
+@pytest.mark.parametrize("how", ["pickle", "loader"])
+def test_a_corpus_whose_member_grew_is_refused_in_another_process_naming_the_member(parts, base, tmp_path, how):
+    """Member 0 appended to after the corpus was opened: in a worker (or any process the corpus is pickled to),
+    member 1's cells would start elsewhere; the corpus says which member changed instead."""
+    d = parts[0]
+    other = tmp_path / "other"
+    convert_h5ad(str(d / "first.h5ad"), str(other), tile_size=TILE, level=3, log=None)
+    corpus = deltacells.open_corpus({"grows": str(base), "other": str(other)})
+    held_out = corpus.select(range(130, 140))  # member 1's first cells
+    truth = held_out.get_batch(range(10)).to_scipy()
+    shipped = pickle.dumps(held_out)
+    assert same(pickle.loads(shipped).get_batch(range(10)).to_scipy(), truth)
+    deltacells.append(str(base), str(d / "second.h5ad"))
+    if how == "pickle":
+        with pytest.raises(deltacells.DatasetChangedError, match="corpus member 'grows'.*changed since it was opened"):
+            pickle.loads(shipped).get_batch(range(10))
+    else:
+        torch = require("torch")
+        from deltacells.torch import make_loader
+
+        loader = make_loader(held_out, 4, num_workers=1, shuffle=False, multiprocessing_context="spawn")
+        with pytest.raises(deltacells.DatasetChangedError, match="corpus member 'grows'"):
+            next(iter(loader))
+        assert torch is not None
 
 
 def test_cli_json(parts, base):

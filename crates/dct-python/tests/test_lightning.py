@@ -132,3 +132,30 @@ def test_evaluation_serves_each_cell_once_whatever_the_training_draws(tmp_path):
             assert list(cells) == list(range(members.n_cells)), drawing
         train = np.concatenate([b["index"].numpy() for b in dm.train_dataloader()])
         assert list(train) != list(range(members.n_cells)), f"training draws as asked: {drawing}"
+
+
+@pytest.mark.parametrize("options", [{"drop_last": True}, {"drop_last": True, "remainder": "drop"},
+                                     {"remainder": "drop"}])
+def test_evaluation_serves_every_cell_whatever_the_training_s_drop_last_and_remainder(corpus, options):
+    """``drop_last`` and ``remainder="drop"`` are for training: with them in the options, the evaluation loaders
+    still serve every cell, on one rank in order and over four ranks each cell on some rank with equal batch counts
+    (a few cells twice, as ``DistributedSampler`` pads)."""
+    n = corpus.n_cells
+    assert n % 32 and n % 4, "the batch size and the ranks leave a remainder"
+    dm = DeltaCellsDataModule(corpus, val=corpus, batch_size=32, seed=1, **options)
+    cells = np.concatenate([b["index"].numpy() for b in dm.val_dataloader()])
+    assert list(cells) == list(range(n)), options
+    served, counts = [], []
+    for rank in range(4):
+        ranked = DeltaCellsDataModule(corpus, val=corpus, batch_size=32, seed=1, rank=rank, world_size=4, **options)
+        batches = [b["index"].numpy() for b in ranked.val_dataloader()]
+        counts.append(len(batches))
+        served.append(np.concatenate(batches))
+    assert len(set(counts)) == 1, f"equal batch counts on every rank: {counts}"
+    every = np.concatenate(served)
+    assert set(every.tolist()) == set(range(n)), options
+    assert len(every) - n < 4, "at most world_size - 1 cells twice"
+    # Training keeps what was asked: drop_last leaves the short batch out.
+    if options.get("drop_last"):
+        train = [b["index"].numpy() for b in dm.train_dataloader()]
+        assert all(len(b) == 32 for b in train) and sum(map(len, train)) < n

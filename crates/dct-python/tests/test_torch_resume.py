@@ -92,6 +92,25 @@ def test_a_resumed_epoch_finishes_as_the_uninterrupted_one_and_the_next_is_whole
         assert after == next_epoch, f"{way}: the epoch after the resumed one is whole"
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_state_taken_from_the_loader_s_dataset_is_the_loader_s(root, workers):
+    """``loader.dataset.state_dict()`` says what ``loader.state_dict()`` says, also when workers iterate copies of
+    the dataset, and a new loader whose dataset loads it finishes the epoch as the uninterrupted one."""
+    epoch, _ = uninterrupted(root, "loader, 2 workers" if workers else "loader, 0 workers")
+    for k in (1, 5):
+        first = loader(root, workers)
+        first.set_epoch(2)
+        it = iter(first)
+        for _ in range(k):
+            next(it)
+        state = first.dataset.state_dict()
+        assert state == first.state_dict() and state["batches"] == k
+        del it
+        again = loader(root, workers)
+        again.dataset.load_state_dict(state)
+        assert cells(again) == epoch[k:], f"{workers} workers: the rest after {k}"
+
+
 @pytest.mark.parametrize("way", list(WAYS))
 def test_each_pass_without_set_epoch_is_the_next_epoch(root, way):
     it = WAYS[way](root)

@@ -263,6 +263,59 @@ def test_a_flipped_byte_in_a_tile_is_an_error_on_the_default_path(built, tmp_pat
     assert open_dataset(root, verify=False).verify is False and open_dataset(root).verify is True
 
 
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_an_error_in_a_worker_reaches_the_training_loop_not_a_shorter_epoch(built, tmp_path, context):
+    """A worker's error crosses the process boundary by pickling: a corrupt tile read in a worker raises
+    ``FormatError`` in the training process (not a traceback on stderr and an epoch quietly missing that worker's
+    batches, which under DDP would leave the other ranks waiting)."""
+    import pickle
+
+    from deltacells import DatasetChangedError, FormatError
+
+    for error in (FormatError("tile 3: CRC"), DatasetChangedError("changed")):
+        again = pickle.loads(pickle.dumps(error))
+        assert type(again) is type(error) and str(again) == str(error)
+    root, _ = built
+    bad = flip_stream_byte(root, tmp_path, 5)
+    loader = make_loader(bad, 64, num_workers=2, shuffle=False, multiprocessing_context=context)
+    served = 0
+    with pytest.raises(FormatError, match="CRC"):
+        for batch in loader:
+            served += batch["X"].shape[0]
+    assert served < len(loader) * 64
+
+
+def _break_after_two_batches(worker_id):
+    """In a (forked) worker: its pass raises, after two batches, an error PyTorch cannot send (its class cannot be
+    pickled by name, as a class in a module that cannot be imported cannot)."""
+    cls = type(torch.utils.data.get_worker_info().dataset)
+    inner = cls.__iter__
+
+    class _Unsendable(Exception):
+        pass
+
+    def broken(self):
+        for i, batch in enumerate(inner(self)):
+            if i == 2:
+                raise _Unsendable("lost on the way")
+            yield batch
+
+    cls.__iter__ = broken
+
+
+def test_a_worker_that_ends_early_without_a_word_is_an_error_not_a_shorter_epoch(built):
+    """If a worker's error cannot reach the training process (PyTorch prints it and drops the worker's batches),
+    the loader still does not end the epoch as if it were whole."""
+    root, _ = built
+    loader = make_loader(root, 64, num_workers=2, shuffle=False, multiprocessing_context="fork",
+                         worker_init_fn=_break_after_two_batches)
+    served = 0
+    with pytest.raises(RuntimeError, match="workers ended after .* of this pass's"):
+        for _ in loader:
+            served += 1
+    assert 4 <= served < len(loader)
+
+
 def _rows_of(batch):
     return batch["index"].tolist(), batch["X"].to_dense().numpy()
 

@@ -327,8 +327,9 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
 
     def state_dict(self) -> dict[str, Any]:
         """Where the epoch is: its number and the batches of this rank yielded so far (counted before each batch
-        is handed over), with the settings that fix the order. For the dataset iterated directly (or by a
-        ``DataLoader`` without workers); a :class:`DeltaCellsDataLoader` counts its workers' batches itself."""
+        is handed over), with the settings that fix the order. For the dataset iterated directly, by a ``DataLoader``
+        without workers, or by a :class:`DeltaCellsDataLoader` (which counts its workers' batches here too; a plain
+        ``DataLoader``'s workers count in their own copies)."""
         if self._current is not None:
             epoch, first, parts = self._current
             return self._state(epoch, first + self._yielded, parts)

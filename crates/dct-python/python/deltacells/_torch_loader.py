@@ -89,9 +89,18 @@ class DeltaCellsDataLoader(torch.utils.data.DataLoader):
                     if pin:
                         batch["X"], batch["index"] = batch["X"].pin_memory(), batch["index"].pin_memory()
                 self._count += 1
+                ds._yielded = self._count  # so that the dataset's own state_dict says what the loader's does
                 yield batch
         finally:
             ds._handoff = None
+        expected = ds._rank_batches(self._epoch, parts) - self._start
+        if self._count < expected:
+            # A worker that ended without its batches (an error it could not send, a process killed): the rank
+            # would train on part of its epoch, and under DDP wait for the other ranks at a collective forever.
+            raise RuntimeError(
+                f"the loader's workers ended after {self._count} of this pass's {expected} batches (epoch "
+                f"{self._epoch}): a worker stopped early; its error, if it had one, was printed above"
+            )
 
     def __len__(self) -> int:
         ds: DeltaCellsIterableDataset = self.dataset  # type: ignore[assignment]

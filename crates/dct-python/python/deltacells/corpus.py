@@ -54,6 +54,23 @@ def _plain_condition(value: Any) -> Any:
     return value
 
 
+def _member_readers(datasets: Sequence[DeltaCellsDataset], names: Sequence[str]) -> list[Any]:
+    """The members' Rust readers of this process, opened concurrently (as :func:`open_corpus` opens them); a
+    member that changed since the corpus was opened is a ``DatasetChangedError`` naming it."""
+
+    def reader(member: tuple[DeltaCellsDataset, str]) -> Any:
+        dataset, name = member
+        try:
+            return dataset._core
+        except _core.DatasetChangedError as e:
+            raise _core.DatasetChangedError(f"corpus member {name!r}: {e}") from None
+
+    if len(datasets) <= 1:
+        return [reader(m) for m in zip(datasets, names)]
+    with ThreadPoolExecutor(max_workers=min(_core.CORPUS_OPEN_CONCURRENCY, len(datasets))) as pool:
+        return list(pool.map(reader, zip(datasets, names)))
+
+
 class Corpus:
     """Member datasets read as one matrix whose columns are the corpus's gene vocabulary (see
     :func:`open_corpus`).
@@ -95,7 +112,7 @@ class Corpus:
     def _core(self) -> Any:
         """The Rust corpus of this process (rebuilt from the members after a fork or unpickling)."""
         if self._core_obj is None or self._pid != os.getpid():
-            cores = [d._core for d in self._datasets]
+            cores = _member_readers(self._datasets, self._names)
             core = _core.Corpus(cores, self._names, self._gene_key, self._genes_spec)
             if self._selection is not None:
                 core = core.with_selection_bytes(self._selection)

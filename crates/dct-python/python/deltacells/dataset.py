@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import threading
@@ -38,6 +39,11 @@ def _native(backend: Any) -> tuple[str, dict[str, str] | None] | None:
     if type(backend) is GCSBackend and backend._client is None:
         return backend.describe(), None
     return None
+
+
+def _manifest_digest(manifest_json: str) -> str:
+    """A digest of a dataset's manifest: equal digests, the same tiles and cells."""
+    return hashlib.sha256(manifest_json.encode()).hexdigest()
 
 
 def _check_reader_sizes(*sizes: int) -> None:
@@ -79,7 +85,10 @@ class DeltaCellsDataset:
     Beyond the original package: ``get_batch`` releases the GIL for fetching, decoding and gathering and may be
     called from many Python threads at once; arrays are handed to numpy without copying. The object pickles to
     what is needed to reopen it (and reopens lazily), so it can go to ``multiprocessing`` and ``DataLoader``
-    workers; a worker started by ``fork`` opens its own reader on first use.
+    workers; a worker started by ``fork`` opens its own reader on first use. A reader opened again (in another
+    process, or after :meth:`close`) must find the manifest this object first read: if the dataset was appended to
+    or written again in between, :class:`~deltacells.DatasetChangedError` says so instead of reading other cells
+    under the same indices.
     """
 
     def __init__(
@@ -106,7 +115,11 @@ class DeltaCellsDataset:
         self.storage_options = dict(storage_options) if storage_options else None
         self._init_runtime()
         core = self._core  # opens now: the manifest is read and checked at once
-        self.manifest: Manifest = Manifest.from_json(core.manifest_json())
+        manifest_json = core.manifest_json()
+        # What this object's cell layout is: a reader opened again (in another process, or after close) must find
+        # the same manifest, or it would read other cells under the same indices.
+        self._manifest_digest = _manifest_digest(manifest_json)
+        self.manifest: Manifest = Manifest.from_json(manifest_json)
         self._limits = np.asarray(core.limits(), dtype=np.int64)
         self._starts = np.concatenate([[0], self._limits[:-1]]).astype(np.int64)
         if obs_columns:
@@ -140,7 +153,7 @@ class DeltaCellsDataset:
                 # The backend's own options first; those given to the dataset win where both name a key.
                 if options or self.storage_options:
                     options = {**(options or {}), **(self.storage_options or {})}
-                self._reader = _core.Dataset(
+                reader = _core.Dataset(
                     url,
                     None if url is not None else uri,
                     self.max_cached_tiles,
@@ -150,6 +163,15 @@ class DeltaCellsDataset:
                     self.verify,
                     options,
                 )
+                expected = self.__dict__.get("_manifest_digest")
+                if expected is not None and _manifest_digest(reader.manifest_json()) != expected:
+                    where = url if url is not None else repr(uri)
+                    raise _core.DatasetChangedError(
+                        f"dataset {where} changed since it was opened (its manifest is another now: it was "
+                        "appended to, merged into or written again), so its cells may sit under other indices; "
+                        "open it again to read it as it is now"
+                    )
+                self._reader = reader
                 self._pid = os.getpid()
                 self._obs = None
             return self._reader
@@ -158,7 +180,7 @@ class DeltaCellsDataset:
         keep = ("_uri", "manifest", "max_cached_tiles", "max_prefetch_tiles", "io_threads", "decode_threads")
         state = {k: self.__dict__[k] for k in keep}
         state.update(verify=self.verify, cache_dir=self.cache_dir, storage_options=self.storage_options)
-        state.update(_limits=self._limits, _starts=self._starts)
+        state.update(_limits=self._limits, _starts=self._starts, _manifest_digest=self._manifest_digest)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

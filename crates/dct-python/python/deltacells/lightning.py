@@ -32,8 +32,10 @@ class DeltaCellsDataModule(pl.LightningDataModule):
         batch_size: cells per batch.
         loader_options: passed to :func:`deltacells.torch.make_loader` for every loader (``seed``,
             ``shuffle_tiles``, ``obs_columns``, ``weights``, ``num_workers``, ...); validation and test loaders are
-            not shuffled (``shuffle=False``), and ``weights``, ``epoch_cells``, ``stratify_by`` and
-            ``class_weights`` apply to training only: evaluation serves each of its cells once.
+            not shuffled (``shuffle=False``), keep short batches (``drop_last=False``) and give ranks equal batch
+            counts by serving a few cells twice (``remainder="wrap"``, as PyTorch's ``DistributedSampler`` pads),
+            and ``weights``, ``epoch_cells``, ``stratify_by`` and ``class_weights`` apply to training only:
+            evaluation serves every one of its cells (once, on one rank).
     """
 
     def __init__(self, train: Any, val: Any = None, test: Any = None, *, batch_size: int, **loader_options: Any
@@ -53,8 +55,11 @@ class DeltaCellsDataModule(pl.LightningDataModule):
             options = dict(self.loader_options)
             if part != "train":
                 options["shuffle"] = False
-                # Each evaluation cell once, in cell order: the training draws (member weights, balanced
-                # categories) are training's.
+                # Every evaluation cell: none left out of a short batch or a rank's share (a few served twice so
+                # that ranks have as many batches); the training draws (member weights, balanced categories) are
+                # training's.
+                options["drop_last"] = False
+                options["remainder"] = "wrap"
                 for drawing in ("weights", "epoch_cells", "stratify_by", "class_weights"):
                     options.pop(drawing, None)
             self._loaders[part] = make_loader(source, self.batch_size, **options)
