@@ -395,6 +395,23 @@ def test_a_resumed_corpus_epoch_is_the_uninterrupted_one(members, source):
         DeltaCellsIterableDataset(other, 12, seed=3).load_state_dict(state)
 
 
+def test_a_state_of_another_selection_is_refused_even_with_as_many_cells_in_each_tile(members):
+    require("torch")
+    from deltacells.torch import DeltaCellsIterableDataset
+
+    roots, _ = members
+    corpus = open_corpus(roots, genes="union")
+    even = corpus.select(np.arange(0, corpus.n_cells, 2))
+    odd = corpus.select(np.arange(1, corpus.n_cells, 2))
+    assert even.tile_cells == odd.tile_cells, "the layouts alone cannot tell the selections apart"
+    first = DeltaCellsIterableDataset(even, 12, seed=3)
+    next(iter(first))
+    state = first.state_dict()
+    with pytest.raises(ValueError, match="another selection of the corpus's cells"):
+        DeltaCellsIterableDataset(odd, 12, seed=3).load_state_dict(state)
+    DeltaCellsIterableDataset(even, 12, seed=3).load_state_dict(state)  # the same cells: accepted
+
+
 def test_a_weighted_epoch_draws_each_member_s_share_and_resumes(members):
     require("torch")
     from deltacells.torch import DeltaCellsIterableDataset

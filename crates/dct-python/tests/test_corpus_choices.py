@@ -158,6 +158,25 @@ def test_the_call_forms_the_api_documents(donors, tmp_path):
     assert out.split() == ["ObsSchema", "convert_h5ad"]
 
 
+def test_one_uri_for_the_members_and_a_non_positive_epoch_size_are_refused_with_what_to_do(donors):
+    from pathlib import Path
+
+    from deltacells import open_corpus
+
+    corpus, _, roots = donors
+    for one in (roots[0], Path(roots[0])):
+        with pytest.raises(TypeError, match="a sequence of dataset URIs"):
+            open_corpus(one)
+    assert open_corpus([roots[0]]).n_cells == open_dataset(roots[0]).n_cells
+    torch = require("torch")
+    from deltacells.torch import DeltaCellsIterableDataset
+
+    for bad in (-5, 0, True):
+        with pytest.raises(ValueError, match="epoch_cells must be a positive number"):
+            DeltaCellsIterableDataset(corpus, 8, weights=[1] * len(corpus.members), epoch_cells=bad)
+    assert torch is not None
+
+
 def test_weighted_and_stratified_epochs_keep_the_loader_s_guarantees(donors):
     torch = require("torch")
     from deltacells import CountingBackend, LocalBackend

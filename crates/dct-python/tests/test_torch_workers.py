@@ -4,6 +4,7 @@ and checked tiles on the loader's default path."""
 
 import gc
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -359,6 +360,69 @@ def test_worker_slots_are_reused_once_freed(built):
     workers = {w.pid for w in loader._iterator._workers}  # this loader's persistent worker processes
     slots = [key for key in _batch_slots.MAPS.maps if key[0] in workers]
     assert len(workers) == 2 and 2 <= len(slots) <= 2 * 6, f"{len(slots)} slots for {len(loader)} batches x 8 passes"
+
+
+def test_keeping_each_batch_s_cell_indices_does_not_keep_its_slot(built):
+    """A prediction loop keeps ``batch["index"]`` of every batch: the indices are the batch's own, and the slots
+    (each a whole batch) are reused as if nothing were kept."""
+    from deltacells import _batch_slots
+
+    root, _ = built
+    loader = make_loader(root, 16, num_workers=2, seed=5, persistent_workers=True, shuffle=False)
+    kept = [b["index"] for b in loader]
+    assert np.array_equal(np.sort(np.concatenate([k.numpy() for k in kept])), np.arange(sum(len(k) for k in kept)))
+    workers = {w.pid for w in loader._iterator._workers}
+    slots = [key for key in _batch_slots.MAPS.maps if key[0] in workers]
+    assert len(kept) > 3 * 6 and len(slots) <= 2 * 6, f"{len(slots)} slots for {len(kept)} batches kept"
+
+
+def test_the_slot_registry_takes_batches_and_forgets_exited_workers_from_two_threads(tmp_path):
+    """Batches are mapped on the DataLoader's pin-memory thread while a loader starting a pass forgets exited
+    workers on the caller's: neither may see the registry change under it, nor lose what the other added."""
+    import threading
+
+    from deltacells import _batch_slots
+
+    backing = tmp_path / "slot"
+    backing.write_bytes(bytes(4096))
+    base = os.open(backing, os.O_RDWR)
+
+    class Fd:
+        def detach(self):
+            return os.dup(base)
+
+    class Batch:
+        capacity = 4096
+
+        def __init__(self, slot):
+            self.pid, self.slot, self.fd = os.getpid(), slot, Fd()
+
+    maps = _batch_slots.SlotMaps()
+    errors = []
+    n = 20_000
+
+    def add():
+        try:
+            for i in range(n):
+                maps.map(Batch(i)).close()  # its file descriptor back; the entry stays
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    def forget():
+        try:
+            for _ in range(2_000):
+                maps.forget_exited()
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=add), threading.Thread(target=forget)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    os.close(base)
+    assert not errors, errors
+    assert len(maps.maps) == n, "a mapping of a live worker was lost"
 
 
 def test_the_training_process_reuses_its_slots_once_freed(built):

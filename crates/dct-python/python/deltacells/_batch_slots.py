@@ -205,7 +205,9 @@ def _views(buf: mmap.mmap, b: SharedBatch) -> dict[str, Any]:
         size=(b.n_rows, b.n_genes),
         check_invariants=False,
     )
-    out = {"X": x, "obs": b.obs, "index": t[c_cells : c_cells + 8 * b.n_rows].view(torch.int64)}
+    # The cell indices are copied out (8 bytes a cell): a loop that keeps only each batch's indices (to match
+    # predictions to cells) must not keep every slot, and the worker's memory, alive with them.
+    out = {"X": x, "obs": b.obs, "index": t[c_cells : c_cells + 8 * b.n_rows].view(torch.int64).clone()}
     if b.members is not None:
         out["dataset"] = torch.from_numpy(b.members)
     return out
@@ -216,16 +218,20 @@ class SlotMaps:
 
     def __init__(self) -> None:
         self.maps: dict[tuple[int, int], mmap.mmap] = {}
+        # Batches are opened on the DataLoader's pin-memory thread when it pins, while a loader starting a pass
+        # forgets exited workers on the caller's thread.
+        self._lock = threading.Lock()
 
     def map(self, b: SharedBatch) -> mmap.mmap:
         key = (b.pid, b.slot)
-        if b.fd is not None:
-            fd, b.fd = b.fd.detach(), None
-            try:
-                self.maps[key] = mmap.mmap(fd, b.capacity)
-            finally:
-                os.close(fd)
-        return self.maps[key]
+        with self._lock:
+            if b.fd is not None:
+                fd, b.fd = b.fd.detach(), None
+                try:
+                    self.maps[key] = mmap.mmap(fd, b.capacity)
+                finally:
+                    os.close(fd)
+            return self.maps[key]
 
     def open(self, b: SharedBatch) -> dict[str, Any]:
         """The batch's ``{"X", "obs", "index"}``, as views of the slot; the slot is freed with the last of them."""
@@ -239,6 +245,10 @@ class SlotMaps:
 
     def forget_exited(self) -> None:
         """Drops the mappings of workers that have exited (batches still alive keep theirs)."""
+        with self._lock:
+            self._forget_exited()
+
+    def _forget_exited(self) -> None:
         alive: dict[int, bool] = {}
         for pid, _ in list(self.maps):
             if pid not in alive:

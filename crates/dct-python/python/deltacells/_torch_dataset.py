@@ -54,7 +54,7 @@ def _spawning() -> bool:
 _Ticket = tuple[int, int, int, int, int, int]
 # The settings a resumed epoch must share with the interrupted one for its order to be the same.
 _ORDER_KEYS = ("seed", "batch_size", "shuffle_tiles", "shuffle", "drop_last", "remainder", "world_size", "tiles",
-               "manifest", "weights", "epoch_cells", "stratify_by", "class_weights")
+               "manifest", "selection", "weights", "epoch_cells", "stratify_by", "class_weights")
 
 
 class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
@@ -197,6 +197,8 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         self._strata: Any = None
         if (weights is not None or epoch_cells is not None) and not isinstance(uri, deltacells.Corpus):
             raise ValueError("weights and epoch_cells weigh the members of a Corpus; this is one dataset")
+        if epoch_cells is not None and (isinstance(epoch_cells, bool) or int(epoch_cells) < 1):
+            raise ValueError(f"epoch_cells must be a positive number of cells, not {epoch_cells!r}")
         if stratify_by is not None and not isinstance(uri, deltacells.Corpus):
             raise ValueError("stratify_by draws the cells of a Corpus; open the dataset as one with "
                              "deltacells.open_corpus([uri])")
@@ -237,9 +239,12 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
             self.tile_cells = uri.tile_cells
             self.n_genes = uri.n_genes
             manifests = "".join(d._core.manifest_json() for d in uri.datasets) + "\n".join(uri.genes)
+            # Which cells: two selections with as many cells in each tile would plan alike.
+            chosen = uri._selection if uri._selection is not None else b"every cell"
             self._identity = {
                 "tiles": hashlib.sha256(np.asarray(self.tile_cells, np.int64).tobytes()).hexdigest()[:16],
                 "manifest": hashlib.sha256(manifests.encode()).hexdigest()[:16],
+                "selection": hashlib.sha256(chosen).hexdigest()[:16],
             }
             return
         probe = self._dataset(1)  # opened now: a bad URI fails here, not in a worker
@@ -343,10 +348,11 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
     def _load(self, state: dict[str, Any], parts: int) -> None:
         mine = self._state(0, 0, parts)
         for key in _ORDER_KEYS:
-            if key in state and state[key] != mine[key]:
-                what = "dataset" if key in ("tiles", "manifest") else key
+            if key in state and state[key] != mine.get(key):
+                what = "dataset" if key in ("tiles", "manifest") else "cells" if key == "selection" else key
                 detail = ("another dataset (its tile layout differs)" if key == "tiles" else
                           "another dataset (its manifest differs)" if key == "manifest" else
+                          "another selection of the corpus's cells" if key == "selection" else
                           f"{key}={state[key]!r}, this loader has {key}={mine[key]!r}")
                 raise ValueError(f"cannot resume: the state was saved with {detail}; the batches would differ "
                                  f"(resume with the same {what})")

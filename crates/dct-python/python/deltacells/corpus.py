@@ -419,6 +419,9 @@ def open_corpus(
             :class:`~deltacells.DeltaCellsDataset`, but ``obs_columns``: those are made local across the corpus
             (``corpus.obs.localize``), a member without one missing there; ``KeyError`` for a column no member has.
     """
+    if isinstance(members, (str, bytes, os.PathLike)) or hasattr(members, "read_bytes"):
+        raise TypeError(f"open_corpus takes a sequence of dataset URIs (or a mapping name -> URI), not one URI "
+                        f"{members!r}: give [{members!r}] for a corpus of one dataset")
     if isinstance(members, Mapping):
         names = [str(n) for n in members]
         uris = list(members.values())
