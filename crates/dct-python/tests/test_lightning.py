@@ -88,8 +88,9 @@ def test_two_epochs_and_a_restart_from_a_mid_epoch_checkpoint(corpus, tmp_path):
     assert first.seen + resumed.seen == whole.seen, "the restored run trains on the cells the whole run did"
 
 
-def test_val_and_test_loaders_are_in_cell_order(corpus):
-    dm = DeltaCellsDataModule(corpus, val=corpus, test=corpus, batch_size=50, seed=1)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_val_and_test_loaders_are_in_cell_order(corpus, workers):
+    dm = DeltaCellsDataModule(corpus, val=corpus, test=corpus, batch_size=50, seed=1, num_workers=workers)
     val_loader = dm.val_dataloader()
     assert not isinstance(val_loader, list)
     val = np.concatenate([b["index"].numpy() for b in val_loader])

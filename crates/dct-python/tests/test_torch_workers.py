@@ -66,6 +66,31 @@ def test_each_tile_is_fetched_once_per_epoch_whatever_the_workers(built, tmp_pat
 
 
 @pytest.mark.parametrize("workers", [2, 3])
+@pytest.mark.parametrize("persistent", [False, True])
+def test_without_shuffle_workers_yield_cell_order_and_resume_it(built, workers, persistent):
+    """``shuffle=False`` gives cell order (PYTHON-API.md), with workers too: the DataLoader takes one batch of each
+    worker in turn, and the workers take the rank's batches in turn. A resumed loader goes on in cell order."""
+    root, full = built
+    loader = make_loader(root, 16, num_workers=workers, shuffle=False, persistent_workers=persistent)
+    batches = [b for b in loader]
+    cells = np.concatenate([b["index"].numpy() for b in batches])
+    assert list(cells) == list(range(N)) and len(batches) == len(loader)
+    assert all(len(b["index"]) == 16 for b in batches[:-1])
+    dense = np.concatenate([b["X"].to_dense().numpy() for b in batches])
+    assert same(dense, full.toarray())
+    first = make_loader(root, 16, num_workers=workers, shuffle=False, persistent_workers=persistent)
+    it = iter(first)
+    for _ in range(5):
+        next(it)
+    state = first.state_dict()
+    del it
+    again = make_loader(root, 16, num_workers=workers, shuffle=False, persistent_workers=persistent)
+    again.load_state_dict(state)
+    rest = np.concatenate([b["index"].numpy() for b in again])
+    assert list(rest) == list(range(5 * 16, N))
+
+
+@pytest.mark.parametrize("workers", [2, 3])
 def test_persistent_workers_fetch_each_tile_once_per_epoch_and_the_next_epoch_ahead(built, tmp_path, workers):
     root, full = built
     log = tmp_path / "reads.log"

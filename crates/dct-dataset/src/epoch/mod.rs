@@ -11,12 +11,14 @@
 //!    `world_size` cells) is dropped ([`Remainder::Drop`]: no cell goes to two ranks) or the stream wraps around to
 //!    its start to fill the last shares ([`Remainder::Wrap`]: every cell is served, a few twice);
 //! 4. each rank's share split among its `num_workers` loader workers in contiguous *parts* cut at window boundaries,
-//!    so that each tile is fetched and decoded by one worker of the rank (see `parts.rs`);
+//!    so that each tile is fetched and decoded by one worker of the rank (see `parts.rs`); in cell order (without
+//!    `shuffle`) the share is one part instead, its batches taken by the workers in turn, so that the loader yields
+//!    them in cell order (a tile may then be fetched by several workers);
 //! 5. each part cut into batches of `batch_size` consecutive cells. Every rank has the same number of batches in
 //!    every epoch: for a share of `S` cells and `W` workers, `ceil(S / batch_size) + W - 1` (at most `S`), or with
 //!    `drop_last` `floor(S / batch_size) - (W - 1)` (at least 0), since each cut between parts adds at most one
 //!    short batch (loses at most one full one); a rank whose parts make fewer (more) splits a few batches further
-//!    (leaves a few out). The rank's order is the one a `DataLoader` yields: one batch of each worker in turn,
+//!    (leaves a few out). In cell order the count is `ceil(S / batch_size)` (`floor` with `drop_last`). The rank's order is the one a `DataLoader` yields: one batch of each worker in turn,
 //!    skipping workers that have finished ([`EpochPlan::rank_batch_of`]). With one worker (or none) the part is
 //!    the share itself and the batches are its consecutive runs.
 //!
@@ -152,6 +154,9 @@ pub struct EpochPlan {
     part: Part,
     part_index: usize,
     part_first: u64,
+    /// Batches of the part between this worker's consecutive batches: 1, or `num_workers` in cell order, where the
+    /// rank's share is one part whose batches the workers take in turn.
+    stride: u64,
     /// Cells the rank's batches hold.
     rank_cells: u64,
     /// The cells of the window last expanded (its index and permutation).
@@ -274,6 +279,7 @@ impl EpochPlan {
             part: Part::default(),
             part_index: 0,
             part_first: 0,
+            stride: 1,
             rank_cells: 0,
             cached: None,
             strata,
@@ -286,6 +292,9 @@ impl EpochPlan {
     fn place(&mut self, opts: &EpochOptions) {
         let (b, drop_last, w) = (opts.batch_size as u64, opts.drop_last, opts.num_workers);
         let (lo, len) = self.share(opts.rank);
+        if !opts.shuffle && w > 1 {
+            return self.place_in_turns(opts, lo, len);
+        }
         let runs = parts::cut_share(lo, len, w, |p| self.boundary_around(p));
         // Every rank (and every epoch) the same number of batches, whatever falls where: each cut between two
         // parts adds at most one short batch (or, with `drop_last`, loses at most one full one), so every rank can
@@ -300,6 +309,22 @@ impl EpochPlan {
         self.part_index = (opts.worker + next) % w;
         self.part = layout[self.part_index];
         self.part_first = starts[self.part_index];
+    }
+
+    /// Cell order with several workers: a `DataLoader` takes one batch of each worker in turn, so the rank's share
+    /// is one part cut into consecutive batches and worker `s` serves the rank's batches `first + s`, `first + s +
+    /// W`, ...: the loader yields them in cell order. A tile's batches then go to several workers, each of which
+    /// fetches it (at most `W` fetches a tile, against one for shuffled windows); cell order asks for it.
+    fn place_in_turns(&mut self, opts: &EpochOptions, lo: u64, len: u64) {
+        let (b, w) = (opts.batch_size as u64, opts.num_workers as u64);
+        let target = if opts.drop_last { len / b } else { len.div_ceil(b) };
+        let part = parts::layout(&[(lo, len)], b, opts.drop_last, target)[0];
+        self.part_batches = (0..w).map(|s| part.batches.saturating_sub(s).div_ceil(w)).collect();
+        self.rank_cells = if part.batches == 0 { 0 } else { part.batch_range(part.batches - 1, b).1 - part.start };
+        self.part = part;
+        self.part_index = opts.worker;
+        self.part_first = opts.first_batch as u64 + opts.worker as u64;
+        self.stride = w;
     }
 
     /// Rank `rank`'s share of the stream: `(first position, cells)`, unrolled (positions past the end wrap).
@@ -344,7 +369,7 @@ impl EpochPlan {
 
     /// Batches this worker serves (from the resume point on).
     pub fn n_batches(&self) -> usize {
-        (self.part.batches - self.part_first) as usize
+        self.part.batches.saturating_sub(self.part_first).div_ceil(self.stride) as usize
     }
 
     /// Cells this rank serves in the epoch.
@@ -355,12 +380,15 @@ impl EpochPlan {
     /// The place of this worker's batch `j` in the rank's order (0 for the rank's first batch of the epoch, also
     /// when resuming).
     pub fn rank_batch_of(&self, j: usize) -> usize {
+        if self.stride > 1 {
+            return (self.part_first + j as u64 * self.stride) as usize;
+        }
         parts::yield_position(&self.part_batches, self.part_index, self.part_first + j as u64) as usize
     }
 
     /// Stream positions `[lo, hi)` (unrolled) of this worker's batch `j`.
     fn batch_range(&self, j: usize) -> (u64, u64) {
-        self.part.batch_range(self.part_first + j as u64, self.opts.batch_size as u64)
+        self.part.batch_range(self.part_first + j as u64 * self.stride, self.opts.batch_size as u64)
     }
 
     /// The cells of this worker's batch `j` (`j < n_batches()`) into `out` (cleared first), in batch order.

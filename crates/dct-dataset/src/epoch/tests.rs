@@ -238,3 +238,37 @@ fn a_tile_s_strata_drawn_in_one_pass_share_one_window() {
     assert!(EpochPlan::stratified(&tiles, too_many.clone(), strata, &opts, 0).is_err());
     assert!(EpochPlan::with_units(&tiles, too_many, &opts, 0).is_err());
 }
+
+#[test]
+fn without_shuffle_workers_take_turns_so_the_loader_yields_cell_order_and_resumes_exactly() {
+    let tiles = [25, 25, 25, 25, 11, 25, 25, 7];
+    let n: u64 = tiles.iter().sum();
+    for workers in [1usize, 2, 3, 5] {
+        for drop_last in [false, true] {
+            let opts = EpochOptions { shuffle: false, shuffle_tiles: 2, drop_last, ..EpochOptions::new(6) };
+            let whole = loader_order(&tiles, &opts, 4, workers);
+            let plan = EpochPlan::new(&tiles, &EpochOptions { num_workers: workers, ..opts.clone() }, 4).unwrap();
+            assert_eq!(whole.len(), plan.rank_batches(), "{workers} workers");
+            let cells: Vec<u64> = whole.concat();
+            let served = if drop_last { n / 6 * 6 } else { n };
+            assert_eq!(cells, (0..served).collect::<Vec<_>>(), "{workers} workers, drop_last {drop_last}: cell order");
+            assert!(whole.iter().all(|b| b.len() == 6 || (!drop_last && b.len() == (n % 6) as usize)));
+            for k in 0..=whole.len() {
+                let rest = loader_order(&tiles, &EpochOptions { first_batch: k, ..opts.clone() }, 4, workers);
+                assert_eq!(rest, whole[k..].to_vec(), "{workers} workers, k = {k}");
+            }
+        }
+    }
+    // Ranks: equal batch counts, disjoint, each rank's batches in cell order.
+    for world in [2usize, 3] {
+        let mut counts = Vec::new();
+        for rank in 0..world {
+            let opts = placed(EpochOptions { shuffle: false, ..EpochOptions::new(7) }, rank, world, 0, 3);
+            let order = loader_order(&tiles, &opts, 1, 3);
+            let cells = order.concat();
+            assert!(cells.windows(2).all(|w| w[1] == w[0] + 1), "rank {rank} of {world}: in cell order");
+            counts.push(order.len());
+        }
+        assert!(counts.iter().all(|&c| c == counts[0]), "{counts:?}");
+    }
+}
