@@ -61,6 +61,15 @@ impl Test {
                                 pass[i] = true;
                             }
                         }
+                        // Categories of numbers (pandas' `Categorical([1, 2, 3])`) are stored as their text: a
+                        // number names the labels that read as it, as pandas' `isin([1])` does.
+                        ObsValue::Number(x) => {
+                            for (i, c) in cats.iter().enumerate() {
+                                if c.trim().parse::<f64>().is_ok_and(|v| v == *x) {
+                                    pass[i] = true;
+                                }
+                            }
+                        }
                         other => return bad(format!("{other:?} is not a category label")),
                     }
                 }

@@ -27,7 +27,7 @@ use crate::selection::SelectionBuilder;
 
 impl Corpus {
     /// Disjoint parts covering every cell, one per `(name, fraction)` (fractions summing to 1). Without `by`, each
-    /// member's cells are ranked by their seeded hash (of the member's name and the cell's place there) and cut at
+    /// member's cells are ranked by their seeded hash (of the member's place and the cell's place there) and cut at
     /// the fractions, so each part holds its fraction of every member's cells to within one. With `by`, whole
     /// groups of cells sharing that obs column's value (cells missing it form one group) go to one part, dealt so
     /// that each part comes within about one group's cells of its fraction (see the module documentation). The
@@ -75,7 +75,10 @@ impl Corpus {
 
     /// Each member's cells, ranked by their seeded hash, cut at the fractions' running totals.
     fn split_cells(&self, targets: &[f64], seed: u64, parts: &mut [SelectionBuilder]) -> Result<(), CorpusError> {
-        let member_hash: Vec<u64> = self.members().iter().map(|m| fnv(m.name.as_bytes())).collect();
+        // By the member's place, not its name: the name is how its location was spelled (a relative path, an
+        // absolute one, a `file://` URL), which must not change the parts; a member added at the end takes a new
+        // place.
+        let member_hash: Vec<u64> = (0..self.members().len() as u64).map(|m| fnv(&m.to_le_bytes())).collect();
         // The current member's cells: (hash, corpus cell). A member's cells are contiguous in corpus order.
         let mut pending: Vec<(u64, u64)> = Vec::new();
         let mut member = None;

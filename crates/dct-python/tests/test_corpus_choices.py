@@ -248,6 +248,43 @@ def test_a_split_by_cell_holds_its_fraction_of_every_member(donors):
             assert parts[name].obs.take(np.arange(parts[name].n_cells), ["flag"])["flag"].all()
 
 
+def test_a_split_by_cell_is_the_same_however_the_members_locations_are_spelled(donors, monkeypatch):
+    """A preprocessing job and a training job may name the same datasets differently (absolute or relative paths,
+    ``file://`` URLs, names of their own): the parts must be the same cells."""
+    import os
+
+    _, _, roots = donors
+    monkeypatch.chdir(os.path.dirname(roots[0]))
+    spellings = {
+        "absolute": roots,
+        "relative": [os.path.basename(r) for r in roots],
+        "file URL": ["file://" + os.path.abspath(r) for r in roots],
+        "named": {f"member {i}": r for i, r in enumerate(roots)},
+    }
+    split = {how: open_corpus(members).split({"a": 0.6, "b": 0.4}, seed=3) for how, members in spellings.items()}
+    for how, parts in split.items():
+        for name, part in parts.items():
+            ref = split["absolute"][name]
+            assert part.member_cells == ref.member_cells, (how, name)
+            got, want = part.get_batch(range(part.n_cells)), ref.get_batch(range(ref.n_cells))
+            assert same(got.to_scipy(), want.to_scipy()), (how, name)
+
+
+def test_where_takes_numbers_for_categories_of_numbers(tmp_path):
+    """A category column of numbers (pandas' ``Categorical([1, 2, 3])``) takes ``where(batch=[1])`` as pandas'
+    ``isin([1])`` does, and its labels' text too."""
+    obs = pd.DataFrame({"batch": pd.Categorical([1, 2, 3, 1] * 4)})
+    root = str(tmp_path / "m")
+    write_member(root, obs, seed=3)
+    corpus = open_corpus([root], cache_dir=str(tmp_path / "cache"))
+    want = np.flatnonzero(obs["batch"].isin([1]))
+    for value in ([1], [1.0], ["1"]):
+        chosen = corpus.where(batch=value)
+        assert chosen.n_cells == len(want), value
+        assert same(chosen.get_batch(range(chosen.n_cells)).to_scipy(), corpus.get_batch(want).to_scipy()), value
+    assert corpus.where(batch=[1, 3]).n_cells == int(obs["batch"].isin([1, 3]).sum())
+
+
 def test_seeds_are_taken_as_torch_takes_them_and_refused_when_made(donors):
     """A negative seed is the same seed modulo 2**64 (as ``torch.Generator.manual_seed`` takes it), for a split
     and for the loader's epochs; a seed that is not an integer or out of range is refused when the split is asked
