@@ -133,6 +133,21 @@ def test_a_state_at_the_end_of_an_epoch_resumes_with_the_next_one(root):
     assert cells(again) == cells(ref)
 
 
+@pytest.mark.parametrize("way", list(WAYS))
+def test_a_state_saved_after_an_epoch_s_last_batch_serves_nothing_more_of_it(root, way):
+    """A loop that saves its own epoch count with the loader's state at every step, stopped after the last step
+    of epoch 2, calls ``set_epoch(2)`` again when it restarts: nothing of epoch 2 is left, and epoch 3 is whole; a
+    loop that does not call ``set_epoch`` goes on with epoch 3."""
+    epoch, next_epoch = uninterrupted(root, way)
+    k = len(epoch)
+    state, rest, after = interrupted_then_resumed(root, way, k, set_epoch_after_load=True)
+    assert (state["epoch"], state["batches"], state["after_epoch"]) == (3, 0, 2)
+    assert rest == [], f"{way}: epoch 2 served again"
+    assert after == next_epoch
+    _, rest, _ = interrupted_then_resumed(root, way, k, set_epoch_after_load=False)
+    assert rest == next_epoch, f"{way}: without set_epoch, the pass after the state is epoch 3"
+
+
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_persistent_workers_follow_set_epoch_and_load_state_dict(root, context):
     """Persistent workers keep their copy of the dataset between passes: the epoch and resume point reach them

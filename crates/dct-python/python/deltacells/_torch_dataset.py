@@ -180,6 +180,8 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         self.epoch = 0
         self._resume = 0
         self._fresh = True
+        # The epoch a loaded state was saved at the very end of (it resumes as the next one), until a pass begins.
+        self._finished: int | None = None
         # The pass under way in this process: [epoch, first batch, parts], and the batches it yielded.
         self._current: list[int] | None = None
         self._yielded = 0
@@ -309,9 +311,15 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch (which changes the order, deterministically). The next pass starts it from its first
         batch, unless a state of this same epoch was just loaded (:meth:`load_state_dict`): then it goes on from
-        there, so a training loop may call ``set_epoch`` at the start of every epoch, resumed or not."""
+        there, so a training loop may call ``set_epoch`` at the start of every epoch, resumed or not (a state saved
+        at the end of epoch ``e`` then leaves nothing of ``set_epoch(e)`` to serve)."""
         epoch = int(epoch)
-        if not (self._resume and self._fresh and epoch == self.epoch):
+        finished = self._finished if self._fresh else None
+        self._finished = None
+        if finished is not None and epoch == finished:
+            # The state loaded was saved after this epoch's last batch: its pass has nothing left to serve.
+            self._resume = self._rank_batches(epoch, self._parts)
+        elif not (self._resume and self._fresh and epoch == self.epoch):
             self._resume = 0
         self.epoch = epoch
         self._fresh = True
@@ -321,10 +329,14 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
     # ------------------------------------------------------------------ resumption
 
     def _state(self, epoch: int, done: int, parts: int) -> dict[str, Any]:
+        finished = None
         if done and done >= self._rank_batches(epoch, parts):
-            epoch, done = epoch + 1, 0  # a finished epoch resumes as the next one, whole
+            # A finished epoch resumes as the next one, whole; which one it was stays known, for a loop that calls
+            # set_epoch with it again (its own count of epochs saved at the same step).
+            finished, epoch, done = epoch, epoch + 1, 0
         rank, world = self._resolve_ranks()
-        return {"epoch": epoch, "batches": done, "seed": self.seed, "batch_size": self.batch_size,
+        return {"epoch": epoch, "batches": done, "after_epoch": finished, "seed": self.seed,
+                "batch_size": self.batch_size,
                 "shuffle_tiles": self.shuffle_tiles, "shuffle": self.shuffle, "drop_last": self.drop_last,
                 "remainder": self.remainder, "world_size": world, "num_workers": parts, "weights": self.weights,
                 "epoch_cells": self.epoch_cells, "stratify_by": self.stratify_by, "class_weights": self.class_weights,
@@ -367,6 +379,8 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
             )
         self.epoch = int(state["epoch"])
         self._resume = done
+        after = state.get("after_epoch")
+        self._finished = int(after) if after is not None and not done and int(after) == self.epoch - 1 else None
         self._fresh = True
         self._current = None
         self._yielded = 0
@@ -382,6 +396,7 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
             self._resume = 0
         ticket = (self.epoch, self._resume, *self._resolve_ranks(), int(lasting), int(slots))
         self._resume = 0
+        self._finished = None
         self._fresh = False
         self._current = [ticket[0], ticket[1], parts]
         self._yielded = 0
