@@ -90,6 +90,29 @@ def test_without_shuffle_workers_yield_cell_order_and_resume_it(built, workers, 
     assert list(rest) == list(range(5 * 16, N))
 
 
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_a_plain_dataloader_with_persistent_workers_is_refused_at_its_second_epoch_not_repeated(built, context):
+    """A plain DataLoader's persistent workers keep the copy of the dataset they started with: set_epoch cannot reach
+    them. Their second pass is an error saying what to use instead, not the first epoch's order again; workers
+    started for each epoch follow set_epoch."""
+    root, _ = built
+    ds = DeltaCellsIterableDataset(root, 16, seed=4)
+    plain = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2, persistent_workers=True,
+                                        multiprocessing_context=context)
+    first = sorted(i for b in plain for i in b["index"].tolist())
+    assert first == list(range(N))
+    ds.set_epoch(1)
+    with pytest.raises(RuntimeError, match="use deltacells.torch.make_loader"):
+        for _ in plain:
+            pass
+    fresh = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context=context)
+    orders = []
+    for epoch in (1, 2):
+        ds.set_epoch(epoch)
+        orders.append([i for b in fresh for i in b["index"].tolist()])
+    assert orders[0] != orders[1] and sorted(orders[0]) == sorted(orders[1]) == list(range(N))
+
+
 @pytest.mark.parametrize("workers", [2, 3])
 def test_persistent_workers_fetch_each_tile_once_per_epoch_and_the_next_epoch_ahead(built, tmp_path, workers):
     root, full = built

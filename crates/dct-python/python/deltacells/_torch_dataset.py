@@ -410,6 +410,16 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
             return tuple(int(v) for v in shared[1:7])  # type: ignore[return-value]
         if self._handoff is not None:
             return self._handoff
+        if self.__dict__.get("_plain_passes", 0):
+            # This copy served a pass already: its worker outlives passes (persistent_workers=True) and a plain
+            # DataLoader has no way to hand it the epoch set since, so every epoch would repeat the first's order.
+            raise RuntimeError(
+                "a plain torch DataLoader with persistent_workers=True keeps its workers' copies of the dataset, so "
+                "set_epoch and load_state_dict never reach them and every epoch would repeat the first one's order; "
+                "use deltacells.torch.make_loader (or DeltaCellsDataLoader), which hands each pass to its persistent "
+                "workers, or persistent_workers=False"
+            )
+        self._plain_passes = 1
         return (self.epoch, self._resume, *self._resolve_ranks(), 0, 0)
 
     def __getstate__(self) -> dict[str, Any]:

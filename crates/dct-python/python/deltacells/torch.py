@@ -28,7 +28,11 @@ Epochs and resumption:
 * Use :class:`DeltaCellsDataLoader` (or :func:`make_loader`) when ``num_workers > 0``: it gives the workers the
   epoch, the resume point and the ranks (also with ``persistent_workers=True`` and under ``spawn``), counts the
   batches it yields and sizes ``len()`` for its workers. A plain ``torch.utils.data.DataLoader`` with workers gets
-  the ranks and the epoch set before it starts its workers, but neither counts batches nor advances epochs.
+  the ranks and the epoch set before it starts its workers, but neither counts batches nor advances epochs; with
+  ``persistent_workers=True`` its workers never learn a later epoch, so their second pass is a ``RuntimeError``
+  (rather than the first epoch's order again).
+* A state saved after an epoch's last batch resumes as the next epoch; ``set_epoch`` with the finished epoch
+  after loading it serves nothing more of that epoch (a loop that saves its own epoch count does that).
 """
 
 from __future__ import annotations
