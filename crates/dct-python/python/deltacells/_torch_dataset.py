@@ -254,7 +254,7 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         self.n_genes = probe.n_genes
         self._identity = {
             "tiles": hashlib.sha256(np.asarray(self.tile_cells, np.int64).tobytes()).hexdigest()[:16],
-            "manifest": hashlib.sha256(probe._core.manifest_json().encode()).hexdigest()[:16],
+            "manifest": probe._manifest_digest[:16],  # the digest the dataset keeps of the manifest it read
         }
         if self.obs_columns:
             if probe.obs is None:

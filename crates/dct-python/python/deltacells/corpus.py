@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Union
 
@@ -54,6 +54,16 @@ def _plain_condition(value: Any) -> Any:
     return value
 
 
+def _on_members(f: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+    """``f`` of each of ``items``, in order, run at once for up to as many members as their gene tables are read
+    at once in Rust: opening a member reads its manifest, so a corpus of many members on an object store opens in
+    the time of a few round trips rather than one per member."""
+    if len(items) <= 1:
+        return [f(x) for x in items]
+    with ThreadPoolExecutor(max_workers=min(_core.CORPUS_OPEN_CONCURRENCY, len(items))) as pool:
+        return list(pool.map(f, items))
+
+
 def _member_readers(datasets: Sequence[DeltaCellsDataset], names: Sequence[str]) -> list[Any]:
     """The members' Rust readers of this process, opened concurrently (as :func:`open_corpus` opens them); a
     member that changed since the corpus was opened is a ``DatasetChangedError`` naming it."""
@@ -65,10 +75,7 @@ def _member_readers(datasets: Sequence[DeltaCellsDataset], names: Sequence[str])
         except _core.DatasetChangedError as e:
             raise _core.DatasetChangedError(f"corpus member {name!r}: {e}") from None
 
-    if len(datasets) <= 1:
-        return [reader(m) for m in zip(datasets, names)]
-    with ThreadPoolExecutor(max_workers=min(_core.CORPUS_OPEN_CONCURRENCY, len(datasets))) as pool:
-        return list(pool.map(reader, zip(datasets, names)))
+    return _on_members(reader, list(zip(datasets, names)))
 
 
 class Corpus:
@@ -444,10 +451,7 @@ def open_corpus(
     def open_one(uri: MemberUri) -> DeltaCellsDataset:
         return DeltaCellsDataset(uri, storage_options=storage_options, cache_dir=cache_dir, **reader_options)
 
-    # Members opened at once (as many as their gene tables are read at once, in Rust): opening reads a manifest, so
-    # a corpus of many members on an object store opens in the time of a few round trips rather than one per member.
-    with ThreadPoolExecutor(max_workers=min(_core.CORPUS_OPEN_CONCURRENCY, len(uris))) as pool:
-        datasets = list(pool.map(open_one, uris))
+    datasets = _on_members(open_one, uris)
     corpus = Corpus(datasets, names, gene_key, spec, cache_dir=cache_dir)
     if obs_columns:
         cols = [obs_columns] if isinstance(obs_columns, str) else list(obs_columns)
