@@ -103,26 +103,32 @@ def make(work: Path, cells: list[int], levels: list[int], binary: str, part_cell
 
 
 def make_in_parts(work: Path, out: Path, n: int, part_cells: int, tile_size: int, args: list[str]) -> str:
-    """Writes ``out`` as parts of ``part_cells`` cells merged in order; a part already complete is kept."""
+    """Writes ``out`` as parts of ``part_cells`` cells merged in order; a part already complete is kept (whatever
+    its size: a run stopped often may go on with smaller parts)."""
     if part_cells % tile_size:
         raise SystemExit(f"--part-cells {part_cells} is not a whole number of {tile_size}-cell tiles")
     parts_dir = out.with_name(out.name + ".parts")
     parts_dir.mkdir(exist_ok=True)
     log = parts_dir / "parts.jsonl"
     tiles, per_part = -(-n // tile_size), part_cells // tile_size
-    parts = []
-    for first in range(0, tiles, per_part):
+    parts, first = [], 0
+    while first < tiles:
+        # A complete part that begins here is kept whatever its size, so a run may go on with smaller parts.
+        done = [p for p in parts_dir.glob(f"tiles{first:07d}-*") if (p / "manifest.json").exists()]
+        if done:
+            parts.append(done[0])
+            first = int(done[0].name.split("-")[1])
+            print(f"{done[0]} exists", flush=True)
+            continue
         end = min(first + per_part, tiles)
         part = parts_dir / f"tiles{first:07d}-{end:07d}"
         parts.append(part)
-        if (part / "manifest.json").exists():
-            print(f"{part} exists", flush=True)
-            continue
         print(f"writing {part} ...", flush=True)
         line = run_measured([*args, "--tiles", f"{first}..{end}", "--output", str(part)])[0]
         with open(log, "a") as f:
             f.write(line + "\n")
         print(line, flush=True)
+        first = end
     print(f"merging {len(parts)} parts into {out} ...", flush=True)
     cli = [sys.executable, "-m", "deltacells", "merge", *map(str, parts), "--output", str(out), "--overwrite"]
     _, merge_s, merge_cpu, merge_peak = run_measured(cli)
@@ -130,7 +136,7 @@ def make_in_parts(work: Path, out: Path, n: int, part_cells: int, tile_size: int
     for line in log.read_text().splitlines():  # the latest line of each part (a part may have been begun twice)
         entry = json.loads(line)
         written[tuple(entry["tile_range"])] = entry
-    lines = list(written.values())
+    lines = [written[tuple(int(t) for t in p.name.removeprefix("tiles").split("-"))] for p in parts]
     seconds = sum(e["seconds"] for e in lines) + merge_s
     shutil.rmtree(parts_dir)  # the merged dataset holds the tiles (hard links)
     return json.dumps({
