@@ -347,9 +347,10 @@ impl Corpus {
         Ok((located, member_cells, row_in_member))
     }
 
-    /// Reads the rows of `cells`: each member's rows with one call of its reader, then every row moved to the
-    /// corpus's columns straight into its place in the output (rows in parallel on the rayon pool); fills `indptr`,
-    /// asks `output` for the `nnz`-long slices. Returns the member of each row.
+    /// Reads the rows of `cells`: each member's rows with one call of its reader, each row moved to the corpus's
+    /// columns as it is decoded (on the decode threads, while it is in cache) into a member batch at the room the
+    /// row stores, then every row copied from there to its place in the output (rows in parallel on the rayon
+    /// pool); fills `indptr`, asks `output` for the `nnz`-long slices. Returns the member of each row.
     fn read_rows<'o, V: CountValue>(
         &self,
         cells: &[u64],
@@ -357,37 +358,47 @@ impl Corpus {
         output: impl FnOnce(usize) -> Result<(&'o mut [i32], &'o mut [V]), CorpusError>,
     ) -> Result<Vec<u32>, CorpusError> {
         let (located, member_cells, row_in_member) = self.plan_read(cells)?;
-        let mut read: Vec<Option<Batch<V>>> = vec![None; self.members.len()];
+        let n_genes = self.n_genes();
+        // Per member: its rows in the corpus's columns, each at the start of its room, and their lengths.
+        let mut read: Vec<Option<(Batch<V>, Vec<usize>)>> = (0..self.members.len()).map(|_| None).collect();
         for (m, locals) in member_cells.iter().enumerate() {
             if !locals.is_empty() {
                 let member = &self.members[m];
+                let columns = self.map.member(m);
                 // Into a batch an earlier read gave back: its memory is already faulted in.
                 let mut batch = self.spare.take::<V>();
-                member.dataset.get_batch_into(locals, &mut batch).map_err(|e| CorpusError::member(&member.name, e))?;
-                read[m] = Some(batch);
+                let kept = member
+                    .dataset
+                    .map_rows_into(locals, &mut batch, |indices, values, out_i, out_v| {
+                        RowScratch::with(n_genes, |scratch| columns.write_row(indices, values, out_i, out_v, scratch))
+                    })
+                    .map_err(|e| CorpusError::member(&member.name, e));
+                match kept {
+                    Ok(kept) => read[m] = Some((batch, kept)),
+                    Err(e) => {
+                        self.spare.give(batch);
+                        return Err(e);
+                    }
+                }
             }
         }
         let row = |i: usize| -> (&Batch<V>, usize, usize) {
-            let b = read[located[i].0 as usize].as_ref().expect("read above");
+            let (b, kept) = read[located[i].0 as usize].as_ref().expect("read above");
             let r = row_in_member[i];
-            (b, b.indptr[r] as usize, b.indptr[r + 1] as usize)
+            let lo = b.indptr[r] as usize;
+            (b, lo, lo + kept[r])
         };
-        // Each row's entries in the vocabulary (counted in parallel: a lookup per entry), then the offsets.
-        let mut kept = vec![0usize; cells.len()];
-        kept.par_iter_mut().enumerate().with_min_len(64).for_each(|(i, k)| {
-            let (b, lo, hi) = row(i);
-            *k = self.map.member(located[i].0 as usize).kept_in(&b.indices[lo..hi]);
-        });
         indptr.clear();
         indptr.reserve(cells.len() + 1);
         indptr.push(0);
         let mut total = 0usize;
-        for k in kept {
-            total += k;
+        for i in 0..cells.len() {
+            let (_, lo, hi) = row(i);
+            total += hi - lo;
             indptr.push(total as i64);
         }
         let (out_indices, out_values) = output(total)?;
-        // Each row's own place in the output, then the rows filled in parallel.
+        // Each row's own place in the output, then the rows copied in parallel.
         let mut places: Vec<(usize, &mut [i32], &mut [V])> = Vec::with_capacity(cells.len());
         let (mut rest_i, mut rest_v) = (out_indices, out_values);
         for i in 0..cells.len() {
@@ -397,15 +408,12 @@ impl Corpus {
             places.push((i, head_i, head_v));
             (rest_i, rest_v) = (tail_i, tail_v);
         }
-        let n_genes = self.n_genes();
         places.par_iter_mut().with_min_len(64).for_each(|(i, oi, ov)| {
             let (b, lo, hi) = row(*i);
-            let columns = self.map.member(located[*i].0 as usize);
-            RowScratch::with(n_genes, |scratch| {
-                columns.write_row(&b.indices[lo..hi], &b.values[lo..hi], oi, ov, scratch)
-            });
+            oi.copy_from_slice(&b.indices[lo..hi]);
+            ov.copy_from_slice(&b.values[lo..hi]);
         });
-        for batch in read.into_iter().flatten() {
+        for (batch, _) in read.into_iter().flatten() {
             self.spare.give(batch);
         }
         Ok(located.into_iter().map(|(m, _)| m).collect())

@@ -63,6 +63,7 @@ impl MemberColumns {
     }
 
     /// Entries of a member row (`indices`, stored columns) that the vocabulary keeps.
+    #[cfg(test)]
     pub(crate) fn kept_in(&self, indices: &[i32]) -> usize {
         if self.kept == self.to_corpus.len() {
             return indices.len();
@@ -71,9 +72,10 @@ impl MemberColumns {
         indices.iter().map(|&g| 1 - (self.to_corpus[g as usize] >> 31) as usize).sum()
     }
 
-    /// Writes one member row (`indices` in stored column order, increasing) moved to the corpus's columns into
-    /// `out_indices` / `out_values` ([`MemberColumns::kept_in`] entries): genes outside the vocabulary dropped,
-    /// the rest in increasing corpus column. `scratch` is reused across rows (of any member).
+    /// Writes one member row (`indices` in stored column order, increasing) moved to the corpus's columns at the
+    /// start of `out_indices` / `out_values` (which hold at least as many entries as the row keeps): genes
+    /// outside the vocabulary dropped, the rest in increasing corpus column. Returns the entries written.
+    /// `scratch` is reused across rows (of any member).
     pub(crate) fn write_row<V: Copy + Default + 'static>(
         &self,
         indices: &[i32],
@@ -81,20 +83,22 @@ impl MemberColumns {
         out_indices: &mut [i32],
         out_values: &mut [V],
         scratch: &mut RowScratch<V>,
-    ) {
+    ) -> usize {
         if self.increasing {
             let kept = indices.iter().zip(values).filter_map(|(&g, &v)| {
                 // The reader hands out only indices below the member's gene count.
                 let c = self.to_corpus[g as usize];
                 (c != DROPPED).then_some((c as i32, v))
             });
+            let mut k = 0;
             for ((c, v), (oi, ov)) in kept.zip(out_indices.iter_mut().zip(out_values.iter_mut())) {
                 *oi = c;
                 *ov = v;
+                k += 1;
             }
-            return;
+            return k;
         }
-        scratch.place(&self.to_corpus, indices, values, out_indices, out_values);
+        scratch.place(&self.to_corpus, indices, values, out_indices, out_values)
     }
 }
 
@@ -137,7 +141,8 @@ impl<V: Copy + Default + 'static> RowScratch<V> {
         })
     }
 
-    fn place(&mut self, to_corpus: &[u32], indices: &[i32], values: &[V], out_i: &mut [i32], out_v: &mut [V]) {
+    /// Places a row and reads it back in column order into `out_i` / `out_v`; returns the entries written.
+    fn place(&mut self, to_corpus: &[u32], indices: &[i32], values: &[V], out_i: &mut [i32], out_v: &mut [V]) -> usize {
         let (mut lo, mut hi) = (usize::MAX, 0usize);
         for (&g, &v) in indices.iter().zip(values) {
             // DROPPED (u32::MAX) lands on the slot past the vocabulary.
@@ -149,7 +154,7 @@ impl<V: Copy + Default + 'static> RowScratch<V> {
             hi = hi.max(w);
         }
         if lo > hi {
-            return;
+            return 0;
         }
         self.bits[self.dropped >> 6] &= !(1u64 << (self.dropped & 63));
         let mut k = 0;
@@ -163,6 +168,7 @@ impl<V: Copy + Default + 'static> RowScratch<V> {
                 word &= word - 1;
             }
         }
+        k
     }
 }
 

@@ -11,6 +11,7 @@ mod budget;
 mod cache;
 mod decode;
 mod load;
+mod mapped;
 #[cfg(feature = "obs")]
 mod obs;
 mod open;
@@ -297,6 +298,28 @@ impl Dataset {
         indptr: &mut Vec<i64>,
         output: impl FnOnce(usize) -> Result<(&'o mut [i32], &'o mut [V]), DatasetError>,
     ) -> Result<usize, DatasetError> {
+        self.with_decoded_rows(cells, |decoded, rows| {
+            let total = stored_offsets(decoded, rows, indptr);
+            let (indices, values) = output(total).map_err(RowFailure::Read)?;
+            // Each row is decoded from its tile's planes straight into its place in the batch (and checked as it
+            // is), rows split between the decode threads.
+            // A batch larger than the caches is written with streaming stores (see `WriteMode`).
+            let mode = WriteMode::for_output_bytes((total * (4 + size_of::<V>())) as u64);
+            self.core
+                .on_decode_threads(|parallel| fill_rows(decoded, rows, indptr, indices, values, mode, parallel))
+                .map_err(|(s, e)| RowFailure::Row(s, e))?;
+            Ok(total)
+        })
+    }
+
+    /// Waits for the tiles of `cells` decoded and runs `body` over them and each cell's `(index in them, local
+    /// row)`, with the decode threads to itself. A bad row's tile leaves the cache (the next read fetches it
+    /// again) and is named in the error.
+    pub(super) fn with_decoded_rows<R>(
+        &self,
+        cells: &[u64],
+        body: impl FnOnce(&[Arc<TilePlanes>], &[(u32, u64)]) -> Result<R, RowFailure>,
+    ) -> Result<R, DatasetError> {
         let (tiles, rows) = self.plan(cells)?;
         // Marked before they are waited for: tiles loaded meanwhile make room with the previous batches' tiles.
         self.core.lock_cache().mark_read(&tiles);
@@ -306,26 +329,14 @@ impl Dataset {
         let busy = self.core.busy_reader();
         let decoded: Vec<Arc<TilePlanes>> =
             loaded.iter().zip(&tiles).map(|(tile, &t)| self.core.ensure_decoded(t, tile)).collect::<Result<_, _>>()?;
-        indptr.clear();
-        indptr.reserve(rows.len() + 1);
-        indptr.push(0);
-        let mut total = 0usize;
-        for &(s, r) in &rows {
-            total += decoded[s as usize].row_nnz(r as usize);
-            indptr.push(total as i64);
-        }
-        let (indices, values) = output(total)?;
-        // Each row is decoded from its tile's planes straight into its place in the batch (and checked as it is),
-        // rows split between the decode threads.
-        // A batch larger than the caches is written with streaming stores (see `WriteMode`).
-        let mode = WriteMode::for_output_bytes((total * (4 + size_of::<V>())) as u64);
-        let filled =
-            self.core.on_decode_threads(|parallel| fill_rows(&decoded, &rows, indptr, indices, values, mode, parallel));
-        if let Err((s, e)) = filled {
-            // A tile with a bad row leaves the cache: the next read fetches it again.
-            self.core.lock_cache().remove_ready(tiles[s], &loaded[s]);
-            return Err(self.core.decode_error(tiles[s], e));
-        }
+        let result = match body(&decoded, &rows) {
+            Ok(result) => result,
+            Err(RowFailure::Read(e)) => return Err(e),
+            Err(RowFailure::Row(s, e)) => {
+                self.core.lock_cache().remove_ready(tiles[s], &loaded[s]);
+                return Err(self.core.decode_error(tiles[s], e));
+            }
+        };
         // Tiles that left the cache while this batch used them end here: keep their buffers.
         drop(loaded);
         decoded.into_iter().for_each(|d| self.core.recycle_decoded(d));
@@ -334,7 +345,7 @@ impl Dataset {
         if !self.core.lock_to_decode().is_empty() {
             self.core.decode_in_background();
         }
-        Ok(total)
+        Ok(result)
     }
 
     /// Total stored nonzeros of the rows of `cells` (with repeats), from the tiles' indptrs: tiles not yet
@@ -476,6 +487,26 @@ impl Dataset {
         }
         Ok((tiles, rows))
     }
+}
+
+/// Why a read over decoded tiles stopped: an error of the read itself, or a bad row of tile `.0` (an index in the
+/// decoded tiles).
+pub(super) enum RowFailure {
+    Read(DatasetError),
+    Row(usize, DecodeError),
+}
+
+/// Fills `indptr` with the offsets of `rows` laid end to end at their stored nonzeros; returns the total.
+pub(super) fn stored_offsets(decoded: &[Arc<TilePlanes>], rows: &[(u32, u64)], indptr: &mut Vec<i64>) -> usize {
+    indptr.clear();
+    indptr.reserve(rows.len() + 1);
+    indptr.push(0);
+    let mut total = 0usize;
+    for &(s, r) in rows {
+        total += decoded[s as usize].row_nnz(r as usize);
+        indptr.push(total as i64);
+    }
+    total
 }
 
 /// Decodes the requested rows (`(index in decoded, local row)`) into `indices`/`values` at the offsets of `indptr`

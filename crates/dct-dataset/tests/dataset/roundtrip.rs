@@ -376,3 +376,58 @@ fn invalid_writer_options() {
         assert_eq!(e.category(), Category::InvalidArgument, "{e}");
     }
 }
+
+#[test]
+fn map_rows_into_hands_each_row_as_stored_with_its_room_and_keeps_the_counts_written() {
+    let truth = random_truth(21, 1500, 300, 0.05, true);
+    let dir = tempfile::tempdir().unwrap();
+    let url = dir.path().join("ds");
+    let url = url.to_str().unwrap();
+    let mut w = DatasetWriter::create(url, opts(300, 200)).unwrap();
+    append_all(&mut w, &truth, 22, 300);
+    w.finish().unwrap();
+    // The transform of a corpus in small: odd genes dropped, the rest moved down and their counts doubled.
+    let map = |indices: &[i32], values: &[u32], out_i: &mut [i32], out_v: &mut [u32]| {
+        let mut k = 0;
+        for (&g, &v) in indices.iter().zip(values).filter(|(g, _)| **g % 2 == 0) {
+            (out_i[k], out_v[k]) = (g / 2, v.wrapping_mul(2));
+            k += 1;
+        }
+        k
+    };
+    for threads in [1, 2] {
+        let ds = Dataset::open(url, ReadOptions { decode_threads: threads, ..ReadOptions::default() }).unwrap();
+        let mut out = Batch::<u32>::default();
+        // Batches of more rows than one thread takes, so that the rows are split between threads too.
+        for cells in random_batches(23, truth.n_cells(), 12, 900) {
+            let written = ds.map_rows_into(&cells, &mut out, map).unwrap();
+            assert_eq!(written.len(), cells.len());
+            assert_eq!(out.indptr.len(), cells.len() + 1);
+            assert_eq!(*out.indptr.last().unwrap() as u64, truth.nnz_of(&cells), "rooms are the stored rows");
+            for (j, &c) in cells.iter().enumerate() {
+                let want: Vec<(i32, u32)> = truth.rows[c as usize]
+                    .iter()
+                    .filter(|(g, _)| g % 2 == 0)
+                    .map(|&(g, v)| (g / 2, v.wrapping_mul(2)))
+                    .collect();
+                let room = out.indptr[j] as usize;
+                assert_eq!(out.indptr[j + 1] as usize - room, truth.rows[c as usize].len(), "cell {c}'s room");
+                let got: Vec<(i32, u32)> = (room..room + written[j]).map(|e| (out.indices[e], out.values[e])).collect();
+                assert_eq!(got, want, "cell {c} (row {j}), {threads} threads");
+            }
+        }
+        // Out of range: an error naming the cell, and the scratch left empty.
+        let err = ds.map_rows_into(&[0, truth.n_cells()], &mut out, map).unwrap_err();
+        assert!(err.to_string().contains(&truth.n_cells().to_string()), "{err}");
+        assert_eq!((out.indptr.as_slice(), out.indices.len()), (&[0i64][..], 0));
+    }
+    // A damaged tile is an error naming it, as a batch read's is.
+    let tile = dir.path().join("ds/tiles/tile_000003.dct");
+    let mut bytes = std::fs::read(&tile).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x40;
+    std::fs::write(&tile, bytes).unwrap();
+    let ds = Dataset::open(url, ReadOptions::default()).unwrap();
+    let err = ds.map_rows_into(&[650], &mut Batch::<u32>::default(), map).unwrap_err();
+    assert!(err.to_string().contains("tile_000003"), "{err}");
+}
