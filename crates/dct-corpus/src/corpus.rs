@@ -8,8 +8,10 @@ use arrow_schema::DataType;
 use dct_dataset::dct_obs::VarTable;
 use dct_dataset::{Batch, CountValue, Dataset, HeldBatches, Manifest, ReadOptions, TileBudget};
 
+use crate::concurrent::on_each;
 use crate::error::CorpusError;
 use crate::genes::{GeneKey, GeneMap, GeneSpace, RowScratch};
+use crate::recent::RecentTiles;
 use crate::selection::Selection;
 use rayon::prelude::*;
 
@@ -48,6 +50,9 @@ pub struct Corpus {
     selection: Selection,
     /// Member batches given back by reads, for the next reads to fill again.
     spare: Arc<SpareBatches>,
+    /// With [`Corpus::with_tile_cap`]: the tiles reads used last, which the members keep (shared by the corpora
+    /// made from this one by choosing cells).
+    recent: Option<Arc<RecentTiles>>,
 }
 
 /// Batches of any count type that reads give back and take again (at most [`SpareBatches::MAX`] kept).
@@ -109,6 +114,7 @@ impl Corpus {
             tile_starts: tile_starts.into(),
             selection: Selection::all(total),
             spare: Arc::default(),
+            recent: None,
         })
     }
 
@@ -203,7 +209,39 @@ impl Corpus {
             let d = m.dataset.reopened_sharing(options.clone(), &lead).map_err(|e| CorpusError::member(&m.name, e))?;
             members.push(Member { name: m.name.clone(), dataset: Arc::new(d) });
         }
-        Ok(Corpus { members: members.into(), ..self.clone() })
+        Ok(Corpus { members: members.into(), recent: None, ..self.clone() })
+    }
+
+    /// The corpus whose members keep at most `tiles` decoded tiles together after each read (those the reads used
+    /// last), as one dataset's cache would, where each member's reader would keep its own. For random reads over
+    /// many members; a loader that prefetches tiles and gives them back window by window
+    /// ([`Corpus::release_tiles_except`]) must not use it, as it would drop the tiles fetched ahead.
+    pub fn with_tile_cap(&self, tiles: usize) -> Corpus {
+        Corpus { recent: Some(Arc::new(RecentTiles::new(tiles))), ..self.clone() }
+    }
+
+    /// With a tile cap: records the tiles of `located` as the latest read and gives back, in the members they
+    /// belong to, the tiles that fell out of the cap.
+    fn keep_recent(&self, located: &[(u32, u64)]) {
+        let Some(recent) = &self.recent else { return };
+        let mut read: Vec<usize> = located
+            .iter()
+            .filter_map(|&(m, local)| {
+                let m = m as usize;
+                self.members[m].dataset.tile_of(local).map(|t| self.tile_starts[m] + t)
+            })
+            .collect();
+        read.sort_unstable();
+        read.dedup();
+        let (dropped, kept) = recent.record(&read);
+        let mut members: Vec<usize> = dropped.iter().filter_map(|&k| self.tile_of(k)).map(|(m, _)| m).collect();
+        members.sort_unstable();
+        members.dedup();
+        for m in members {
+            let keep: Vec<usize> =
+                kept.iter().filter_map(|&k| self.tile_of(k)).filter(|&(o, _)| o == m).map(|(_, t)| t).collect();
+            self.members[m].dataset.release_tiles_except(&keep);
+        }
     }
 
     /// Cells (selected).
@@ -416,43 +454,14 @@ impl Corpus {
         for (batch, _) in read.into_iter().flatten() {
             self.spare.give(batch);
         }
+        self.keep_recent(&located);
         Ok(located.into_iter().map(|(m, _)| m).collect())
     }
 }
 
-/// Members whose gene identifiers are read at once when a corpus opens (and, in Python, members opened at once):
-/// each read may be a round trip to an object store (a gene table, a manifest), so a corpus of a thousand members
-/// opens in the time of a few dozen round trips.
-pub const OPEN_CONCURRENCY: usize = 32;
-
-/// Every member's gene identifiers ([`member_genes`]), read on up to [`OPEN_CONCURRENCY`] threads; the first
-/// member (in member order) that fails is the error.
+/// Every member's gene identifiers ([`member_genes`]), read at once ([`on_each`]).
 fn all_member_genes(members: &[Member], key: &GeneKey) -> Result<Vec<Vec<String>>, CorpusError> {
-    let threads = OPEN_CONCURRENCY.min(members.len());
-    if threads <= 1 {
-        return members.iter().map(|m| member_genes(m, key)).collect();
-    }
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let read: Vec<(usize, Result<Vec<String>, CorpusError>)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut mine = Vec::new();
-                    loop {
-                        let m = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(member) = members.get(m) else { break mine };
-                        mine.push((m, member_genes(member, key)));
-                    }
-                })
-            })
-            .collect();
-        handles.into_iter().flat_map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
-    });
-    let mut found: Vec<Option<Result<Vec<String>, CorpusError>>> = vec![None; members.len()];
-    for (m, genes) in read {
-        found[m] = Some(genes);
-    }
-    found.into_iter().map(|g| g.expect("every member was read")).collect()
+    on_each(members, |_, m| member_genes(m, key))
 }
 
 /// A member's gene identifiers in stored column order, as `key` names them.

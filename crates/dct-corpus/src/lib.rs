@@ -18,6 +18,10 @@
 //! * `selection.rs`: [`Selection`], the chosen cells of the members laid end to end: runs or a bitmap per block of
 //!   65,536 cells (`selection/tests.rs`: every query against a plain list of cells).
 //! * `corpus.rs`: [`Corpus`] (opening, reading, choosing cells, the tiles an epoch plans over) and [`member_genes`].
+//! * `recent.rs`: the tiles random reads used last, which a corpus with a tile cap ([`Corpus::with_tile_cap`])
+//!   keeps across its members.
+//! * `concurrent.rs`: work on every member at once (gene tables, obs schemas, obs columns), on up to
+//!   [`OPEN_CONCURRENCY`] threads.
 //! * `obs.rs`: [`CorpusObs`], the members' obs as one set of columns with one vocabulary per category column.
 //! * `choose.rs`: [`Corpus::filter`] (conditions on obs columns) and [`Corpus::split`] (seeded parts, whole
 //!   groups to one part), reading the columns a block of cells at a time.
@@ -29,18 +33,21 @@
 #![forbid(unsafe_code)]
 
 mod choose;
+mod concurrent;
 mod corpus;
 mod error;
 mod genes;
 mod interner;
 mod obs;
+mod recent;
 mod selection;
 mod split;
 mod strata;
 mod weights;
 
 pub use choose::{Condition, ObsValue};
-pub use corpus::{Corpus, CorpusBatch, Member, OPEN_CONCURRENCY, member_genes};
+pub use concurrent::OPEN_CONCURRENCY;
+pub use corpus::{Corpus, CorpusBatch, Member, member_genes};
 pub use error::CorpusError;
 pub use genes::{GeneKey, GeneMap, GeneSpace, MemberColumns};
 pub use interner::GeneInterner;

@@ -5,10 +5,11 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int32Type;
-use arrow_array::{Array, ArrayRef, Int32Array, new_null_array};
+use arrow_array::{Array, ArrayRef, Int32Array, StringArray, new_null_array};
 use arrow_schema::DataType;
 use dct_dataset::dct_obs::{ColumnKind, Obs, ObsOptions};
 
+use crate::concurrent::on_each;
 use crate::corpus::Corpus;
 use crate::error::CorpusError;
 
@@ -17,7 +18,8 @@ use crate::error::CorpusError;
 pub struct CorpusObsColumn {
     /// Its name.
     pub name: String,
-    /// Its kind (the same in every member that has it).
+    /// Its kind: the same in every member that has it, except that a column of category labels in some members
+    /// and strings in others is a string column (the categories read as their labels).
     pub kind: ColumnKind,
     /// For a category column, the corpus's vocabulary: every member's categories, in order of first appearance.
     /// Codes refer to it.
@@ -25,8 +27,36 @@ pub struct CorpusObsColumn {
     /// The Arrow type values come in: `Int32` codes for categories; a number column whose members store
     /// different types comes as `Float64`.
     pub data_type: DataType,
-    /// Per member: whether it has the column, and for categories its codes' places in the corpus's vocabulary.
-    members: Vec<Option<Option<Vec<i32>>>>,
+    /// Per member: whether it has the column, and how its values become the corpus's.
+    members: Vec<Option<MemberValues>>,
+}
+
+/// How a member's values of a column become the corpus's.
+#[derive(Debug, Clone, PartialEq)]
+enum MemberValues {
+    /// As they are (cast to the column's type).
+    Stored,
+    /// Category codes, each code's place in the corpus's vocabulary.
+    Codes(Vec<i32>),
+    /// Category codes read as their labels: a column that is a category in some members and strings in others
+    /// is a string column of the corpus.
+    Labels(Vec<String>),
+}
+
+impl CorpusObsColumn {
+    /// Makes a category column a string column of type `data_type` (the members' categories read as their
+    /// labels); a string column stays as it is.
+    fn as_strings(&mut self, data_type: DataType) {
+        let Some(vocabulary) = self.categories.take() else { return };
+        self.kind = ColumnKind::String;
+        self.data_type = data_type;
+        for part in self.members.iter_mut().flatten() {
+            if let MemberValues::Codes(codes) = part {
+                let labels = codes.iter().map(|&i| vocabulary[i as usize].clone()).collect();
+                *part = MemberValues::Labels(labels);
+            }
+        }
+    }
 }
 
 /// The members' obs as one table (see [`Corpus::obs`]): a column a member lacks is missing (null) for its cells.
@@ -42,20 +72,18 @@ pub struct CorpusObs {
 impl Corpus {
     /// The members' obs as one set of columns: the union of the members' columns (in order of first
     /// appearance), category columns with one vocabulary (the members' categories in order of first appearance),
-    /// a column a member lacks missing for its cells. A column whose kind differs between members is left out of
+    /// a column a member lacks missing for its cells; a column of category labels in some members and strings in
+    /// others is a string column. Any other column whose kind differs between members is left out of
     /// the columns and refused when asked for, naming both members ([`CorpusObs::conflicts`] lists them), so the
     /// other columns stay usable. Members without obs have every column missing.
     pub fn obs(&self, options: &ObsOptions) -> Result<CorpusObs, CorpusError> {
-        let members: Vec<Option<Obs>> = self
-            .members()
-            .iter()
-            .map(|m| {
-                if !m.dataset.manifest().has_obs {
-                    return Ok(None);
-                }
-                m.dataset.obs(options.clone()).map(Some).map_err(|e| CorpusError::member(&m.name, e))
-            })
-            .collect::<Result<_, _>>()?;
+        // Each member's obs schema may be a round trip to its store: members are opened at once.
+        let members: Vec<Option<Obs>> = on_each(self.members(), |_, m| {
+            if !m.dataset.manifest().has_obs {
+                return Ok(None);
+            }
+            m.dataset.obs(options.clone()).map(Some).map_err(|e| CorpusError::member(&m.name, e))
+        })?;
         let n = members.len();
         let mut columns: Vec<CorpusObsColumn> = Vec::new();
         let mut first_member: Vec<usize> = Vec::new();
@@ -85,6 +113,17 @@ impl Corpus {
                     }
                 };
                 let column = &mut columns[at];
+                let text = |k: ColumnKind| matches!(k, ColumnKind::Category | ColumnKind::String);
+                if column.kind != c.kind && text(column.kind) && text(c.kind) {
+                    // Labels in some members, strings in others (an h5ad categorical beside a plain string
+                    // column): the column is strings, each member's categories read as their labels.
+                    column.as_strings(if c.kind == ColumnKind::String { data_type.clone() } else { DataType::Utf8 });
+                    column.members[m] = Some(match c.kind {
+                        ColumnKind::Category => MemberValues::Labels(c.categories.clone().unwrap_or_default()),
+                        _ => MemberValues::Stored,
+                    });
+                    continue;
+                }
                 if column.kind != c.kind {
                     conflicts.push(CorpusError::ObsConflict {
                         column: c.name.clone(),
@@ -113,7 +152,7 @@ impl Corpus {
                         })
                         .collect()
                 });
-                column.members[m] = Some(codes);
+                column.members[m] = Some(codes.map_or(MemberValues::Stored, MemberValues::Codes));
             }
         }
         columns.retain(|c| !conflicted.contains(&c.name));
@@ -155,15 +194,17 @@ impl CorpusObs {
         for &name in columns {
             self.column(name)?;
         }
-        let mut fetched = std::collections::HashSet::new();
-        for (m, obs) in self.members.iter().enumerate() {
-            let Some(obs) = obs else { continue };
+        // Members at once: each localization fetches the member's shards of the columns.
+        let reports = on_each(&self.members, |m, obs| {
+            let Some(obs) = obs else { return Ok(Vec::new()) };
             let present: Vec<&str> = columns.iter().copied().filter(|&c| obs.schema().column(c).is_some()).collect();
-            if !present.is_empty() {
-                let report = obs.localize_blocking(&present).map_err(|e| obs_error(corpus, m, e))?;
-                fetched.extend(report.fetched.into_iter().chain(report.rebuilt));
+            if present.is_empty() {
+                return Ok(Vec::new());
             }
-        }
+            let report = obs.localize_blocking(&present).map_err(|e| obs_error(corpus, m, e))?;
+            Ok(report.fetched.into_iter().chain(report.rebuilt).collect())
+        })?;
+        let fetched: std::collections::HashSet<String> = reports.into_iter().flatten().collect();
         Ok(columns.iter().filter(|c| fetched.contains(**c)).map(|c| c.to_string()).collect())
     }
 
@@ -206,7 +247,7 @@ impl CorpusObs {
         column: &CorpusObsColumn,
         locals: &[u64],
     ) -> Result<ArrayRef, CorpusError> {
-        let (Some(obs), Some(codes)) = (&self.members[m], &column.members[m]) else {
+        let (Some(obs), Some(part)) = (&self.members[m], &column.members[m]) else {
             return Ok(new_null_array(&column.data_type, locals.len()));
         };
         if locals.is_empty() {
@@ -218,18 +259,29 @@ impl CorpusObs {
             arrow_cast::cast(a, t)
                 .map_err(|e| CorpusError::InvalidArgument(format!("obs column {:?}: {e}", column.name)))
         };
-        match codes {
-            Some(map) => {
-                let local = cast(values, &DataType::Int32)?;
-                let local = local.as_primitive::<Int32Type>();
+        let codes = || -> Result<ArrayRef, CorpusError> { cast(values, &DataType::Int32) };
+        match part {
+            MemberValues::Codes(map) => {
+                let local = codes()?;
                 let remapped: Int32Array = local
+                    .as_primitive::<Int32Type>()
                     .iter()
                     .map(|c| c.and_then(|c| usize::try_from(c).ok().and_then(|i| map.get(i).copied())))
                     .collect();
                 Ok(Arc::new(remapped))
             }
-            None if values.data_type() == &column.data_type => Ok(values.clone()),
-            None => cast(values, &column.data_type),
+            MemberValues::Labels(labels) => {
+                let local = codes()?;
+                let text: StringArray = local
+                    .as_primitive::<Int32Type>()
+                    .iter()
+                    .map(|c| c.and_then(|c| usize::try_from(c).ok().and_then(|i| labels.get(i))))
+                    .collect();
+                let text: ArrayRef = Arc::new(text);
+                if column.data_type == DataType::Utf8 { Ok(text) } else { cast(&text, &column.data_type) }
+            }
+            MemberValues::Stored if values.data_type() == &column.data_type => Ok(values.clone()),
+            MemberValues::Stored => cast(values, &column.data_type),
         }
     }
 }

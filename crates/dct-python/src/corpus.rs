@@ -76,15 +76,17 @@ pub(crate) fn gene_space(genes: &Bound<'_, PyAny>) -> PyResult<GeneSpace> {
 impl PyCorpus {
     /// A corpus of `datasets` named `names` (in cell order): genes identified by `gene_key` (`None`: var_names;
     /// else a gene-table column), vocabulary `genes` (`"union"`, `"intersection"` or a list of identifiers). The
-    /// members' gene tables are read with the GIL released.
+    /// members' gene tables are read with the GIL released. With `tile_cap`, the members keep at most that many
+    /// decoded tiles together after each read (see `Corpus::with_tile_cap`).
     #[new]
-    #[pyo3(signature = (datasets, names, gene_key, genes))]
+    #[pyo3(signature = (datasets, names, gene_key, genes, tile_cap = None))]
     fn new(
         py: Python<'_>,
         datasets: Vec<PyRef<'_, PyDataset>>,
         names: Vec<String>,
         gene_key: Option<String>,
         genes: Bound<'_, PyAny>,
+        tile_cap: Option<usize>,
     ) -> PyResult<Self> {
         if datasets.len() != names.len() {
             return Err(value_error(format!("{} datasets but {} names", datasets.len(), names.len())));
@@ -97,7 +99,10 @@ impl PyCorpus {
             .map(|(d, name)| Ok(Member { name, dataset: Arc::clone(d.dataset()?) }))
             .collect::<PyResult<Vec<_>>>()?;
         let corpus = py.detach(|| Corpus::open(members, &key, &space)).map_err(corpus_error)?;
-        Ok(PyCorpus::wrap(corpus))
+        Ok(PyCorpus::wrap(match tile_cap {
+            Some(cap) => corpus.with_tile_cap(cap),
+            None => corpus,
+        }))
     }
 
     /// Selected cells.

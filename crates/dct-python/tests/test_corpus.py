@@ -102,6 +102,18 @@ def test_rows_are_the_sources_reindexed_by_pandas(members, genes):
         assert corpus.get_batch(range(200)).to_scipy()[:, 0].nnz == 0, "a gene no member has is an empty column"
 
 
+@pytest.mark.parametrize("cached", [1, 3])
+def test_random_reads_keep_as_many_tiles_over_all_members_as_one_reader_would(members, cached):
+    roots, sources = members  # 3 + 2 + 3 tiles of 32 cells
+    corpus = deltacells.open_corpus(roots, max_cached_tiles=cached)
+    check_batches(corpus, truth(sources, corpus.genes), seed=11)
+    # Given back here, the tiles still held: at most the members' own cache size, across all of them.
+    assert 1 <= corpus._core.release_tiles_except([]) <= cached
+    chosen = corpus.where(donor=["d2"])
+    chosen.get_batch(np.arange(chosen.n_cells))
+    assert chosen._core.release_tiles_except([]) <= cached
+
+
 def test_genes_identified_by_a_gene_table_column(members):
     roots, sources = members
     corpus = open_corpus({f"m{i}": r for i, r in enumerate(roots)}, gene_key="gene_ids")
@@ -201,6 +213,36 @@ def test_members_manifests_and_gene_tables_are_read_concurrently(members):
     corpus = open_corpus({f"m{i}": Waiting(roots[i % 3]) for i in range(n)}, gene_key="gene_ids")
     assert reads.count("manifest.json") >= n and reads.count("var.parquet") >= n
     assert corpus.member_cells == [70, 60, 70] * 2
+
+
+def test_members_obs_schemas_and_columns_are_read_concurrently(members, tmp_path):
+    """As above for the obs: each member's schema read, and its first read of a column's shard when localizing,
+    waits until every member has one in flight."""
+    import threading
+
+    roots, sources = members
+    schemas = threading.Barrier(3, timeout=60)
+    shards = threading.Barrier(3, timeout=60)
+
+    class Waiting(deltacells.LocalBackend):
+        first_shard = True
+
+        def read(self, name):
+            if name == "obs/schema.json":
+                schemas.wait()
+            return super().read(name)
+
+        def read_range(self, name, offset, length):
+            if name.startswith("obs/obs_") and self.first_shard:
+                self.first_shard = False
+                shards.wait()
+            return super().read_range(name, offset, length)
+
+    corpus = open_corpus([Waiting(r) for r in roots], cache_dir=str(tmp_path / "cache"))
+    assert "donor" in corpus.obs.columns
+    corpus.obs.localize(["donor"])
+    want = [d for s in sources for d in s.obs["donor"]]
+    assert list(corpus.obs.take_pandas(np.arange(corpus.n_cells), "donor")["donor"]) == want
 
 
 def obs_truth(sources):

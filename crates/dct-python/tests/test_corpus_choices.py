@@ -75,6 +75,34 @@ def test_split_by_donor_gives_each_part_its_share_as_the_groups_allow(donors):
     assert len(orders) > 1, "the seed changes the parts"
 
 
+def test_a_column_of_labels_in_one_member_and_strings_in_another_reads_as_strings(tmp_path):
+    """An h5ad categorical beside a plain string column of the same name: one string column, not a conflict."""
+    rng = np.random.default_rng(4)
+    a = pd.DataFrame({"batch": pd.Categorical(rng.choice(["x", "y"], 20))})
+    b = pd.DataFrame({"batch": np.array(rng.choice(["y", "z"], 12), dtype=object)})
+    assert str(ObsSchema.infer([b])) == "ObsSchema(batch: string)"
+    roots = [str(tmp_path / "a"), str(tmp_path / "b")]
+    write_member(roots[0], a, seed=1)
+    write_member(roots[1], b, seed=2)
+    for order in (roots, roots[::-1]):
+        corpus = open_corpus(order, cache_dir=str(tmp_path / "cache"))
+        want = [v for r in order for v in (a if r == roots[0] else b)["batch"]]
+        obs = corpus.obs
+        assert obs.conflicts == {} and obs.kind("batch") == "string"
+        assert list(obs.take_pandas(range(32), "batch")["batch"]) == want
+        assert corpus.where(batch=["y"]).n_cells == want.count("y")
+        parts = corpus.split({"p": 0.5, "q": 0.5}, by="batch")
+        owner = {}
+        for name, part in parts.items():
+            for v in set(part.obs.take_pandas(range(part.n_cells), "batch")["batch"]):
+                assert owner.setdefault(v, name) == name, f"batch {v} in two parts"
+        require("torch")
+        from deltacells.torch import DeltaCellsIterableDataset
+
+        loader = DeltaCellsIterableDataset(corpus, 8, shuffle=False, obs_columns=["batch"])
+        assert [v for batch in loader for v in batch["obs"]["batch"]] == want
+
+
 def test_a_column_of_two_kinds_is_refused_naming_both_members_and_the_others_stay_usable(tmp_path):
     rng = np.random.default_rng(3)
     a = pd.DataFrame({"batch": pd.Categorical(rng.choice(["x", "y"], 20)), "cell_type": pd.Categorical(

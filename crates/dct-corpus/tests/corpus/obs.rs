@@ -7,7 +7,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, Int32Type};
 use arrow_array::{Array, ArrayRef, Float32Array, Int64Array};
 use dct_corpus::{Condition, Corpus, CorpusError, GeneKey, GeneSpace, Member, ObsValue};
-use dct_dataset::dct_obs::{ArrowType, ColumnData, ObsOptions, ObsSchemaBuilder, ObsWriteOptions, TileObs};
+use dct_dataset::dct_obs::{ArrowType, ColumnData, ColumnKind, ObsOptions, ObsSchemaBuilder, ObsWriteOptions, TileObs};
 use dct_dataset::{CsrMatrix, DatasetWriter, WriterOptions};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -433,5 +433,60 @@ fn split_by_numbers_keeps_its_groups_when_a_member_stores_them_as_floats() {
         let parts = grown.split(&grown_obs, &named, Some("n_counts"), seed).unwrap();
         let (_, after) = part_sizes(&parts, grown.n_cells());
         assert_eq!(&after[..n as usize], &before[..], "seed {seed}: old cells moved");
+    }
+}
+
+#[test]
+fn a_column_of_labels_in_some_members_and_strings_in_others_reads_as_strings() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b, c) = (tmp.path().join("a"), tmp.path().join("b"), tmp.path().join("c"));
+    let a_donors = member(&a, 9, &["T"], &["d1", "d2"], true, 1).donor;
+    let c_donors = member(&c, 5, &["B"], &["d9", "d3"], true, 3).donor;
+    // `donor` as plain strings here (a column written without categories).
+    let b_donors: Vec<String> = ["d2", "d9", "d2", "d7"].map(String::from).to_vec();
+    {
+        let options = WriterOptions { tile_size: 8, n_chunks: 1, zstd_level: 3, ..WriterOptions::new(5) };
+        let mut w = DatasetWriter::create(b.to_str().unwrap(), options).unwrap();
+        w.set_var_names((0..5).map(|g| format!("g{g}")).collect()).unwrap();
+        let mut sb = ObsSchemaBuilder::new();
+        sb.add_plain("donor", ArrowType::String).unwrap();
+        w.set_obs_schema(sb.finish(), &ObsWriteOptions { tiles_per_file: 2, zstd_level: 3 }).unwrap();
+        let csr = dct_codec_csr(&[0, 1, 2, 3, 4], &[0, 1, 2, 3], &[1, 1, 1, 1], 4);
+        let donors: ArrayRef = Arc::new(arrow_array::StringArray::from(b_donors.clone()));
+        w.push_tile_with_obs(csr, &TileObs::new().with("donor", donors)).unwrap();
+        w.finish().unwrap();
+    }
+    // Labels first then strings, and strings first: the same column either way.
+    type Members<'a> = &'a [(&'a Path, &'a str)];
+    let orders: [(Members, Vec<String>); 2] = [
+        (&[(&a, "a"), (&b, "b"), (&c, "c")], [a_donors.clone(), b_donors.clone(), c_donors.clone()].concat()),
+        (&[(&b, "b"), (&a, "a")], [b_donors.clone(), a_donors.clone()].concat()),
+    ];
+    for (members, want) in orders {
+        let members: Vec<Member> = members.iter().map(|(dir, name)| open(dir, name)).collect();
+        let corpus = Corpus::open(members, &GeneKey::VarNames, &GeneSpace::Union).unwrap();
+        let obs = corpus.obs(&options(tmp.path())).unwrap();
+        assert!(obs.conflicts().is_empty());
+        let column = obs.column("donor").unwrap();
+        assert_eq!((column.kind, column.categories.is_none()), (ColumnKind::String, true));
+        obs.localize(&corpus, &["donor"]).unwrap();
+        let cells: Vec<u64> = (0..corpus.n_cells()).collect();
+        let got = obs.take(&corpus, &cells, &["donor"]).unwrap();
+        let got: Vec<Option<&str>> = got[0].1.as_string::<i32>().iter().collect();
+        assert_eq!(got, want.iter().map(|d| Some(d.as_str())).collect::<Vec<_>>());
+        // Chosen and split by their values as any string column.
+        let d2 = vec![("donor".to_string(), Condition::OneOf(vec![ObsValue::Text("d2".into())]))];
+        let chosen = corpus.filter(&obs, &d2).unwrap();
+        let with_d2: Vec<u64> = cells.iter().copied().filter(|&i| want[i as usize] == "d2").collect();
+        assert_eq!(chosen.selection(), corpus.select(&with_d2).unwrap().selection());
+        let parts = corpus.split(&obs, &[("x".into(), 0.5), ("y".into(), 0.5)], Some("donor"), 0).unwrap();
+        let part_of = |cell: u64| parts.iter().position(|(_, p)| p.selection().count_in(cell, cell + 1) == 1).unwrap();
+        for i in &cells {
+            for j in &cells {
+                if want[*i as usize] == want[*j as usize] {
+                    assert_eq!(part_of(*i), part_of(*j), "donor {} in one part", want[*i as usize]);
+                }
+            }
+        }
     }
 }

@@ -253,3 +253,28 @@ fn a_weighted_epoch_gives_each_member_its_share_in_whole_passes() {
     let e = corpus.weighted_units(&[1.0, 0.0], 10, 0, 0).unwrap_err();
     assert!(e.to_string().contains("2 weights for 3 members"), "{e}");
 }
+
+#[test]
+fn a_tile_cap_bounds_the_tiles_the_members_keep_together_and_reads_stay_exact() {
+    let s = setup(); // 3 members of 16-cell tiles: 3 + 2 + 3 tiles
+    let uncapped = Corpus::open(s.members.clone(), &GeneKey::VarNames, &GeneSpace::Union).unwrap();
+    check(&uncapped, &s.truths, false, 5);
+    // Each member's reader keeps its own tiles: here all 8.
+    assert_eq!(uncapped.release_tiles_except(&[]), 8);
+    let capped = uncapped.with_tile_cap(2);
+    check(&capped, &s.truths, false, 6);
+    assert!(capped.release_tiles_except(&[]) <= 2);
+    // The cap keeps the tiles read last: reading them again fetches nothing.
+    let cells = [0, 45, 46]; // member 0's first tile, member 1's first tile
+    capped.get_batch_as::<u32>(&cells).unwrap();
+    let fetched = || s.members.iter().map(|m| m.dataset.stats().tiles_fetched).sum::<u64>();
+    let before = fetched();
+    capped.get_batch_as::<u32>(&[1, 47]).unwrap();
+    assert_eq!(fetched(), before, "the two tiles read last are kept");
+    capped.get_batch_as::<u32>(&[70]).unwrap(); // member 2's first tile: member 0's tile falls out
+    assert_eq!(capped.release_tiles_except(&[]), 2);
+    // Corpora made from it by choosing cells share its cap.
+    let chosen = capped.select(&(0..102).step_by(3).collect::<Vec<_>>()).unwrap();
+    chosen.get_batch_as::<u32>(&(0..chosen.n_cells()).collect::<Vec<_>>()).unwrap();
+    assert!(capped.release_tiles_except(&[]) <= 2);
+}

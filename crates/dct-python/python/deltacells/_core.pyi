@@ -187,7 +187,12 @@ class Obs:
 @final
 class Corpus:
     def __new__(
-        cls, datasets: list[Dataset], names: list[str], gene_key: str | None, genes: str | list[str]
+        cls,
+        datasets: list[Dataset],
+        names: list[str],
+        gene_key: str | None,
+        genes: str | list[str],
+        tile_cap: int | None = None,
     ) -> Corpus: ...
     def n_cells(self) -> int: ...
     def genes(self) -> list[str]: ...

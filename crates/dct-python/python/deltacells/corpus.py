@@ -120,7 +120,10 @@ class Corpus:
         """The Rust corpus of this process (rebuilt from the members after a fork or unpickling)."""
         if self._core_obj is None or self._pid != os.getpid():
             cores = _member_readers(self._datasets, self._names)
-            core = _core.Corpus(cores, self._names, self._gene_key, self._genes_spec)
+            # Random reads keep as many decoded tiles across all members as one member's reader would keep, not
+            # that many per member (a loader's readers are reopened without the cap: they give tiles back themselves).
+            cap = max(d.max_cached_tiles for d in self._datasets)
+            core = _core.Corpus(cores, self._names, self._gene_key, self._genes_spec, cap)
             if self._selection is not None:
                 core = core.with_selection_bytes(self._selection)
             self._core_obj, self._pid = core, os.getpid()
@@ -280,7 +283,8 @@ class CorpusObs:
     @property
     def conflicts(self) -> dict[str, str]:
         """The columns whose kind differs between members (a category in one, numbers in another), each with the
-        reason naming both members. They come last in :attr:`columns`, and using one is a ``ValueError`` saying
+        reason naming both members. (Category labels in one member and strings in another are no conflict: the
+        column is a string column.) They come last in :attr:`columns`, and using one is a ``ValueError`` saying
         so; the other columns are unaffected."""
         return dict(self._conflicts)
 
