@@ -99,6 +99,19 @@ def test_val_and_test_loaders_are_in_cell_order(corpus, workers):
     assert DeltaCellsDataModule(corpus, batch_size=5).test_dataloader() == [], "no test data: no loader"
 
 
+@pytest.mark.parametrize("budget", [None, 300 << 20])
+def test_the_loaders_share_the_module_s_memory_budget(corpus, budget):
+    given = {} if budget is None else {"memory_budget": budget}
+    whole = budget or (2 << 30)
+    dm = DeltaCellsDataModule(corpus, val=corpus, test=corpus, batch_size=16, seed=1, **given)
+    parts = [dm.train_dataloader(), dm.val_dataloader(), dm.test_dataloader()]
+    assert [p.dataset.memory_budget for p in parts] == [whole // 2, whole // 4, whole // 4]
+    dm = DeltaCellsDataModule(corpus, val=corpus, batch_size=16, seed=1, **given)
+    assert [dm.train_dataloader().dataset.memory_budget, dm.val_dataloader().dataset.memory_budget] == [
+        whole * 2 // 3, whole // 3]
+    assert DeltaCellsDataModule(corpus, batch_size=16, **given).train_dataloader().dataset.memory_budget == whole
+
+
 def test_the_trainer_s_epoch_reaches_the_loader_through_its_sampler(corpus):
     from lightning.fabric.utilities.data import _set_sampler_epoch
 

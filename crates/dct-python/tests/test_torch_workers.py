@@ -128,20 +128,26 @@ def test_persistent_workers_fetch_each_tile_once_per_epoch_and_the_next_epoch_ah
     assert len(tiles) <= 4 * 10, f"{len(tiles)} fetches for 3 epochs of 10 tiles"
 
 
+def write_with_obs(root, seed):
+    """A dataset of N cells with obs ``cell_type`` (a category) and ``depth`` (the cell's index); returns its root,
+    counts and obs."""
+    import pandas as pd
+    from deltacells.obs import ObsSchema
+
+    full = make_counts(N, G, density=0.2, seed=seed)
+    obs = pd.DataFrame({"cell_type": pd.Categorical(np.random.default_rng(seed).choice(["a", "b"], N)),
+                        "depth": np.arange(N, dtype=np.float64)})
+    with DatasetWriter(str(root), n_genes=G, tile_size=TILE, level=3, obs_schema=ObsSchema.infer([obs])) as w:
+        for lo in range(0, N, TILE):
+            w.add_tile(full[lo : lo + TILE], obs=obs.iloc[lo : lo + TILE])
+    return str(root), full, obs
+
+
 @pytest.mark.parametrize(("workers", "context"), [(0, None), (2, "fork"), (2, "spawn")])
 def test_int32_values_and_obs_come_through_worker_slots(tmp_path, workers, context):
     """The slots carry int32 values as well as float32, and each batch's obs beside them: the training process's
     own slots and the workers'."""
-    import pandas as pd
-    from deltacells.obs import ObsSchema
-
-    full = make_counts(N, G, density=0.2, seed=64)
-    obs = pd.DataFrame({"cell_type": pd.Categorical(np.random.default_rng(1).choice(["a", "b"], N)),
-                        "depth": np.arange(N, dtype=np.float64)})
-    root = str(tmp_path / "ds")
-    with DatasetWriter(root, n_genes=G, tile_size=TILE, level=3, obs_schema=ObsSchema.infer([obs])) as w:
-        for lo in range(0, N, TILE):
-            w.add_tile(full[lo : lo + TILE], obs=obs.iloc[lo : lo + TILE])
+    root, full, obs = write_with_obs(tmp_path / "ds", seed=64)
     loader = make_loader(root, 32, num_workers=workers, values_dtype=torch.int32, obs_columns=["cell_type", "depth"],
                          cache_dir=str(tmp_path / "c"), multiprocessing_context=context, seed=6)
     vocab = loader.dataset.categories("cell_type")
@@ -162,6 +168,31 @@ def test_pin_memory_is_ignored_without_an_accelerator_as_the_dataloader_does(bui
         idx, dense = b["index"].tolist(), b["X"].to_dense().numpy()
         assert np.array_equal(dense, full[idx].toarray())
         assert b["X"].is_pinned() == torch.cuda.is_available()
+
+
+def test_pin_memory_pins_every_tensor_of_a_batch_from_workers(tmp_path, monkeypatch):
+    """Batches from workers arrive through shared slots and are pinned by the loader: X, the indices and every obs
+    tensor, as the DataLoader pins a batch made in process (here with pinning recorded, as no accelerator is)."""
+    import deltacells._torch_loader as loader_module
+
+    root, full, _ = write_with_obs(tmp_path / "ds", seed=65)
+    pinned: list[tuple[int, ...]] = []
+
+    def record(self, *args, **kwargs):
+        pinned.append(tuple(self.shape))
+        return self
+
+    monkeypatch.setattr(loader_module, "_can_pin", lambda: True)
+    monkeypatch.setattr(torch.Tensor, "pin_memory", record)
+    batches = list(make_loader(root, 64, num_workers=2, pin_memory=True, seed=2, obs_columns=["cell_type", "depth"],
+                               cache_dir=str(tmp_path / "c")))
+    assert batches
+    for b in batches:
+        n = b["index"].shape[0]
+        assert np.array_equal(b["X"].to_dense().numpy(), full[b["index"].tolist()].toarray())
+        for shape in [tuple(b["X"].shape), (n,), (n,), (n,)]:  # X, index, cell_type, depth
+            pinned.remove(shape)
+    assert pinned == []
 
 
 def test_workers_share_the_memory_budget(built):

@@ -57,6 +57,10 @@ _ORDER_KEYS = ("seed", "batch_size", "shuffle_tiles", "shuffle", "drop_last", "r
                "manifest", "selection", "weights", "epoch_cells", "stratify_by", "class_weights")
 
 
+#: The bytes a rank's loader holds unless told otherwise (``memory_budget``).
+DEFAULT_MEMORY_BUDGET = 2 << 30
+
+
 class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
     """Batches of a deltacells dataset for training: ``{"X": tensor, "obs": {column: tensor}, "index": tensor}``.
 
@@ -134,7 +138,7 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         values_dtype: Any = torch.float32,
         rank: int | None = None,
         world_size: int | None = None,
-        memory_budget: int = 2 << 30,
+        memory_budget: int = DEFAULT_MEMORY_BUDGET,
         decode_threads: int | None = None,
         io_threads: int = 4,
         verify: bool | None = None,

@@ -11,11 +11,18 @@ from typing import Any
 
 import torch
 import torch.utils.data
+from torch.utils.data._utils.pin_memory import pin_memory as _pin_memory  # what the DataLoader pins batches with
 
 from deltacells import _batch_slots
 from deltacells._torch_dataset import DeltaCellsIterableDataset
 
 __all__ = ["DeltaCellsDataLoader", "make_loader"]
+
+
+def _can_pin() -> bool:
+    """As the DataLoader decides: pinning needs an accelerator (without one, ``pin_memory=True`` is ignored)."""
+    accelerator = getattr(torch, "accelerator", None)
+    return bool(accelerator.is_available() if accelerator is not None else torch.cuda.is_available())
 
 
 class _EpochSampler:
@@ -79,15 +86,16 @@ class DeltaCellsDataLoader(torch.utils.data.DataLoader):
         self._epoch, self._start, self._count = ticket[0], ticket[1], 0
         if slots:
             _batch_slots.MAPS.forget_exited()
-        # As the DataLoader does: pinning needs an accelerator (without one, pin_memory=True is ignored).
-        accelerator = getattr(torch, "accelerator", None)
-        pin = self.pin_memory and (accelerator.is_available() if accelerator is not None else torch.cuda.is_available())
+        pin = self.pin_memory and _can_pin()
+        pin_device = getattr(self, "pin_memory_device", "") or None
         try:
             for batch in super().__iter__():
                 if isinstance(batch, _batch_slots.SharedBatch):
                     batch = _batch_slots.MAPS.open(batch)
                     if pin:
-                        batch["X"], batch["index"] = batch["X"].pin_memory(), batch["index"].pin_memory()
+                        # Every tensor of the batch (X, index, obs columns, members), as the DataLoader's pinning
+                        # of a batch made in process does.
+                        batch = _pin_memory(batch, pin_device)
                 self._count += 1
                 ds._yielded = self._count  # so that the dataset's own state_dict says what the loader's does
                 yield batch

@@ -18,6 +18,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 
+from deltacells._torch_dataset import DEFAULT_MEMORY_BUDGET
 from deltacells.torch import DeltaCellsDataLoader, make_loader
 
 __all__ = ["DeltaCellsDataModule"]
@@ -35,7 +36,10 @@ class DeltaCellsDataModule(pl.LightningDataModule):
             not shuffled (``shuffle=False``), keep short batches (``drop_last=False``) and give ranks equal batch
             counts by serving a few cells twice (``remainder="wrap"``, as PyTorch's ``DistributedSampler`` pads),
             and ``weights``, ``epoch_cells``, ``stratify_by`` and ``class_weights`` apply to training only:
-            evaluation serves every one of its cells (once, on one rank).
+            evaluation serves every one of its cells (once, on one rank). ``memory_budget`` (default 2 GiB) is
+            the module's: its loaders can be alive at once (the training loader keeps its cache and workers while
+            validation runs), so it is split between the parts given, two shares for training and one each for
+            validation and test (all of it for training alone).
     """
 
     def __init__(self, train: Any, val: Any = None, test: Any = None, *, batch_size: int, **loader_options: Any
@@ -53,6 +57,11 @@ class DeltaCellsDataModule(pl.LightningDataModule):
             if source is None:
                 raise ValueError(f"this data module has no {part} data")
             options = dict(self.loader_options)
+            # Each loader's share of the module's budget, so that loaders alive together stay within it.
+            shares = {"train": 2, "val": 1, "test": 1}
+            given = sum(shares[p] for p, s in self.sources.items() if s is not None)
+            budget = int(options.get("memory_budget", DEFAULT_MEMORY_BUDGET))
+            options["memory_budget"] = budget * shares[part] // given
             if part != "train":
                 options["shuffle"] = False
                 # Every evaluation cell: none left out of a short batch or a rank's share (a few served twice so
