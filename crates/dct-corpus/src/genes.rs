@@ -35,6 +35,9 @@ pub struct MemberColumns {
     to_corpus: Vec<u32>,
     /// Whether the kept columns keep their relative order, so a row's sorted indices stay sorted.
     increasing: bool,
+    /// Whether every stored column is the corpus column of its own index (the vocabulary begins with the
+    /// member's genes in their order), so rows are copied as they are.
+    unchanged: bool,
     /// Member columns in the vocabulary.
     kept: usize,
 }
@@ -84,6 +87,12 @@ impl MemberColumns {
         out_values: &mut [V],
         scratch: &mut RowScratch<V>,
     ) -> usize {
+        if self.unchanged {
+            let n = indices.len();
+            out_indices[..n].copy_from_slice(indices);
+            out_values[..n].copy_from_slice(values);
+            return n;
+        }
         if self.increasing {
             let kept = indices.iter().zip(values).filter_map(|(&g, &v)| {
                 // The reader hands out only indices below the member's gene count.
@@ -255,7 +264,8 @@ impl GeneMap {
                 let to_corpus: Vec<u32> = ids.iter().map(|&id| column_of[id as usize]).collect();
                 let kept: Vec<u32> = to_corpus.iter().copied().filter(|&c| c != DROPPED).collect();
                 let increasing = kept.windows(2).all(|w| w[0] < w[1]);
-                MemberColumns { kept: kept.len(), to_corpus, increasing }
+                let unchanged = to_corpus.iter().enumerate().all(|(j, &c)| c as usize == j);
+                MemberColumns { kept: kept.len(), to_corpus, increasing, unchanged }
             })
             .collect();
         let genes = vocabulary.iter().map(|&id| interner.name(id).to_string()).collect();
