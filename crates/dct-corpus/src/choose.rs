@@ -39,7 +39,8 @@ pub enum Condition {
 /// A condition made ready for one column: which values pass.
 enum Test {
     Codes(Vec<bool>),
-    Texts(std::collections::HashSet<String>),
+    /// Strings equal to one of the texts, or reading as one of the numbers.
+    Texts(std::collections::HashSet<String>, Vec<f64>),
     Numbers(Vec<f64>),
     Bools(Vec<bool>),
     Range(f64, f64),
@@ -76,11 +77,15 @@ impl Test {
                 Ok(Test::Codes(pass))
             }
             (ColumnKind::String, Condition::OneOf(values)) => {
-                let texts = each(column, values, "a string", |v| match v {
-                    ObsValue::Text(t) => Some(t.clone()),
+                // A number names the strings that read as it, as for categories of numbers (a column stored as
+                // categories in one member and as strings in another is strings, and takes the same conditions).
+                let texts = each(column, values, "a string or a number", |v| match v {
+                    ObsValue::Text(t) => Some((Some(t.clone()), None)),
+                    ObsValue::Number(x) => Some((None, Some(*x))),
                     _ => None,
                 })?;
-                Ok(Test::Texts(texts.into_iter().collect()))
+                let (texts, numbers): (Vec<_>, Vec<_>) = texts.into_iter().unzip();
+                Ok(Test::Texts(texts.into_iter().flatten().collect(), numbers.into_iter().flatten().collect()))
             }
             (ColumnKind::Numeric, Condition::OneOf(values)) => each(column, values, "a number", |v| match v {
                 ObsValue::Number(x) => Some(*x),
@@ -110,9 +115,11 @@ impl Test {
                     *o &= c.and_then(|c| pass.get(c as usize).copied()).unwrap_or(false);
                 }
             }
-            Test::Texts(set) => {
+            Test::Texts(set, numbers) => {
+                let reads_as =
+                    |v: &str| !numbers.is_empty() && v.trim().parse::<f64>().is_ok_and(|x| numbers.contains(&x));
                 for (o, v) in out.iter_mut().zip(a.as_string::<i32>().iter()) {
-                    *o &= v.is_some_and(|v| set.contains(v));
+                    *o &= v.is_some_and(|v| set.contains(v) || reads_as(v));
                 }
             }
             Test::Numbers(values) => {

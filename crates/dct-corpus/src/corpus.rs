@@ -359,15 +359,21 @@ impl Corpus {
     /// Enough room for the nonzeros of `cells` ([`Dataset::batch_nnz`] of each member's rows: tiles fetched, not
     /// decoded); exact unless members have genes outside the vocabulary.
     pub fn batch_nnz(&self, cells: &[u64]) -> Result<u64, CorpusError> {
-        let (_, member_cells, _) = self.plan_read(cells)?;
-        let mut total = 0u64;
+        let (located, member_cells, _) = self.plan_read(cells)?;
+        let mut total = Ok(0u64);
         for (m, locals) in member_cells.iter().enumerate() {
             if !locals.is_empty() {
                 let member = &self.members[m];
-                total += member.dataset.batch_nnz(locals).map_err(|e| CorpusError::member(&member.name, e))?;
+                let nnz = member.dataset.batch_nnz(locals).map_err(|e| CorpusError::member(&member.name, e));
+                total = total.and_then(|t| Ok(t + nnz?));
+                if total.is_err() {
+                    break;
+                }
             }
         }
-        Ok(total)
+        // The tiles it fetched are kept as a read's are (also when a member failed).
+        self.keep_recent(&located);
+        total
     }
 
     /// Where each of `cells` is: its member and local cell, each member's cells in request order, and each
@@ -396,50 +402,69 @@ impl Corpus {
         output: impl FnOnce(usize) -> Result<(&'o mut [i32], &'o mut [V]), CorpusError>,
     ) -> Result<Vec<u32>, CorpusError> {
         let (located, member_cells, row_in_member) = self.plan_read(cells)?;
-        let n_genes = self.n_genes();
         // Per member: its rows in the corpus's columns, each at the start of its room, and their lengths.
         let mut read: Vec<Option<(Batch<V>, Vec<usize>)>> = (0..self.members.len()).map(|_| None).collect();
+        let filled = self.fill_rows(&located, &member_cells, &row_in_member, &mut read, indptr, output);
+        // Also after an error: the member batches go back for the next reads, and the tiles this read loaded are
+        // kept under the cap as a read's are.
+        for (batch, _) in read.into_iter().flatten() {
+            self.spare.give(batch);
+        }
+        self.keep_recent(&located);
+        filled.map(|()| located.into_iter().map(|(m, _)| m).collect())
+    }
+
+    /// [`Corpus::read_rows`] once the cells are located: each member's rows into `read`, then the output.
+    fn fill_rows<'o, V: CountValue>(
+        &self,
+        located: &[(u32, u64)],
+        member_cells: &[Vec<u64>],
+        row_in_member: &[usize],
+        read: &mut [Option<(Batch<V>, Vec<usize>)>],
+        indptr: &mut Vec<i64>,
+        output: impl FnOnce(usize) -> Result<(&'o mut [i32], &'o mut [V]), CorpusError>,
+    ) -> Result<(), CorpusError> {
+        let n_genes = self.n_genes();
         for (m, locals) in member_cells.iter().enumerate() {
             if !locals.is_empty() {
                 let member = &self.members[m];
                 let columns = self.map.member(m);
                 // Into a batch an earlier read gave back: its memory is already faulted in.
                 let mut batch = self.spare.take::<V>();
-                let kept = member
-                    .dataset
-                    .map_rows_into(locals, &mut batch, |indices, values, out_i, out_v| {
-                        RowScratch::with(n_genes, |scratch| columns.write_row(indices, values, out_i, out_v, scratch))
-                    })
-                    .map_err(|e| CorpusError::member(&member.name, e));
+                let kept = member.dataset.map_rows_into(locals, &mut batch, |indices, values, out_i, out_v| {
+                    RowScratch::with(n_genes, |scratch| columns.write_row(indices, values, out_i, out_v, scratch))
+                });
                 match kept {
                     Ok(kept) => read[m] = Some((batch, kept)),
                     Err(e) => {
                         self.spare.give(batch);
-                        return Err(e);
+                        return Err(CorpusError::member(&member.name, e));
                     }
                 }
             }
         }
+        let read = &*read;
         let row = |i: usize| -> (&Batch<V>, usize, usize) {
             let (b, kept) = read[located[i].0 as usize].as_ref().expect("read above");
             let r = row_in_member[i];
             let lo = b.indptr[r] as usize;
             (b, lo, lo + kept[r])
         };
+        let n = located.len();
         indptr.clear();
-        indptr.reserve(cells.len() + 1);
+        indptr.reserve(n + 1);
         indptr.push(0);
         let mut total = 0usize;
-        for i in 0..cells.len() {
+        for i in 0..n {
             let (_, lo, hi) = row(i);
             total += hi - lo;
             indptr.push(total as i64);
         }
         let (out_indices, out_values) = output(total)?;
         // Each row's own place in the output, then the rows copied in parallel.
-        let mut places: Vec<(usize, &mut [i32], &mut [V])> = Vec::with_capacity(cells.len());
+        let mut places: Vec<(usize, &mut [i32], &mut [V])> = Vec::with_capacity(n);
         let (mut rest_i, mut rest_v) = (out_indices, out_values);
-        for i in 0..cells.len() {
+        for i in 0..n {
             let len = (indptr[i + 1] - indptr[i]) as usize;
             let (head_i, tail_i) = std::mem::take(&mut rest_i).split_at_mut(len);
             let (head_v, tail_v) = std::mem::take(&mut rest_v).split_at_mut(len);
@@ -451,11 +476,7 @@ impl Corpus {
             oi.copy_from_slice(&b.indices[lo..hi]);
             ov.copy_from_slice(&b.values[lo..hi]);
         });
-        for (batch, _) in read.into_iter().flatten() {
-            self.spare.give(batch);
-        }
-        self.keep_recent(&located);
-        Ok(located.into_iter().map(|(m, _)| m).collect())
+        Ok(())
     }
 }
 

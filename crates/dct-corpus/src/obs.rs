@@ -86,7 +86,8 @@ impl Corpus {
         })?;
         let n = members.len();
         let mut columns: Vec<CorpusObsColumn> = Vec::new();
-        let mut first_member: Vec<usize> = Vec::new();
+        // The first member that has each column, and the kind it stores it as.
+        let mut first_member: Vec<(usize, ColumnKind)> = Vec::new();
         let mut position: HashMap<String, usize> = HashMap::new();
         let mut conflicts: Vec<CorpusError> = Vec::new();
         let mut conflicted: std::collections::HashSet<String> = std::collections::HashSet::new();
@@ -101,7 +102,7 @@ impl Corpus {
                     Some(&at) => at,
                     None => {
                         position.insert(c.name.clone(), columns.len());
-                        first_member.push(m);
+                        first_member.push((m, c.kind));
                         columns.push(CorpusObsColumn {
                             name: c.name.clone(),
                             kind: c.kind,
@@ -125,10 +126,11 @@ impl Corpus {
                     continue;
                 }
                 if column.kind != c.kind {
+                    let (first, first_kind) = first_member[at];
                     conflicts.push(CorpusError::ObsConflict {
                         column: c.name.clone(),
-                        first: self.members()[first_member[at]].name.clone(),
-                        first_kind: column.kind.as_str(),
+                        first: self.members()[first].name.clone(),
+                        first_kind: first_kind.as_str(),
                         member: self.members()[m].name.clone(),
                         kind: c.kind.as_str(),
                     });

@@ -339,18 +339,7 @@ fn a_column_of_two_kinds_is_refused_naming_both_members_and_the_others_stay_usab
     let a_truth = member(&a, 9, &["T"], &["d1"], true, 1);
     let b = tmp.path().join("b");
     // `donor` as numbers here.
-    {
-        let options = WriterOptions { tile_size: 8, n_chunks: 1, zstd_level: 3, ..WriterOptions::new(5) };
-        let mut w = DatasetWriter::create(b.to_str().unwrap(), options).unwrap();
-        w.set_var_names((0..5).map(|g| format!("g{g}")).collect()).unwrap();
-        let mut sb = ObsSchemaBuilder::new();
-        sb.add_plain("donor", ArrowType::Int64).unwrap();
-        w.set_obs_schema(sb.finish(), &ObsWriteOptions { tiles_per_file: 2, zstd_level: 3 }).unwrap();
-        let csr = dct_codec_csr(&[0, 1], &[0], &[1], 1);
-        let donors: ArrayRef = Arc::new(Int64Array::from(vec![4i64]));
-        w.push_tile_with_obs(csr, &TileObs::new().with("donor", donors)).unwrap();
-        w.finish().unwrap();
-    }
+    plain_donor_member(&b, ArrowType::Int64, Arc::new(Int64Array::from(vec![4i64])));
     let corpus = Corpus::open(vec![open(&a, "a"), open(&b, "b")], &GeneKey::VarNames, &GeneSpace::Union).unwrap();
     let obs = corpus.obs(&options(tmp.path())).unwrap();
     let e = obs.column("donor").unwrap_err();
@@ -442,20 +431,9 @@ fn a_column_of_labels_in_some_members_and_strings_in_others_reads_as_strings() {
     let (a, b, c) = (tmp.path().join("a"), tmp.path().join("b"), tmp.path().join("c"));
     let a_donors = member(&a, 9, &["T"], &["d1", "d2"], true, 1).donor;
     let c_donors = member(&c, 5, &["B"], &["d9", "d3"], true, 3).donor;
-    // `donor` as plain strings here (a column written without categories).
-    let b_donors: Vec<String> = ["d2", "d9", "d2", "d7"].map(String::from).to_vec();
-    {
-        let options = WriterOptions { tile_size: 8, n_chunks: 1, zstd_level: 3, ..WriterOptions::new(5) };
-        let mut w = DatasetWriter::create(b.to_str().unwrap(), options).unwrap();
-        w.set_var_names((0..5).map(|g| format!("g{g}")).collect()).unwrap();
-        let mut sb = ObsSchemaBuilder::new();
-        sb.add_plain("donor", ArrowType::String).unwrap();
-        w.set_obs_schema(sb.finish(), &ObsWriteOptions { tiles_per_file: 2, zstd_level: 3 }).unwrap();
-        let csr = dct_codec_csr(&[0, 1, 2, 3, 4], &[0, 1, 2, 3], &[1, 1, 1, 1], 4);
-        let donors: ArrayRef = Arc::new(arrow_array::StringArray::from(b_donors.clone()));
-        w.push_tile_with_obs(csr, &TileObs::new().with("donor", donors)).unwrap();
-        w.finish().unwrap();
-    }
+    // `donor` as plain strings here (a column written without categories), one of them a number's text.
+    let b_donors: Vec<String> = ["d2", "d9", "d2", "7"].map(String::from).to_vec();
+    plain_donor_member(&b, ArrowType::String, Arc::new(arrow_array::StringArray::from(b_donors.clone())));
     // Labels first then strings, and strings first: the same column either way.
     type Members<'a> = &'a [(&'a Path, &'a str)];
     let orders: [(Members, Vec<String>); 2] = [
@@ -479,6 +457,10 @@ fn a_column_of_labels_in_some_members_and_strings_in_others_reads_as_strings() {
         let chosen = corpus.filter(&obs, &d2).unwrap();
         let with_d2: Vec<u64> = cells.iter().copied().filter(|&i| want[i as usize] == "d2").collect();
         assert_eq!(chosen.selection(), corpus.select(&with_d2).unwrap().selection());
+        // A number names the strings that read as it, as for a category of numbers.
+        let seven = vec![("donor".to_string(), Condition::OneOf(vec![ObsValue::Number(7.0)]))];
+        let with_seven: Vec<u64> = cells.iter().copied().filter(|&i| want[i as usize] == "7").collect();
+        assert_eq!(corpus.filter(&obs, &seven).unwrap().selection(), corpus.select(&with_seven).unwrap().selection());
         let parts = corpus.split(&obs, &[("x".into(), 0.5), ("y".into(), 0.5)], Some("donor"), 0).unwrap();
         let part_of = |cell: u64| parts.iter().position(|(_, p)| p.selection().count_in(cell, cell + 1) == 1).unwrap();
         for i in &cells {
@@ -489,4 +471,32 @@ fn a_column_of_labels_in_some_members_and_strings_in_others_reads_as_strings() {
             }
         }
     }
+    // A numeric member beside them is a conflict, naming the first member's stored kind (a category), not the
+    // string column the others make.
+    let d = tmp.path().join("d");
+    plain_donor_member(&d, ArrowType::Int64, Arc::new(Int64Array::from(vec![4i64])));
+    let members = vec![open(&a, "a"), open(&b, "b"), open(&d, "d")];
+    let corpus = Corpus::open(members, &GeneKey::VarNames, &GeneSpace::Union).unwrap();
+    let e = corpus.obs(&options(tmp.path())).unwrap().column("donor").unwrap_err();
+    assert!(
+        matches!(&e, CorpusError::ObsConflict { first, first_kind, member, kind, .. }
+            if first == "a" && *first_kind == "category" && member == "d" && *kind == "numeric"),
+        "{e}"
+    );
+}
+
+/// A member of one tile whose only obs column is `donor`, stored as `kind`, with a cell per value.
+fn plain_donor_member(dir: &Path, kind: ArrowType, donors: ArrayRef) {
+    let options = WriterOptions { tile_size: 8, n_chunks: 1, zstd_level: 3, ..WriterOptions::new(5) };
+    let mut w = DatasetWriter::create(dir.to_str().unwrap(), options).unwrap();
+    w.set_var_names((0..5).map(|g| format!("g{g}")).collect()).unwrap();
+    let mut sb = ObsSchemaBuilder::new();
+    sb.add_plain("donor", kind).unwrap();
+    w.set_obs_schema(sb.finish(), &ObsWriteOptions { tiles_per_file: 2, zstd_level: 3 }).unwrap();
+    let n = donors.len();
+    let indptr: Vec<i64> = (0..=n as i64).collect();
+    let indices: Vec<i32> = (0..n as i32).map(|r| r % 5).collect();
+    let csr = dct_codec_csr(&indptr, &indices, &vec![1; n], n);
+    w.push_tile_with_obs(csr, &TileObs::new().with("donor", donors)).unwrap();
+    w.finish().unwrap();
 }

@@ -277,4 +277,17 @@ fn a_tile_cap_bounds_the_tiles_the_members_keep_together_and_reads_stay_exact() 
     let chosen = capped.select(&(0..102).step_by(3).collect::<Vec<_>>()).unwrap();
     chosen.get_batch_as::<u32>(&(0..chosen.n_cells()).collect::<Vec<_>>()).unwrap();
     assert!(capped.release_tiles_except(&[]) <= 2);
+    // A read that fails in its last member keeps no more: the tiles the members before it loaded are kept under
+    // the cap as a read's are.
+    let tile = s._tmp.path().join("m2/tiles/tile_000000.dct");
+    let mut bytes = std::fs::read(&tile).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x10;
+    std::fs::write(&tile, bytes).unwrap();
+    let all_tiles: Vec<u64> = vec![0, 16, 32, 40, 56, 65];
+    let e = capped.get_batch_as::<u32>(&all_tiles).unwrap_err();
+    assert!(e.to_string().contains("m2"), "{e}");
+    assert!(capped.release_tiles_except(&[]) <= 2);
+    assert!(capped.batch_nnz(&[0, 16, 32, 40, 56]).is_ok());
+    assert!(capped.release_tiles_except(&[]) <= 2, "batch_nnz's tiles are kept under the cap too");
 }
