@@ -107,8 +107,9 @@ def test_random_reads_keep_as_many_tiles_over_all_members_as_one_reader_would(me
     roots, sources = members  # 3 + 2 + 3 tiles of 32 cells
     corpus = deltacells.open_corpus(roots, max_cached_tiles=cached)
     check_batches(corpus, truth(sources, corpus.genes), seed=11)
-    # Given back here, the tiles still held: at most the members' own cache size, across all of them.
-    assert 1 <= corpus._core.release_tiles_except([]) <= cached
+    # Given back here, the tiles still held: at most the members' own cache size, across all of them (without the
+    # cap each member would keep that many: 3 and 8 here).
+    assert corpus._core.release_tiles_except([]) <= cached
     chosen = corpus.where(donor=["d2"])
     chosen.get_batch(np.arange(chosen.n_cells))
     assert chosen._core.release_tiles_except([]) <= cached
