@@ -226,7 +226,10 @@ def test_members_obs_schemas_and_columns_are_read_concurrently(members, tmp_path
     shards = threading.Barrier(3, timeout=60)
 
     class Waiting(deltacells.LocalBackend):
-        first_shard = True
+        def __init__(self, root):
+            super().__init__(root)
+            self.first_shard = True
+            self.lock = threading.Lock()
 
         def read(self, name):
             if name == "obs/schema.json":
@@ -234,8 +237,11 @@ def test_members_obs_schemas_and_columns_are_read_concurrently(members, tmp_path
             return super().read(name)
 
         def read_range(self, name, offset, length):
-            if name.startswith("obs/obs_") and self.first_shard:
-                self.first_shard = False
+            shard = name.startswith("obs/obs_")
+            with self.lock:  # one wait a member, whatever reads it makes at once
+                first = shard and self.first_shard
+                self.first_shard = self.first_shard and not shard
+            if first:
                 shards.wait()
             return super().read_range(name, offset, length)
 
