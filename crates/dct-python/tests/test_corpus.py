@@ -113,6 +113,11 @@ def test_random_reads_keep_as_many_tiles_over_all_members_as_one_reader_would(me
     chosen = corpus.where(donor=["d2"])
     chosen.get_batch(np.arange(chosen.n_cells))
     assert chosen._core.release_tiles_except([]) <= cached
+    # Unpickled together (as into a DataLoader worker), a corpus and one chosen from it share the cap again.
+    whole, part = pickle.loads(pickle.dumps((corpus, chosen)))
+    whole.get_batch(np.arange(70, 130))  # member 1's tiles, which the chosen cells (donor d2) do not touch
+    part.get_batch(np.arange(part.n_cells))
+    assert whole._core.release_tiles_except([]) <= cached
 
 
 def test_genes_identified_by_a_gene_table_column(members):

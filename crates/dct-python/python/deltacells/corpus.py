@@ -110,6 +110,7 @@ class Corpus:
         self._selection = selection
         self._pid = -1
         self._core_obj: Any = None
+        self._root = _CoreRoot()
         core = self._core
         self.genes: list[str] = list(core.genes())
         self.members: list[str] = list(core.members())
@@ -117,13 +118,11 @@ class Corpus:
 
     @property
     def _core(self) -> Any:
-        """The Rust corpus of this process (rebuilt from the members after a fork or unpickling)."""
+        """The Rust corpus of this process (rebuilt from the members after a fork or unpickling), a selection of
+        its root's: corpora chosen from one another share the root, and with it the cap on the tiles their members
+        keep, also when unpickled together (into one process, a DataLoader worker)."""
         if self._core_obj is None or self._pid != os.getpid():
-            cores = _member_readers(self._datasets, self._names)
-            # Random reads keep as many decoded tiles across all members as one member's reader would keep, not
-            # that many per member (a loader's readers are reopened without the cap: they give tiles back themselves).
-            cap = max(d.max_cached_tiles for d in self._datasets)
-            core = _core.Corpus(cores, self._names, self._gene_key, self._genes_spec, cap)
+            core = self._root.core(self)
             if self._selection is not None:
                 core = core.with_selection_bytes(self._selection)
             self._core_obj, self._pid = core, os.getpid()
@@ -260,6 +259,33 @@ class Corpus:
         out._core_obj, out._pid = core, os.getpid()
         out._obs = None
         return out
+
+
+class _CoreRoot:
+    """The Rust corpus of every member cell, built once per process for a corpus and those chosen from it (they
+    share this object, so pickled together they share it again); never pickled itself."""
+
+    def __init__(self) -> None:
+        self._core: Any = None
+        self._pid = -1
+
+    def core(self, corpus: Corpus) -> Any:
+        """The root corpus of ``corpus``'s members in this process."""
+        if self._core is None or self._pid != os.getpid():
+            readers = _member_readers(corpus._datasets, corpus._names)
+            # Random reads keep as many decoded tiles across all members as one member's reader would keep, not
+            # that many per member (a loader's readers are reopened without the cap: they give tiles back
+            # themselves).
+            cap = max(d.max_cached_tiles for d in corpus._datasets)
+            self._core = _core.Corpus(readers, corpus._names, corpus._gene_key, corpus._genes_spec, cap)
+            self._pid = os.getpid()
+        return self._core
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__()  # type: ignore[misc]
 
 
 class CorpusObs:
