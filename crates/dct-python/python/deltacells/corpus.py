@@ -455,6 +455,9 @@ def open_corpus(
         storage_options, cache_dir, reader_options: passed to each member's
             :class:`~deltacells.DeltaCellsDataset`, but ``obs_columns``: those are made local across the corpus
             (``corpus.obs.localize``), a member without one missing there; ``KeyError`` for a column no member has.
+            ``max_cached_tiles`` bounds the decoded tiles random reads (:meth:`Corpus.get_batch`) keep across all
+            the members together, not per member; a training loader sizes its own readers' caches from its
+            ``memory_budget``.
     """
     if isinstance(members, (str, bytes, os.PathLike)) or hasattr(members, "read_bytes"):
         raise TypeError(f"open_corpus takes a sequence of dataset URIs (or a mapping name -> URI), not one URI "
