@@ -424,7 +424,6 @@ impl Corpus {
         indptr: &mut Vec<i64>,
         output: impl FnOnce(usize) -> Result<(&'o mut [i32], &'o mut [V]), CorpusError>,
     ) -> Result<(), CorpusError> {
-        let n_genes = self.n_genes();
         for (m, locals) in member_cells.iter().enumerate() {
             if !locals.is_empty() {
                 let member = &self.members[m];
@@ -432,7 +431,7 @@ impl Corpus {
                 // Into a batch an earlier read gave back: its memory is already faulted in.
                 let mut batch = self.spare.take::<V>();
                 let kept = member.dataset.map_rows_into(locals, &mut batch, |indices, values, out_i, out_v| {
-                    RowScratch::with(n_genes, |scratch| columns.write_row(indices, values, out_i, out_v, scratch))
+                    RowScratch::with(|scratch| columns.write_row(indices, values, out_i, out_v, scratch))
                 });
                 match kept {
                     Ok(kept) => read[m] = Some((batch, kept)),

@@ -25,14 +25,15 @@ pub enum GeneKey {
     Column(String),
 }
 
-/// Marks a member column that the vocabulary leaves out.
-const DROPPED: u32 = u32::MAX;
-
 /// Where one member's stored columns go in the corpus's columns.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemberColumns {
-    /// Corpus column of each stored column of the member (`None`: not in the vocabulary).
+    /// Corpus column of each stored column of the member; `dropped` for a gene the vocabulary leaves out.
     to_corpus: Vec<u32>,
+    /// The vocabulary's size: the column past it, where a row's genes outside it are placed (and left).
+    dropped: u32,
+    /// The words of a row's bits (64 corpus columns each) that the member's kept columns fall in.
+    words: std::ops::Range<usize>,
     /// Whether the kept columns keep their relative order, so a row's sorted indices stay sorted.
     increasing: bool,
     /// Whether every stored column is the corpus column of its own index (the vocabulary begins with the
@@ -43,9 +44,20 @@ pub struct MemberColumns {
 }
 
 impl MemberColumns {
+    /// Where the stored columns of a member go: `to_corpus[j]` is the corpus column of stored column `j`, or
+    /// `dropped` (the vocabulary's size) for a gene the vocabulary leaves out.
+    fn new(to_corpus: Vec<u32>, dropped: u32) -> MemberColumns {
+        let kept: Vec<u32> = to_corpus.iter().copied().filter(|&c| c != dropped).collect();
+        let increasing = kept.windows(2).all(|w| w[0] < w[1]);
+        let unchanged = to_corpus.iter().enumerate().all(|(j, &c)| c as usize == j);
+        let first = kept.iter().min().map_or(0, |&c| c as usize >> 6);
+        let last = kept.iter().max().map_or(0, |&c| c as usize >> 6);
+        MemberColumns { kept: kept.len(), words: first..last + 1, to_corpus, dropped, increasing, unchanged }
+    }
+
     /// The corpus column of stored column `j` of the member (`None` if the vocabulary leaves it out).
     pub fn corpus_column(&self, j: usize) -> Option<u32> {
-        self.to_corpus.get(j).copied().filter(|&c| c != DROPPED)
+        self.to_corpus.get(j).copied().filter(|&c| c != self.dropped)
     }
 
     /// The member's genes in the vocabulary.
@@ -68,17 +80,13 @@ impl MemberColumns {
     /// Entries of a member row (`indices`, stored columns) that the vocabulary keeps.
     #[cfg(test)]
     pub(crate) fn kept_in(&self, indices: &[i32]) -> usize {
-        if self.kept == self.to_corpus.len() {
-            return indices.len();
-        }
-        // Branch-free: genes outside the vocabulary are DROPPED (all ones), whose top bit no corpus column has.
-        indices.iter().map(|&g| 1 - (self.to_corpus[g as usize] >> 31) as usize).sum()
+        indices.iter().filter(|&&g| self.to_corpus[g as usize] != self.dropped).count()
     }
 
     /// Writes one member row (`indices` in stored column order, increasing) moved to the corpus's columns at the
     /// start of `out_indices` / `out_values` (which hold at least as many entries as the row keeps): genes
-    /// outside the vocabulary dropped, the rest in increasing corpus column. Returns the entries written.
-    /// `scratch` is reused across rows (of any member).
+    /// outside the vocabulary dropped, the rest in increasing corpus column. Returns the entries written; the
+    /// output's entries past those may be overwritten too. `scratch` is reused across rows (of any member).
     pub(crate) fn write_row<V: Copy + Default + 'static>(
         &self,
         indices: &[i32],
@@ -97,7 +105,7 @@ impl MemberColumns {
             let kept = indices.iter().zip(values).filter_map(|(&g, &v)| {
                 // The reader hands out only indices below the member's gene count.
                 let c = self.to_corpus[g as usize];
-                (c != DROPPED).then_some((c as i32, v))
+                (c != self.dropped).then_some((c as i32, v))
             });
             let mut k = 0;
             for ((c, v), (oi, ov)) in kept.zip(out_indices.iter_mut().zip(out_values.iter_mut())) {
@@ -107,21 +115,19 @@ impl MemberColumns {
             }
             return k;
         }
-        scratch.place(&self.to_corpus, indices, values, out_indices, out_values)
+        scratch.place(self, indices, values, out_indices, out_values)
     }
 }
 
 /// A thread's scratch for re-ordering rows: a bit per corpus column and each column's value, so a row is placed
 /// by its corpus columns and read back in increasing order in time linear in the row and the vocabulary's words,
 /// instead of being sorted. The values sit at their columns so the read back walks them in order, not through a
-/// second lookup; one slot past the vocabulary takes the genes it leaves out, so placing a row has no branch.
+/// second lookup; the slot past the vocabulary takes the genes it leaves out, so placing a row has no branch.
 /// Kept per thread (one per value type) and reused.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct RowScratch<V> {
     bits: Vec<u64>,
     dense: Vec<V>,
-    /// The slot of genes outside the vocabulary: the vocabulary's size.
-    dropped: usize,
 }
 
 thread_local! {
@@ -129,8 +135,8 @@ thread_local! {
 }
 
 impl<V: Copy + Default + 'static> RowScratch<V> {
-    /// Runs `f` with this thread's scratch for values of type `V`, sized for a vocabulary of `n_genes` genes.
-    pub(crate) fn with<R>(n_genes: usize, f: impl FnOnce(&mut RowScratch<V>) -> R) -> R {
+    /// Runs `f` with this thread's scratch for values of type `V`.
+    pub(crate) fn with<R>(f: impl FnOnce(&mut RowScratch<V>) -> R) -> R {
         SCRATCH.with(|cell| {
             let mut all = cell.borrow_mut();
             let at = match all.iter().position(|s| s.is::<RowScratch<V>>()) {
@@ -140,34 +146,48 @@ impl<V: Copy + Default + 'static> RowScratch<V> {
                     all.len() - 1
                 }
             };
-            let scratch = all[at].downcast_mut::<RowScratch<V>>().expect("found by its type above");
-            if scratch.dense.len() <= n_genes {
-                scratch.bits.resize((n_genes + 1).div_ceil(64), 0);
-                scratch.dense.resize(n_genes + 1, V::default());
-            }
-            scratch.dropped = n_genes;
-            f(scratch)
+            f(all[at].downcast_mut::<RowScratch<V>>().expect("found by its type above"))
         })
     }
 
-    /// Places a row and reads it back in column order into `out_i` / `out_v`; returns the entries written.
-    fn place(&mut self, to_corpus: &[u32], indices: &[i32], values: &[V], out_i: &mut [i32], out_v: &mut [V]) -> usize {
-        let (mut lo, mut hi) = (usize::MAX, 0usize);
+    /// Places a row of the member `columns` describes and reads it back in column order into `out_i` / `out_v`;
+    /// returns the entries written.
+    fn place(
+        &mut self,
+        columns: &MemberColumns,
+        indices: &[i32],
+        values: &[V],
+        out_i: &mut [i32],
+        out_v: &mut [V],
+    ) -> usize {
+        let dropped = columns.dropped as usize;
+        // Whole words of bits; the values have a word's slack past the last slot, which the dense read back's
+        // unconditional reads of a word's next bits may reach.
+        let words = (dropped + 1).div_ceil(64);
+        if self.bits.len() < words || self.dense.len() < words * 64 + 64 {
+            self.bits.resize(self.bits.len().max(words), 0);
+            self.dense.resize(self.dense.len().max(words * 64 + 64), V::default());
+        }
         for (&g, &v) in indices.iter().zip(values) {
-            // DROPPED (u32::MAX) lands on the slot past the vocabulary.
-            let c = (to_corpus[g as usize] as usize).min(self.dropped);
-            let w = c >> 6;
-            self.bits[w] |= 1u64 << (c & 63);
+            // The reader hands out only indices below the member's gene count; a column is at most `dropped`.
+            let c = columns.to_corpus[g as usize] as usize;
+            self.bits[c >> 6] |= 1u64 << (c & 63);
             self.dense[c] = v;
-            lo = lo.min(w);
-            hi = hi.max(w);
         }
-        if lo > hi {
-            return 0;
+        self.bits[dropped >> 6] &= !(1u64 << (dropped & 63));
+        // The member's words whole, not the row's first to last: tracking those costs each entry more than
+        // walking words the row leaves empty.
+        let span = columns.words.clone();
+        if indices.len() >= span.len() + span.len() / 2 {
+            self.read_back_dense(span, out_i, out_v)
+        } else {
+            self.read_back(span, 0, out_i, out_v)
         }
-        self.bits[self.dropped >> 6] &= !(1u64 << (self.dropped & 63));
-        let mut k = 0;
-        for w in lo..=hi {
+    }
+
+    /// The set bits of `span`'s words, from entry `k` on; clears them. Returns the entries written.
+    fn read_back(&mut self, span: std::ops::Range<usize>, mut k: usize, out_i: &mut [i32], out_v: &mut [V]) -> usize {
+        for w in span {
             let mut word = std::mem::take(&mut self.bits[w]);
             while word != 0 {
                 let c = (w << 6) + word.trailing_zeros() as usize;
@@ -179,7 +199,45 @@ impl<V: Copy + Default + 'static> RowScratch<V> {
         }
         k
     }
+
+    /// [`RowScratch::read_back`] for rows of a few bits a word: each word's first bits are written whether or not
+    /// they are set (an unset one writes a slot that the next word overwrites, or that lies past the row), since a
+    /// loop over exactly a word's bits mispredicts its exit at nearly every word. Near the end of the output
+    /// (where such writes would not fit) it goes on bit by bit.
+    fn read_back_dense(&mut self, span: std::ops::Range<usize>, out_i: &mut [i32], out_v: &mut [V]) -> usize {
+        let room = out_i.len().min(out_v.len());
+        let mut k = 0;
+        for w in span.clone() {
+            if k + READ_AHEAD > room {
+                return self.read_back(w..span.end, k, out_i, out_v);
+            }
+            let mut word = std::mem::take(&mut self.bits[w]);
+            let base = w << 6;
+            let set = word.count_ones() as usize;
+            let (oi, ov) = (&mut out_i[k..k + READ_AHEAD], &mut out_v[k..k + READ_AHEAD]);
+            for (oi, ov) in oi.iter_mut().zip(ov.iter_mut()) {
+                // An empty word's trailing zeros are 64: the next word's first slot (or the slack).
+                let c = base + word.trailing_zeros() as usize;
+                *oi = c as i32;
+                *ov = self.dense[c];
+                word &= word.wrapping_sub(1);
+            }
+            k += set.min(READ_AHEAD);
+            while word != 0 {
+                let c = base + word.trailing_zeros() as usize;
+                out_i[k] = c as i32;
+                out_v[k] = self.dense[c];
+                k += 1;
+                word &= word - 1;
+            }
+        }
+        k
+    }
 }
+
+/// Bits of a word the dense read back writes unconditionally: a row of a few hundred genes over a vocabulary of
+/// tens of thousands sets two or three bits a word.
+const READ_AHEAD: usize = 4;
 
 /// The corpus's genes and each member's columns in them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -254,19 +312,14 @@ impl GeneMap {
         if vocabulary.len() > i32::MAX as usize {
             return Err(CorpusError::InvalidArgument(format!("{} genes are more than 2^31 - 1", vocabulary.len())));
         }
-        let mut column_of = vec![DROPPED; interner.len()];
+        let dropped = vocabulary.len() as u32;
+        let mut column_of = vec![dropped; interner.len()];
         for (c, &id) in vocabulary.iter().enumerate() {
             column_of[id as usize] = c as u32;
         }
         let members = member_ids
             .iter()
-            .map(|ids| {
-                let to_corpus: Vec<u32> = ids.iter().map(|&id| column_of[id as usize]).collect();
-                let kept: Vec<u32> = to_corpus.iter().copied().filter(|&c| c != DROPPED).collect();
-                let increasing = kept.windows(2).all(|w| w[0] < w[1]);
-                let unchanged = to_corpus.iter().enumerate().all(|(j, &c)| c as usize == j);
-                MemberColumns { kept: kept.len(), to_corpus, increasing, unchanged }
-            })
+            .map(|ids| MemberColumns::new(ids.iter().map(|&id| column_of[id as usize]).collect(), dropped))
             .collect();
         let genes = vocabulary.iter().map(|&id| interner.name(id).to_string()).collect();
         Ok(GeneMap { genes, members })
@@ -317,7 +370,7 @@ mod tests {
         let columns = m.member(1);
         assert_eq!(columns.kept_in(&[0, 1, 2, 3]), 3);
         let (mut i, mut v) = (vec![0; 3], vec![0u32; 3]);
-        RowScratch::with(3, |scratch| {
+        RowScratch::with(|scratch| {
             columns.write_row(&[0, 1, 2, 3], &[10u32, 20, 30, 40], &mut i, &mut v, scratch);
             assert_eq!((&i, &v), (&vec![0, 1, 2], &vec![40, 20, 10]));
             // The scratch is clean for the next row.
@@ -332,7 +385,7 @@ mod tests {
         let vocabulary = strings(&["a", "b", "c", "d"]);
         let members = vec![strings(&["a", "b", "c"]), strings(&["a", "x", "c", "d"])];
         let m = GeneMap::build(&names(2), &members, &GeneSpace::Given(vocabulary)).unwrap();
-        RowScratch::with(4, |scratch| {
+        RowScratch::with(|scratch| {
             // The vocabulary's first genes in its order: the row as it is.
             assert_eq!(m.member(0).kept_in(&[0, 2]), 2);
             let (mut i, mut v) = (vec![0; 2], vec![0u32; 2]);
@@ -356,7 +409,7 @@ mod tests {
         let values: Vec<u32> = indices.iter().map(|&j| j as u32 + 1).collect();
         let k = m.member(0).kept_in(&indices);
         let (mut i, mut v) = (vec![0; k], vec![0u32; k]);
-        RowScratch::with(m.genes().len(), |scratch| m.member(0).write_row(&indices, &values, &mut i, &mut v, scratch));
+        RowScratch::with(|scratch| m.member(0).write_row(&indices, &values, &mut i, &mut v, scratch));
         let mut want: Vec<(i32, u32)> = indices
             .iter()
             .zip(&values)
@@ -369,7 +422,8 @@ mod tests {
     #[test]
     fn rows_of_every_density_match_a_sort() {
         // A seeded (splitmix64) shuffle of 2,000 member genes, 1,500 of them in a reversed 2,500-gene vocabulary:
-        // rows from a gene or two to every gene, so words of the row's bits hold from none to all 64.
+        // rows from a gene or two to every gene, so words of the row's bits hold from none to all 64 (and both
+        // ways of reading a row back are taken, each with outputs of exactly the row's room).
         let mut state = 7u64;
         let mut next = move || {
             state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -384,10 +438,13 @@ mod tests {
             order.swap(i, (next() % (i as u64 + 1)) as usize);
         }
         let member: Vec<String> = order.iter().map(|g| format!("g{g}")).collect();
-        let vocabulary: Vec<String> = (0..2500).rev().filter(|g| g % 4 != 0).map(|g| format!("g{g}")).collect();
+        // The member's genes behind 1,000 it lacks, so its words begin past the vocabulary's first.
+        let absent = (0..1000).map(|g| format!("x{g}"));
+        let vocabulary: Vec<String> =
+            absent.chain((0..2500).rev().filter(|g| g % 4 != 0).map(|g| format!("g{g}"))).collect();
         let m = GeneMap::build(&names(1), &[member], &GeneSpace::Given(vocabulary)).unwrap();
         let columns = m.member(0);
-        RowScratch::with(m.genes().len(), |scratch| {
+        RowScratch::with(|scratch| {
             for per_10k in [1u64, 10, 500, 2_000, 5_000, 9_000, 10_000] {
                 for _ in 0..5 {
                     let indices: Vec<i32> = (0..n as i32).filter(|_| next() % 10_000 < per_10k).collect();
