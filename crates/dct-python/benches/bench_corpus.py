@@ -7,8 +7,9 @@
 
 ``prepare`` cuts the source dataset's cells (by default the 1,080,000-cell PBMC benchmark dataset of
 ``bench_loaders.py workers``) into ``members`` datasets of consecutive cells, each with a gene list of its own: a
-seeded random 80-95% of the source's genes in a seeded random order (stored columns re-indexed accordingly), gene
-names and a gene table whose ``gene_ids`` column holds the source's Ensembl IDs, and an obs column ``batch``
+seeded random 80-95% of the source's genes, stored (``--gene-order``) by decreasing total over the member's cells as
+``deltacells convert`` stores them (``totals``, the default) or in a seeded random order (``random``), stored
+columns re-indexed accordingly, gene names and a gene table whose ``gene_ids`` column holds the source's Ensembl IDs, and an obs column ``batch``
 (``a`` or ``b``, one half of each member's cells each) so that ``where`` can choose half the cells. Written at level
 3, tiles of 10,000 cells.
 
@@ -16,8 +17,9 @@ names and a gene table whose ``gene_ids`` column holds the source's Ensembl IDs,
 (``num_workers=0``, shuffled, windows of 4 tiles, X as torch sparse CSR float32) over:
 
 * ``single``: the source dataset itself (the same cells, its own genes: no re-indexing);
-* ``corpus``: the members through a 20,000-gene vocabulary (the source's first 20,000 genes, by Ensembl ID), so
-  every row is re-indexed and a member's genes outside it are dropped;
+* ``corpus``: the members through a 20,000-gene vocabulary (the source's first 20,000 genes, its most counted, by
+  Ensembl ID and listed in ID order, an order no member stores), so every row is re-ordered and a member's genes
+  outside it are dropped;
 * ``weighted``: the same with member weights 1, 2, 3 (cycling), an epoch of as many cells as the corpus has;
 * ``half``: the corpus's cells of batch ``a`` (``corpus.where(batch=["a"])``), unweighted;
 * ``single_half``: the same cells as one dataset with no re-indexing (the source alone as a corpus in its own genes,
@@ -70,7 +72,13 @@ SOURCE = Path.home() / ".cache/dct-loaders/million.dct"
 VOCABULARY = 20_000
 
 
-def prepare(workdir: Path, source: Path, members: int) -> None:
+def model_vocabulary(source: deltacells.DeltaCellsDataset) -> list[str]:
+    """The source's first ``VOCABULARY`` genes (the most counted: it stores genes by decreasing total) by Ensembl ID,
+    listed in ID order as a model's vocabulary may be: an order no member stores its genes in."""
+    return sorted(list(source.var["gene_ids"])[:VOCABULARY])
+
+
+def prepare(workdir: Path, source: Path, members: int, gene_order: str) -> None:
     ds = deltacells.open_dataset(str(source), max_cached_tiles=4, decode_threads=2)
     ids = list(ds.var["gene_ids"])
     n_genes, n_cells = ds.n_genes, ds.n_cells
@@ -82,9 +90,13 @@ def prepare(workdir: Path, source: Path, members: int) -> None:
         if (root / "manifest.json").exists():
             continue
         keep = rng.permutation(n_genes)[: int(n_genes * rng.uniform(0.80, 0.95))]
+        lo, hi = m * per, (m + 1) * per
+        if gene_order == "totals":
+            # As `deltacells convert` stores genes by default: by decreasing total over the member's own cells.
+            totals = np.asarray(ds.get_batch(np.arange(lo, hi)).to_scipy().sum(axis=0)).ravel()
+            keep = keep[np.lexsort((keep, -totals[keep]))]
         new_column = np.full(n_genes, -1, np.int64)
         new_column[keep] = np.arange(len(keep))
-        lo, hi = m * per, (m + 1) * per
         var = pd.DataFrame({"gene_ids": [ids[g] for g in keep]}, index=[ds.var_names[g] for g in keep])
         with deltacells.DatasetWriter(str(root), n_genes=len(keep), tile_size=10_000, level=3, n_chunks=8,
                                       var_names=list(var.index), var=var, obs_schema=schema) as w:
@@ -266,7 +278,7 @@ def aligned_dataset(workdir: Path, paths: list[Path], vocabulary: list[str], per
 def peers(workdir: Path, source: Path, per_member: int, rounds: int, batch_sizes: list[int],
           loaders: list[str]) -> dict[str, object]:
     roots = sorted(str(p) for p in workdir.glob("member_*"))
-    vocabulary = list(deltacells.open_dataset(str(source)).var["gene_ids"])[:VOCABULARY]
+    vocabulary = model_vocabulary(deltacells.open_dataset(str(source)))
     paths = _subset_h5ads(workdir, roots, per_member)
     corpus = deltacells.open_corpus(roots, genes=vocabulary, gene_key="gene_ids")
     firsts = np.concatenate([np.arange(per_member) + s for s in np.cumsum([0, *corpus.member_cells[:-1]])])
@@ -329,7 +341,7 @@ def epoch_rate(source: object, batch_size: int, **options: object) -> float:
 def run(workdir: Path, source: Path, rounds: int, batch_sizes: list[int]) -> dict[str, object]:
     roots = sorted(str(p) for p in workdir.glob("member_*"))
     single_ds = deltacells.open_dataset(str(source))
-    vocabulary = list(single_ds.var["gene_ids"])[:VOCABULARY]
+    vocabulary = model_vocabulary(single_ds)
     corpus = deltacells.open_corpus(roots, genes=vocabulary, gene_key="gene_ids", cache_dir=str(workdir / "cache"))
     half = corpus.where(batch=["a"])
     # The same half of the cells as one dataset: the members are the source's cells in order, so corpus cell i is
@@ -377,6 +389,9 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--batch-sizes", default="1024,5000")
     p.add_argument("--latency", type=float, default=0.05)
+    p.add_argument("--gene-order", choices=["totals", "random"], default="totals",
+                   help="prepare: each member's stored gene order (totals: by decreasing total over its cells, as "
+                        "`deltacells convert` writes; random: a seeded random order)")
     p.add_argument("--cells-per-member", type=int, default=4000)
     p.add_argument("--loaders", default="deltacells,aligned,anndata_backed,annbatch",
                    help="peers: which loaders to measure (deltacells: the corpus; aligned: one dataset in the "
@@ -384,7 +399,7 @@ def main() -> None:
     a = p.parse_args()
     a.workdir.mkdir(parents=True, exist_ok=True)
     if a.command == "prepare":
-        prepare(a.workdir, a.source, a.members)
+        prepare(a.workdir, a.source, a.members, a.gene_order)
     elif a.command == "opening":
         opening(a.workdir, a.members, a.latency)
     elif a.command == "peers":
