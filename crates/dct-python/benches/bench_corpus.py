@@ -9,9 +9,9 @@
 ``bench_loaders.py workers``) into ``members`` datasets of consecutive cells, each with a gene list of its own: a
 seeded random 80-95% of the source's genes, stored (``--gene-order``) by decreasing total over the member's cells as
 ``deltacells convert`` stores them (``totals``, the default) or in a seeded random order (``random``), stored
-columns re-indexed accordingly, gene names and a gene table whose ``gene_ids`` column holds the source's Ensembl IDs, and an obs column ``batch``
-(``a`` or ``b``, one half of each member's cells each) so that ``where`` can choose half the cells. Written at level
-3, tiles of 10,000 cells.
+columns re-indexed accordingly, gene names and a gene table whose ``gene_ids`` column holds the source's Ensembl
+IDs, and an obs column ``batch`` (``a`` or ``b``, one half of each member's cells each) so that ``where`` can choose
+half the cells. Written at level 3, tiles of 10,000 cells.
 
 ``run`` measures, round after round in alternating order, one whole epoch of ``deltacells.torch.make_loader``
 (``num_workers=0``, shuffled, windows of 4 tiles, X as torch sparse CSR float32) over:
