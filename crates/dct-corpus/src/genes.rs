@@ -49,7 +49,8 @@ impl MemberColumns {
     fn new(to_corpus: Vec<u32>, dropped: u32) -> MemberColumns {
         let kept: Vec<u32> = to_corpus.iter().copied().filter(|&c| c != dropped).collect();
         let increasing = kept.windows(2).all(|w| w[0] < w[1]);
-        let unchanged = to_corpus.iter().enumerate().all(|(j, &c)| c as usize == j);
+        // A dropped gene's column (the vocabulary's size) may equal its own index: it is not a copy then.
+        let unchanged = kept.len() == to_corpus.len() && to_corpus.iter().enumerate().all(|(j, &c)| c as usize == j);
         let first = kept.iter().min().map_or(0, |&c| c as usize >> 6);
         let last = kept.iter().max().map_or(0, |&c| c as usize >> 6);
         MemberColumns { kept: kept.len(), words: first..last + 1, to_corpus, dropped, increasing, unchanged }
@@ -397,6 +398,17 @@ mod tests {
             m.member(1).write_row(&[0, 1, 2, 3], &[1u32, 2, 3, 4], &mut i, &mut v, scratch);
             assert_eq!((i, v), (vec![0, 2, 3], vec![1, 3, 4]));
         });
+    }
+
+    #[test]
+    fn a_member_with_the_vocabulary_first_and_one_gene_more_drops_that_gene() {
+        // Member 0's third gene goes to column 2, the vocabulary's size: its own index, yet dropped.
+        let members = vec![strings(&["a", "b", "c"]), strings(&["a", "b"])];
+        let m = GeneMap::build(&names(2), &members, &GeneSpace::Intersection).unwrap();
+        assert_eq!(m.genes(), strings(&["a", "b"]));
+        let (mut i, mut v) = (vec![-1; 3], vec![0u32; 3]);
+        let k = RowScratch::with(|scratch| m.member(0).write_row(&[0, 1, 2], &[1u32, 2, 3], &mut i, &mut v, scratch));
+        assert_eq!((&i[..k], &v[..k]), (&[0, 1][..], &[1u32, 2][..]));
     }
 
     #[test]

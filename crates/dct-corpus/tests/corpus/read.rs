@@ -144,6 +144,11 @@ fn union_intersection_and_a_given_vocabulary_read_as_the_reindexed_members() {
     let given = Corpus::open(s.members.clone(), &GeneKey::VarNames, &vocabulary).unwrap();
     assert_eq!(given.n_genes(), 5);
     check(&given, &s.truths, false, 3);
+
+    // Member 0's genes but its last: that gene's index is the vocabulary's size, and it is still dropped.
+    let first_four = GeneSpace::Given(strings(&["A", "B", "C", "D"]));
+    let first_four = Corpus::open(s.members.clone(), &GeneKey::VarNames, &first_four).unwrap();
+    check(&first_four, &s.truths, false, 4);
 }
 
 #[test]
