@@ -55,28 +55,42 @@ pub struct Corpus {
     recent: Option<Arc<RecentTiles>>,
 }
 
-/// Batches of any count type that reads give back and take again (at most [`SpareBatches::MAX`] kept).
+/// Batches of any count type that reads give back and take again: at most [`SpareBatches::MAX`] of them, holding
+/// at most [`SpareBatches::MAX_BYTES`] together, so that one large read does not keep its memory for the corpus's
+/// life.
 #[derive(Debug, Default)]
 struct SpareBatches {
-    batches: std::sync::Mutex<Vec<Box<dyn std::any::Any + Send>>>,
+    /// Each batch with the bytes it holds.
+    batches: std::sync::Mutex<Vec<(usize, Box<dyn std::any::Any + Send>)>>,
 }
 
 impl SpareBatches {
     const MAX: usize = 16;
+    const MAX_BYTES: usize = 256 << 20;
 
     fn take<V: CountValue>(&self) -> Batch<V> {
         let mut batches = self.batches.lock().unwrap_or_else(|e| e.into_inner());
-        match batches.iter().position(|b| b.is::<Batch<V>>()) {
-            Some(i) => *batches.swap_remove(i).downcast::<Batch<V>>().expect("checked above"),
+        match batches.iter().position(|(_, b)| b.is::<Batch<V>>()) {
+            Some(i) => *batches.swap_remove(i).1.downcast::<Batch<V>>().expect("checked above"),
             None => Batch::default(),
         }
     }
 
     fn give<V: CountValue>(&self, batch: Batch<V>) {
+        let bytes = batch.indptr.capacity() * 8
+            + batch.indices.capacity() * 4
+            + batch.values.capacity() * std::mem::size_of::<V>();
         let mut batches = self.batches.lock().unwrap_or_else(|e| e.into_inner());
-        if batches.len() < Self::MAX {
-            batches.push(Box::new(batch));
+        let held: usize = batches.iter().map(|(b, _)| b).sum();
+        if batches.len() < Self::MAX && held + bytes <= Self::MAX_BYTES {
+            batches.push((bytes, Box::new(batch)));
         }
+    }
+
+    #[cfg(test)]
+    fn held(&self) -> (usize, usize) {
+        let batches = self.batches.lock().unwrap_or_else(|e| e.into_inner());
+        (batches.len(), batches.iter().map(|(b, _)| b).sum())
     }
 }
 
@@ -240,7 +254,8 @@ impl Corpus {
         for m in members {
             let keep: Vec<usize> =
                 kept.iter().filter_map(|&k| self.tile_of(k)).filter(|&(o, _)| o == m).map(|(_, t)| t).collect();
-            self.members[m].dataset.release_tiles_except(&keep);
+            // Dropped, not kept as the member's spare buffers: those would add up with the number of members.
+            self.members[m].dataset.drop_tiles_except(&keep);
         }
     }
 
@@ -540,4 +555,32 @@ fn strings(array: &ArrayRef) -> Result<Vec<String>, String> {
         return Err(format!("has no value for gene {i}; every gene needs an identifier"));
     }
     Ok(text.iter().map(|v| v.unwrap_or_default().to_string()).collect())
+}
+
+#[cfg(test)]
+mod spare_tests {
+    use super::*;
+
+    fn batch(nnz: usize) -> Batch<f32> {
+        Batch { indptr: vec![0, nnz as i64], indices: vec![0; nnz], values: vec![0.0; nnz], ..Batch::default() }
+    }
+
+    #[test]
+    fn spare_batches_keep_a_bounded_number_and_size() {
+        let spare = SpareBatches::default();
+        // Larger than all the room: not kept.
+        spare.give(batch(SpareBatches::MAX_BYTES / 8 + 1));
+        assert_eq!(spare.held().0, 0);
+        for _ in 0..SpareBatches::MAX + 3 {
+            spare.give(batch(1000));
+        }
+        assert_eq!(spare.held().0, SpareBatches::MAX);
+        // Taken and given back: kept again.
+        let b = spare.take::<f32>();
+        assert_eq!(b.indices.len(), 1000);
+        spare.give(b);
+        let (n, bytes) = spare.held();
+        assert_eq!(n, SpareBatches::MAX);
+        assert!(bytes <= SpareBatches::MAX_BYTES);
+    }
 }

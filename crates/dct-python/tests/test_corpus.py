@@ -2,8 +2,10 @@
 versions), read through a vocabulary and compared with the sources read by anndata and re-indexed by pandas."""
 
 import pickle
+import shutil
+import threading
 import warnings
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -360,6 +362,52 @@ def test_a_corpus_pickles_and_reads_in_another_process(members):
     broken.__setstate__(state)
     with pytest.raises(ValueError, match="selection"):
         broken.get_batch([0])
+
+
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_a_corpus_pickles_under_every_protocol(members, protocol):
+    roots, _ = members
+    corpus = open_corpus(roots).select(np.arange(0, 200, 2))
+    again = pickle.loads(pickle.dumps(corpus, protocol))
+    assert again.n_cells == 100
+    np.testing.assert_array_equal(_read_in_child(again), _read_in_child(corpus))
+
+
+def test_threads_asking_at_once_share_one_root(members, monkeypatch):
+    """The gathering thread and the caller reaching a fresh process's corpus together build its Rust corpus once."""
+    roots, _ = members
+    corpus = pickle.loads(pickle.dumps(open_corpus(roots)))  # its Rust corpus not built yet in this process
+    built = []
+    real = deltacells._core.Corpus
+    barrier = threading.Barrier(4)
+
+    def counting(*args):
+        built.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(deltacells._core, "Corpus", counting)
+
+    def read(_):
+        barrier.wait(timeout=30)
+        return corpus.get_batch([0, 150]).to_scipy().toarray()
+
+    with ThreadPoolExecutor(4) as pool:
+        rows = list(pool.map(read, range(4)))
+    assert len(built) == 1
+    for r in rows[1:]:
+        np.testing.assert_array_equal(r, rows[0])
+
+
+def test_a_member_that_cannot_be_opened_again_is_named(members, tmp_path):
+    """A member gone before a process opens its reader (a worker's, after unpickling): the error names it."""
+    roots, _ = members
+    moved = tmp_path / "moved"
+    shutil.copytree(roots[1], moved)
+    corpus = open_corpus({"a": roots[0], "b": str(moved)})
+    pickled = pickle.dumps(corpus)
+    shutil.rmtree(moved)
+    with pytest.raises(OSError, match="corpus member 'b'"):
+        pickle.loads(pickled).get_batch([0])
 
 
 def test_open_corpus_is_exported():

@@ -402,6 +402,14 @@ impl Dataset {
         n
     }
 
+    /// [`Dataset::release_tiles_except`], without keeping the released tiles' buffers for this reader's next
+    /// decodes: for a caller that bounds the decoded tiles many readers hold together (a corpus's tile cap), where
+    /// each reader's spare buffers would add up with the number of readers.
+    pub fn drop_tiles_except(&self, keep: &[usize]) -> usize {
+        let released = self.core.lock_cache().release_except(keep);
+        released.len()
+    }
+
     /// Starts fetching the tiles holding `cells` (see [`Dataset::prefetch`]); returns the number of tiles whose
     /// loading it started.
     pub fn prefetch_cells(&self, cells: &[u64]) -> Result<usize, DatasetError> {
@@ -546,6 +554,32 @@ fn fill_rows<V: CountValue>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dropped_tiles_leave_no_spare_buffers_where_released_ones_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d");
+        let (n_rows, n_genes) = (12usize, 5u64);
+        let indptr: Vec<i64> = (0..=n_rows as i64).map(|r| 2 * r).collect();
+        let indices: Vec<i32> = (0..n_rows).flat_map(|r| [(r % 3) as i32, 4]).collect();
+        let values: Vec<u32> = (0..2 * n_rows as u32).map(|v| v + 1).collect();
+        let options =
+            crate::WriterOptions { tile_size: 3, n_chunks: 1, zstd_level: 3, ..crate::WriterOptions::new(n_genes) };
+        let mut w = crate::DatasetWriter::create(path.to_str().unwrap(), options).unwrap();
+        w.append(&crate::CsrMatrix { n_rows, n_cols: n_genes, indptr: &indptr, indices: &indices, values: &values })
+            .unwrap();
+        w.finish().unwrap();
+        let ds = Dataset::open(path.to_str().unwrap(), ReadOptions::default()).unwrap();
+        let spare = |ds: &Dataset| ds.core.scratch.spare.lock().unwrap().len();
+        let every_tile = [0u64, 3, 6, 9];
+        ds.get_batch(&every_tile).unwrap();
+        let before = spare(&ds);
+        assert_eq!(ds.drop_tiles_except(&[1]), 3);
+        assert_eq!(spare(&ds), before);
+        ds.get_batch(&every_tile).unwrap();
+        assert_eq!(ds.release_tiles_except(&[]), 4);
+        assert!(spare(&ds) > before, "released tiles' buffers are kept for the next decodes");
+    }
 
     #[test]
     fn dataset_is_send_and_sync() {

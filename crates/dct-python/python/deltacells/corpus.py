@@ -10,6 +10,7 @@ corpus can be pickled into ``DataLoader`` workers and rebuilt after ``fork``.
 from __future__ import annotations
 
 import os
+import threading
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -74,6 +75,9 @@ def _member_readers(datasets: Sequence[DeltaCellsDataset], names: Sequence[str])
             return dataset._core
         except _core.DatasetChangedError as e:
             raise _core.DatasetChangedError(f"corpus member {name!r}: {e}") from None
+        except OSError as e:
+            # A member that cannot be opened again here (a worker's, say): named, with the cause.
+            raise type(e)(f"corpus member {name!r}: {e}") from e
 
     return _on_members(reader, list(zip(datasets, names)))
 
@@ -268,24 +272,30 @@ class _CoreRoot:
     def __init__(self) -> None:
         self._core: Any = None
         self._pid = -1
+        # One root however many threads ask at once (the loader's gathering thread and the caller's, say); a forked
+        # child makes its own lock with its root.
+        self._lock = threading.Lock()
+        self._lock_pid = os.getpid()
 
     def core(self, corpus: Corpus) -> Any:
         """The root corpus of ``corpus``'s members in this process."""
-        if self._core is None or self._pid != os.getpid():
-            readers = _member_readers(corpus._datasets, corpus._names)
-            # Random reads keep as many decoded tiles across all members as one member's reader would keep, not
-            # that many per member (a loader's readers are reopened without the cap: they give tiles back
-            # themselves).
-            cap = max(d.max_cached_tiles for d in corpus._datasets)
-            self._core = _core.Corpus(readers, corpus._names, corpus._gene_key, corpus._genes_spec, cap)
-            self._pid = os.getpid()
-        return self._core
+        if self._lock_pid != os.getpid():
+            self._lock, self._lock_pid = threading.Lock(), os.getpid()
+        with self._lock:
+            if self._core is None or self._pid != os.getpid():
+                readers = _member_readers(corpus._datasets, corpus._names)
+                # Random reads keep as many decoded tiles across all members as one member's reader would keep,
+                # not that many per member (a loader's readers are reopened without the cap: they give tiles back
+                # themselves).
+                cap = max(d.max_cached_tiles for d in corpus._datasets)
+                self._core = _core.Corpus(readers, corpus._names, corpus._gene_key, corpus._genes_spec, cap)
+                self._pid = os.getpid()
+            return self._core
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__()  # type: ignore[misc]
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        # A new root where it is unpickled, whatever the pickle protocol (an empty state is never restored under
+        # protocols 0 and 1).
+        return (_CoreRoot, ())
 
 
 class CorpusObs:
