@@ -73,9 +73,7 @@ impl MemberColumns {
 
     /// Whether the member's genes are the vocabulary's, in its order (rows then need no re-indexing).
     pub fn is_identity(&self, corpus_genes: usize) -> bool {
-        self.kept == corpus_genes
-            && self.to_corpus.len() == corpus_genes
-            && self.to_corpus.iter().enumerate().all(|(j, &c)| c as usize == j)
+        self.unchanged && self.kept == corpus_genes
     }
 
     /// Entries of a member row (`indices`, stored columns) that the vocabulary keeps.
