@@ -3,10 +3,17 @@
 //! batches an uninterrupted one would have.
 //!
 //! An epoch, for a dataset's tiles (or a corpus's, some of which may hold no selected cell: those are left out):
-//! 1. the tiles in shuffled order (seeded by seed and epoch; in order without `shuffle`);
-//! 2. cut into *windows* of `shuffle_tiles` consecutive tiles of that order, and the cells of each window shuffled
-//!    (seeded by seed, epoch and window): the global stream, every cell exactly once. Sequential I/O: a window's
-//!    tiles are fetched once and its batches draw on all of them;
+//! 1. the tiles in shuffled order (seeded by seed and epoch; in order without `shuffle`). Shuffled with several
+//!    ranks or workers, the tiles are first dealt into `world_size × num_workers` *groups* of nearly equal cells,
+//!    the same groups every epoch (seeded by seed alone), and the order is each group's tiles in shuffled order,
+//!    one group after another. Group `g` is then about the share of rank `g / num_workers`'s worker
+//!    `g % num_workers`, so each rank and worker reads about the same tiles every epoch, and the tiles its cache
+//!    kept from one epoch serve the next (the way MosaicML Streaming keeps shards on their nodes); the order
+//!    within a group, its windows and their cells change every epoch;
+//! 2. cut into *windows* of `shuffle_tiles` consecutive tiles of that order (of one group: a group's last window
+//!    may be smaller), and the cells of each window shuffled (seeded by seed, epoch and window): the global stream,
+//!    every cell exactly once. Sequential I/O: a window's tiles are fetched once and its batches draw on all of
+//!    them;
 //! 3. the stream split into `world_size` contiguous, equal shares, one per rank: the remainder (fewer than
 //!    `world_size` cells) is dropped ([`Remainder::Drop`]: no cell goes to two ranks) or the stream wraps around to
 //!    its start to fill the last shares ([`Remainder::Wrap`]: every cell is served, a few twice);
@@ -258,15 +265,25 @@ impl EpochPlan {
         // Slots without cells (a selection's tiles, never a dataset's) take no place in a window: a window's tiles
         // are all fetched, and these hold nothing to read.
         order.retain(|&s| slot_cells(s) > 0);
+        // Each tile's group, the same every epoch (step 1 of the module docs): a stable sort keeps the shuffled
+        // order within each group, and windows are cut within groups.
+        let groups = if opts.shuffle { opts.world_size.saturating_mul(opts.num_workers) } else { 1 };
+        let group_of: Vec<u32> = if groups > 1 { tile_groups(tile_cells, groups, opts.seed) } else { Vec::new() };
+        let group = |s: usize| group_of.get(units[slots[s].start].tile).copied().unwrap_or(0);
+        if groups > 1 {
+            order.sort_by_key(|&s| group(s));
+        }
         let mut windows = Vec::new();
         let mut start = 0u64;
-        for chunk in order.chunks(opts.shuffle_tiles) {
-            let cells: u64 = chunk.iter().map(|&s| slot_cells(s)).sum();
-            let window_units = chunk.iter().flat_map(|&s| units[slots[s].clone()].iter().copied()).collect();
-            windows.push(Window { units: window_units, start, cells });
-            start = start.checked_add(cells).ok_or_else(|| {
-                DatasetError::InvalidArgument("epoch plan: the epoch draws more than 2^64 cells".into())
-            })?;
+        for run in order.chunk_by(|&a, &b| group(a) == group(b)) {
+            for chunk in run.chunks(opts.shuffle_tiles) {
+                let cells: u64 = chunk.iter().map(|&s| slot_cells(s)).sum();
+                let window_units = chunk.iter().flat_map(|&s| units[slots[s].clone()].iter().copied()).collect();
+                windows.push(Window { units: window_units, start, cells });
+                start = start.checked_add(cells).ok_or_else(|| {
+                    DatasetError::InvalidArgument("epoch plan: the epoch draws more than 2^64 cells".into())
+                })?;
+            }
         }
         let n_cells = start;
         let mut plan = EpochPlan {
@@ -484,6 +501,23 @@ impl EpochPlan {
         let (_, cells) = self.cached.as_ref().expect("set above");
         cells[(p - self.windows[w].start) as usize]
     }
+}
+
+/// Each tile's group of `groups` (step 1 of the module docs): the tiles in an order seeded by `seed` alone, cut into
+/// `groups` runs of nearly equal cells (a tile goes to the group its middle cell falls in).
+fn tile_groups(tile_cells: &[u64], groups: usize, seed: u64) -> Vec<u32> {
+    let mut order: Vec<usize> = (0..tile_cells.len()).collect();
+    // The epoch `u64::MAX` and stream `u64::MAX - 1`: no epoch's unit order or window shuffle uses this key.
+    order.shuffle(&mut rng(seed, u64::MAX, u64::MAX - 1));
+    let total: u128 = tile_cells.iter().map(|&c| u128::from(c)).sum::<u128>().max(1);
+    let mut group_of = vec![0u32; tile_cells.len()];
+    let mut before = 0u128;
+    for t in order {
+        let middle = before + u128::from(tile_cells[t]) / 2;
+        group_of[t] = (middle * groups as u128 / total).min(groups as u128 - 1) as u32;
+        before += u128::from(tile_cells[t]);
+    }
+    group_of
 }
 
 /// The generator of the sample drawn from part of a tile's cells in pass `pass` of an epoch; `stream` is the tile,

@@ -272,3 +272,65 @@ fn without_shuffle_workers_take_turns_so_the_loader_yields_cell_order_and_resume
         assert!(counts.iter().all(|&c| c == counts[0]), "{counts:?}");
     }
 }
+
+/// The tiles a worker of a rank reads in an epoch, sorted.
+fn tiles_read(tile_cells: &[u64], opts: &EpochOptions, epoch: u64) -> Vec<usize> {
+    let mut tiles = EpochPlan::new(tile_cells, opts, epoch).unwrap().tiles_ahead(0, usize::MAX);
+    tiles.sort();
+    tiles
+}
+
+#[test]
+fn each_worker_reads_the_same_tiles_every_epoch_in_another_order() {
+    // 48 equal tiles: every group of a rank's worker ends on a window boundary, so the tiles are exactly the same.
+    let tiles = vec![50u64; 48];
+    for (world, workers) in [(1usize, 2usize), (1, 4), (2, 3), (3, 2)] {
+        let mut all: Vec<usize> = Vec::new();
+        for rank in 0..world {
+            for worker in 0..workers {
+                let opts =
+                    placed(EpochOptions { shuffle_tiles: 3, ..EpochOptions::new(32) }, rank, world, worker, workers);
+                let first = tiles_read(&tiles, &opts, 0);
+                assert_eq!(first.len(), 48 / (world * workers), "rank {rank} worker {worker}");
+                let orders: Vec<Vec<usize>> =
+                    (0..4).map(|e| EpochPlan::new(&tiles, &opts, e).unwrap().tiles_ahead(0, usize::MAX)).collect();
+                for (e, order) in orders.iter().enumerate() {
+                    let mut sorted = order.clone();
+                    sorted.sort();
+                    assert_eq!(sorted, first, "rank {rank} worker {worker} epoch {e}: the same tiles");
+                }
+                assert!(orders.windows(2).any(|o| o[0] != o[1]), "the order within a group changes");
+                all.extend(first);
+            }
+        }
+        all.sort();
+        assert_eq!(all, (0..48).collect::<Vec<_>>(), "{world} ranks x {workers} workers: every tile in one group");
+    }
+    // The groups are seeded: not runs of consecutive tiles, and another seed deals them otherwise.
+    let opts = |seed| placed(EpochOptions { seed, ..EpochOptions::new(32) }, 0, 1, 0, 4);
+    let group = tiles_read(&tiles, &opts(0), 0);
+    assert!(group.windows(2).any(|w| w[1] != w[0] + 1), "{group:?}");
+    assert_ne!(group, tiles_read(&tiles, &opts(1), 0));
+}
+
+#[test]
+fn unequal_tiles_keep_most_of_a_worker_s_tiles_across_epochs() {
+    // Tiles of different sizes (members of a corpus): parts are cut at the window boundaries nearest to equal
+    // shares, so a window at a group's edge may go to the neighbour; most tiles stay.
+    let tiles: Vec<u64> = (0..60).map(|t| 30 + (t * 37 % 23)).collect();
+    for workers in [2usize, 3] {
+        for worker in 0..workers {
+            let opts = placed(EpochOptions { shuffle_tiles: 2, ..EpochOptions::new(64) }, 0, 1, worker, workers);
+            let first = tiles_read(&tiles, &opts, 0);
+            for e in 1..5 {
+                let now = tiles_read(&tiles, &opts, e);
+                let kept = now.iter().filter(|t| first.binary_search(t).is_ok()).count();
+                assert!(
+                    kept * 10 >= first.len() * 8,
+                    "worker {worker} of {workers}, epoch {e}: {kept} of {}",
+                    first.len()
+                );
+            }
+        }
+    }
+}
