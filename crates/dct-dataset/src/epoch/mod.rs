@@ -1,24 +1,28 @@
 //! The order of a training epoch: which cells each batch of each rank and loader worker holds, computed the same way
-//! by every process from `(seed, epoch)` alone, so that ranks agree without talking and a resumed run yields the
+//! by every process from `(seed, epoch)` and the job's shape (`world_size`, `num_workers`) alone, so that ranks agree
+//! without talking and a resumed run yields the
 //! batches an uninterrupted one would have.
 //!
 //! An epoch, for a dataset's tiles (or a corpus's, some of which may hold no selected cell: those are left out):
 //! 1. the tiles in shuffled order (seeded by seed and epoch; in order without `shuffle`). Shuffled with several
-//!    ranks or workers, the tiles are first dealt into `world_size × num_workers` *groups* of nearly equal cells,
-//!    the same groups every epoch (seeded by seed alone), and the order is each group's tiles in shuffled order,
-//!    one group after another. Group `g` is then about the share of rank `g / num_workers`'s worker
-//!    `g % num_workers`, so each rank and worker reads about the same tiles every epoch, and the tiles its cache
-//!    kept from one epoch serve the next (the way MosaicML Streaming keeps shards on their nodes); the order
-//!    within a group, its windows and their cells change every epoch;
-//! 2. cut into *windows* of `shuffle_tiles` consecutive tiles of that order (of one group: a group's last window
-//!    may be smaller), and the cells of each window shuffled (seeded by seed, epoch and window): the global stream,
-//!    every cell exactly once. Sequential I/O: a window's tiles are fetched once and its batches draw on all of
-//!    them;
+//!    ranks or workers, and tiles enough for every group to fill two windows, the tiles are first dealt into
+//!    `world_size × num_workers` *groups* of nearly equal cells, the same groups every epoch (seeded by seed alone),
+//!    and the order is each group's tiles in shuffled order, one group after another. Group `g` is then about the
+//!    share of rank `g / num_workers`'s worker `g % num_workers` (step 4 cuts the parts where the groups start), so
+//!    each rank and worker reads the same tiles every epoch, but for a window at the edge of a rank's share, and
+//!    the tiles its cache kept from one epoch serve the next (the way MosaicML Streaming keeps shards on their
+//!    nodes); the order within a group, its windows and their cells change every epoch. The stream then depends
+//!    on `world_size × num_workers`: every rank must use the same `num_workers`;
+//! 2. cut into *windows* of `shuffle_tiles` consecutive tiles of that order (the last one shorter), or, with
+//!    groups, each group into as many windows of at most `shuffle_tiles` tiles as it needs, of nearly equal sizes;
+//!    and the cells of each window shuffled (seeded by seed, epoch and window): the global stream, every cell
+//!    exactly once. Sequential I/O: a window's tiles are fetched once and its batches draw on all of them;
 //! 3. the stream split into `world_size` contiguous, equal shares, one per rank: the remainder (fewer than
 //!    `world_size` cells) is dropped ([`Remainder::Drop`]: no cell goes to two ranks) or the stream wraps around to
 //!    its start to fill the last shares ([`Remainder::Wrap`]: every cell is served, a few twice);
-//! 4. each rank's share split among its `num_workers` loader workers in contiguous *parts* cut at window boundaries,
-//!    so that each tile is fetched and decoded by one worker of the rank (see `parts.rs`); in cell order (without
+//! 4. each rank's share split among its `num_workers` loader workers in contiguous *parts* cut at window boundaries
+//!    (where the workers' groups start, when that is within a quarter of a part of equal shares; otherwise nearest
+//!    to equal shares), so that each tile is fetched and decoded by one worker of the rank (see `parts.rs`); in cell order (without
 //!    `shuffle`) the share is one part instead, its batches taken by the workers in turn, so that the loader yields
 //!    them in cell order (a tile may then be fetched by several workers);
 //! 5. each part cut into batches of `batch_size` consecutive cells. Every rank has the same number of batches in
@@ -170,6 +174,8 @@ pub struct EpochPlan {
     cached: Option<(usize, Vec<u64>)>,
     /// The strata units of a stratified epoch draw from.
     strata: Option<Arc<TileStrata>>,
+    /// Where each group of tiles starts in the stream (empty when the tiles are not grouped: see step 1).
+    group_start: Vec<u64>,
 }
 
 impl EpochPlan {
@@ -266,23 +272,46 @@ impl EpochPlan {
         // are all fetched, and these hold nothing to read.
         order.retain(|&s| slot_cells(s) > 0);
         // Each tile's group, the same every epoch (step 1 of the module docs): a stable sort keeps the shuffled
-        // order within each group, and windows are cut within groups.
-        let groups = if opts.shuffle { opts.world_size.saturating_mul(opts.num_workers) } else { 1 };
-        let group_of: Vec<u32> = if groups > 1 { tile_groups(tile_cells, groups, opts.seed) } else { Vec::new() };
+        // order within each group, and windows are cut within groups, of nearly equal sizes.
+        let groups = opts.world_size.saturating_mul(opts.num_workers);
+        let tiles_with_cells = tile_cells.iter().filter(|&&c| c > 0).count();
+        let grouped = opts.shuffle
+            && groups > 1
+            && tiles_with_cells >= groups.saturating_mul(opts.shuffle_tiles).saturating_mul(MIN_GROUP_WINDOWS);
+        let group_of: Vec<u32> = if grouped { tile_groups(tile_cells, groups, opts.seed) } else { Vec::new() };
         let group = |s: usize| group_of.get(units[slots[s].start].tile).copied().unwrap_or(0);
-        if groups > 1 {
+        if grouped {
             order.sort_by_key(|&s| group(s));
         }
         let mut windows = Vec::new();
+        let mut group_start = if grouped { vec![u64::MAX; groups] } else { Vec::new() };
         let mut start = 0u64;
         for run in order.chunk_by(|&a, &b| group(a) == group(b)) {
-            for chunk in run.chunks(opts.shuffle_tiles) {
+            if grouped {
+                group_start[group(run[0]) as usize] = start;
+            }
+            // Without groups, windows of `shuffle_tiles` (the last one shorter); within a group, as many windows
+            // and as nearly equal as that takes, so that no group ends on a window of one tile.
+            let n_windows = run.len().div_ceil(opts.shuffle_tiles);
+            let (size, longer) =
+                if grouped { (run.len() / n_windows, run.len() % n_windows) } else { (opts.shuffle_tiles, 0) };
+            let mut at = 0usize;
+            for i in 0..n_windows {
+                let len = (size + usize::from(i < longer)).min(run.len() - at);
+                let chunk = &run[at..at + len];
+                at += len;
                 let cells: u64 = chunk.iter().map(|&s| slot_cells(s)).sum();
                 let window_units = chunk.iter().flat_map(|&s| units[slots[s].clone()].iter().copied()).collect();
                 windows.push(Window { units: window_units, start, cells });
                 start = start.checked_add(cells).ok_or_else(|| {
                     DatasetError::InvalidArgument("epoch plan: the epoch draws more than 2^64 cells".into())
                 })?;
+            }
+        }
+        // A group without cells this epoch starts where the next one does.
+        for g in (0..group_start.len()).rev() {
+            if group_start[g] == u64::MAX {
+                group_start[g] = group_start.get(g + 1).copied().unwrap_or(start);
             }
         }
         let n_cells = start;
@@ -300,6 +329,7 @@ impl EpochPlan {
             rank_cells: 0,
             cached: None,
             strata,
+            group_start,
         };
         plan.place(opts);
         Ok(plan)
@@ -312,7 +342,15 @@ impl EpochPlan {
         if !opts.shuffle && w > 1 {
             return self.place_in_turns(opts, lo, len);
         }
-        let runs = parts::cut_share(lo, len, w, |p| self.boundary_around(p));
+        // Grouped tiles: worker `s` of the rank starts where its group does, when that is near its equal share.
+        let first_group = opts.rank * w;
+        let runs = parts::cut_share(
+            lo,
+            len,
+            w,
+            |p| self.boundary_around(p),
+            |s| self.group_start.get(first_group + s).copied(),
+        );
         // Every rank (and every epoch) the same number of batches, whatever falls where: each cut between two
         // parts adds at most one short batch (or, with `drop_last`, loses at most one full one), so every rank can
         // meet this by splitting (or leaving out) a few batches.
@@ -502,6 +540,10 @@ impl EpochPlan {
         cells[(p - self.windows[w].start) as usize]
     }
 }
+
+/// The fewest windows of `shuffle_tiles` tiles each group must be able to fill for the tiles to be grouped: fewer,
+/// and a group would be one window, the same tiles in every batch of a worker epoch after epoch.
+const MIN_GROUP_WINDOWS: usize = 2;
 
 /// Each tile's group of `groups` (step 1 of the module docs): the tiles in an order seeded by `seed` alone, cut into
 /// `groups` runs of nearly equal cells (a tile goes to the group its middle cell falls in).

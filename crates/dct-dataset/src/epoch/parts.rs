@@ -45,22 +45,30 @@ fn natural_batches(cells: u64, batch_size: u64, drop_last: bool) -> u64 {
 }
 
 /// The rank's share `lo..lo + len` (unrolled) cut into `n_parts` contiguous runs at the window boundaries nearest to
-/// equal shares; `boundary_around(p)` gives the window boundaries at or before and after unrolled position `p`.
-/// Returns each run as `(start, cells)`; runs may be empty.
+/// equal shares; `boundary_around(p)` gives the window boundaries at or before and after unrolled position `p`, and
+/// `preferred(w)` a window boundary to cut part `w` at instead (where its group of tiles starts), taken when it is
+/// within a quarter of a part of the equal share. Returns each run as `(start, cells)`; runs may be empty.
 pub(crate) fn cut_share(
     lo: u64,
     len: u64,
     n_parts: usize,
     boundary_around: impl Fn(u64) -> (u64, u64),
+    preferred: impl Fn(usize) -> Option<u64>,
 ) -> Vec<(u64, u64)> {
     let hi = lo + len;
+    let slack = len / (4 * n_parts as u64);
     let mut cuts = Vec::with_capacity(n_parts + 1);
     cuts.push(lo);
     for w in 1..n_parts {
         let target = lo + (len as u128 * w as u128 / n_parts as u128) as u64;
-        let (before, after) = boundary_around(target);
-        let (before, after) = (before.clamp(lo, hi), after.clamp(lo, hi));
-        let cut = if target - before <= after.saturating_sub(target) { before } else { after };
+        let cut = match preferred(w).map(|c| c.clamp(lo, hi)) {
+            Some(c) if c.abs_diff(target) <= slack => c,
+            _ => {
+                let (before, after) = boundary_around(target);
+                let (before, after) = (before.clamp(lo, hi), after.clamp(lo, hi));
+                if target - before <= after.saturating_sub(target) { before } else { after }
+            }
+        };
         let prev = *cuts.last().expect("starts with lo");
         cuts.push(cut.max(prev));
     }
@@ -206,10 +214,15 @@ mod tests {
     fn shares_are_cut_at_the_nearest_boundaries() {
         // Windows every 10 positions.
         let around = |p: u64| (p / 10 * 10, p / 10 * 10 + 10);
-        assert_eq!(cut_share(3, 40, 2, around), vec![(3, 17), (20, 23)]);
-        assert_eq!(cut_share(0, 40, 3, around), vec![(0, 10), (10, 20), (30, 10)]);
-        assert_eq!(cut_share(2, 5, 3, around), vec![(2, 0), (2, 5), (7, 0)]);
-        assert_eq!(cut_share(0, 0, 2, around), vec![(0, 0), (0, 0)]);
+        let none = |_| None;
+        assert_eq!(cut_share(3, 40, 2, around, none), vec![(3, 17), (20, 23)]);
+        assert_eq!(cut_share(0, 40, 3, around, none), vec![(0, 10), (10, 20), (30, 10)]);
+        assert_eq!(cut_share(2, 5, 3, around, none), vec![(2, 0), (2, 5), (7, 0)]);
+        assert_eq!(cut_share(0, 0, 2, around, none), vec![(0, 0), (0, 0)]);
+        // A preferred cut within a quarter of a part (40 / 8 = 5 cells) of the equal share wins; farther, not.
+        assert_eq!(cut_share(0, 40, 2, around, |_| Some(24)), vec![(0, 24), (24, 16)]);
+        assert_eq!(cut_share(0, 40, 2, around, |_| Some(26)), vec![(0, 20), (20, 20)]);
+        assert_eq!(cut_share(10, 40, 2, around, |_| Some(0)), vec![(10, 20), (30, 20)]);
     }
 
     #[test]

@@ -280,57 +280,97 @@ fn tiles_read(tile_cells: &[u64], opts: &EpochOptions, epoch: u64) -> Vec<usize>
     tiles
 }
 
-#[test]
-fn each_worker_reads_the_same_tiles_every_epoch_in_another_order() {
-    // 48 equal tiles: every group of a rank's worker ends on a window boundary, so the tiles are exactly the same.
-    let tiles = vec![50u64; 48];
-    for (world, workers) in [(1usize, 2usize), (1, 4), (2, 3), (3, 2)] {
-        let mut all: Vec<usize> = Vec::new();
-        for rank in 0..world {
-            for worker in 0..workers {
-                let opts =
-                    placed(EpochOptions { shuffle_tiles: 3, ..EpochOptions::new(32) }, rank, world, worker, workers);
-                let first = tiles_read(&tiles, &opts, 0);
-                assert_eq!(first.len(), 48 / (world * workers), "rank {rank} worker {worker}");
-                let orders: Vec<Vec<usize>> =
-                    (0..4).map(|e| EpochPlan::new(&tiles, &opts, e).unwrap().tiles_ahead(0, usize::MAX)).collect();
-                for (e, order) in orders.iter().enumerate() {
-                    let mut sorted = order.clone();
-                    sorted.sort();
-                    assert_eq!(sorted, first, "rank {rank} worker {worker} epoch {e}: the same tiles");
-                }
-                assert!(orders.windows(2).any(|o| o[0] != o[1]), "the order within a group changes");
-                all.extend(first);
-            }
-        }
-        all.sort();
-        assert_eq!(all, (0..48).collect::<Vec<_>>(), "{world} ranks x {workers} workers: every tile in one group");
-    }
-    // The groups are seeded: not runs of consecutive tiles, and another seed deals them otherwise.
-    let opts = |seed| placed(EpochOptions { seed, ..EpochOptions::new(32) }, 0, 1, 0, 4);
-    let group = tiles_read(&tiles, &opts(0), 0);
-    assert!(group.windows(2).any(|w| w[1] != w[0] + 1), "{group:?}");
-    assert_ne!(group, tiles_read(&tiles, &opts(1), 0));
+/// The tiles of group `g` of `groups`, sorted.
+fn group_tiles(tile_cells: &[u64], groups: usize, seed: u64, g: usize) -> Vec<usize> {
+    let of = tile_groups(tile_cells, groups, seed);
+    (0..tile_cells.len()).filter(|&t| of[t] as usize == g && tile_cells[t] > 0).collect()
 }
 
 #[test]
-fn unequal_tiles_keep_most_of_a_worker_s_tiles_across_epochs() {
-    // Tiles of different sizes (members of a corpus): parts are cut at the window boundaries nearest to equal
-    // shares, so a window at a group's edge may go to the neighbour; most tiles stay.
-    let tiles: Vec<u64> = (0..60).map(|t| 30 + (t * 37 % 23)).collect();
-    for workers in [2usize, 3] {
-        for worker in 0..workers {
-            let opts = placed(EpochOptions { shuffle_tiles: 2, ..EpochOptions::new(64) }, 0, 1, worker, workers);
-            let first = tiles_read(&tiles, &opts, 0);
-            for e in 1..5 {
-                let now = tiles_read(&tiles, &opts, e);
-                let kept = now.iter().filter(|t| first.binary_search(t).is_ok()).count();
-                assert!(
-                    kept * 10 >= first.len() * 8,
-                    "worker {worker} of {workers}, epoch {e}: {kept} of {}",
-                    first.len()
-                );
+fn one_rank_s_workers_each_read_their_group_every_epoch_in_another_order() {
+    // Equal tiles and tiles of different sizes (members of a corpus), with a tile holding no selected cell.
+    let equal = vec![50u64; 24];
+    let unequal: Vec<u64> = (0..31).map(|t| if t == 7 { 0 } else { 30 + (t * 37 % 23) }).collect();
+    for tiles in [&equal, &unequal] {
+        for seed in 0..12 {
+            for (workers, shuffle_tiles) in [(2usize, 1usize), (2, 3), (3, 2), (4, 3)] {
+                let base = EpochOptions { shuffle_tiles, seed, ..EpochOptions::new(16) };
+                let mut all: Vec<usize> = Vec::new();
+                for worker in 0..workers {
+                    let opts = placed(base.clone(), 0, 1, worker, workers);
+                    let group = group_tiles(tiles, workers, seed, worker);
+                    let orders: Vec<Vec<usize>> =
+                        (0..4).map(|e| EpochPlan::new(tiles, &opts, e).unwrap().tiles_ahead(0, usize::MAX)).collect();
+                    for (e, order) in orders.iter().enumerate() {
+                        let mut sorted = order.clone();
+                        sorted.sort();
+                        assert_eq!(sorted, group, "seed {seed}, worker {worker} of {workers}, epoch {e}: its group");
+                    }
+                    assert!(orders.windows(2).any(|o| o[0] != o[1]), "the order within a group changes");
+                    all.extend(group);
+                }
+                all.sort();
+                let with_cells: Vec<usize> = (0..tiles.len()).filter(|&t| tiles[t] > 0).collect();
+                assert_eq!(all, with_cells, "every tile in one group");
             }
         }
     }
+    // The groups are seeded: not runs of consecutive tiles, and another seed deals them otherwise.
+    let g0 = group_tiles(&equal, 4, 0, 0);
+    assert!(g0.windows(2).any(|w| w[1] != w[0] + 1), "{g0:?}");
+    assert_ne!(g0, group_tiles(&equal, 4, 1, 0));
+}
+
+#[test]
+fn across_ranks_a_worker_leaves_its_group_by_at_most_the_window_at_its_rank_s_edge() {
+    let unequal: Vec<u64> = (0..90).map(|t| 30 + (t * 37 % 23)).collect();
+    for seed in 0..8 {
+        for (world, workers, shuffle_tiles) in [(2usize, 1usize, 2usize), (2, 3, 2), (3, 2, 4), (4, 2, 3)] {
+            for rank in 0..world {
+                for worker in 0..workers {
+                    let opts = placed(
+                        EpochOptions { shuffle_tiles, seed, ..EpochOptions::new(16) },
+                        rank,
+                        world,
+                        worker,
+                        workers,
+                    );
+                    let group = group_tiles(&unequal, world * workers, seed, rank * workers + worker);
+                    let edge = (worker == 0 && rank > 0) || (worker == workers - 1 && rank < world - 1);
+                    for e in 0..3 {
+                        let read = tiles_read(&unequal, &opts, e);
+                        let foreign = read.iter().filter(|t| group.binary_search(t).is_err()).count();
+                        let missing = group.iter().filter(|t| read.binary_search(t).is_err()).count();
+                        let what =
+                            format!("seed {seed}, rank {rank} of {world}, worker {worker} of {workers}, epoch {e}");
+                        if edge {
+                            assert!(
+                                foreign <= shuffle_tiles && missing <= shuffle_tiles,
+                                "{what}: {foreign} {missing}"
+                            );
+                        } else {
+                            assert_eq!((foreign, missing), (0, 0), "{what}: inside the rank, exactly its group");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn groups_too_small_for_two_windows_leave_the_tiles_ungrouped_and_windows_whole() {
+    // 16 tiles for 2 ranks of 4 workers with windows of 4: a group would be 2 tiles, one window every epoch.
+    let tiles = vec![50u64; 16];
+    let opts = placed(EpochOptions { shuffle_tiles: 4, ..EpochOptions::new(32) }, 0, 2, 0, 4);
+    let plan = EpochPlan::new(&tiles, &opts, 0).unwrap();
+    assert!(plan.group_start.is_empty());
+    assert!(plan.windows.iter().all(|w| w.units.len() == 4), "windows of 4 tiles");
+    assert_ne!(tiles_read(&tiles, &opts, 0), tiles_read(&tiles, &opts, 1), "other tiles each epoch, as ungrouped");
+    // Grouped (70 tiles, 8 groups of 8 or 9): each group's windows as nearly equal as possible, none above 4 tiles.
+    let tiles = vec![50u64; 70];
+    let plan = EpochPlan::new(&tiles, &opts, 0).unwrap();
+    assert_eq!(plan.group_start.len(), 8);
+    let sizes: Vec<usize> = plan.windows.iter().map(|w| w.units.len()).collect();
+    assert!(sizes.iter().all(|&n| (3..=4).contains(&n)), "{sizes:?}");
 }

@@ -12,12 +12,13 @@ Each epoch shuffles the tiles (seeded by ``seed`` and the epoch), then the cells
 while batches mix cells of several tiles. The order, the split into equal shares per rank (``torch.distributed``'s
 rank and world size, or the ones given) and per DataLoader worker (each worker serves whole windows, so each tile is
 fetched and decoded once per rank), and resumption are computed by the Rust epoch planner
-(``dct_dataset::EpochPlan``), the same in every process. With several ranks or workers, each rank's worker draws
-its windows from the same tiles every epoch (the tiles are dealt into groups once, seeded by ``seed``; the order
-within a group, its windows and their cells change every epoch), so the tiles its cache kept from one epoch serve
-the next. The tiles of the batches ahead are fetched and decoded in
-Rust threads while the training step runs, within a memory budget, so ``num_workers=0`` (the default) keeps a GPU
-fed; with ``num_workers > 0`` each worker process opens its own reader with its share of the budget.
+(``dct_dataset::EpochPlan``), the same in every process. With several ranks or workers (and tiles enough for each
+to fill two windows), each rank's worker draws its windows from the same tiles every epoch (the tiles are dealt
+into one group per rank and worker once, seeded by ``seed``; the order within a group, its windows and their cells
+change every epoch), so the tiles its cache kept from one epoch serve the next; the order then depends on
+``world_size`` and ``num_workers``, which every rank must share. The tiles of the batches ahead are fetched and
+decoded in Rust threads while the training step runs, within a memory budget, so ``num_workers=0`` (the default)
+keeps a GPU fed; with ``num_workers > 0`` each worker process opens its own reader with its share of the budget.
 
 Epochs and resumption:
 
