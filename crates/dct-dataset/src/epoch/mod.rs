@@ -1,7 +1,6 @@
 //! The order of a training epoch: which cells each batch of each rank and loader worker holds, computed the same way
-//! by every process from `(seed, epoch)` and the job's shape (`world_size`, `num_workers`) alone, so that ranks agree
-//! without talking and a resumed run yields the
-//! batches an uninterrupted one would have.
+//! by every process from `(seed, epoch)` and the job's shape (`world_size`, `num_workers`) alone, so that ranks
+//! agree without talking and a resumed run yields the batches an uninterrupted one would have.
 //!
 //! An epoch, for a dataset's tiles (or a corpus's, some of which may hold no selected cell: those are left out):
 //! 1. the tiles in shuffled order (seeded by seed and epoch; in order without `shuffle`). Shuffled with several
@@ -9,10 +8,13 @@
 //!    `world_size × num_workers` *groups* of nearly equal cells, the same groups every epoch (seeded by seed alone),
 //!    and the order is each group's tiles in shuffled order, one group after another. Group `g` is then about the
 //!    share of rank `g / num_workers`'s worker `g % num_workers` (step 4 cuts the parts where the groups start), so
-//!    each rank and worker reads the same tiles every epoch, but for a window at the edge of a rank's share, and
-//!    the tiles its cache kept from one epoch serve the next (the way MosaicML Streaming keeps shards on their
-//!    nodes); the order within a group, its windows and their cells change every epoch. The stream then depends
-//!    on `world_size × num_workers`: every rank must use the same `num_workers`;
+//!    that each worker reads the same tiles every epoch and the tiles its cache kept from one epoch serve the next
+//!    (the way MosaicML Streaming keeps shards on their nodes); the order within a group, its windows and their
+//!    cells change every epoch. Only about the same tiles: a rank's share ends at equal cells and a group's within
+//!    half a tile of it, so a worker at the edge of a rank's share also reads the neighbour's tiles there (those
+//!    within half the largest tile of the edge); and a weighted or stratified epoch draws other cells from each
+//!    group than its tiles hold, so its parts follow the groups only roughly. The stream then depends on
+//!    `world_size × num_workers`: every rank must use the same `num_workers`;
 //! 2. cut into *windows* of `shuffle_tiles` consecutive tiles of that order (the last one shorter), or, with
 //!    groups, each group into as many windows of at most `shuffle_tiles` tiles as it needs, of nearly equal sizes;
 //!    and the cells of each window shuffled (seeded by seed, epoch and window): the global stream, every cell
@@ -22,9 +24,9 @@
 //!    its start to fill the last shares ([`Remainder::Wrap`]: every cell is served, a few twice);
 //! 4. each rank's share split among its `num_workers` loader workers in contiguous *parts* cut at window boundaries
 //!    (where the workers' groups start, when that is within a quarter of a part of equal shares; otherwise nearest
-//!    to equal shares), so that each tile is fetched and decoded by one worker of the rank (see `parts.rs`); in cell order (without
-//!    `shuffle`) the share is one part instead, its batches taken by the workers in turn, so that the loader yields
-//!    them in cell order (a tile may then be fetched by several workers);
+//!    to equal shares), so that each tile is fetched and decoded by one worker of the rank (see `parts.rs`); in cell
+//!    order (without `shuffle`) the share is one part instead, its batches taken by the workers in turn, so that
+//!    the loader yields them in cell order (a tile may then be fetched by several workers);
 //! 5. each part cut into batches of `batch_size` consecutive cells. Every rank has the same number of batches in
 //!    every epoch: for a share of `S` cells and `W` workers, `ceil(S / batch_size) + W - 1` (at most `S`), or with
 //!    `drop_last` `floor(S / batch_size) - (W - 1)` (at least 0), since each cut between parts adds at most one
@@ -274,11 +276,20 @@ impl EpochPlan {
         // Each tile's group, the same every epoch (step 1 of the module docs): a stable sort keeps the shuffled
         // order within each group, and windows are cut within groups, of nearly equal sizes.
         let groups = opts.world_size.saturating_mul(opts.num_workers);
+        let least = opts.shuffle_tiles.saturating_mul(MIN_GROUP_WINDOWS);
         let tiles_with_cells = tile_cells.iter().filter(|&&c| c > 0).count();
-        let grouped = opts.shuffle
-            && groups > 1
-            && tiles_with_cells >= groups.saturating_mul(opts.shuffle_tiles).saturating_mul(MIN_GROUP_WINDOWS);
-        let group_of: Vec<u32> = if grouped { tile_groups(tile_cells, groups, opts.seed) } else { Vec::new() };
+        let group_of: Vec<u32> = if opts.shuffle && groups > 1 && tiles_with_cells >= groups.saturating_mul(least) {
+            // Groups hold equal cells, not equal tiles: each must still hold tiles for two windows.
+            let group_of = tile_groups(tile_cells, groups, opts.seed);
+            let mut tiles_of = vec![0usize; groups];
+            for (t, &g) in group_of.iter().enumerate() {
+                tiles_of[g as usize] += usize::from(tile_cells[t] > 0);
+            }
+            if tiles_of.iter().all(|&n| n >= least) { group_of } else { Vec::new() }
+        } else {
+            Vec::new()
+        };
+        let grouped = !group_of.is_empty();
         let group = |s: usize| group_of.get(units[slots[s].start].tile).copied().unwrap_or(0);
         if grouped {
             order.sort_by_key(|&s| group(s));

@@ -119,9 +119,10 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         verify: check each tile's CRC-32 (default on; ``False`` skips it).
 
     Each worker of a DataLoader serves whole windows of the rank's share, so a tile is fetched and decoded once per
-    rank and epoch whatever ``num_workers`` is, and draws them from the same tiles every epoch, so that its cache
-    serves the next epoch; the batches a rank yields (and their number) depend on
-    ``num_workers``, which a resumed run must keep.
+    rank and epoch whatever ``num_workers`` is, and, shuffled with tiles enough for each worker of each rank to
+    fill two windows, draws them from about the same tiles every epoch, so that its cache serves the next epoch;
+    the batches a rank yields (and their number) depend on ``num_workers``, which a resumed run, and every rank,
+    must keep.
     """
 
     def __init__(

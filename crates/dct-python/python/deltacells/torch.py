@@ -13,7 +13,7 @@ while batches mix cells of several tiles. The order, the split into equal shares
 rank and world size, or the ones given) and per DataLoader worker (each worker serves whole windows, so each tile is
 fetched and decoded once per rank), and resumption are computed by the Rust epoch planner
 (``dct_dataset::EpochPlan``), the same in every process. With several ranks or workers (and tiles enough for each
-to fill two windows), each rank's worker draws its windows from the same tiles every epoch (the tiles are dealt
+to fill two windows), each rank's worker draws its windows from about the same tiles every epoch (the tiles are dealt
 into one group per rank and worker once, seeded by ``seed``; the order within a group, its windows and their cells
 change every epoch), so the tiles its cache kept from one epoch serve the next; the order then depends on
 ``world_size`` and ``num_workers``, which every rank must share. The tiles of the batches ahead are fetched and
