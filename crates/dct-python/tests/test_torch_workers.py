@@ -65,16 +65,20 @@ def test_each_tile_is_fetched_once_per_epoch_whatever_the_workers(built, tmp_pat
     assert len(tiles) == 10 and len(set(tiles)) == 10, f"each tile once: {sorted(tiles)}"
 
 
-@pytest.mark.parametrize("rank, world, workers", [(0, 1, 0), (0, 1, 2), (0, 1, 3), (1, 2, 0), (1, 2, 2)])
+@pytest.mark.parametrize("rank, world, workers, context", [
+    (0, 1, 0, None), (0, 1, 2, None), (0, 1, 3, None), (1, 2, 0, None), (1, 2, 2, None), (1, 2, 2, "spawn")])
 @pytest.mark.parametrize("seed", [5, 11])
-def test_a_rank_that_fits_its_budget_fetches_each_tile_once_over_epochs(built, tmp_path, rank, world, workers, seed):
+def test_a_rank_that_fits_its_budget_fetches_each_tile_once_over_epochs(built, tmp_path, rank, world, workers,
+                                                                        context, seed):
     """Each worker of a rank draws its windows from the same group of tiles every epoch, so the tiles its cache kept
     serve the next epochs: a rank whose tiles fit in its workers' budgets fetches each once over the whole run (a
-    tile read by another worker in a later epoch would be fetched again)."""
+    tile read by another worker in a later epoch would be fetched again). Workers forked (the default here) or
+    spawned."""
     root, _ = built
     log = tmp_path / "reads.log"
+    extra = {} if context is None else {"multiprocessing_context": context}
     loader = make_loader(LoggingBackend(root, str(log)), 16, num_workers=workers, seed=seed, shuffle_tiles=1,
-                         rank=rank, world_size=world)
+                         rank=rank, world_size=world, **extra)
     for epoch in range(3):
         loader.set_epoch(epoch)
         cells = [i for b in loader for i in b["index"].tolist()]
