@@ -117,6 +117,23 @@ fn prefix_sum_with(isa: Isa, gl: &[u8], gh: &[u8], row: &mut [i32], mode: WriteM
     portable_prefix_sum_u32(gl, gh, row)
 }
 
+/// Asks the processor to bring the first `lines` cache lines of `bytes` into its caches, without waiting for
+/// them: a row's planes lie at a random place in a decoded tile far larger than the caches, and the hardware
+/// prefetcher only follows a stream once it has missed on a few of its lines. Issued for the next row while this
+/// one is built, they arrive by the time it is needed (a standalone loop over random rows of 847 nonzeros: 0.67
+/// against 0.92 ns a nonzero for the counts and the prefix sums). A hint only: it never faults and changes no
+/// data; a no-op off x86-64.
+pub(crate) fn prefetch(bytes: &[u8], lines: usize) {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    for at in (0..bytes.len()).step_by(64).take(lines) {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        // SAFETY: a prefetch reads nothing architecturally and cannot fault; the address lies inside `bytes`.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(bytes.as_ptr().add(at).cast()) };
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    let _ = (bytes, lines);
+}
+
 /// The instruction sets the kernels are written for, best last.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Isa {

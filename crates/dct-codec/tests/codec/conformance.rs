@@ -153,10 +153,18 @@ fn bad_tiles_are_rejected_without_panics_or_large_allocations() {
 }
 
 /// Every row of a tile decoded from its planes (`TilePlanes::row_into`), in `rows` order, as one CSR; the first
-/// error otherwise.
+/// error otherwise. Each row's successor is prefetched first, as the reader does (and rows past the end and far
+/// past it, which must be ignored, good tile or bad).
 fn rows_from_planes(planes: &TilePlanes, rows: impl Iterator<Item = usize>) -> Result<DecodedTile<u32>, String> {
     let mut out = DecodedTile::<u32> { n_genes: planes.n_genes(), version: planes.version(), ..Default::default() };
-    for r in rows {
+    let mut rows = rows.peekable();
+    for far in [planes.n_rows(), planes.n_rows() + 1, usize::MAX - 1, usize::MAX] {
+        planes.prefetch_row(far);
+    }
+    while let Some(r) = rows.next() {
+        if let Some(&next) = rows.peek() {
+            planes.prefetch_row(next);
+        }
         planes.row_into(r, &mut out.indices, &mut out.values).map_err(|e| e.to_string())?;
         out.indptr.push(out.indices.len() as i64);
     }

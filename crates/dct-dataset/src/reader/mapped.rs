@@ -71,6 +71,9 @@ where
         // The decoding thread's buffer: a row is decoded into it and read back while still in cache.
         let (mut row_i, mut row_v) = (Vec::new(), Vec::new());
         for (j, &(s, r)) in rows.iter().enumerate() {
+            if let Some(&(s, r)) = rows.get(j + 1) {
+                decoded[s as usize].prefetch_row(r as usize);
+            }
             let (a, b) = ((indptr[j] - base) as usize, (indptr[j + 1] - base) as usize);
             dct_codec::resize_for_overwrite(&mut row_i, b - a, 0);
             dct_codec::resize_for_overwrite(&mut row_v, b - a, V::default());

@@ -533,6 +533,9 @@ fn fill_rows<V: CountValue>(
     if !parallel || rows.len() <= MIN_ROWS {
         let base = indptr[0];
         for (j, &(s, r)) in rows.iter().enumerate() {
+            if let Some(&(s, r)) = rows.get(j + 1) {
+                decoded[s as usize].prefetch_row(r as usize);
+            }
             let (a, b) = ((indptr[j] - base) as usize, (indptr[j + 1] - base) as usize);
             decoded[s as usize]
                 .row_to_with(r as usize, &mut indices[a..b], &mut values[a..b], mode)
