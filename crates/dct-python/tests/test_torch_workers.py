@@ -194,9 +194,11 @@ def test_pin_memory_is_ignored_without_an_accelerator_as_the_dataloader_does(bui
         assert b["X"].is_pinned() == torch.cuda.is_available()
 
 
-def test_pin_memory_pins_every_tensor_of_a_batch_from_workers(tmp_path, monkeypatch):
+@pytest.mark.parametrize("workers", [0, 2])
+def test_pin_memory_pins_every_tensor_of_a_batch_from_workers(tmp_path, monkeypatch, workers):
     """Batches from workers arrive through shared slots and are pinned by the loader: X, the indices and every obs
-    tensor, as the DataLoader pins a batch made in process (here with pinning recorded, as no accelerator is)."""
+    tensor, as the DataLoader pins a batch made in process (here with pinning recorded, as no accelerator is).
+    Without workers the loader takes the dataset's batches itself and pins them the same way."""
     import deltacells._torch_loader as loader_module
 
     root, full, _ = write_with_obs(tmp_path / "ds", seed=65)
@@ -208,8 +210,8 @@ def test_pin_memory_pins_every_tensor_of_a_batch_from_workers(tmp_path, monkeypa
 
     monkeypatch.setattr(loader_module, "_can_pin", lambda: True)
     monkeypatch.setattr(torch.Tensor, "pin_memory", record)
-    batches = list(make_loader(root, 64, num_workers=2, pin_memory=True, seed=2, obs_columns=["cell_type", "depth"],
-                               cache_dir=str(tmp_path / "c")))
+    batches = list(make_loader(root, 64, num_workers=workers, pin_memory=True, seed=2,
+                               obs_columns=["cell_type", "depth"], cache_dir=str(tmp_path / "c")))
     assert batches
     for b in batches:
         n = b["index"].shape[0]
@@ -217,6 +219,26 @@ def test_pin_memory_pins_every_tensor_of_a_batch_from_workers(tmp_path, monkeypa
         for shape in [tuple(b["X"].shape), (n,), (n,), (n,)]:  # X, index, cell_type, depth
             pinned.remove(shape)
     assert pinned == []
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_collate_fn_of_the_caller_s_own_sees_every_batch(built, workers):
+    """``collate_fn`` goes to the DataLoader, which calls it on each of the dataset's batches, with or without
+    workers (without them the loader takes the batches itself, and must still call it)."""
+    root, full = built
+    calls = []
+
+    def tag(batch):
+        calls.append(batch["index"].shape[0])
+        return {**batch, "tagged": True}
+
+    batches = list(make_loader(root, 64, num_workers=workers, seed=2, collate_fn=tag))
+    assert batches and all(b["tagged"] for b in batches)
+    assert len(batches) == len(make_loader(root, 64, num_workers=workers, seed=2))
+    if workers == 0:
+        assert calls == [b["index"].shape[0] for b in batches]
+    for b in batches:
+        assert np.array_equal(b["X"].to_dense().numpy(), full[b["index"].tolist()].toarray())
 
 
 def test_workers_share_the_memory_budget(built):

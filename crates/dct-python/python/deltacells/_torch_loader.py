@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 import torch.utils.data
+from torch.utils.data._utils.collate import default_convert as _default_convert  # its collate_fn for batch_size=None
 from torch.utils.data._utils.pin_memory import pin_memory as _pin_memory  # what the DataLoader pins batches with
 
 from deltacells import _batch_slots
@@ -54,7 +55,9 @@ class DeltaCellsDataLoader(torch.utils.data.DataLoader):
     counts the batches it yields, so that :meth:`state_dict` / :meth:`load_state_dict` resume mid-epoch with
     workers; ``len()`` is the rank's batches for its number of workers. Batches come in the workers' turn order
     (``in_order=False`` is refused: the order would depend on timing). Every other ``DataLoader`` option is passed
-    through.
+    through. A ``collate_fn`` of your own is called on each batch (a dict of tensors), in the workers when there
+    are some; their batches then reach the training process through the ``DataLoader``'s own pickling instead of
+    the shared slots the loader otherwise decodes them into.
     """
 
     def __init__(self, dataset: DeltaCellsIterableDataset, **kwargs: Any) -> None:
@@ -77,7 +80,9 @@ class DeltaCellsDataLoader(torch.utils.data.DataLoader):
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         ds: DeltaCellsIterableDataset = self.dataset  # type: ignore[assignment]
         parts = max(1, self.num_workers)
-        slots = self.num_workers > 0 and _batch_slots.AVAILABLE
+        # A collate_fn of the caller's own runs in the workers on the dataset's batches as they are (dicts of
+        # tensors), so they cannot come as slots then.
+        slots = self.num_workers > 0 and _batch_slots.AVAILABLE and self.collate_fn is _default_convert
         ticket = ds._begin(parts, lasting=self.num_workers == 0 or self.persistent_workers, slots=slots)
         ds._handoff = ticket
         if ds._shared is not None:
@@ -88,8 +93,12 @@ class DeltaCellsDataLoader(torch.utils.data.DataLoader):
             _batch_slots.MAPS.forget_exited()
         pin = self.pin_memory and _can_pin()
         pin_device = getattr(self, "pin_memory_device", "") or None
+        # Without workers, the dataset's batches come ready: the DataLoader's own iterator would only convert them
+        # (a no-op for tensors) and wrap each in a profiler range, about 60 us a batch on the training thread.
+        # A collate_fn of the caller's own still goes through it, as does pinning.
+        direct = self.num_workers == 0 and self.collate_fn is _default_convert
         try:
-            for batch in super().__iter__():
+            for batch in (_pinned(iter(ds), pin, pin_device) if direct else super().__iter__()):
                 if isinstance(batch, _batch_slots.SharedBatch):
                     batch = _batch_slots.MAPS.open(batch)
                     if pin:
@@ -142,6 +151,15 @@ class DeltaCellsDataLoader(torch.utils.data.DataLoader):
         ds: DeltaCellsIterableDataset = self.dataset  # type: ignore[assignment]
         ds._load(state, max(1, self.num_workers))
         self._start = self._count = 0
+
+
+def _pinned(batches: Iterator[Any], pin: bool, device: str | None) -> Iterator[Any]:
+    """The batches, pinned as the DataLoader pins a batch made in process when ``pin``."""
+    if not pin:
+        yield from batches
+        return
+    for batch in batches:
+        yield _pin_memory(batch, device)
 
 
 # Options of DataLoader itself (passed through by make_loader); batch_size, shuffle and drop_last are the dataset's.
