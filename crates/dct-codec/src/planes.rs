@@ -103,7 +103,8 @@ impl TilePlanes {
     /// building rows one after the other calls it for the next row before building this one.
     pub fn prefetch_row(&self, r: usize) {
         let Some((c, a, len)) = self.row_place(r) else { return };
-        let (nnz_lo, nnz_hi) = (self.chunk_nnz_lo[c] as usize, self.chunk_nnz_lo[c + 1] as usize);
+        let Some(&[nnz_lo, nnz_hi]) = self.chunk_nnz_lo.get(c..c + 2) else { return };
+        let (nnz_lo, nnz_hi) = (nnz_lo as usize, nnz_hi as usize);
         let (base, n_c) = (nnz_lo.saturating_mul(2), nnz_hi.saturating_sub(nnz_lo));
         for planes in [&self.gaps, &self.vals] {
             for start in [base.saturating_add(a), base.saturating_add(n_c).saturating_add(a)] {
@@ -124,7 +125,7 @@ impl TilePlanes {
         // The chunk holding the row: the last one starting at or before it (chunks may hold no cells).
         let c = self.chunk_cell_lo.partition_point(|&cell| cell <= r as u64).saturating_sub(1);
         let c = c.min(self.chunk_cell_lo.len() - 2);
-        Some((c, lo.checked_sub(self.chunk_nnz_lo[c])? as usize, (hi - lo) as usize))
+        Some((c, lo.checked_sub(*self.chunk_nnz_lo.get(c)?)? as usize, (hi - lo) as usize))
     }
 
     /// Appends row `r`'s gene indices (strictly increasing) and counts to `indices` and `values`, checking every

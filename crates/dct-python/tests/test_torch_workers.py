@@ -241,6 +241,35 @@ def test_a_collate_fn_of_the_caller_s_own_sees_every_batch(built, workers):
         assert np.array_equal(b["X"].to_dense().numpy(), full[b["index"].tolist()].toarray())
 
 
+def test_without_workers_the_random_numbers_after_an_epoch_are_those_of_torch_s_own_iterator(built):
+    """Without workers the loader takes the dataset's batches itself; it draws from torch's generator what the
+    DataLoader's iterator draws as it starts (a caller's collate_fn goes through that iterator), so a seeded
+    training run's later random numbers are the same either way, with torch's global generator and with one given
+    to the loader."""
+    root, _ = built
+    for generator in (None, 7):
+        after = []
+        for collate in (None, lambda b: b):
+            torch.manual_seed(3)
+            gen = None if generator is None else torch.Generator().manual_seed(generator)
+            options = {} if collate is None else {"collate_fn": collate}
+            list(make_loader(root, 64, seed=2, generator=gen, **options))
+            after.append((torch.rand(4), None if gen is None else torch.rand(4, generator=gen)))
+        assert torch.equal(after[0][0], after[1][0])
+        if generator is not None:
+            assert torch.equal(after[0][1], after[1][1])
+
+
+def test_a_timeout_needs_workers(built):
+    """``timeout`` bounds the wait for a worker's batch: without workers it is refused when the loader is made
+    (the DataLoader itself would fail only at the first batch)."""
+    root, full = built
+    with pytest.raises(ValueError, match="timeout"):
+        make_loader(root, 64, timeout=5)
+    for b in make_loader(root, 64, num_workers=2, timeout=60, seed=2):
+        assert np.array_equal(b["X"].to_dense().numpy(), full[b["index"].tolist()].toarray())
+
+
 def test_workers_share_the_memory_budget(built):
     root, _ = built
     budget = 40 << 10

@@ -153,14 +153,11 @@ fn bad_tiles_are_rejected_without_panics_or_large_allocations() {
 }
 
 /// Every row of a tile decoded from its planes (`TilePlanes::row_into`), in `rows` order, as one CSR; the first
-/// error otherwise. Each row's successor is prefetched first, as the reader does (and rows past the end and far
-/// past it, which must be ignored, good tile or bad).
+/// error otherwise. Each row's successor is prefetched first, as the reader does.
 fn rows_from_planes(planes: &TilePlanes, rows: impl Iterator<Item = usize>) -> Result<DecodedTile<u32>, String> {
     let mut out = DecodedTile::<u32> { n_genes: planes.n_genes(), version: planes.version(), ..Default::default() };
+    prefetch_every_row(planes);
     let mut rows = rows.peekable();
-    for far in [planes.n_rows(), planes.n_rows() + 1, usize::MAX - 1, usize::MAX] {
-        planes.prefetch_row(far);
-    }
     while let Some(r) = rows.next() {
         if let Some(&next) = rows.peek() {
             planes.prefetch_row(next);
@@ -169,6 +166,15 @@ fn rows_from_planes(planes: &TilePlanes, rows: impl Iterator<Item = usize>) -> R
         out.indptr.push(out.indices.len() as i64);
     }
     Ok(out)
+}
+
+/// Prefetching is a hint for any row of any planes: every row, rows past the end and far past it, of planes that
+/// decoded, that failed to decode midway, or that never held a tile. It must never panic.
+fn prefetch_every_row(planes: &TilePlanes) {
+    let n = planes.n_rows();
+    for r in (0..n + 2).chain([usize::MAX - 1, usize::MAX]) {
+        planes.prefetch_row(r);
+    }
 }
 
 /// The row-by-row path (planes, then rows) gives exactly the full decode, on 1 and 2 threads, into reused planes,
@@ -214,8 +220,11 @@ fn bad_tiles_are_rejected_row_by_row_from_planes() {
             let full: Result<DecodedTile<u32>, _> = decoder.decode(&blob);
             let mut planes = TilePlanes::default();
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                prefetch_every_row(&planes);
                 largest_allocation(|| {
-                    decoder.decode_planes_into(&blob, &mut planes).map_err(|e| e.to_string())?;
+                    let decoded = decoder.decode_planes_into(&blob, &mut planes).map_err(|e| e.to_string());
+                    prefetch_every_row(&planes); // whether or not the decode failed midway
+                    decoded?;
                     rows_from_planes(&planes, 0..planes.n_rows())
                 })
             }));

@@ -15,7 +15,8 @@ builds the batch's tensors as views of the mapping. Those tensors hold one numpy
 last of them (or of any view taken from them) is freed, a finalizer marks the slot free in its header, and the
 worker may fill it again. No batch is ever overwritten while anything can still read it.
 
-Where ``os.memfd_create`` does not exist (macOS), workers return ordinary tensors.
+Where ``os.memfd_create`` does not exist (macOS), and under a ``collate_fn`` of the caller's own (which expects the
+batches themselves), workers return ordinary tensors.
 """
 
 from __future__ import annotations

@@ -21,9 +21,15 @@ __all__ = ["DeltaCellsDataLoader", "make_loader"]
 
 
 def _can_pin() -> bool:
-    """As the DataLoader decides: pinning needs an accelerator (without one, ``pin_memory=True`` is ignored)."""
+    """As the DataLoader decides: pinning needs an accelerator (without one, ``pin_memory=True`` is ignored), and
+    not Apple's MPS, where pinning raises."""
     accelerator = getattr(torch, "accelerator", None)
-    return bool(accelerator.is_available() if accelerator is not None else torch.cuda.is_available())
+    if accelerator is None:
+        return bool(torch.cuda.is_available())
+    if not accelerator.is_available():
+        return False
+    current = accelerator.current_accelerator()
+    return current is None or current.type != "mps"
 
 
 class _EpochSampler:
@@ -57,7 +63,9 @@ class DeltaCellsDataLoader(torch.utils.data.DataLoader):
     (``in_order=False`` is refused: the order would depend on timing). Every other ``DataLoader`` option is passed
     through. A ``collate_fn`` of your own is called on each batch (a dict of tensors), in the workers when there
     are some; their batches then reach the training process through the ``DataLoader``'s own pickling instead of
-    the shared slots the loader otherwise decodes them into.
+    the shared slots the loader otherwise decodes them into. Without workers (and without a ``collate_fn`` of your
+    own) the loader takes the dataset's batches itself rather than through the ``DataLoader``'s iterator, so torch's
+    profiler shows no ``enumerate(DataLoader)`` range for them.
     """
 
     def __init__(self, dataset: DeltaCellsIterableDataset, **kwargs: Any) -> None:
@@ -67,6 +75,9 @@ class DeltaCellsDataLoader(torch.utils.data.DataLoader):
         if not kwargs.get("in_order", True):
             raise ValueError("in_order=False would make the order of batches depend on timing; the epoch plan, "
                              "resumption and equal ranks need the workers' turn order")
+        if kwargs.get("num_workers", 0) == 0 and kwargs.get("timeout", 0) > 0:
+            # The DataLoader accepts this and fails at its first iteration.
+            raise ValueError("timeout applies to batches from workers: with num_workers=0 leave it at 0")
         super().__init__(dataset, **kwargs)
         dataset._parts = max(1, self.num_workers)
         if self.num_workers > 0:
@@ -94,9 +105,13 @@ class DeltaCellsDataLoader(torch.utils.data.DataLoader):
         pin = self.pin_memory and _can_pin()
         pin_device = getattr(self, "pin_memory_device", "") or None
         # Without workers, the dataset's batches come ready: the DataLoader's own iterator would only convert them
-        # (a no-op for tensors) and wrap each in a profiler range, about 60 us a batch on the training thread.
-        # A collate_fn of the caller's own still goes through it, as does pinning.
+        # (a no-op for tensors) and wrap each in a profiler range, about 60 us a batch on the training thread. So
+        # they are taken directly and pinned here; a collate_fn of the caller's own still goes through it.
         direct = self.num_workers == 0 and self.collate_fn is _default_convert
+        if direct:
+            # The one number the DataLoader's iterator draws from the loader's generator (or torch's global one)
+            # as it starts, so that a training run's random numbers do not depend on this shortcut.
+            torch.empty((), dtype=torch.int64).random_(generator=self.generator)
         try:
             for batch in (_pinned(iter(ds), pin, pin_device) if direct else super().__iter__()):
                 if isinstance(batch, _batch_slots.SharedBatch):
