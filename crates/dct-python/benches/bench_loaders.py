@@ -7,6 +7,7 @@
     python bench_loaders.py workers DATASET [--make-from pbmc3k_raw.h5ad --copies 400] [--workers 0,1,2,4]
     python bench_loaders.py decoder DATASET [--rounds 3] [--batch-sizes 1024,5000]
     python bench_loaders.py epochs WORKDIR [--rounds 3] [--budgets-mib 2048,512]
+    python bench_loaders.py loader DATASET [--batch-size 1024] [--epochs 3] [--budget-mib 2048]
 
 ``prepare`` replicates the source cells ``copies`` times into one h5ad (the PBMC 3k raw counts by default: 108,000
 cells x 32,738 genes) and stores the same cells as a deltacells dataset (the converter's defaults), a TileDB-SOMA
@@ -47,6 +48,11 @@ every tile fetched and decoded whole by the same decode threads (``decode_cells_
 loader (no workers, CRC checked, as ``workers`` measures it) runs 3 whole epochs at each batch size; the ratio is
 loader / decoder per round. The same bench run says where a tile's time goes through the reader (fetch, checks,
 planes, rows, hand-offs), the rest of the gap is Python and the building of the tensors.
+
+``loader`` runs one ``make_loader`` (no workers) for whole epochs and prints each epoch's cells per second: a
+process to time whole, against the same command under another build (``farm-bench --vs``), each with its wheel
+installed apart (``PYTHONPATH``). With a budget above the decoded tiles (``--budget-mib 8192`` for the 1,080,000
+PBMC cells), the epochs after the first find every tile decoded: they time the gathering of rows alone.
 """
 
 from __future__ import annotations
@@ -393,6 +399,16 @@ def workers_bench(path: str, rounds: int, batch_sizes: list[int], workers: list[
               f"{statistics.median(crc):.3f}", flush=True)
 
 
+def loader_epochs(path: str, batch_size: int, epochs: int, budget_mib: int) -> None:
+    loader = make_loader(path, batch_size, num_workers=0, seed=1, memory_budget=budget_mib << 20)
+    for epoch in range(epochs):
+        loader.set_epoch(epoch)
+        start, n = time.perf_counter(), 0
+        for batch in loader:
+            n += batch["X"].shape[0]
+        print(f"epoch {epoch}: {n / (time.perf_counter() - start):.0f} cells/s", flush=True)
+
+
 def decoder_bench(path: str, rounds: int, batch_sizes: list[int]) -> None:
     n_tiles = deltacells.open_dataset(path).manifest.n_tiles
     print(f"{path}: loader (0 workers, 3 epochs) against `deltacells bench` decoding every tile whole", flush=True)
@@ -527,8 +543,15 @@ def main() -> None:
     d.add_argument("dataset")
     d.add_argument("--rounds", type=int, default=3)
     d.add_argument("--batch-sizes", default="1024,5000")
+    o = sub.add_parser("loader")
+    o.add_argument("dataset")
+    o.add_argument("--batch-size", type=int, default=1024)
+    o.add_argument("--epochs", type=int, default=3)
+    o.add_argument("--budget-mib", type=int, default=2048)
     args = ap.parse_args()
-    if args.cmd == "decoder":
+    if args.cmd == "loader":
+        loader_epochs(args.dataset, args.batch_size, args.epochs, args.budget_mib)
+    elif args.cmd == "decoder":
         decoder_bench(args.dataset, args.rounds, [int(b) for b in args.batch_sizes.split(",")])
     elif args.cmd == "prepare":
         prepare(args.work, args.source, args.copies)
