@@ -41,6 +41,9 @@ impl CellOutOfRange {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct CellIndex {
     limits: Vec<u64>,
+    /// The cells of every tile but the last, when they all hold that many (and the last at most as many), as a
+    /// converter writes them: a cell's tile is then a division, not a search (derived from `limits`).
+    uniform: Option<u64>,
 }
 
 impl CellIndex {
@@ -52,7 +55,14 @@ impl CellIndex {
             total = total.checked_add(n).ok_or(CellIndexError::Overflow)?;
             limits.push(total);
         }
-        Ok(CellIndex { limits })
+        let uniform = match tile_cells.split_last() {
+            Some((&last, rest)) => {
+                let k = rest.first().copied().unwrap_or(last);
+                (k > 0 && (1..=k).contains(&last) && rest.iter().all(|&n| n == k)).then_some(k)
+            }
+            None => None,
+        };
+        Ok(CellIndex { limits, uniform })
     }
 
     /// Cumulative cell counts, one per tile.
@@ -79,6 +89,9 @@ impl CellIndex {
 
     /// `(tile, local row)` of global cell `cell`, or `None` if `cell >= n_cells`.
     pub fn locate(&self, cell: u64) -> Option<(usize, u64)> {
+        if let Some(k) = self.uniform {
+            return (cell < self.n_cells()).then(|| ((cell / k) as usize, cell % k));
+        }
         let tile = self.limits.partition_point(|&l| l <= cell);
         if tile >= self.limits.len() {
             return None;
@@ -91,6 +104,30 @@ impl CellIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `locate` by searching `limits`, as the specification states it (the index's own path for tiles of unequal
+    /// cells).
+    fn searched(tile_cells: &[u64], cell: u64) -> Option<(usize, u64)> {
+        let limits: Vec<u64> = tile_cells.iter().scan(0, |t, &n| Some(std::mem::replace(t, *t + n) + n)).collect();
+        let tile = limits.partition_point(|&l| l <= cell);
+        (tile < limits.len()).then(|| (tile, cell - if tile == 0 { 0 } else { limits[tile - 1] }))
+    }
+
+    #[test]
+    fn equal_tiles_locate_by_division_as_the_search_does() {
+        let layouts: [&[u64]; 9] =
+            [&[4, 4, 4], &[4, 4, 1], &[4], &[1], &[3, 3, 3, 2], &[4, 4, 5], &[0, 4], &[4, 0, 4], &[4, 4, 0]];
+        for tile_cells in layouts {
+            let idx = CellIndex::from_tile_cells(tile_cells).unwrap();
+            let equal = tile_cells.len() == 1 || tile_cells[..tile_cells.len() - 1].iter().all(|&n| n == tile_cells[0]);
+            let by_division = equal && tile_cells[0] > 0 && (1..=tile_cells[0]).contains(tile_cells.last().unwrap());
+            assert_eq!(idx.uniform.is_some(), by_division, "{tile_cells:?}");
+            for cell in (0..idx.n_cells() + 3).chain([u64::MAX]) {
+                assert_eq!(idx.locate(cell), searched(tile_cells, cell), "{tile_cells:?} cell {cell}");
+            }
+        }
+        assert_eq!(CellIndex::from_tile_cells(&[]).unwrap().locate(0), None);
+    }
 
     #[test]
     fn locates_like_searchsorted_right() {

@@ -482,20 +482,38 @@ impl Dataset {
     fn plan(&self, cells: &[u64]) -> Result<Plan, DatasetError> {
         let index = &self.core.index;
         let mut tiles = Vec::new();
+        // A batch of a shuffled window touches a few tiles: a scan of those is several times faster than hashing
+        // each cell's tile. Past `SCANNED_TILES` (one window over every tile) the tiles go into a map.
         let mut slot_of: HashMap<usize, u32> = HashMap::new();
         let mut rows = Vec::with_capacity(cells.len());
         for (position, &cell) in cells.iter().enumerate() {
             let out_of_range = || CellOutOfRange { cell: i128::from(cell), position, n_cells: index.n_cells() };
             let (t, r) = index.locate(cell).ok_or_else(out_of_range)?;
-            let s = *slot_of.entry(t).or_insert_with(|| {
-                tiles.push(t);
-                (tiles.len() - 1) as u32
-            });
+            let s = if tiles.len() <= SCANNED_TILES {
+                match tiles.iter().position(|&u| u == t) {
+                    Some(s) => s as u32,
+                    None => {
+                        tiles.push(t);
+                        if tiles.len() > SCANNED_TILES {
+                            slot_of.extend(tiles.iter().enumerate().map(|(s, &u)| (u, s as u32)));
+                        }
+                        (tiles.len() - 1) as u32
+                    }
+                }
+            } else {
+                *slot_of.entry(t).or_insert_with(|| {
+                    tiles.push(t);
+                    (tiles.len() - 1) as u32
+                })
+            };
             rows.push((s, r));
         }
         Ok((tiles, rows))
     }
 }
+
+/// The distinct tiles of a batch [`Dataset::plan`] finds by scanning them; past this many it keeps a map.
+const SCANNED_TILES: usize = 16;
 
 /// Why a read over decoded tiles stopped: an error of the read itself, or a bad row of tile `.0` (an index in the
 /// decoded tiles).
@@ -582,6 +600,42 @@ mod tests {
         ds.get_batch(&every_tile).unwrap();
         assert_eq!(ds.release_tiles_except(&[]), 4);
         assert!(spare(&ds) > before, "released tiles' buffers are kept for the next decodes");
+    }
+
+    #[test]
+    fn batches_over_few_and_many_tiles_hold_each_cell_s_own_row() {
+        // 40 tiles of 3 cells: batches within a few tiles (the scan) and across all of them (past SCANNED_TILES,
+        // the map), with repeats, against each cell read alone.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d");
+        let (n_rows, n_genes) = (120usize, 7u64);
+        let indptr: Vec<i64> = (0..=n_rows as i64).map(|r| 2 * r).collect();
+        let indices: Vec<i32> = (0..n_rows).flat_map(|r| [(r % 5) as i32, 6]).collect();
+        let values: Vec<u32> = (0..2 * n_rows as u32).map(|v| v + 1).collect();
+        let options =
+            crate::WriterOptions { tile_size: 3, n_chunks: 1, zstd_level: 3, ..crate::WriterOptions::new(n_genes) };
+        let mut w = crate::DatasetWriter::create(path.to_str().unwrap(), options).unwrap();
+        w.append(&crate::CsrMatrix { n_rows, n_cols: n_genes, indptr: &indptr, indices: &indices, values: &values })
+            .unwrap();
+        w.finish().unwrap();
+        let ds = Dataset::open(path.to_str().unwrap(), ReadOptions::default()).unwrap();
+        assert_eq!(ds.n_tiles(), 40);
+        let alone: Vec<Batch> = (0..n_rows as u64).map(|c| ds.get_batch(&[c]).unwrap()).collect();
+        let few: Vec<u64> = [7u64, 3, 8, 4, 7, 30, 31, 5, 3].to_vec();
+        let many: Vec<u64> = (0..n_rows as u64).map(|c| (c * 37 + 11) % n_rows as u64).chain([0, 119, 0]).collect();
+        for cells in [few, many] {
+            let batch = ds.get_batch(&cells).unwrap();
+            for (j, &c) in cells.iter().enumerate() {
+                let (a, b) = (batch.indptr[j] as usize, batch.indptr[j + 1] as usize);
+                let one = &alone[c as usize];
+                assert_eq!(&batch.indices[a..b], &one.indices[..], "cell {c}");
+                assert_eq!(&batch.values[a..b], &one.values[..], "cell {c}");
+                assert_eq!(&one.indices[..], &indices[2 * c as usize..2 * c as usize + 2], "cell {c}");
+                let stored: Vec<f32> = values[2 * c as usize..2 * c as usize + 2].iter().map(|&v| v as f32).collect();
+                assert_eq!(one.values, stored, "cell {c}");
+            }
+            assert_eq!(ds.batch_nnz(&cells).unwrap(), 2 * cells.len() as u64);
+        }
     }
 
     #[test]
