@@ -576,13 +576,13 @@ fn fill_rows<V: CountValue>(
 mod tests {
     use super::*;
 
-    #[test]
-    fn dropped_tiles_leave_no_spare_buffers_where_released_ones_do() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("d");
-        let (n_rows, n_genes) = (12usize, 5u64);
+    /// A dataset of `n_rows` cells in tiles of 3, cell `r` holding genes `r % (n_genes - 2)` and `n_genes - 1`
+    /// with counts `2r + 1` and `2r + 2`; its rows' indices and counts as written.
+    fn small_dataset(dir: &std::path::Path, n_rows: usize, n_genes: u64) -> (Dataset, Vec<i32>, Vec<u32>) {
+        let path = dir.join("d");
         let indptr: Vec<i64> = (0..=n_rows as i64).map(|r| 2 * r).collect();
-        let indices: Vec<i32> = (0..n_rows).flat_map(|r| [(r % 3) as i32, 4]).collect();
+        let last = n_genes as i32 - 1;
+        let indices: Vec<i32> = (0..n_rows).flat_map(|r| [(r % (n_genes as usize - 2)) as i32, last]).collect();
         let values: Vec<u32> = (0..2 * n_rows as u32).map(|v| v + 1).collect();
         let options =
             crate::WriterOptions { tile_size: 3, n_chunks: 1, zstd_level: 3, ..crate::WriterOptions::new(n_genes) };
@@ -590,7 +590,13 @@ mod tests {
         w.append(&crate::CsrMatrix { n_rows, n_cols: n_genes, indptr: &indptr, indices: &indices, values: &values })
             .unwrap();
         w.finish().unwrap();
-        let ds = Dataset::open(path.to_str().unwrap(), ReadOptions::default()).unwrap();
+        (Dataset::open(path.to_str().unwrap(), ReadOptions::default()).unwrap(), indices, values)
+    }
+
+    #[test]
+    fn dropped_tiles_leave_no_spare_buffers_where_released_ones_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ds, _, _) = small_dataset(dir.path(), 12, 5);
         let spare = |ds: &Dataset| ds.core.scratch.spare.lock().unwrap().len();
         let every_tile = [0u64, 3, 6, 9];
         ds.get_batch(&every_tile).unwrap();
@@ -607,18 +613,8 @@ mod tests {
         // 40 tiles of 3 cells: batches within a few tiles (the scan) and across all of them (past SCANNED_TILES,
         // the map), with repeats, against each cell read alone.
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("d");
-        let (n_rows, n_genes) = (120usize, 7u64);
-        let indptr: Vec<i64> = (0..=n_rows as i64).map(|r| 2 * r).collect();
-        let indices: Vec<i32> = (0..n_rows).flat_map(|r| [(r % 5) as i32, 6]).collect();
-        let values: Vec<u32> = (0..2 * n_rows as u32).map(|v| v + 1).collect();
-        let options =
-            crate::WriterOptions { tile_size: 3, n_chunks: 1, zstd_level: 3, ..crate::WriterOptions::new(n_genes) };
-        let mut w = crate::DatasetWriter::create(path.to_str().unwrap(), options).unwrap();
-        w.append(&crate::CsrMatrix { n_rows, n_cols: n_genes, indptr: &indptr, indices: &indices, values: &values })
-            .unwrap();
-        w.finish().unwrap();
-        let ds = Dataset::open(path.to_str().unwrap(), ReadOptions::default()).unwrap();
+        let n_rows = 120usize;
+        let (ds, indices, values) = small_dataset(dir.path(), n_rows, 7);
         assert_eq!(ds.n_tiles(), 40);
         let alone: Vec<Batch> = (0..n_rows as u64).map(|c| ds.get_batch(&[c]).unwrap()).collect();
         let few: Vec<u64> = [7u64, 3, 8, 4, 7, 30, 31, 5, 3].to_vec();
