@@ -176,12 +176,10 @@ impl TilePlanes {
         if len == 0 {
             return Ok(());
         }
-        // The chunk holding the row: the last one starting at or before it (chunks may hold no cells).
-        let c = self.chunk_cell_lo.partition_point(|&cell| cell <= r as u64).saturating_sub(1);
-        let c = c.min(self.chunk_cell_lo.len().saturating_sub(2));
+        // The decoder lays out every row with nonzeros inside a chunk.
+        let (c, a, _) = self.row_place(r).expect("a row with nonzeros lies in a chunk");
         let (nnz_lo, nnz_hi) = (self.chunk_nnz_lo[c], self.chunk_nnz_lo[c + 1]);
         let n_c = (nnz_hi - nnz_lo) as usize;
-        let a = (lo - nnz_lo) as usize;
         let base = 2 * nnz_lo as usize;
         let (gl, gh) = (&self.gaps[base + a..base + a + len], &self.gaps[base + n_c + a..base + n_c + a + len]);
         let (vl, vh) = (&self.vals[base + a..base + a + len], &self.vals[base + n_c + a..base + n_c + a + len]);
