@@ -6,7 +6,10 @@ use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef};
 use arrow_schema::DataType;
 use dct_dataset::dct_obs::VarTable;
-use dct_dataset::{Batch, CountValue, Dataset, HeldBatches, Manifest, ReadOptions, TileBudget};
+use dct_dataset::{
+    Batch, CountValue, Dataset, DatasetError, HeldBatches, Manifest, ReadOptions, SlotChooser, SlotFill, SlotValue,
+    TileBudget, read_into_slot,
+};
 
 use crate::concurrent::on_each;
 use crate::error::CorpusError;
@@ -369,6 +372,27 @@ impl Corpus {
             Ok((&mut indices[..total], &mut values[..total]))
         })?;
         Ok((indptr.last().copied().unwrap_or(0) as usize, members))
+    }
+
+    /// The rows of `cells` in the vocabulary's columns, read into the first of `slots` that holds them, and the member
+    /// of each row: [`Dataset::get_batch_into_slot`] for a corpus (one plan a batch; the slot chosen once the
+    /// batch's nonzeros are known).
+    pub fn get_batch_into_slot<V>(
+        &self,
+        cells: &[u64],
+        slots: &mut [&mut [u8]],
+    ) -> Result<(SlotFill, Vec<u32>), CorpusError>
+    where
+        V: SlotValue,
+    {
+        let read = |indptr: &mut Vec<i64>, chooser: SlotChooser<'_, '_, V>| {
+            self.read_rows(cells, indptr, |nnz| {
+                chooser.room(nnz).map_err(|e| CorpusError::InvalidArgument(e.to_string()))
+            })
+        };
+        let slot_error = |e: DatasetError| CorpusError::InvalidArgument(e.to_string());
+        let (fill, members) = read_into_slot(cells, slots, read, slot_error)?;
+        Ok((fill, members.unwrap_or_default()))
     }
 
     /// Enough room for the nonzeros of `cells` ([`Dataset::batch_nnz`] of each member's rows: tiles fetched, not

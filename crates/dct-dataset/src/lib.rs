@@ -102,7 +102,8 @@ pub use finish::{SideFiles, finish_dataset};
 pub use manifest::{Manifest, ManifestSettings, ObsFields, TileStats};
 pub use reader::{
     BATCH_BYTES_PER_CELL, BATCH_BYTES_PER_NONZERO, BATCH_SLOT_GRANULE, Batch, DECODED_BYTES_PER_NONZERO, Dataset,
-    HeldBatches, ReadOptions, ReadStats, TileBudget, batch_slot_bytes,
+    HeldBatches, ReadOptions, ReadStats, SLOT_HEADER, SlotChooser, SlotFill, SlotLayout, SlotValue, TileBudget,
+    batch_slot_bytes, read_into_slot,
 };
 #[cfg(feature = "obs")]
 pub use verify::obs_fingerprint;

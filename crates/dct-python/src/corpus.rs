@@ -208,6 +208,31 @@ impl PyCorpus {
         }
     }
 
+    /// The rows of `cells` in the vocabulary's columns read into the first of `slots` (uint8 arrays: slots' memory
+    /// past their headers) that holds them, planned once, the GIL released: `(slot, nnz, used, member)`; `slot` is
+    /// -1 (nothing written, `member` empty) when none does and the batch needs a slot of `used` bytes.
+    fn fill_slot<'py>(
+        &self,
+        py: Python<'py>,
+        cells: PyReadonlyArray1<'py, i64>,
+        values: &str,
+        slots: Vec<Bound<'py, PyAny>>,
+    ) -> PyResult<(i64, u64, u64, Bound<'py, PyArray1<i64>>)> {
+        let c = self.get()?;
+        let cells = cells_of(&cells, c.n_cells())?;
+        let values = Values::parse(values)?;
+        let mut arrays = crate::slots::slot_arrays(&slots)?;
+        let mut bytes = arrays.iter_mut().map(|a| a.as_slice_mut()).collect::<Result<Vec<_>, _>>()?;
+        let (fill, members) = py
+            .detach(|| match values {
+                Values::Float32 => c.get_batch_into_slot::<f32>(&cells, &mut bytes),
+                Values::Int32 => c.get_batch_into_slot::<i32>(&cells, &mut bytes),
+            })
+            .map_err(corpus_error)?;
+        let (slot, nnz, used) = crate::slots::fill_result(fill);
+        Ok((slot, nnz, used, owned(py, members.into_iter().map(i64::from).collect())))
+    }
+
     /// Enough room for the nonzeros of `cells` (tiles fetched, not decoded).
     fn batch_nnz(&self, py: Python<'_>, cells: PyReadonlyArray1<'_, i64>) -> PyResult<u64> {
         let c = self.get()?;

@@ -200,6 +200,31 @@ impl PyDataset {
         }
     }
 
+    /// The rows of `indices` read into the first of `slots` (uint8 arrays: slots' memory past their headers) that
+    /// holds them, planned once, the GIL released: `(slot, nnz, used)`; `slot` is -1 (nothing written) when none
+    /// does and the batch needs a slot of `used` bytes.
+    fn fill_slot(
+        &self,
+        py: Python<'_>,
+        indices: PyReadonlyArray1<'_, i64>,
+        values: &str,
+        slots: Vec<Bound<'_, PyAny>>,
+    ) -> PyResult<(i64, u64, u64)> {
+        let ds = self.get()?.clone();
+        let cells = cell_ids(&indices, ds.n_cells())?;
+        drop(indices);
+        let values = Values::parse(values)?;
+        let mut arrays = crate::slots::slot_arrays(&slots)?;
+        let mut bytes = arrays.iter_mut().map(|a| a.as_slice_mut()).collect::<Result<Vec<_>, _>>()?;
+        let fill = py
+            .detach(|| match values {
+                Values::Float32 => ds.get_batch_into_slot::<f32>(&cells, &mut bytes),
+                Values::Int32 => ds.get_batch_into_slot::<i32>(&cells, &mut bytes),
+            })
+            .map_err(dataset_error)?;
+        Ok(crate::slots::fill_result(fill))
+    }
+
     /// The nonzeros `get_batch` would return for `indices` (tiles fetched, not decoded).
     fn batch_nnz(&self, py: Python<'_>, indices: PyReadonlyArray1<'_, i64>) -> PyResult<u64> {
         let ds = self.get()?.clone();

@@ -10,6 +10,7 @@
 //!
 //! * This extension, `deltacells._core`, is built with PyO3 (abi3-py39). Its modules, in `src/`:
 //!   * `tile.rs`: parse, decode and gather.
+//!   * `slots.rs`: batches read into a training loader's reusable slots.
 //!   * `dataset.rs`: the reader.
 //!   * `backend.rs`: a Python `Backend` object as a `dct_store::ReadSource`.
 //!   * `store.rs`: store reads for `StoreBackend`.
@@ -53,6 +54,7 @@ mod manifest;
 mod obs;
 mod process;
 mod report;
+mod slots;
 mod store;
 mod tile;
 mod writer;
@@ -104,6 +106,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<epoch::PyEpochUnits>()?;
     m.add_class::<epoch::PyStrata>()?;
     m.add_function(wrap_pyfunction!(dataset::batch_slot_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(slots::slot_layout, m)?)?;
+    m.add("SLOT_HEADER", slots::HEADER)?;
     m.add_function(wrap_pyfunction!(tile::read_tile_file, m)?)?;
     m.add_function(wrap_pyfunction!(tile::payload_crc32, m)?)?;
     m.add_function(wrap_pyfunction!(tile::row_offsets, m)?)?;

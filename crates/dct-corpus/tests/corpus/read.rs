@@ -8,7 +8,10 @@ use std::sync::Arc;
 
 use dct_corpus::{Corpus, CorpusError, GeneKey, GeneSpace, Member};
 use dct_dataset::dct_obs::{VarTable, encode_var_parquet};
-use dct_dataset::{CsrMatrix, Dataset, DatasetWriter, EpochOptions, EpochPlan, ReadOptions, WriterOptions};
+use dct_dataset::{
+    CsrMatrix, Dataset, DatasetWriter, EpochOptions, EpochPlan, ReadOptions, SLOT_HEADER, SlotFill, SlotLayout,
+    WriterOptions,
+};
 use dct_format::Version;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -120,7 +123,39 @@ fn check(corpus: &Corpus, truths: &[Truth], by_ids: bool, seed: u64) {
             let want = expected_row(&truths[m as usize], by_ids, local as usize, corpus.genes());
             assert_eq!(row, want, "cell {} (member {m}, cell {local})", cells[r]);
         }
+        slot_read_matches(corpus, &cells, &got);
     }
+}
+
+/// The batch read into a slot (the loader's path: planned once, the slot chosen by size) holds what
+/// `get_batch_as` returned: the cells, row offsets, columns, counts and members, read back from the bytes by hand.
+fn slot_read_matches(corpus: &Corpus, cells: &[u64], got: &dct_corpus::CorpusBatch<u32>) {
+    let nnz = got.batch.indices.len();
+    let layout = SlotLayout::new(cells.len() as u64, nnz as u64).unwrap();
+    let body_len = (layout.used - SLOT_HEADER) as usize;
+    let mut small = vec![0u64; (body_len - 8) / 8];
+    let mut fits = vec![0u64; body_len.div_ceil(8) + 4];
+    let (small_bytes, fits_bytes) = (bytes_mut(&mut small), bytes_mut(&mut fits));
+    let (fill, members) = corpus.get_batch_into_slot::<u32>(cells, &mut [small_bytes, &mut fits_bytes[..]]).unwrap();
+    assert_eq!(fill, SlotFill::Filled { slot: 1, nnz, layout });
+    assert_eq!(members, got.member);
+    let at = |off: u64| (off - SLOT_HEADER) as usize;
+    let word = |off: usize| u32::from_ne_bytes(fits_bytes[off..off + 4].try_into().unwrap());
+    let slot_cells: Vec<u64> = (0..cells.len())
+        .map(|i| u64::from_ne_bytes(fits_bytes[at(layout.cells) + 8 * i..][..8].try_into().unwrap()))
+        .collect();
+    assert_eq!(slot_cells, cells);
+    let crow: Vec<i64> = (0..=cells.len()).map(|i| i64::from(word(at(layout.crow) + 4 * i))).collect();
+    assert_eq!(crow, got.batch.indptr);
+    let col: Vec<i32> = (0..nnz).map(|i| word(at(layout.col) + 4 * i) as i32).collect();
+    assert_eq!(col, got.batch.indices);
+    let val: Vec<u32> = (0..nnz).map(|i| word(at(layout.val) + 4 * i)).collect();
+    assert_eq!(val, got.batch.values);
+}
+
+/// Words as their bytes (8-byte aligned, as slots are).
+fn bytes_mut(words: &mut [u64]) -> &mut [u8] {
+    zerocopy::IntoBytes::as_mut_bytes(words)
 }
 
 fn strings(v: &[&str]) -> Vec<String> {

@@ -1,7 +1,7 @@
 //! Random access to the cells of a dataset: [`Dataset`] (see its docs for threading, caching and checks).
 //!
 //! The reader's parts, one per file: [`options`] (settings and counters), [`open`] (the manifest fetched once,
-//! and reopening with other options), [`batch`] (the rows handed out), [`cache`] (the decoded-tile LRU), [`load`]
+//! and reopening with other options), [`batch`] (the rows handed out), [`cache`] (the decoded-tile LRU), [`slot`] (batches read into a caller's reusable memory), [`load`]
 //! (the state shared with background tasks, and fetching and checking tiles), [`decode`] (decoding tiles, on the
 //! caller's threads or in the background, and reusing their buffers), and `obs` (the bridge to `dct-obs`). Side
 //! files (`var_names.txt`, `gene_order.npy`) are parsed by [`crate::side_files`].
@@ -16,6 +16,7 @@ mod mapped;
 mod obs;
 mod open;
 mod options;
+mod slot;
 
 pub use batch::Batch;
 pub use budget::{
@@ -26,6 +27,7 @@ pub(crate) use load::Core;
 #[cfg(feature = "obs")]
 pub(crate) use obs::{obs_error, obs_manifest};
 pub use options::{ReadOptions, ReadStats};
+pub use slot::{SLOT_HEADER, SlotChooser, SlotFill, SlotLayout, SlotValue, read_into_slot};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -573,12 +575,16 @@ fn fill_rows<V: CountValue>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     /// A dataset of `n_rows` cells in tiles of 3, cell `r` holding genes `r % (n_genes - 2)` and `n_genes - 1`
     /// with counts `2r + 1` and `2r + 2`; its rows' indices and counts as written.
-    fn small_dataset(dir: &std::path::Path, n_rows: usize, n_genes: u64) -> (Dataset, Vec<i32>, Vec<u32>) {
+    pub(in crate::reader) fn small_dataset(
+        dir: &std::path::Path,
+        n_rows: usize,
+        n_genes: u64,
+    ) -> (Dataset, Vec<i32>, Vec<u32>) {
         let path = dir.join("d");
         let indptr: Vec<i64> = (0..=n_rows as i64).map(|r| 2 * r).collect();
         let last = n_genes as i32 - 1;

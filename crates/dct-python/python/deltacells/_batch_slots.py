@@ -34,8 +34,9 @@ import torch
 
 from deltacells import _core
 
-# A slot's header: its state (0 free, 1 holding a batch the training process may still read), then padding.
-_HEADER = 64
+# A slot's header: its state (0 free, 1 holding a batch the training process may still read, or being filled),
+# then padding; the batch follows, laid out as ``_core.slot_layout`` says (the reader writes it there).
+_HEADER = _core.SLOT_HEADER
 # Slots a worker makes at most; past them (the training process holds on to that many batches, or dropped them
 # unopened without freeing them) a batch goes as an ordinary tensor.
 MAX_SLOTS = 64
@@ -46,19 +47,11 @@ MAX_LOCAL_SLOTS = 4
 
 AVAILABLE = hasattr(os, "memfd_create")
 
+#: Byte offsets in a slot of a batch's cells (int64), row offsets (int32), column indices (int32) and values
+#: (4-byte), and the bytes it uses: ``layout(n_rows, nnz)``.
+layout = _core.slot_layout
 
-def _align8(n: int) -> int:
-    return (n + 7) & ~7
-
-
-def layout(n_rows: int, nnz: int) -> tuple[int, int, int, int, int]:
-    """Byte offsets in a slot of the cells (int64), row offsets (int32), column indices (int32) and values (4-byte),
-    and the bytes used in all."""
-    cells = _HEADER
-    crow = cells + 8 * n_rows
-    col = _align8(crow + 4 * (n_rows + 1))
-    val = _align8(col + 4 * nnz)
-    return cells, crow, col, val, _align8(val + 4 * nnz)
+_VALUE_NAMES = {np.float32: "float32", np.int32: "int32"}
 
 
 @dataclass
@@ -76,9 +69,6 @@ class SharedBatch:
     nnz: int
     values: str  # "float32" or "int32"
     obs: dict[str, Any]
-    #: Nonzeros the batch holds, when fewer than the room laid out for (``nnz``): a corpus's rows whose member genes
-    #: outside the vocabulary were dropped. -1: ``nnz``.
-    stored: int = -1
     #: The member of each row (a corpus's batch), else ``None``.
     members: Any = None
 
@@ -114,6 +104,8 @@ class _Slot:
                         else mmap.mmap(-1, capacity, flags=private | mmap.MAP_ANONYMOUS))
         self.capacity = capacity
         self.state = np.frombuffer(self.map, np.int64, 1, 0)
+        # What the reader writes into: the slot past its header.
+        self.body = np.frombuffer(self.map, np.uint8, capacity - _HEADER, _HEADER)
         self.sent = False
 
 
@@ -131,42 +123,59 @@ class SlotPool:
         self._choosing = threading.Lock()
 
     def fill(self, ds: Any, cells: np.ndarray, values: Any, n_genes: int, obs: dict[str, Any]) -> SharedBatch | None:
-        """Decodes the cells into a free slot (a new one if none is free and large enough); ``None`` when the
+        """Reads the cells into a free slot (a new one if none is free and large enough); ``None`` when the
         pool has its most slots (:data:`MAX_SLOTS` for a worker, :data:`MAX_LOCAL_SLOTS` in the training process)
-        and none is free."""
-        nnz = ds.batch_nnz(cells)
-        n = len(cells)
-        c_cells, c_crow, c_col, c_val, used = layout(n, nnz)
+        and none is free. The batch is planned once: every free slot is offered to the reader (marked taken
+        meanwhile), which picks the first that holds the batch once it knows its size."""
+        name = _VALUE_NAMES.get(values) or np.dtype(values).name
         with self._choosing:
-            k = next((i for i, s in enumerate(self.slots) if s.capacity >= used and s.state[0] == 0), None)
-            if k is None:
-                # A quarter spare, in whole granules: the room the loader's memory budget sets aside for it.
-                new = _Slot(_core.batch_slot_bytes(used), self.shared)
-                if len(self.slots) < self.max_slots:
-                    self.slots.append(new)
-                    k = len(self.slots) - 1
-                else:
-                    # A free slot too small for this batch gives way to a larger one (sent anew to the training
-                    # process).
-                    k = next((i for i, s in enumerate(self.slots) if s.state[0] == 0), None)
-                    if k is None:
-                        return None
-                    self.slots[k] = new
-            slot = self.slots[k]
-            slot.state[0] = 1
-        buf = slot.map
-        np.frombuffer(buf, np.int64, n, c_cells)[:] = cells
-        dtype = np.dtype(values)
-        batch = ds.get_batch(cells, values_dtype=dtype, out_indices=np.frombuffer(buf, np.int32, nnz, c_col),
-                             out_values=np.frombuffer(buf, dtype, nnz, c_val))
-        np.frombuffer(buf, np.int32, n + 1, c_crow)[:] = batch.indptr
+            offered = [k for k, s in enumerate(self.slots) if s.state[0] == 0]
+            if not offered and len(self.slots) >= self.max_slots:
+                return None
+            for k in offered:
+                self.slots[k].state[0] = 1
+        k, made = -1, None
+        try:
+            chosen, nnz, used, members = ds._fill_slot(cells, name, [self.slots[j].body for j in offered])
+            if chosen < 0:
+                made = self._new_slot(used, offered)
+                if made is None:
+                    return None
+                chosen, nnz, used, members = ds._fill_slot(cells, name, [self.slots[made].body])
+                if chosen < 0:
+                    raise RuntimeError(f"a slot of {self.slots[made].capacity} bytes made for a batch of {used} "
+                                       "bytes did not hold it")
+                k = made
+            else:
+                k = offered[chosen]
+        finally:
+            # The slots offered but not chosen are free again (all of them if the read failed).
+            with self._choosing:
+                for j in [*offered, *([] if made is None else [made])]:
+                    if j != k:
+                        self.slots[j].state[0] = 0
+        slot = self.slots[k]
         fd = None
         if self.shared and not slot.sent:
             fd, slot.sent = DupFd(slot.fd), True
-        stored = int(batch.indptr[-1]) if n else 0
-        members = getattr(ds, "last_members", None)
-        return SharedBatch(os.getpid(), k, fd, slot.capacity, n, n_genes, nnz, dtype.name, obs,
-                           stored if stored != nnz else -1, None if members is None else np.asarray(members))
+        return SharedBatch(os.getpid(), k, fd, slot.capacity, len(cells), n_genes, nnz, name, obs, members)
+
+    def _new_slot(self, used: int, offered: list[int]) -> int | None:
+        """A new slot for a batch of ``used`` bytes that none of the free slots ``offered`` holds, marked taken: added
+        while the pool has room, else in place of one of them; ``None`` if the pool is full and none is free."""
+        # A quarter spare, in whole granules: the room the loader's memory budget sets aside for it.
+        new = _Slot(_core.batch_slot_bytes(used), self.shared)
+        new.state[0] = 1
+        with self._choosing:
+            if len(self.slots) < self.max_slots:
+                self.slots.append(new)
+                return len(self.slots) - 1
+            if not offered:
+                return None
+            # A free slot too small for this batch gives way to a larger one (sent anew to the training process).
+            k = offered.pop()
+            self.slots[k] = new
+            return k
 
     def take(self, ds: Any, cells: np.ndarray, values: Any, n_genes: int, obs: dict[str, Any]) -> dict[str, Any] | None:
         """The batch ``{"X", "obs", "index"}`` decoded into one of this process's slots, its tensors views of it
@@ -193,22 +202,22 @@ def _release(state: np.ndarray) -> None:
 def _views(buf: mmap.mmap, b: SharedBatch) -> dict[str, Any]:
     """The batch in ``buf`` as ``{"X", "obs", "index"}``, views of it; the slot is freed with the last of them."""
     c_cells, c_crow, c_col, c_val, used = layout(b.n_rows, b.nnz)
+    # One array of the slot's bytes that every view derives from (numpy views keep it as their base), so that its
+    # finalizer runs when the last of them dies. numpy's views are cheaper to make than torch's.
     whole = np.frombuffer(buf, np.uint8, used, 0)
     weakref.finalize(whole, _release, np.frombuffer(buf, np.int64, 1, 0))
-    t = torch.from_numpy(whole)
-    del whole
-    vtype = torch.float32 if b.values == "float32" else torch.int32
-    stored = b.nnz if b.stored < 0 else b.stored
+    vtype = np.float32 if b.values == "float32" else np.int32
     x = torch.sparse_csr_tensor(
-        t[c_crow : c_crow + 4 * (b.n_rows + 1)].view(torch.int32),
-        t[c_col : c_col + 4 * stored].view(torch.int32),
-        t[c_val : c_val + 4 * stored].view(vtype),
+        torch.from_numpy(whole[c_crow : c_crow + 4 * (b.n_rows + 1)].view(np.int32)),
+        torch.from_numpy(whole[c_col : c_col + 4 * b.nnz].view(np.int32)),
+        torch.from_numpy(whole[c_val : c_val + 4 * b.nnz].view(vtype)),
         size=(b.n_rows, b.n_genes),
         check_invariants=False,
     )
     # The cell indices are copied out (8 bytes a cell): a loop that keeps only each batch's indices (to match
     # predictions to cells) must not keep every slot, and the worker's memory, alive with them.
-    out = {"X": x, "obs": b.obs, "index": t[c_cells : c_cells + 8 * b.n_rows].view(torch.int64).clone()}
+    index = torch.from_numpy(whole[c_cells : c_cells + 8 * b.n_rows].view(np.int64).copy())
+    out = {"X": x, "obs": b.obs, "index": index}
     if b.members is not None:
         out["dataset"] = torch.from_numpy(b.members)
     return out

@@ -400,8 +400,6 @@ class _CorpusReader:
         self.n_genes = n_genes
         #: Tiles the members fetch ahead (the loader's prefetch depth).
         self.ahead = ahead
-        #: The member of each row of the latest :meth:`get_batch` into buffers.
-        self.last_members: np.ndarray = np.zeros(0, np.int64)
 
     def prefetch(self, tiles: Sequence[int]) -> int:
         """Starts loading corpus tiles ``tiles``."""
@@ -417,19 +415,12 @@ class _CorpusReader:
         indptr, indices, values, member = self._core.get_batch(np.ascontiguousarray(cells, np.int64), str(dt))
         return SparseBatch(indptr, indices, values, self.n_genes), member
 
-    def batch_nnz(self, cells: np.ndarray) -> int:
-        """Room enough for the nonzeros of ``cells``."""
-        return int(self._core.batch_nnz(np.ascontiguousarray(cells, np.int64)))
-
-    def get_batch(self, cells: np.ndarray, *, values_dtype: Any, out_indices: np.ndarray, out_values: np.ndarray
-                  ) -> SparseBatch:
-        """The rows of ``cells`` decoded into ``out_indices`` / ``out_values`` (at least :meth:`batch_nnz` long);
-        the member of each row is kept in :attr:`last_members`."""
-        dt = as_values_dtype(values_dtype)
-        indptr, nnz, member = self._core.get_batch(np.ascontiguousarray(cells, np.int64), str(dt), out_indices,
-                                                   out_values)
-        self.last_members = member
-        return SparseBatch(indptr, out_indices[:nnz], out_values[:nnz], self.n_genes)
+    def _fill_slot(self, cells: np.ndarray, values: str, slots: list[np.ndarray]
+                   ) -> tuple[int, int, int, np.ndarray | None]:
+        """The rows of ``cells`` read into the first of ``slots`` that holds them, planned once: ``(slot, nnz, used,
+        member of each row)``, ``slot`` -1 (nothing written) when none does (see ``DeltaCellsDataset._fill_slot``)."""
+        slot, nnz, used, member = self._core.fill_slot(np.ascontiguousarray(cells, np.int64), values, slots)
+        return slot, nnz, used, member if slot >= 0 else None
 
     @property
     def stats(self) -> dict[str, float]:

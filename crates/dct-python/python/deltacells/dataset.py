@@ -396,6 +396,12 @@ class DeltaCellsDataset:
         indptr, nnz = core.get_batch(idx, str(dt), oi, ov)
         return SparseBatch(indptr, oi[:nnz], ov[:nnz], self.n_genes)
 
+    def _fill_slot(self, cells: np.ndarray, values: str, slots: list[np.ndarray]) -> tuple[int, int, int, None]:
+        """The rows of ``cells`` (int64) read into the first of ``slots`` (uint8 views of slots past their headers)
+        that holds them, planned once: ``(slot, nnz, used, None)``, ``slot`` -1 (nothing written) when none does
+        and the batch needs a slot of ``used`` bytes (see ``_batch_slots``)."""
+        return (*self._core.fill_slot(cells, values, slots), None)
+
     def batch_nnz(self, indices: Sequence[int] | np.ndarray) -> int:
         """Nonzeros :meth:`get_batch` would return for ``indices`` (tiles fetched, not decoded): the size of output
         buffers to allocate beforehand."""
