@@ -104,6 +104,41 @@ def test_rows_are_the_sources_reindexed_by_pandas(members, genes):
         assert corpus.get_batch(range(200)).to_scipy()[:, 0].nnz == 0, "a gene no member has is an empty column"
 
 
+def test_a_loader_s_slots_hold_corpus_batches_and_their_members(members):
+    """The training loader's path: each batch read once into a reused slot the reader chooses by the batch's size
+    (a batch no slot holds read again into a new one) holds the rows pandas gives and the member of each row."""
+    require("torch")
+    import gc
+
+    from deltacells import _batch_slots
+
+    roots, sources = members
+    corpus = open_corpus(roots, genes="intersection")
+    expected = truth(sources, corpus.genes)
+    reader = corpus._reader(1 << 30, 4, io_threads=2, decode_threads=1, verify=True)
+    pool = _batch_slots.SlotPool(shared=False)
+    rng = np.random.default_rng(11)
+
+    def check(cells, b):
+        np.testing.assert_array_equal(b["X"].to_dense().numpy(), expected[cells])
+        np.testing.assert_array_equal(b["dataset"].numpy(), corpus.member_of(cells))
+        np.testing.assert_array_equal(b["index"].numpy(), cells)
+
+    held = []
+    for size in (3, 40, 150, 1500):
+        cells = rng.integers(0, corpus.n_cells, size)
+        held.append((cells, pool.take(reader, cells, np.float32, corpus.n_genes, {})))
+        check(*held[-1])
+    assert len(pool.slots) == _batch_slots.MAX_LOCAL_SLOTS
+    cells = rng.integers(0, corpus.n_cells, 9)
+    assert pool.take(reader, cells, np.float32, corpus.n_genes, {}) is None, "a full pool, every slot held"
+    del held[1]
+    gc.collect()
+    check(cells, pool.take(reader, cells, np.float32, corpus.n_genes, {}))
+    for cells_b in held:
+        check(*cells_b)
+
+
 @pytest.mark.parametrize("cached", [1, 3])
 def test_random_reads_keep_as_many_tiles_over_all_members_as_one_reader_would(members, cached):
     roots, sources = members  # 3 + 2 + 3 tiles of 32 cells

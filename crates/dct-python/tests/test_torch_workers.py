@@ -613,6 +613,54 @@ def test_the_training_process_reuses_its_slots_once_freed(built):
         assert np.array_equal(dense, full[idx].toarray())
 
 
+def test_a_failed_read_gives_back_every_slot_it_was_offered(built):
+    """A read into slots is offered every free slot; one that fails (a cell outside the dataset) leaves them all
+    free, and the next reads use them."""
+    import deltacells
+    from deltacells import _batch_slots
+
+    root, full = built
+    ds = deltacells.open_dataset(root)
+    pool = _batch_slots.SlotPool(shared=False)
+    held = [pool.take(ds, np.arange(i, i + 8), np.float32, G, {}) for i in (0, 8)]
+    assert len(pool.slots) == 2, "a batch held keeps its slot: the second needs another"
+    del held
+    gc.collect()
+    assert [int(s.state[0]) for s in pool.slots] == [0, 0]
+    with pytest.raises(IndexError):
+        pool.fill(ds, np.array([3, N]), np.float32, G, {})
+    assert [int(s.state[0]) for s in pool.slots] == [0, 0], "a failed read leaves no slot taken"
+    b = pool.take(ds, np.arange(5, 12), np.float32, G, {})
+    assert len(pool.slots) == 2 and sorted(int(s.state[0]) for s in pool.slots) == [0, 1]
+    assert np.array_equal(b["X"].to_dense().numpy(), full[5:12].toarray())
+
+
+def test_a_full_pool_gives_a_free_slot_too_small_for_a_batch_a_larger_one(built):
+    """When no slot holds a batch and the pool has its most slots, a free one too small gives way to a larger one:
+    the batch is read again into it (its tiles cached), and the pool does not grow."""
+    import deltacells
+    from deltacells import _batch_slots
+
+    root, full = built
+    ds = deltacells.open_dataset(root)
+    pool = _batch_slots.SlotPool(shared=False)
+    small = [pool.take(ds, np.array([c]), np.float32, G, {}) for c in range(_batch_slots.MAX_LOCAL_SLOTS)]
+    assert len(pool.slots) == _batch_slots.MAX_LOCAL_SLOTS
+    before = sorted(s.capacity for s in pool.slots)
+    keep = small[0]  # one slot stays taken
+    del small
+    gc.collect()
+    # Every cell five times: more than a small slot's 64 KiB.
+    cells = np.tile(np.arange(N)[::-1], 5)
+    b = pool.take(ds, cells, np.float32, G, {})
+    assert b is not None and len(pool.slots) == _batch_slots.MAX_LOCAL_SLOTS
+    after = sorted(s.capacity for s in pool.slots)
+    assert after[:-1] == before[:-1] and after[-1] > before[-1], "one slot replaced by a larger one"
+    assert np.array_equal(b["X"].to_dense().numpy(), full[cells].toarray())
+    assert np.array_equal(keep["X"].to_dense().numpy(), full[[0]].toarray()), "the batch held is intact"
+    assert sorted(int(s.state[0]) for s in pool.slots) == [0, 0, 1, 1]
+
+
 @pytest.mark.parametrize("how", ["make_loader", "dataset"])
 def test_the_next_batch_is_gathered_while_the_caller_holds_this_one(built, how):
     """Without workers, batch j+1 is gathered on the process's gathering thread while the caller works on batch j

@@ -1,9 +1,10 @@
 //! Random access to the cells of a dataset: [`Dataset`] (see its docs for threading, caching and checks).
 //!
 //! The reader's parts, one per file: [`options`] (settings and counters), [`open`] (the manifest fetched once,
-//! and reopening with other options), [`batch`] (the rows handed out), [`cache`] (the decoded-tile LRU), [`slot`] (batches read into a caller's reusable memory), [`load`]
-//! (the state shared with background tasks, and fetching and checking tiles), [`decode`] (decoding tiles, on the
-//! caller's threads or in the background, and reusing their buffers), and `obs` (the bridge to `dct-obs`). Side
+//! and reopening with other options), [`batch`] (the rows handed out), [`slot`] (batches read into a caller's
+//! reusable memory), [`cache`] (the decoded-tile LRU), [`load`] (the state shared with background tasks, and
+//! fetching and checking tiles), [`decode`] (decoding tiles, on the caller's threads or in the background, and
+//! reusing their buffers), and `obs` (the bridge to `dct-obs`). Side
 //! files (`var_names.txt`, `gene_order.npy`) are parsed by [`crate::side_files`].
 
 mod batch;
@@ -332,8 +333,9 @@ impl Dataset {
         let decoded: Vec<Arc<TilePlanes>> =
             loaded.iter().zip(&tiles).map(|(tile, &t)| self.core.ensure_decoded(t, tile)).collect::<Result<_, _>>()?;
         let result = match body(&decoded, &rows) {
-            Ok(result) => result,
-            Err(RowFailure::Read(e)) => return Err(e),
+            Ok(result) => Ok(result),
+            // The read itself stopped (a caller's buffer too small, say): the tiles are as good as after a batch.
+            Err(RowFailure::Read(e)) => Err(e),
             Err(RowFailure::Row(s, e)) => {
                 self.core.lock_cache().remove_ready(tiles[s], &loaded[s]);
                 return Err(self.core.decode_error(tiles[s], e));
@@ -347,7 +349,7 @@ impl Dataset {
         if !self.core.lock_to_decode().is_empty() {
             self.core.decode_in_background();
         }
-        Ok(result)
+        result
     }
 
     /// Total stored nonzeros of the rows of `cells` (with repeats), from the tiles' indptrs: tiles not yet

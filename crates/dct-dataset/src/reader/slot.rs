@@ -70,7 +70,9 @@ pub enum SlotFill {
         layout: SlotLayout,
     },
     /// No slot given holds the batch: it needs a slot of at least `used` bytes (header included). Nothing was
-    /// written; the batch's tiles stay cached, so reading it again into a larger slot costs only the rows.
+    /// written. The batch's tiles stay cached, so reading it again into a larger slot plans it and reads its rows
+    /// again but fetches and decodes nothing (a corpus has read its members' rows before it knows the size: those
+    /// are read again).
     TooSmall {
         /// The bytes the batch needs.
         used: u64,
@@ -81,7 +83,7 @@ pub enum SlotFill {
 pub struct SlotChooser<'o, 's, V> {
     slots: &'o mut [&'s mut [u8]],
     n_rows: usize,
-    chosen: &'o mut Option<(usize, SlotLayout)>,
+    chosen: &'o mut Option<(usize, usize, SlotLayout)>,
     needed: &'o mut Option<u64>,
     _values: std::marker::PhantomData<V>,
 }
@@ -115,7 +117,7 @@ where
         let (col, val) = bytes.split_at_mut(at(layout.val) - at(layout.col));
         let indices = <[i32]>::mut_from_bytes(&mut col[..4 * nnz]).map_err(|_| misaligned(slot, "column indices"))?;
         let values = <[V]>::mut_from_bytes(&mut val[..4 * nnz]).map_err(|_| misaligned(slot, "counts"))?;
-        *self.chosen = Some((slot, layout));
+        *self.chosen = Some((slot, nnz, layout));
         Ok((indices, values))
     }
 }
@@ -126,15 +128,25 @@ fn misaligned(slot: usize, what: &str) -> DatasetError {
     ))
 }
 
-/// Writes the cells and the row offsets (`indptr`, from 0) of a batch whose rows are in place in `slot` (its bytes
-/// past the header).
+/// Writes the cells and the row offsets (`indptr`, from 0) of a batch of `nnz` nonzeros whose rows are in place in
+/// `slot` (its bytes past the header). Offsets that do not describe that batch (a read that laid out one size and
+/// reported another) are an error, not a panic and not a batch read wrong.
 fn finish(
     slot: &mut [u8],
     k: usize,
+    nnz: usize,
     layout: SlotLayout,
     cells: &[u64],
     indptr: &[i64],
 ) -> Result<SlotFill, DatasetError> {
+    if indptr.len() != cells.len() + 1 || indptr.first() != Some(&0) || indptr.last() != Some(&(nnz as i64)) {
+        return Err(DatasetError::InvalidArgument(format!(
+            "the read laid out {nnz} nonzeros for {} cells but reported {} row offsets ending at {:?}",
+            cells.len(),
+            indptr.len(),
+            indptr.last()
+        )));
+    }
     let at = |off: u64| (off - SLOT_HEADER) as usize;
     let (cells_bytes, rest) = slot[..at(layout.col)].split_at_mut(at(layout.crow));
     let out = <[u64]>::mut_from_bytes(&mut cells_bytes[..8 * cells.len()]).map_err(|_| misaligned(k, "cells"))?;
@@ -144,7 +156,6 @@ fn finish(
         // Below 2^31: `SlotChooser::room` refused larger batches.
         *c = p as i32;
     }
-    let nnz = indptr.last().map_or(0, |&n| n as usize);
     Ok(SlotFill::Filled { slot: k, nnz, layout })
 }
 
@@ -176,7 +187,7 @@ where
     match (result, needed, chosen) {
         (_, Some(used), _) => Ok((SlotFill::TooSmall { used }, None)),
         (Err(e), None, _) => Err(e),
-        (Ok(r), None, Some((k, layout))) => match finish(slots[k], k, layout, cells, &indptr) {
+        (Ok(r), None, Some((k, nnz, layout))) => match finish(slots[k], k, nnz, layout, cells, &indptr) {
             Ok(fill) => Ok((fill, Some(r))),
             Err(e) => Err(slot_error(e)),
         },
@@ -312,6 +323,28 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    #[test]
+    fn a_read_that_reports_other_offsets_than_it_laid_out_is_an_error() {
+        let cells = [4u64, 9];
+        let mut backing = slots(&[4096]);
+        let mut views = [&mut backing[0].as_mut_bytes()[..]];
+        let bad = |offsets: Vec<i64>, room: usize| {
+            move |indptr: &mut Vec<i64>, chooser: SlotChooser<'_, '_, f32>| {
+                chooser.room(room)?;
+                *indptr = offsets;
+                Ok::<_, DatasetError>(())
+            }
+        };
+        for (offsets, room) in [(vec![0, 3, 5], 6), (vec![0, 5], 5), (vec![1, 3, 5], 5), (vec![], 0)] {
+            let got = read_into_slot(&cells, &mut views, bad(offsets.clone(), room), |e| e);
+            assert!(matches!(got, Err(DatasetError::InvalidArgument(_))), "{offsets:?}, room {room}: {got:?}");
+        }
+        let no_room = |_: &mut Vec<i64>, _: SlotChooser<'_, '_, f32>| Ok::<_, DatasetError>(());
+        assert!(read_into_slot(&cells, &mut views, no_room, |e| e).is_err());
+        let good = read_into_slot(&cells, &mut views, bad(vec![0, 3, 5], 5), |e| e).unwrap();
+        assert_eq!(good.0, SlotFill::Filled { slot: 0, nnz: 5, layout: SlotLayout::new(2, 5).unwrap() });
     }
 
     #[test]

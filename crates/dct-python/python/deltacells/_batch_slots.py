@@ -34,8 +34,9 @@ import torch
 
 from deltacells import _core
 
-# A slot's header: its state (0 free, 1 holding a batch the training process may still read, or being filled),
-# then padding; the batch follows, laid out as ``_core.slot_layout`` says (the reader writes it there).
+# A slot's header: its state (0 free, 1 holding a batch the training process may still read, 2 offered to a read
+# in progress), then padding; the batch follows, laid out as ``_core.slot_layout`` says (the reader writes it there).
+_FREE, _HOLDING, _OFFERED = 0, 1, 2
 _HEADER = _core.SLOT_HEADER
 # Slots a worker makes at most; past them (the training process holds on to that many batches, or dropped them
 # unopened without freeing them) a batch goes as an ordinary tensor.
@@ -108,6 +109,15 @@ class _Slot:
         self.body = np.frombuffer(self.map, np.uint8, capacity - _HEADER, _HEADER)
         self.sent = False
 
+    def __del__(self) -> None:
+        # The mapping stays while batches use it (it holds a descriptor of its own); this one is only needed to send
+        # the slot, which duplicates it.
+        if getattr(self, "fd", -1) >= 0:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+
 
 class SlotPool:
     """A process's slots: memory files a worker hands over (``shared``), or anonymous memory for the training
@@ -125,15 +135,17 @@ class SlotPool:
     def fill(self, ds: Any, cells: np.ndarray, values: Any, n_genes: int, obs: dict[str, Any]) -> SharedBatch | None:
         """Reads the cells into a free slot (a new one if none is free and large enough); ``None`` when the
         pool has its most slots (:data:`MAX_SLOTS` for a worker, :data:`MAX_LOCAL_SLOTS` in the training process)
-        and none is free. The batch is planned once: every free slot is offered to the reader (marked taken
-        meanwhile), which picks the first that holds the batch once it knows its size."""
+        and none is free. The batch is planned once: every free slot is offered to the reader, which writes the
+        batch into the first that holds it once it knows the batch's size. Offered slots are not free meanwhile, so
+        a fill on another thread of the same pool then makes a slot of its own (or, in a full pool, gets ``None``).
+        A batch no free slot holds is read again into a new slot (its tiles stay cached)."""
         name = _VALUE_NAMES.get(values) or np.dtype(values).name
         with self._choosing:
-            offered = [k for k, s in enumerate(self.slots) if s.state[0] == 0]
+            offered = [k for k, s in enumerate(self.slots) if s.state[0] == _FREE]
             if not offered and len(self.slots) >= self.max_slots:
                 return None
             for k in offered:
-                self.slots[k].state[0] = 1
+                self.slots[k].state[0] = _OFFERED
         k, made = -1, None
         try:
             chosen, nnz, used, members = ds._fill_slot(cells, name, [self.slots[j].body for j in offered])
@@ -149,11 +161,10 @@ class SlotPool:
             else:
                 k = offered[chosen]
         finally:
-            # The slots offered but not chosen are free again (all of them if the read failed).
+            # The chosen slot holds the batch; the others offered are free again (all of them if the read failed).
             with self._choosing:
                 for j in [*offered, *([] if made is None else [made])]:
-                    if j != k:
-                        self.slots[j].state[0] = 0
+                    self.slots[j].state[0] = _HOLDING if j == k else _FREE
         slot = self.slots[k]
         fd = None
         if self.shared and not slot.sent:
@@ -161,17 +172,19 @@ class SlotPool:
         return SharedBatch(os.getpid(), k, fd, slot.capacity, len(cells), n_genes, nnz, name, obs, members)
 
     def _new_slot(self, used: int, offered: list[int]) -> int | None:
-        """A new slot for a batch of ``used`` bytes that none of the free slots ``offered`` holds, marked taken: added
-        while the pool has room, else in place of one of them; ``None`` if the pool is full and none is free."""
-        # A quarter spare, in whole granules: the room the loader's memory budget sets aside for it.
-        new = _Slot(_core.batch_slot_bytes(used), self.shared)
-        new.state[0] = 1
+        """A new slot, offered, for a batch of ``used`` bytes that none of the free slots ``offered`` holds: added
+        while the pool has room, else in place of one of them; ``None`` if the pool is full and none was free."""
         with self._choosing:
-            if len(self.slots) < self.max_slots:
+            room = len(self.slots) < self.max_slots
+            if not room and not offered:
+                return None
+            # A quarter spare, in whole granules: the room the loader's memory budget sets aside for it. (Made before
+            # anything changes, so that a failure leaves the pool as it was.)
+            new = _Slot(_core.batch_slot_bytes(used), self.shared)
+            new.state[0] = _OFFERED
+            if room:
                 self.slots.append(new)
                 return len(self.slots) - 1
-            if not offered:
-                return None
             # A free slot too small for this batch gives way to a larger one (sent anew to the training process).
             k = offered.pop()
             self.slots[k] = new

@@ -400,7 +400,7 @@ class DeltaCellsDataset:
         """The rows of ``cells`` (int64) read into the first of ``slots`` (uint8 views of slots past their headers)
         that holds them, planned once: ``(slot, nnz, used, None)``, ``slot`` -1 (nothing written) when none does
         and the batch needs a slot of ``used`` bytes (see ``_batch_slots``)."""
-        return (*self._core.fill_slot(cells, values, slots), None)
+        return (*self._core.fill_slot(np.ascontiguousarray(cells, np.int64), values, slots), None)
 
     def batch_nnz(self, indices: Sequence[int] | np.ndarray) -> int:
         """Nonzeros :meth:`get_batch` would return for ``indices`` (tiles fetched, not decoded): the size of output
