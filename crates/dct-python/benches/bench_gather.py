@@ -14,6 +14,9 @@ which decodes every tile; from then on nothing is decoded and a batch costs only
   nonzero) stay in the caches, so the difference from the line above is the waiting on memory;
 * ``copy``: numpy copying 256 MiB to another 256 MiB, the bandwidth of plain reads and writes on this machine.
 
+After the rounds, one more epoch of the loader with each call it makes for a batch timed (the take, the epoch plan's
+``batch`` and ``tiles_ahead``, the reader's ``prefetch``): microseconds a batch for each, beside the epoch's.
+
 Each take moves about 12 bytes a nonzero (4 read from the planes, 8 written as a column index and a float32 count);
 the line ``bytes moved`` is that figure over the take's time, to set against ``copy`` (which reads and writes 2 bytes
 per byte copied).
@@ -52,6 +55,45 @@ def takes(pool: _batch_slots.SlotPool, ds: Any, batches: list[np.ndarray], n_gen
         out = pool.take(ds, cells, np.float32, n_genes, {})
         del out
     return (time.perf_counter() - start) / len(batches)
+
+
+def timed_calls(loader: Any, it: DeltaCellsIterableDataset, ds: Any, epoch: int) -> None:
+    """One epoch of ``loader`` with the calls it makes for each batch timed (wrappers around them, in this process
+    only), printed as microseconds a batch."""
+    spent: dict[str, float] = {}
+
+    def timed(name: str, f: Any) -> Any:
+        def call(*a: Any, **k: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return f(*a, **k)
+            finally:
+                spent[name] = spent.get(name, 0.0) + time.perf_counter() - start
+        return call
+
+    class TimedPlan:
+        def __init__(self, plan: Any) -> None:
+            self._plan = plan
+
+        def __getattr__(self, name: str) -> Any:
+            f = getattr(self._plan, name)
+            return timed(f"plan.{name}", f) if name in ("batch", "tiles_ahead") else f
+
+    take, make_plan, prefetch = _batch_slots.SlotPool.take, it._plan, ds.prefetch
+    _batch_slots.SlotPool.take = timed("take", take)  # type: ignore[method-assign]
+    it._plan = lambda *a, **k: TimedPlan(make_plan(*a, **k))  # type: ignore[method-assign,assignment]
+    ds.prefetch = timed("prefetch", prefetch)
+    try:
+        loader.set_epoch(epoch)
+        start, batches = time.perf_counter(), 0
+        for _ in loader:
+            batches += 1
+        wall = time.perf_counter() - start
+    finally:
+        _batch_slots.SlotPool.take = take  # type: ignore[method-assign]
+        del it._plan, ds.prefetch
+    calls = ", ".join(f"{k} {v / batches * 1e6:.0f}" for k, v in sorted(spent.items()))
+    print(f"calls timed: {wall / batches * 1e6:.0f} us a batch; of which, us a batch: {calls}")
 
 
 def main() -> None:
@@ -101,6 +143,7 @@ def main() -> None:
               f"rows from memory {memory_s * 1e6:.0f} us a batch ({12 * mean_nnz / memory_s / 1e9:.1f} GB/s moved), "
               f"rows in cache {cache_s * 1e6:.0f} us ({12 * same_nnz / cache_s / 1e9:.1f} GB/s); copy "
               f"{copy / 1e9:.1f} GB/s", flush=True)
+    timed_calls(loader, it, ds, args.rounds + 1)
     decoded = ds.stats["tiles_decoded"] - before
     med = {k: statistics.median(v) for k, v in rates.items()}
     print(f"medians: loader {med['loader'] * 1e6:.0f} us a batch, take from memory {med['memory'] * 1e6:.0f}, "
