@@ -143,17 +143,13 @@ impl PyCorpus {
         Ok(owned(py, members.into_iter().map(i64::from).collect()))
     }
 
-    /// `(indptr, indices, values, member)` of the rows of `cells` in the vocabulary's columns, the GIL released;
-    /// with `out_indices` and `out_values` (writable int32 and value arrays of at least `batch_nnz` elements) the
-    /// rows go into them and `(indptr, nnz, member)` is returned.
-    #[pyo3(signature = (cells, values, out_indices = None, out_values = None))]
+    /// `(indptr, indices, values, member)` of the rows of `cells` in the vocabulary's columns, the GIL released.
+    /// (A training loader reads into its reused slots instead: `fill_slot`.)
     fn get_batch<'py>(
         &self,
         py: Python<'py>,
         cells: PyReadonlyArray1<'py, i64>,
         values: &str,
-        out_indices: Option<Bound<'py, PyAny>>,
-        out_values: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let c = self.get()?;
         let cells = cells_of(&cells, c.n_cells())?;
@@ -161,50 +157,22 @@ impl PyCorpus {
             py: Python<'py>,
             c: &Corpus,
             cells: &[u64],
-            out: Option<(Bound<'py, PyAny>, Bound<'py, PyAny>)>,
-            dtype: &str,
         ) -> PyResult<Bound<'py, PyTuple>> {
-            let member_of = |m: Vec<u32>| m.into_iter().map(i64::from).collect::<Vec<i64>>();
-            match out {
-                Some((oi, ov)) => {
-                    let (oi, ov) = crate::arrays::out_buffers::<V>(oi, ov, dtype)?;
-                    let mut wi = crate::arrays::writable(&oi, "out_indices", "int32")?;
-                    let mut wv = crate::arrays::writable(&ov, "out_values", dtype)?;
-                    let (si, sv) = (wi.as_slice_mut()?, wv.as_slice_mut()?);
-                    let mut indptr = Vec::new();
-                    let (nnz, members) =
-                        py.detach(|| c.get_batch_to(cells, &mut indptr, si, sv)).map_err(corpus_error)?;
-                    PyTuple::new(
-                        py,
-                        [
-                            owned(py, indptr).into_any(),
-                            nnz.into_pyobject(py)?.into_any(),
-                            owned(py, member_of(members)).into_any(),
-                        ],
-                    )
-                }
-                None => {
-                    let got = py.detach(|| c.get_batch_as::<V>(cells)).map_err(corpus_error)?;
-                    PyTuple::new(
-                        py,
-                        [
-                            owned(py, got.batch.indptr).into_any(),
-                            owned(py, got.batch.indices).into_any(),
-                            owned(py, got.batch.values).into_any(),
-                            owned(py, member_of(got.member)).into_any(),
-                        ],
-                    )
-                }
-            }
+            let got = py.detach(|| c.get_batch_as::<V>(cells)).map_err(corpus_error)?;
+            let member: Vec<i64> = got.member.into_iter().map(i64::from).collect();
+            PyTuple::new(
+                py,
+                [
+                    owned(py, got.batch.indptr).into_any(),
+                    owned(py, got.batch.indices).into_any(),
+                    owned(py, got.batch.values).into_any(),
+                    owned(py, member).into_any(),
+                ],
+            )
         }
-        let out = match (out_indices, out_values) {
-            (Some(i), Some(v)) => Some((i, v)),
-            (None, None) => None,
-            _ => return Err(value_error("pass both out_indices and out_values, or neither")),
-        };
         match Values::parse(values)? {
-            Values::Float32 => tuple::<f32>(py, c, &cells, out, "float32"),
-            Values::Int32 => tuple::<i32>(py, c, &cells, out, "int32"),
+            Values::Float32 => tuple::<f32>(py, c, &cells),
+            Values::Int32 => tuple::<i32>(py, c, &cells),
         }
     }
 
@@ -231,13 +199,6 @@ impl PyCorpus {
             .map_err(corpus_error)?;
         let (slot, nnz, used) = crate::slots::fill_result(fill);
         Ok((slot, nnz, used, owned(py, members.into_iter().map(i64::from).collect())))
-    }
-
-    /// Enough room for the nonzeros of `cells` (tiles fetched, not decoded).
-    fn batch_nnz(&self, py: Python<'_>, cells: PyReadonlyArray1<'_, i64>) -> PyResult<u64> {
-        let c = self.get()?;
-        let cells = cells_of(&cells, c.n_cells())?;
-        py.detach(|| c.batch_nnz(&cells)).map_err(corpus_error)
     }
 
     /// The members' obs as one set of columns (`cache_dir`: where columns are made local).
