@@ -258,10 +258,12 @@ impl TilePlanes {
     }
 }
 
-/// Cache lines of each of a row's four planes that [`TilePlanes::prefetch_row`] asks for: enough to cover the
-/// memory's latency, after which the hardware prefetcher follows the streams (asking for a whole row's lines was
-/// slower in the standalone loop).
-const PREFETCH_LINES: usize = 4;
+/// Cache lines of each of a row's four planes that [`TilePlanes::prefetch_row`] asks for at most: a whole row of
+/// up to 4,096 nonzeros. A batch's rows lie at random places of tiles far larger than the caches; asking for the
+/// next row's first 4 lines of each plane and leaving the rest to the hardware prefetcher left a third of a warm
+/// batch's gathering waiting on memory (`bench_gather.py`: 415-480 against 305-343 µs a batch of 1,024 PBMC cells,
+/// rows in cache 177-205; see `docs/BENCHMARKS.md`). Asking two rows ahead gained nothing more.
+const PREFETCH_LINES: usize = 64;
 
 /// The exceptions with positions in `lo..hi` (the list is sorted by position).
 fn exceptions_in(list: &[Exception], lo: u64, hi: u64) -> &[Exception] {
