@@ -56,7 +56,7 @@ mod split;
 mod values;
 mod worker;
 
-pub use buffers::{HUGE_PAGE_MIN_BYTES, resize_for_overwrite, resize_large};
+pub use buffers::{HUGE_PAGE_MIN_BYTES, resize_for_overwrite, resize_large, return_free_memory};
 pub use decode::{DecodeOptions, DecodedTile, Decoder};
 pub use encode::{EncodeOptions, ExceptionPolicy, chunk_boundaries, encode_canonical, encode_tile};
 pub use error::{DecodeError, EncodeError};

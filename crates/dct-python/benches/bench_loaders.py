@@ -7,12 +7,14 @@
     python bench_loaders.py workers DATASET [--make-from pbmc3k_raw.h5ad --copies 400] [--workers 0,1,2,4]
     python bench_loaders.py decoder DATASET [--rounds 3] [--batch-sizes 1024,5000]
     python bench_loaders.py epochs WORKDIR [--rounds 3] [--budgets-mib 2048,512]
+    python bench_loaders.py steady DATASET [--rounds 3] [--workers 0,1,2] [--budgets-mib 2048,384] [--epochs 5]
     python bench_loaders.py loader DATASET [--batch-size 1024] [--epochs 3] [--budget-mib 2048]
 
 ``prepare`` replicates the source cells ``copies`` times into one h5ad (the PBMC 3k raw counts by default: 108,000
-cells x 32,738 genes) and stores the same cells as a deltacells dataset (the converter's defaults), a TileDB-SOMA
-experiment (``tiledbsoma.io.from_h5ad``) and, where annbatch is installed (it needs Python >= 3.12), an annbatch
-collection (``DatasetCollection.add_adatas``, its defaults: shuffled at write time, sharded zarr, blosc lz4).
+cells x 32,738 genes) and stores the same cells as a deltacells dataset (the converter's defaults), and where each is
+installed as a TileDB-SOMA experiment (``tiledbsoma.io.from_h5ad``) and an annbatch collection
+(``DatasetCollection.add_adatas``, its defaults: shuffled at write time, sharded zarr, blosc lz4; annbatch needs
+Python >= 3.12).
 ``run`` measures, loader after loader, round after round:
 
 * deltacells: ``deltacells.torch.make_loader`` with ``num_workers=0`` (shuffled tiles, cells shuffled within
@@ -48,6 +50,13 @@ every tile fetched and decoded whole by the same decode threads (``decode_cells_
 loader (no workers, CRC checked, as ``workers`` measures it) runs 3 whole epochs at each batch size; the ratio is
 loader / decoder per round. The same bench run says where a tile's time goes through the reader (fetch, checks,
 planes, rows, hand-offs), the rest of the gap is Python and the building of the tensors.
+
+``steady`` sets a training run's epochs against the decoder: per round, the decoder's rate as ``decoder`` takes it,
+then for each batch size, number of workers and memory budget one new loader run for ``--epochs`` epochs. Its first
+epoch pays for the loader's start and for its cache growing into memory fresh from the system; the later ones are the
+rate a run of many epochs sees: at the default budget (2 GiB) some of their tiles are still decoded from the epoch
+before, at a budget below the cells' decoded size (384 MiB) nearly every tile is decoded again each epoch, as for an
+atlas larger than memory.
 
 ``loader`` runs one ``make_loader`` (no workers) for whole epochs and prints each epoch's cells per second: a
 process to time whole, against the same command under another build (``farm-bench --vs``), each with its wheel
@@ -114,7 +123,7 @@ def prepare(work: Path, source: Path, copies: int) -> None:
         convert_h5ad(str(h5ad), str(dct), log=None, overwrite=True)
         print(f"deltacells dataset in {time.perf_counter() - t0:.0f} s", flush=True)
     soma = work / "cells.soma"
-    if not soma.exists():
+    if _installed("tiledbsoma") and not soma.exists():
         import tiledbsoma.io
 
         t0 = time.perf_counter()
@@ -133,10 +142,14 @@ def prepare(work: Path, source: Path, copies: int) -> None:
         print(f"annbatch collection in {time.perf_counter() - t0:.0f} s", flush=True)
 
 
-def _has_annbatch() -> bool:
+def _installed(package: str) -> bool:
     import importlib.util
 
-    return importlib.util.find_spec("annbatch") is not None
+    return importlib.util.find_spec(package) is not None
+
+
+def _has_annbatch() -> bool:
+    return _installed("annbatch")
 
 
 def _use_zarrs() -> None:
@@ -376,6 +389,53 @@ def epoch_rate(path: str, batch_size: int, workers: int, verify: bool | None = N
     return n / (time.perf_counter() - start)
 
 
+def steady_rates(path: str, batch_size: int, workers: int, budget_mib: int, epochs: int) -> tuple[float, float]:
+    """One new loader run for ``epochs`` whole epochs, as a training run uses it: its first epoch's cells per
+    second (its start, its workers' start and its cache growing into memory fresh from the system included) and the
+    median of the later epochs' (the rate a run of many epochs sees)."""
+    loader = make_loader(path, batch_size, num_workers=workers, seed=1, memory_budget=budget_mib << 20)
+    rates = []
+    start = time.perf_counter()
+    for epoch in range(epochs):
+        loader.set_epoch(epoch)
+        n = 0
+        for batch in loader:
+            n += batch["X"].shape[0]
+        now = time.perf_counter()
+        rates.append(n / (now - start))
+        start = now
+    del loader, batch
+    gc.collect()
+    return rates[0], statistics.median(rates[1:])
+
+
+def steady_bench(path: str, rounds: int, batch_sizes: list[int], workers: list[int], budgets_mib: list[int],
+                 epochs: int) -> None:
+    """Per round: the decoder's rate (``deltacells bench``), then for each batch size, number of workers and memory
+    budget a new loader run for ``epochs`` epochs; its first epoch and its later epochs against the decoder."""
+    n_tiles = deltacells.open_dataset(path).manifest.n_tiles
+    print(f"{path}: one loader for {epochs} epochs: its first epoch, and the median of the later ones, against "
+          f"`deltacells bench` decoding every tile whole", flush=True)
+    steady_rates(path, batch_sizes[0], 0, budgets_mib[0], 2)  # untimed: the process's first touches
+    configs = [(b, w, m) for b in batch_sizes for w in workers for m in budgets_mib]
+    ratios: dict[tuple[int, int, int], list[tuple[float, float]]] = {c: [] for c in configs}
+    for r in range(rounds):
+        out = subprocess.run([sys.executable, "-m", "deltacells", "bench", path, "--json", "--sample-tiles",
+                              str(n_tiles), "--max-cells", "1"], capture_output=True, text=True, check=True)
+        decode = json.loads(out.stdout)["decode_cells_per_second"]
+        print(f"round {r}: decoder {decode:.0f} cells/s", flush=True)
+        for c in configs if r % 2 == 0 else configs[::-1]:
+            first, later = steady_rates(path, c[0], c[1], c[2], epochs)
+            ratios[c].append((first / decode, later / decode))
+            print(f"  batch {c[0]}, {c[1]} workers, {c[2]} MiB: first epoch {first:.0f} ({first / decode:.3f}), "
+                  f"later epochs {later:.0f} cells/s ({later / decode:.3f})", flush=True)
+    print("loader / decoder, medians over rounds (per round): first epoch; later epochs")
+    for c, v in ratios.items():
+        print(f"  batch {c[0]}, {c[1]} workers, {c[2]} MiB: {statistics.median(x[0] for x in v):.3f} "
+              f"({', '.join(f'{x[0]:.2f}' for x in v)}); {statistics.median(x[1] for x in v):.3f} "
+              f"({', '.join(f'{x[1]:.2f}' for x in v)})", flush=True)
+
+
 def workers_bench(path: str, rounds: int, batch_sizes: list[int], workers: list[int]) -> None:
     n_cells = deltacells.open_dataset(path).n_cells
     print(f"{path}: {n_cells:,} cells; whole epochs, {rounds} rounds, alternating order", flush=True)
@@ -543,6 +603,13 @@ def main() -> None:
     d.add_argument("dataset")
     d.add_argument("--rounds", type=int, default=3)
     d.add_argument("--batch-sizes", default="1024,5000")
+    st = sub.add_parser("steady")
+    st.add_argument("dataset")
+    st.add_argument("--rounds", type=int, default=3)
+    st.add_argument("--batch-sizes", default="1024,5000")
+    st.add_argument("--workers", default="0")
+    st.add_argument("--budgets-mib", default="2048,384")
+    st.add_argument("--epochs", type=int, default=5)
     o = sub.add_parser("loader")
     o.add_argument("dataset")
     o.add_argument("--batch-size", type=int, default=1024)
@@ -553,6 +620,10 @@ def main() -> None:
         loader_epochs(args.dataset, args.batch_size, args.epochs, args.budget_mib)
     elif args.cmd == "decoder":
         decoder_bench(args.dataset, args.rounds, [int(b) for b in args.batch_sizes.split(",")])
+    elif args.cmd == "steady":
+        steady_bench(args.dataset, args.rounds, [int(b) for b in args.batch_sizes.split(",")],
+                     [int(w) for w in args.workers.split(",")], [int(m) for m in args.budgets_mib.split(",")],
+                     args.epochs)
     elif args.cmd == "prepare":
         prepare(args.work, args.source, args.copies)
     elif args.cmd == "run":
