@@ -73,12 +73,11 @@ fn advise_huge_pages<T>(_v: &Vec<T>) {}
 /// elsewhere does nothing. Returns whether any was returned.
 ///
 /// Why: glibc serves the buffers of decoded tiles (a few MiB each) from its heaps once the first have been freed,
-/// and keeps what is freed there resident. A process forked from one that decoded (a `DataLoader` worker started
-/// with `fork`) inherits those free blocks shared copy-on-write with its parent: each buffer of its own that lands
-/// there is then copied 4 KiB at a time as it is first written, instead of being faulted in as huge pages. Called
-/// once as a forked child starts decoding, it turns them back into fresh memory (a worker's first epoch spent 5.2
-/// system CPU seconds on 2.5 GB so inherited, against 0.5-0.7 without; see docs/BENCHMARKS.md). It costs a walk over
-/// the free blocks (about 50 ms for 2.4 GB).
+/// and keeps what is freed there resident. A process forked from one holding such free blocks (a `DataLoader`
+/// worker started with `fork`) inherits them, and faults its own buffers in around them 4 KiB at a time rather
+/// than as huge pages: a worker's first epoch spent 4.2-5.2 system CPU seconds with 2.5 GB of them in its parent,
+/// against 0.5-0.7 when the parent had handed them back before forking (see docs/BENCHMARKS.md). Handing them back
+/// in the child after the fork did not help. It costs a walk over the free blocks (about 50 ms for 2.4 GB).
 pub fn return_free_memory() -> bool {
     #[cfg(all(target_os = "linux", target_env = "gnu", not(miri)))]
     {

@@ -106,6 +106,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<epoch::PyEpochUnits>()?;
     m.add_class::<epoch::PyStrata>()?;
     m.add_function(wrap_pyfunction!(dataset::batch_slot_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(process::return_free_memory, m)?)?;
     m.add_function(wrap_pyfunction!(slots::slot_layout, m)?)?;
     m.add("SLOT_HEADER", slots::HEADER)?;
     m.add_function(wrap_pyfunction!(tile::read_tile_file, m)?)?;

@@ -5,10 +5,10 @@
 //! makes its own.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use dct_codec::{DecodeOptions, Decoder};
+use pyo3::prelude::*;
 
 /// A value with threads, owned by the process that made it ([`ProcessBound::get`] is `None` in a forked child,
 /// which leaks the value instead of dropping it).
@@ -18,12 +18,9 @@ pub(crate) struct ProcessBound<T> {
 }
 
 impl<T> ProcessBound<T> {
-    /// Binds `value` to this process (in a forked child, the first such value also returns the free memory the
-    /// child inherited: see [`forked_child_starts`]).
+    /// Binds `value` to this process.
     pub(crate) fn new(value: T) -> Self {
-        let pid = std::process::id();
-        forked_child_starts(pid);
-        ProcessBound { value: Some(value), pid }
+        ProcessBound { value: Some(value), pid: std::process::id() }
     }
 
     /// The value, if this is the process that made it.
@@ -38,21 +35,6 @@ impl<T> Drop for ProcessBound<T> {
             // A forked copy: its threads are not in this process.
             std::mem::forget(self.value.take());
         }
-    }
-}
-
-/// The process that last made a [`ProcessBound`] value (0 before any).
-static LAST_PROCESS: AtomicU32 = AtomicU32::new(0);
-
-/// Called as each process-bound value is made: the first in a process forked from one that made such values (a
-/// `DataLoader` worker started with `fork`, about to open its readers) hands back to the system the blocks the
-/// C allocator holds free, inherited from the parent (its freed tile buffers, shared copy-on-write): new buffers
-/// landing there would be copied 4 KiB at a time as they are first written ([`dct_codec::return_free_memory`]).
-/// A spawned process loads the module anew and has nothing inherited to return.
-fn forked_child_starts(pid: u32) {
-    let last = LAST_PROCESS.swap(pid, Ordering::Relaxed);
-    if last != 0 && last != pid {
-        dct_codec::return_free_memory();
     }
 }
 
@@ -120,4 +102,13 @@ pub(crate) fn with_decoder<R>(threads: usize, verify_crc: bool, f: impl FnOnce(&
         }
     });
     out
+}
+
+/// Hands back to the system the memory the C allocator holds free (glibc's `malloc_trim`; elsewhere nothing);
+/// returns whether any went back. The loader calls it before its `DataLoader` forks workers: glibc keeps freed tile
+/// buffers resident in its heaps, and workers forked from a process holding them inherit them and fault in their
+/// own memory slowly around them (see `dct_codec::return_free_memory`).
+#[pyfunction]
+pub(crate) fn return_free_memory(py: Python<'_>) -> bool {
+    py.detach(dct_codec::return_free_memory)
 }

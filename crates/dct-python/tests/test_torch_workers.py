@@ -4,7 +4,6 @@ and checked tiles on the loader's default path."""
 
 import gc
 import json
-import multiprocessing
 import os
 import platform
 import socket
@@ -715,29 +714,22 @@ def _resident_bytes():
 
 @pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
                     reason="glibc keeps freed blocks resident; other allocators are left as they are")
-def test_a_forked_worker_hands_back_the_free_memory_it_inherited(built):
-    """glibc keeps freed blocks of its heap resident; a worker forked from the training process inherits them
-    shared copy-on-write, and its tile buffers landing there would be copied page by page as they are first
-    written. The worker returns them as it opens its reader: its resident memory falls by about as much."""
+def test_the_training_process_hands_back_its_free_memory_before_forking_workers(built):
+    """glibc keeps freed blocks of its heap resident, and workers forked over them fault their own memory in
+    slowly around them: before the DataLoader forks its workers, the loader hands them back to the system, and the
+    training process's resident memory falls by about as much."""
     root, full = built
-    # 256 MiB of 64 KiB blocks (from glibc's heap, below its mmap threshold); every other one freed, so that they
-    # stay in the heap rather than being trimmed from its top.
+    # 128 MiB of 64 KiB blocks (from glibc's heap, below its mmap threshold) freed, every other one of 256 MiB, so
+    # that they stay in the heap rather than being trimmed from its top.
     blocks = [np.full(64 << 10, 7, np.uint8) for _ in range(4096)]
     kept = blocks[1::2]
     del blocks
-    seen = multiprocessing.get_context("fork").RawArray("q", 2)
-
-    def at_start(worker_id):  # in the worker, before it opens its reader
-        seen[0] = _resident_bytes()
-
-    def after_a_batch(batch):  # in the worker, once its reader has read a batch
-        seen[1] = _resident_bytes()
-        return batch
-
-    loader = make_loader(root, 64, num_workers=1, seed=3, multiprocessing_context="fork", worker_init_fn=at_start,
-                         collate_fn=after_a_batch)
-    batches = list(loader)
-    assert sum(b["index"].shape[0] for b in batches) == N
     freed = 2048 * (64 << 10)
-    assert seen[0] - seen[1] > freed // 2, f"resident at start {seen[0]}, after a batch {seen[1]} bytes"
+    loader = make_loader(root, 64, num_workers=1, seed=3, multiprocessing_context="fork")
+    before = _resident_bytes()
+    batches = iter(loader)
+    first = next(batches)  # the workers are forked as the pass starts
+    after = _resident_bytes()
+    assert before - after > freed // 2, f"resident before the workers {before}, after {after} bytes"
+    assert first["index"].shape[0] + sum(b["index"].shape[0] for b in batches) == N
     assert all(int(k[0]) == 7 and int(k[-1]) == 7 for k in kept)

@@ -14,7 +14,7 @@ import torch.utils.data
 from torch.utils.data._utils.collate import default_convert as _default_convert  # its collate_fn for batch_size=None
 from torch.utils.data._utils.pin_memory import pin_memory as _pin_memory  # what the DataLoader pins batches with
 
-from deltacells import _batch_slots
+from deltacells import _batch_slots, _core
 from deltacells._torch_dataset import DeltaCellsIterableDataset
 
 __all__ = ["DeltaCellsDataLoader", "make_loader"]
@@ -102,6 +102,12 @@ class DeltaCellsDataLoader(torch.utils.data.DataLoader):
         self._epoch, self._start, self._count = ticket[0], ticket[1], 0
         if slots:
             _batch_slots.MAPS.forget_exited()
+        if self.num_workers > 0 and (getattr(self, "_iterator", None) is None or not self.persistent_workers) \
+                and _forks(self):
+            # Workers are about to be forked. glibc keeps the tile buffers this process freed (an earlier loader's)
+            # resident in its heaps; children forked over them fault their own memory in around those pages, at
+            # 4 KiB, and a worker's first epoch took several times the system time.
+            _core.return_free_memory()
         pin = self.pin_memory and _can_pin()
         pin_device = getattr(self, "pin_memory_device", "") or None
         # Without workers, the dataset's batches come ready: the DataLoader's own iterator would only convert them
@@ -166,6 +172,12 @@ class DeltaCellsDataLoader(torch.utils.data.DataLoader):
         ds: DeltaCellsIterableDataset = self.dataset  # type: ignore[assignment]
         ds._load(state, max(1, self.num_workers))
         self._start = self._count = 0
+
+
+def _forks(loader: torch.utils.data.DataLoader) -> bool:
+    """Whether the loader's workers are started by ``fork`` (its ``multiprocessing_context``, or the default)."""
+    ctx = loader.multiprocessing_context or multiprocessing.get_context()
+    return bool(ctx.get_start_method() == "fork")
 
 
 def _pinned(batches: Iterator[Any], pin: bool, device: str | None) -> Iterator[Any]:
