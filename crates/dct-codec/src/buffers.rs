@@ -74,10 +74,11 @@ fn advise_huge_pages<T>(_v: &Vec<T>) {}
 ///
 /// Why: glibc serves the buffers of decoded tiles (a few MiB each) from its heaps once the first have been freed,
 /// and keeps what is freed there resident. A process forked from one holding such free blocks (a `DataLoader`
-/// worker started with `fork`) inherits them, and faults its own buffers in around them 4 KiB at a time rather
-/// than as huge pages: a worker's first epoch spent 4.2-5.2 system CPU seconds with 2.5 GB of them in its parent,
-/// against 0.5-0.7 when the parent had handed them back before forking (see docs/BENCHMARKS.md). Handing them back
-/// in the child after the fork did not help. It costs a walk over the free blocks (about 50 ms for 2.4 GB).
+/// worker started with `fork`) inherits them, and spends several times the system time faulting its own buffers
+/// in: a worker's first epoch took 1.6-4.2 system CPU seconds with 1.1-2.8 GB resident in its parent, against
+/// 0.56-0.84 when the parent had handed its free blocks back just before forking (see docs/BENCHMARKS.md, "Loader
+/// workers"). Handing them back in the child after the fork did not help. It costs a walk over the free blocks
+/// (about 50 ms for 2.4 GB).
 pub fn return_free_memory() -> bool {
     #[cfg(all(target_os = "linux", target_env = "gnu", not(miri)))]
     {

@@ -106,8 +106,8 @@ pub(crate) fn with_decoder<R>(threads: usize, verify_crc: bool, f: impl FnOnce(&
 
 /// Hands back to the system the memory the C allocator holds free (glibc's `malloc_trim`; elsewhere nothing);
 /// returns whether any went back. The loader calls it before its `DataLoader` forks workers: glibc keeps freed tile
-/// buffers resident in its heaps, and workers forked from a process holding them inherit them and fault in their
-/// own memory slowly around them (see `dct_codec::return_free_memory`).
+/// buffers resident in its heaps, and workers forked from a process holding them spent several times the system
+/// time faulting their own memory in (see `dct_codec::return_free_memory`).
 #[pyfunction]
 pub(crate) fn return_free_memory(py: Python<'_>) -> bool {
     py.detach(dct_codec::return_free_memory)

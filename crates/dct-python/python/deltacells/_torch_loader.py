@@ -105,8 +105,8 @@ class DeltaCellsDataLoader(torch.utils.data.DataLoader):
         if self.num_workers > 0 and (getattr(self, "_iterator", None) is None or not self.persistent_workers) \
                 and _forks(self):
             # Workers are about to be forked. glibc keeps the tile buffers this process freed (an earlier loader's)
-            # resident in its heaps; children forked over them fault their own memory in around those pages, at
-            # 4 KiB, and a worker's first epoch took several times the system time.
+            # resident in its heaps, and workers forked over them spent several times the system time faulting
+            # their own memory in (docs/BENCHMARKS.md, "Loader workers").
             _core.return_free_memory()
         pin = self.pin_memory and _can_pin()
         pin_device = getattr(self, "pin_memory_device", "") or None
