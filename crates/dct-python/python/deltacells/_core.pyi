@@ -34,6 +34,7 @@ __all__ = [
     "n_obs_shards",
     "obs_shard_tiles",
     "batch_slot_bytes",
+    "return_free_memory",
     "slot_layout",
     "SLOT_HEADER",
     "Tile",
