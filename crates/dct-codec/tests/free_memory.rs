@@ -1,12 +1,13 @@
 //! `return_free_memory` hands the blocks glibc keeps free back to the system. A test binary of its own, so that
 //! its process's resident memory moves with this test alone.
 
-/// The process's resident bytes (`/proc/self/statm`, pages of 4 KiB).
+/// The process's resident bytes (`Rss` of `/proc/self/smaps_rollup`, in kB whatever the page size).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn resident_bytes() -> i64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").expect("Linux has /proc/self/statm");
-    let pages: i64 = statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).expect("statm's second field");
-    pages * 4096
+    let rollup = std::fs::read_to_string("/proc/self/smaps_rollup").expect("Linux has /proc/self/smaps_rollup");
+    let line = rollup.lines().find(|l| l.starts_with("Rss:")).expect("an Rss line");
+    let kb: i64 = line.split_whitespace().nth(1).and_then(|k| k.parse().ok()).expect("Rss in kB");
+    kb * 1024
 }
 
 /// Blocks below glibc's mmap threshold come from its heap and stay resident when freed; every other one is kept to
