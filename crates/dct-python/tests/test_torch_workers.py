@@ -712,24 +712,37 @@ def _resident_bytes():
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _free_heap_blocks():
+    """128 MiB of 64 KiB blocks (from glibc's heap, below its mmap threshold) freed, every other one of 256 MiB, so
+    that they stay in the heap rather than being trimmed from its top; returns the blocks kept and the bytes freed."""
+    blocks = [np.full(64 << 10, 7, np.uint8) for _ in range(4096)]
+    return blocks[1::2], 2048 * (64 << 10)
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
                     reason="glibc keeps freed blocks resident; other allocators are left as they are")
-def test_the_training_process_hands_back_its_free_memory_before_forking_workers(built):
+@pytest.mark.parametrize("persistent", [True, False])
+def test_the_training_process_hands_back_its_free_memory_before_forking_workers(built, persistent):
     """glibc keeps freed blocks of its heap resident, and workers forked over them fault their own memory in
-    slowly around them: before the DataLoader forks its workers, the loader hands them back to the system, and the
-    training process's resident memory falls by about as much."""
+    slowly around them: before the DataLoader forks its workers (the first pass with persistent workers, every pass
+    without), the loader hands them back to the system, and the training process's resident memory falls by about
+    as much."""
     root, full = built
-    # 128 MiB of 64 KiB blocks (from glibc's heap, below its mmap threshold) freed, every other one of 256 MiB, so
-    # that they stay in the heap rather than being trimmed from its top.
-    blocks = [np.full(64 << 10, 7, np.uint8) for _ in range(4096)]
-    kept = blocks[1::2]
-    del blocks
-    freed = 2048 * (64 << 10)
-    loader = make_loader(root, 64, num_workers=1, seed=3, multiprocessing_context="fork")
-    before = _resident_bytes()
-    batches = iter(loader)
-    first = next(batches)  # the workers are forked as the pass starts
-    after = _resident_bytes()
-    assert before - after > freed // 2, f"resident before the workers {before}, after {after} bytes"
-    assert first["index"].shape[0] + sum(b["index"].shape[0] for b in batches) == N
+    loader = make_loader(root, 64, num_workers=1, seed=3, multiprocessing_context="fork",
+                         persistent_workers=persistent)
+    kept = []
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        more, freed = _free_heap_blocks()
+        kept += more
+        before = _resident_bytes()
+        batches = iter(loader)
+        first = next(batches)  # the workers (if not kept from the pass before) are forked as the pass starts
+        after = _resident_bytes()
+        if epoch == 0 or not persistent:
+            assert before - after > freed // 2, f"epoch {epoch}: resident before the pass {before}, after {after}"
+        else:
+            # Workers kept from the pass before: nothing is forked, and the freed blocks stay.
+            assert before - after < freed // 4, f"epoch {epoch}: resident before the pass {before}, after {after}"
+        assert first["index"].shape[0] + sum(b["index"].shape[0] for b in batches) == N
     assert all(int(k[0]) == 7 and int(k[-1]) == 7 for k in kept)
