@@ -62,9 +62,12 @@
 //!   whole on the new tiles, re-encoded after a source whose last tile is partial; obs combined as for an append.
 //! * `subset.rs`: `subset`, a new dataset of some of a dataset's cells (by index or obs conditions) and genes,
 //!   with their obs and gene table.
+//! * `align.rs`: `align_members`, a corpus's members written again as subsets with their genes in the vocabulary's
+//!   order, so that a corpus over them reads rows without re-ordering them.
 
 #![forbid(unsafe_code)]
 
+mod align;
 mod append;
 mod error;
 mod finalize;
@@ -82,6 +85,7 @@ mod scan;
 mod spill;
 mod subset;
 
+pub use align::{AlignOptions, AlignedMember, align_members};
 pub use append::{AppendJournal, AppendOptions, AppendReport, AppendRequest, AppendedInput, append, append_to};
 pub use error::ConvertError;
 pub use finalize::finalize;

@@ -31,8 +31,14 @@ pub struct SubsetOptions {
     /// Obs conditions the kept cells meet, all of them, as the command line writes them (see
     /// [`parse_condition`]): `tissue=lung,blood`, `n_genes=200:`.
     pub conditions: Vec<String>,
-    /// Genes to keep, by their identifier under `gene_key`; kept in the source's column order. `None`: all.
+    /// Genes to keep, by their identifier under `gene_key`; kept in the source's column order unless
+    /// `listed_gene_order`. `None`: all.
     pub genes: Option<Vec<String>>,
+    /// Store the kept genes in the order `genes` lists them rather than in the source's column order: a corpus
+    /// whose vocabulary lists genes in that order then reads the new dataset's rows without re-ordering them.
+    pub listed_gene_order: bool,
+    /// Leave out the genes of `genes` that the source lacks instead of refusing them (at least one must be there).
+    pub skip_missing_genes: bool,
     /// How `genes` names genes: the var names (default) or a column of the gene table.
     pub gene_key: GeneKey,
     /// Cells per tile of the new dataset (default: the source's).
@@ -55,6 +61,8 @@ impl Default for SubsetOptions {
             cells: None,
             conditions: Vec::new(),
             genes: None,
+            listed_gene_order: false,
+            skip_missing_genes: false,
             gene_key: GeneKey::VarNames,
             tile_size: None,
             level: 19,
@@ -166,16 +174,28 @@ pub fn subset(source: &str, output: &str, opts: &SubsetOptions) -> Result<Subset
             let ids = member_genes(&member, &opts.gene_key).map_err(corpus_err)?;
             let column_of: HashMap<&str, usize> = ids.iter().enumerate().map(|(j, g)| (g.as_str(), j)).collect();
             let missing: Vec<&String> = wanted.iter().filter(|g| !column_of.contains_key(g.as_str())).collect();
-            if !missing.is_empty() {
+            if !missing.is_empty() && !opts.skip_missing_genes {
                 return Err(ConvertError::Inputs(format!(
                     "{source} has no gene {} (of {} asked for that it lacks); check the gene key",
                     missing.iter().take(10).map(|g| format!("{g:?}")).collect::<Vec<_>>().join(", "),
                     missing.len()
                 )));
             }
-            let mut kept: Vec<usize> = wanted.iter().map(|g| column_of[g.as_str()]).collect();
-            kept.sort_unstable();
-            kept.dedup();
+            let mut kept: Vec<usize> = wanted.iter().filter_map(|g| column_of.get(g.as_str()).copied()).collect();
+            if kept.is_empty() {
+                return Err(ConvertError::Inputs(format!(
+                    "{source} has none of the {} genes asked for: the subset would have no gene; check the gene key",
+                    wanted.len()
+                )));
+            }
+            if opts.listed_gene_order {
+                // The first listing of each gene places it.
+                let mut seen = vec![false; n_source];
+                kept.retain(|&j| !std::mem::replace(&mut seen[j], true));
+            } else {
+                kept.sort_unstable();
+                kept.dedup();
+            }
             kept
         }
     };
@@ -203,6 +223,7 @@ pub fn subset(source: &str, output: &str, opts: &SubsetOptions) -> Result<Subset
             "source_genes": manifest.n_genes,
             "cells": chosen.n_cells(),
             "genes": kept.len(),
+            "listed_gene_order": opts.listed_gene_order,
             "conditions": opts.conditions,
             "tile_size": tile_size,
             "level": opts.level,

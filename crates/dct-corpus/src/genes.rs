@@ -71,6 +71,12 @@ impl MemberColumns {
         self.to_corpus.len()
     }
 
+    /// Whether the member's genes in the vocabulary are stored in the vocabulary's order, so its rows are
+    /// renumbered as they are read but not re-ordered (see `deltacells corpus align`).
+    pub fn in_vocabulary_order(&self) -> bool {
+        self.increasing
+    }
+
     /// Whether the member's genes are the vocabulary's, in its order (rows then need no re-indexing).
     pub fn is_identity(&self, corpus_genes: usize) -> bool {
         self.unchanged && self.kept == corpus_genes

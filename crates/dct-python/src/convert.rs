@@ -233,7 +233,8 @@ pub(crate) fn plan_info(plan_path: PathBuf) -> PyResult<(Vec<String>, String, us
 /// Writes the chosen cells and genes of `source` as a new dataset at `output` (see `dct_convert::subset`), the GIL
 /// released; returns the new manifest's JSON text.
 #[pyfunction]
-#[pyo3(signature = (source, output, cells, conditions, genes, gene_key, tile_size, level, overwrite, storage_options))]
+#[pyo3(signature = (source, output, cells, conditions, genes, gene_key, tile_size, level, overwrite, storage_options,
+                    listed_gene_order=false, skip_missing_genes=false))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn subset(
     py: Python<'_>,
@@ -247,11 +248,15 @@ pub(crate) fn subset(
     level: i32,
     overwrite: bool,
     storage_options: Option<Bound<'_, PyDict>>,
+    listed_gene_order: bool,
+    skip_missing_genes: bool,
 ) -> PyResult<String> {
     let options = dct_convert::SubsetOptions {
         cells,
         conditions,
         genes,
+        listed_gene_order,
+        skip_missing_genes,
         gene_key: gene_key.map_or(dct_corpus::GeneKey::VarNames, dct_corpus::GeneKey::Column),
         tile_size,
         level,
@@ -270,6 +275,33 @@ pub(crate) fn subset(
         })
         .map_err(convert_error)?;
     String::from_utf8(manifest).map_err(|e| value_error(e.to_string()))
+}
+
+/// Writes each of `members` into `output` with its genes in the vocabulary's order (see
+/// `dct_convert::align_members`), the GIL released; returns `(member, output, already_done)` for each.
+#[pyfunction]
+#[pyo3(signature = (members, output, genes, gene_key, level, overwrite, storage_options))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn align_corpus(
+    py: Python<'_>,
+    members: Vec<String>,
+    output: &str,
+    genes: &Bound<'_, PyAny>,
+    gene_key: Option<String>,
+    level: i32,
+    overwrite: bool,
+    storage_options: Option<Bound<'_, PyDict>>,
+) -> PyResult<Vec<(String, String, bool)>> {
+    let options = dct_convert::AlignOptions {
+        genes: crate::corpus::gene_space(genes)?,
+        gene_key: gene_key.map_or(dct_corpus::GeneKey::VarNames, dct_corpus::GeneKey::Column),
+        level,
+        overwrite,
+        store: crate::dataset::store_options(storage_options.as_ref())?,
+        ..dct_convert::AlignOptions::default()
+    };
+    let written = py.detach(|| dct_convert::align_members(&members, output, &options)).map_err(convert_error)?;
+    Ok(written.into_iter().map(|w| (w.source, w.output, w.report.already_done)).collect())
 }
 
 /// Appends the cells of `inputs` to the dataset at `dataset` (see `dct_convert::append`), the GIL released; returns

@@ -134,6 +134,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(convert::finalize, m)?)?;
     m.add_function(wrap_pyfunction!(convert::plan_info, m)?)?;
     m.add_function(wrap_pyfunction!(convert::subset, m)?)?;
+    m.add_function(wrap_pyfunction!(convert::align_corpus, m)?)?;
     m.add_function(wrap_pyfunction!(convert::append, m)?)?;
     m.add_function(wrap_pyfunction!(convert::merge, m)?)?;
     m.add_function(wrap_pyfunction!(cli::run_cli, m)?)?;

@@ -166,6 +166,35 @@ def test_genes_identified_by_a_gene_table_column(members):
         open_corpus({f"m{i}": r for i, r in enumerate(roots)}, gene_key="nope")
 
 
+def test_members_aligned_to_a_vocabulary_read_the_sources_reindexed_by_pandas(members, tmp_path):
+    """align_corpus writes each member with its genes in the vocabulary's order (by gene_ids here, a vocabulary in ID
+    order that no member stores): the copies read the same rows, with the obs, and again finds them written."""
+    from deltacells.convert import align_corpus
+
+    roots, sources = members
+    union = sorted({"ENSG" + g for s in sources for g in s.var_names})
+    vocabulary = union[::2] + ["ENSGNOT_A_GENE"]
+    aligned = align_corpus(roots, tmp_path / "aligned", genes=vocabulary, gene_key="gene_ids", level=3)
+    assert aligned == [str(tmp_path / "aligned" / f"m{i}") for i in range(3)]
+    for root, source in zip(aligned, sources):
+        stored = deltacells.open_dataset(root).var["gene_ids"].tolist()
+        own = {"ENSG" + g for g in source.var_names}
+        assert stored == [g for g in vocabulary if g in own], "the member's genes, in the vocabulary's order"
+    corpus = open_corpus(aligned, genes=vocabulary, gene_key="gene_ids")
+    assert corpus.member_cells == [70, 60, 70]
+    check_batches(corpus, truth(sources, vocabulary, by_ids=True), seed=5)
+    df = corpus.obs.take_pandas(np.arange(corpus.n_cells), ["donor", "n_genes"], warn=False)
+    want = pd.concat([s.obs[["donor", "n_genes"]] for s in sources], ignore_index=True)
+    assert df["donor"].astype(str).tolist() == want["donor"].astype(str).tolist()
+    np.testing.assert_array_equal(df["n_genes"].to_numpy(dtype=float), want["n_genes"].to_numpy(dtype=float))
+    # Again: nothing to write, the same folders.
+    before = {p: p.stat().st_mtime_ns for p in (tmp_path / "aligned").rglob("*") if p.is_file()}
+    assert align_corpus(roots, tmp_path / "aligned", genes=vocabulary, gene_key="gene_ids", level=3) == aligned
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "aligned").rglob("*") if p.is_file()} == before
+    with pytest.raises(ValueError, match="no gene of the vocabulary"):
+        align_corpus(roots, tmp_path / "none", genes=["ENSGNOT_A_GENE"], gene_key="gene_ids")
+
+
 def test_gene_orders_and_refusals_as_corpus_md_says(members, tmp_path):
     roots, sources = members
     stored = [list(deltacells.open_dataset(r).var_names) for r in roots]

@@ -146,3 +146,26 @@ def test_subsets_killed_at_random_moments_are_completed_by_running_them_again(tm
     out = tmp_path / "out"
     left = kill_trials([*args, "--output", str(out)], out, want, seed=20261206, duration=duration)
     assert "partial" in left, left
+
+
+def test_genes_stored_in_the_listed_order_with_missing_ones_left_out(source, tmp_path):
+    from deltacells.convert import subset as subset_fn
+
+    src, a = source
+    listed = list(np.random.default_rng(3).permutation(a.var_names)[:250])
+    listed.insert(7, "NOT_A_GENE")
+    (tmp_path / "genes.txt").write_text("\n".join(listed))
+    by_cli = subset(src, tmp_path / "cli", "--cells", "20:120", "--genes", str(tmp_path / "genes.txt"),
+                    "--listed-order", "--skip-missing-genes")
+    kept = [g for g in listed if g != "NOT_A_GENE"]
+    assert by_cli.var_names == kept, "stored in the order listed"
+    check(by_cli, a, range(20, 120), kept)
+    m = subset_fn(src, tmp_path / "py", cells=range(20, 120), genes=listed, level=3, listed_gene_order=True,
+                  skip_missing_genes=True)
+    assert m.n_genes == len(kept)
+    tiles = lambda root: [p.read_bytes() for p in sorted(Path(root, "tiles").glob("*.dct"))]  # noqa: E731
+    assert tiles(tmp_path / "py") == tiles(tmp_path / "cli")
+    # Without --listed-order the same genes come in the source's column order.
+    plain = subset(src, tmp_path / "plain", "--cells", "20:120", "--genes", str(tmp_path / "genes.txt"),
+                   "--skip-missing-genes")
+    assert sorted(plain.var_names) == sorted(kept) and plain.var_names != kept

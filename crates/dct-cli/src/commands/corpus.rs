@@ -1,9 +1,11 @@
 //! `deltacells corpus info MEMBER...`: datasets read as one corpus: cells, the gene vocabulary and each member's
-//! coverage of it, obs columns and the members that have them, and conflicts.
+//! coverage of it, obs columns and the members that have them, and conflicts. `deltacells corpus align MEMBER...
+//! --output DIR`: the members written again with their genes in the vocabulary's order.
 
 use std::sync::Arc;
 
 use anyhow::Context;
+use dct_convert::{AlignOptions, align_members};
 use dct_corpus::{Corpus, CorpusError, GeneKey, GeneSpace, Member};
 use dct_dataset::dct_obs::ObsOptions;
 use dct_dataset::{Dataset, ReadOptions, StoreOptions};
@@ -22,6 +24,35 @@ pub struct Args {
 enum Command {
     /// Cells, genes shared, each member's coverage of the vocabulary, obs columns and their conflicts.
     Info(InfoArgs),
+    /// Writes each member again into a folder with its genes in the vocabulary's order (genes outside it left
+    /// out), so that a corpus over the copies, with the same vocabulary, reads rows without re-ordering them.
+    Align(AlignArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct AlignArgs {
+    /// Member datasets (paths or store URLs); each is written under its last path component.
+    #[arg(required = true, num_args = 1..)]
+    members: Vec<String>,
+    /// The folder (or store URL) the aligned members are written into.
+    #[arg(long)]
+    output: String,
+    /// The vocabulary: `union`, `intersection`, or a file of gene identifiers, one a line (its order is the order
+    /// the copies store their genes in).
+    #[arg(long, default_value = "union")]
+    genes: String,
+    /// A column of each member's gene table naming its genes (e.g. `gene_ids`); default: the gene names.
+    #[arg(long = "gene-key", value_name = "COLUMN")]
+    gene_key: Option<String>,
+    /// zstd level of the new tiles.
+    #[arg(long, default_value_t = 19)]
+    level: i32,
+    /// Replace datasets already at the outputs.
+    #[arg(long)]
+    overwrite: bool,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -66,7 +97,36 @@ pub(super) fn open_members(urls: &[String], options: &ReadOptions) -> anyhow::Re
 pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
     match args.command {
         Command::Info(a) => info(a, store),
+        Command::Align(a) => align(a, store),
     }
+}
+
+fn align(a: AlignArgs, store: &StoreOptions) -> anyhow::Result<u8> {
+    let options = AlignOptions {
+        genes: gene_space(&a.genes)?,
+        gene_key: a.gene_key.clone().map_or(GeneKey::VarNames, GeneKey::Column),
+        level: a.level,
+        overwrite: a.overwrite,
+        store: store.clone(),
+        ..AlignOptions::default()
+    };
+    let written = align_members(&a.members, &a.output, &options)?;
+    if a.json {
+        let members: Vec<Value> = written
+            .iter()
+            .map(|w| {
+                json!({"member": w.source, "output": w.output, "cells": w.report.n_cells, "genes": w.report.n_genes,
+                       "tiles": w.report.n_tiles, "already_done": w.report.already_done})
+            })
+            .collect();
+        print_json(&json!({ "output": a.output, "members": members }));
+        return Ok(0);
+    }
+    for w in &written {
+        let what = if w.report.already_done { "already aligned" } else { "aligned" };
+        println!("{what}: {} -> {} ({} cells x {} genes)", w.source, w.output, w.report.n_cells, w.report.n_genes);
+    }
+    Ok(0)
 }
 
 fn info(a: InfoArgs, store: &StoreOptions) -> anyhow::Result<u8> {
@@ -86,13 +146,15 @@ fn info(a: InfoArgs, store: &StoreOptions) -> anyhow::Result<u8> {
         .iter()
         .enumerate()
         .map(|(m, member)| {
-            let kept = corpus.gene_map().member(m).kept();
+            let columns = corpus.gene_map().member(m);
+            let kept = columns.kept();
             json!({
                 "member": member.name,
                 "cells": member.dataset.n_cells(),
                 "genes": member.dataset.n_genes(),
                 "genes_in_vocabulary": kept,
                 "vocabulary_covered": kept as f64 / vocabulary as f64,
+                "in_vocabulary_order": columns.in_vocabulary_order(),
             })
         })
         .collect();
@@ -140,12 +202,19 @@ fn info(a: InfoArgs, store: &StoreOptions) -> anyhow::Result<u8> {
     );
     for m in &per_member {
         println!(
-            "  {}: {} cells, {} genes, {} in the vocabulary ({:.1}% of it)",
+            "  {}: {} cells, {} genes, {} in the vocabulary ({:.1}% of it){}",
             m["member"].as_str().unwrap_or_default(),
             m["cells"],
             m["genes"],
             m["genes_in_vocabulary"],
-            100.0 * m["vocabulary_covered"].as_f64().unwrap_or(0.0)
+            100.0 * m["vocabulary_covered"].as_f64().unwrap_or(0.0),
+            if m["in_vocabulary_order"] == true { "" } else { "; rows re-ordered as read" }
+        );
+    }
+    if per_member.iter().any(|m| m["in_vocabulary_order"] != true) {
+        println!(
+            "  members whose genes are in orders of their own have each row re-ordered as it is read; for many \
+             epochs, `deltacells corpus align` writes them once in the vocabulary's order"
         );
     }
     for c in &columns {

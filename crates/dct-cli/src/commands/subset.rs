@@ -1,4 +1,5 @@
-//! `deltacells subset DATASET --output OUT [--cells SPEC] [--where COND]... [--genes FILE] [--json]`.
+//! `deltacells subset DATASET --output OUT [--cells SPEC] [--where COND]... [--genes FILE [--listed-order]
+//! [--skip-missing-genes]] [--json]`.
 
 use anyhow::Context;
 use dct_convert::{SubsetOptions, subset};
@@ -27,6 +28,13 @@ pub struct Args {
     /// Keep only these genes: a file of one gene identifier a line (kept in the dataset's column order).
     #[arg(long, value_name = "FILE")]
     genes: Option<String>,
+    /// With --genes: store the genes in the order the file lists them (a corpus whose vocabulary lists them so
+    /// reads rows without re-ordering them).
+    #[arg(long, requires = "genes")]
+    listed_order: bool,
+    /// With --genes: leave out the listed genes the dataset lacks instead of refusing them.
+    #[arg(long, requires = "genes")]
+    skip_missing_genes: bool,
     /// With --genes: identify genes by this column of the gene table (e.g. `gene_ids`) instead of their names.
     #[arg(long, requires = "genes", value_name = "COLUMN")]
     gene_key: Option<String>,
@@ -75,6 +83,8 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
         cells: args.cells.as_deref().map(parse_cells).transpose()?,
         conditions: args.conditions.clone(),
         genes,
+        listed_gene_order: args.listed_order,
+        skip_missing_genes: args.skip_missing_genes,
         gene_key: args.gene_key.clone().map_or(GeneKey::VarNames, GeneKey::Column),
         tile_size: args.tile_size,
         level: args.level,

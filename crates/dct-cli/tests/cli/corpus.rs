@@ -1,5 +1,5 @@
-//! `deltacells corpus info` against what the members' own files say: their gene names (var_names.txt), counted
-//! and intersected here.
+//! `deltacells corpus info` and `corpus align` against what the members' own files say: their gene names
+//! (var_names.txt), counted, intersected and ordered here.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -87,4 +87,67 @@ fn bench_corpus_reads_an_epoch_through_the_corpus_and_member_by_member() {
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--corpus"));
     assert!(!deltacells(&["bench", a, "--genes", "union"]).status.success());
+}
+
+#[test]
+fn corpus_align_writes_each_member_in_the_vocabulary_order_that_corpus_info_then_reports() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("wu"), tmp.path().join("pbmc"));
+    convert(&testdata("inputs/wu2020_200.h5ad"), &a);
+    convert(&testdata("inputs/pbmc200/pbmc200.h5ad"), &b);
+    // A vocabulary in name order, which neither member stores its genes in (the converter orders them by total),
+    // and a gene neither has.
+    let mut vocabulary: Vec<String> =
+        genes(&a).into_iter().chain(genes(&b)).collect::<HashSet<_>>().into_iter().collect();
+    vocabulary.sort();
+    vocabulary.insert(1, "NOT_A_GENE".into());
+    let list = tmp.path().join("vocabulary.txt");
+    std::fs::write(&list, vocabulary.join("\n") + "\n").unwrap();
+    let info = |members: &[&Path]| -> serde_json::Value {
+        let mut args = vec!["corpus", "info"];
+        args.extend(members.iter().map(|m| m.to_str().unwrap()));
+        args.extend(["--genes", list.to_str().unwrap(), "--json"]);
+        let o = deltacells(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let before = info(&[&a, &b]);
+    assert!(before["per_member"].as_array().unwrap().iter().all(|m| m["in_vocabulary_order"] == false), "{before}");
+    let o = deltacells(&["corpus", "info", a.to_str().unwrap(), "--genes", list.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("deltacells corpus align"));
+
+    let out = tmp.path().join("aligned");
+    let align = || {
+        let o = deltacells(&[
+            "corpus",
+            "align",
+            a.to_str().unwrap(),
+            b.to_str().unwrap(),
+            "--genes",
+            list.to_str().unwrap(),
+            "--level",
+            "1",
+            "--output",
+            out.to_str().unwrap(),
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    let written = align();
+    let members = written["members"].as_array().unwrap();
+    assert_eq!(members.len(), 2);
+    for (m, source) in members.iter().zip([&a, &b]) {
+        assert_eq!(m["already_done"], false);
+        assert_eq!(m["cells"], 200);
+        let own = genes(source);
+        let want: Vec<&String> = vocabulary.iter().filter(|g| own.contains(g)).collect();
+        let got = genes(Path::new(m["output"].as_str().unwrap()));
+        assert_eq!(got.iter().collect::<Vec<_>>(), want, "its genes in the vocabulary's order");
+    }
+    let after = info(&[&out.join("wu"), &out.join("pbmc")]);
+    assert!(after["per_member"].as_array().unwrap().iter().all(|m| m["in_vocabulary_order"] == true), "{after}");
+    assert_eq!(after["per_member"][1]["genes_in_vocabulary"], before["per_member"][1]["genes_in_vocabulary"]);
+    // Again: found written.
+    assert!(align()["members"].as_array().unwrap().iter().all(|m| m["already_done"] == true));
 }

@@ -1,6 +1,7 @@
 //! The integration tests of `dct-convert`, one module per subject, in one test binary (one link of the
 //! dependencies instead of one per file).
 
+mod align;
 mod append;
 mod convert;
 mod merge;

@@ -68,6 +68,7 @@ __all__ = [
     "convert",
     "make_plan",
     "subset",
+    "align_corpus",
     "append",
     "merge",
     "scan_part",
@@ -361,7 +362,12 @@ def make_plan(inputs: list[str], output: str, plan_path: str, **kw: Any) -> tupl
 def subset(
     source: str, output: str, cells: list[int] | None, conditions: list[str], genes: list[str] | None,
     gene_key: str | None, tile_size: int | None, level: int, overwrite: bool, storage_options: dict[str, str] | None,
+    listed_gene_order: bool = ..., skip_missing_genes: bool = ...,
 ) -> str: ...
+def align_corpus(
+    members: list[str], output: str, genes: str | list[str], gene_key: str | None, level: int, overwrite: bool,
+    storage_options: dict[str, str] | None,
+) -> list[tuple[str, str, bool]]: ...
 def append(
     dataset: str, inputs: list[str], gene_key: str | None, drop_new_genes: bool, allow_repeat: bool,
     level: int | None, matrix: str, obs_exclude: list[str], threads: int, storage_options: dict[str, str] | None,

@@ -19,8 +19,8 @@ from deltacells import _core
 from deltacells.manifest import Manifest
 
 __all__ = [
-    "AppendReport", "append", "convert_h5ad", "finalize", "merge", "natural_sort_key", "plan", "resolve_files",
-    "run_part", "scan_part", "subset",
+    "AppendReport", "align_corpus", "append", "convert_h5ad", "finalize", "merge", "natural_sort_key", "plan",
+    "resolve_files", "run_part", "scan_part", "subset",
 ]
 
 Log = Callable[[str], None]
@@ -218,13 +218,16 @@ def subset(
     source: str | os.PathLike[str], output: str | os.PathLike[str], *, cells: Sequence[int] | None = None,
     where: Mapping[str, Sequence[Any] | tuple[float | None, float | None]] | None = None,
     genes: Sequence[str] | None = None, gene_key: str | None = None, tile_size: int | None = None, level: int = 19,
-    overwrite: bool = False, storage_options: dict[str, str] | None = None,
+    overwrite: bool = False, storage_options: dict[str, str] | None = None, listed_gene_order: bool = False,
+    skip_missing_genes: bool = False,
 ) -> Manifest:
     """Writes some cells and genes of the dataset ``source`` as a new dataset at ``output`` and returns its manifest,
     as ``deltacells subset``: the cells ``cells`` (indices; any order, each kept once) that meet every condition of
     ``where`` (``{"tissue": ["lung", "blood"]}``: one of these values; ``{"n_genes": (200, None)}``: a number
     range, either end open), and the genes ``genes`` (identifiers under ``gene_key``: the var names by default, or a
-    gene-table column such as ``"gene_ids"``), kept in the source's column order. Obs come along with the
+    gene-table column such as ``"gene_ids"``), kept in the source's column order (``listed_gene_order=True``: in the
+    order ``genes`` lists them; ``skip_missing_genes=True``: genes the source lacks are left out rather than
+    refused). Obs come along with the
     source's category vocabularies, the gene table is cut to the kept genes, and the manifest's
     ``metadata["subset"]`` says what was chosen from what. The manifest is written last: an interrupted subset
     leaves no dataset that looks complete, and running the same subset again completes it (a finished one is left
@@ -243,8 +246,34 @@ def subset(
                                                      for v in values))
     text = _core.subset(os.fspath(source), os.fspath(output), None if cells is None else [int(c) for c in cells],
                         conditions, None if genes is None else [str(g) for g in genes], gene_key, tile_size,
-                        int(level), bool(overwrite), storage_options)
+                        int(level), bool(overwrite), storage_options, bool(listed_gene_order),
+                        bool(skip_missing_genes))
     return Manifest.from_json(text)
+
+
+def align_corpus(
+    members: Sequence[str | os.PathLike[str]], output: str | os.PathLike[str], *,
+    genes: str | Sequence[str] = "union", gene_key: str | None = None, level: int = 19, overwrite: bool = False,
+    storage_options: dict[str, str] | None = None,
+) -> list[str]:
+    """Writes each of ``members`` (read as one corpus with ``genes`` and ``gene_key``, as
+    :func:`deltacells.open_corpus` takes them) into the folder ``output``, under its last path component, with its
+    genes in the vocabulary's order, as ``deltacells corpus align``: every cell and obs column of the member, its
+    genes outside the vocabulary left out. Returns the aligned members' paths, in the members' order.
+
+    A corpus opened over them with the same ``genes`` and ``gene_key`` reads the same rows, but moves each row to
+    the vocabulary's columns by renumbering it, where members whose genes are in orders of their own (as
+    ``deltacells convert`` stores them, by decreasing total) have every row re-ordered as it is read, which costs
+    about as much as decoding it. For training over many epochs the one pass pays back within the first epochs;
+    the copies take more bytes (genes in the vocabulary's order compress less well). Each member is written as a
+    :func:`subset`: an interrupted run is completed by running it again. Runs without the GIL."""
+    if isinstance(genes, str):
+        space: str | list[str] = genes
+    else:
+        space = [str(g) for g in genes]
+    written = _core.align_corpus([os.fspath(m) for m in members], os.fspath(output), space, gene_key, int(level),
+                                 bool(overwrite), storage_options)
+    return [out for _, out, _ in written]
 
 
 @dataclass(frozen=True)
