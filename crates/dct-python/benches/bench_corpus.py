@@ -50,7 +50,9 @@ for lack of memory on this machine).
 
 ``aligned`` is deltacells with the alignment done once, as annbatch does it: the members' h5ad files converted
 (``convert_h5ad(genes=vocabulary)``, level 3) into one dataset in the vocabulary's genes, read by the same loader
-(write time reported beside annbatch's). ``--loaders`` chooses which of the four run.
+(write time reported beside annbatch's); ``corpus_aligned`` is the corpus over the members written once in the
+vocabulary's gene order (``align_corpus``, level 3, into ``WORKDIR/aligned``, as ``run`` measures it), the same
+cells selected. ``--loaders`` chooses which of the five run.
 
 ``opening`` writes (once) ``members`` small datasets (200 cells each, a seeded 400 of 1,000 genes in a seeded order,
 a gene table with ``gene_ids``) and opens them as one corpus by ``gene_ids`` through a store that answers every
@@ -291,6 +293,7 @@ def peers(workdir: Path, source: Path, per_member: int, rounds: int, batch_sizes
     subset = corpus.select(firsts)
     results: dict[str, object] = {"members": len(roots), "cells": subset.n_cells, "vocabulary": len(vocabulary)}
     collection = aligned = None
+    aligned_members: list[str] = []
     if "annbatch" in loaders and _has_annbatch():
         collection, seconds = annbatch_collection(workdir, paths, vocabulary, per_member)
         results["annbatch_write_seconds"] = seconds
@@ -302,6 +305,10 @@ def peers(workdir: Path, source: Path, per_member: int, rounds: int, batch_sizes
         aligned, seconds = aligned_dataset(workdir, paths, vocabulary, per_member)
         results["aligned_write_seconds"] = seconds
         print(f"aligned dataset: {seconds:.0f} s to write", flush=True)
+    if "corpus_aligned" in loaders:
+        started = time.perf_counter()
+        aligned_members = align_corpus(roots, workdir / "aligned", genes=vocabulary, gene_key="gene_ids", level=3)
+        results["corpus_aligned_write_seconds"] = time.perf_counter() - started
     for b in batch_sizes:
         rates: dict[str, list[float]] = {k: [] for k in loaders}
         for r in range(rounds):
@@ -316,6 +323,11 @@ def peers(workdir: Path, source: Path, per_member: int, rounds: int, batch_sizes
                 elif k == "annbatch":
                     assert collection is not None
                     rates[k].append(annbatch_epoch(collection, b, seed=r))
+                elif k == "corpus_aligned":
+                    start = time.perf_counter()  # opening included, as for the others
+                    c = deltacells.open_corpus(aligned_members, genes=vocabulary, gene_key="gene_ids").select(firsts)
+                    n = sum(int(x["index"].shape[0]) for x in make_loader(c, b, seed=r))
+                    rates[k].append(n / (time.perf_counter() - start))
                 elif k == "aligned":
                     assert aligned is not None
                     start = time.perf_counter()  # opening included, as for the others
@@ -327,8 +339,9 @@ def peers(workdir: Path, source: Path, per_member: int, rounds: int, batch_sizes
         results[f"batch_{b}"] = {
             k: {"median_cells_per_s": statistics.median(v), "rounds": v} for k, v in rates.items()
         }
-        for ours in [k for k in ("deltacells", "aligned") if k in rates]:
-            for peer in [k for k in rates if k not in ("deltacells", "aligned")]:
+        ours_all = ("deltacells", "corpus_aligned", "aligned")
+        for ours in [k for k in ours_all if k in rates]:
+            for peer in [k for k in rates if k not in ours_all]:
                 results[f"batch_{b}"][f"{ours}_to_{peer}"] = statistics.median(  # type: ignore[index]
                     d / a for d, a in zip(rates[ours], rates[peer]))
     print(json.dumps(results, indent=2))
@@ -411,9 +424,10 @@ def main() -> None:
                    help="prepare: each member's stored gene order (totals: by decreasing total over its cells, as "
                         "`deltacells convert` writes; random: a seeded random order)")
     p.add_argument("--cells-per-member", type=int, default=4000)
-    p.add_argument("--loaders", default="deltacells,aligned,anndata_backed,annbatch",
-                   help="peers: which loaders to measure (deltacells: the corpus; aligned: one dataset in the "
-                        "vocabulary's genes, converted once; anndata_backed; annbatch)")
+    p.add_argument("--loaders", default="deltacells,corpus_aligned,aligned,anndata_backed,annbatch",
+                   help="peers: which loaders to measure (deltacells: the corpus; corpus_aligned: the corpus over "
+                        "its members aligned once; aligned: one dataset in the vocabulary's genes, converted once; "
+                        "anndata_backed; annbatch)")
     a = p.parse_args()
     a.workdir.mkdir(parents=True, exist_ok=True)
     if a.command == "prepare":
