@@ -223,13 +223,16 @@ pub fn subset(source: &str, output: &str, opts: &SubsetOptions) -> Result<Subset
             "source_genes": manifest.n_genes,
             "cells": chosen.n_cells(),
             "genes": kept.len(),
-            "listed_gene_order": opts.listed_gene_order,
             "conditions": opts.conditions,
             "tile_size": tile_size,
             "level": opts.level,
             "choice_sha256": choice_digest(&chosen.selection().ranges(), &kept),
         }
     });
+    if opts.listed_gene_order {
+        // Only when set, so a subset written before the option existed is still recognised as the same subset.
+        writer_opts.metadata["subset"]["listed_gene_order"] = json!(true);
+    }
     // A run of this same subset that stopped before its manifest left its marker: it is replaced, so running the
     // command again completes it. The same subset finished is left as it is (its marker removed if a run stopped
     // before that); another dataset, or files of anything else, are refused without --overwrite.

@@ -106,6 +106,16 @@ impl MemberColumns {
             out_values[..n].copy_from_slice(values);
             return n;
         }
+        if self.increasing && self.kept == self.to_corpus.len() {
+            // Every gene of the member is in the vocabulary, in its order (a member written by `corpus align`): each
+            // entry is renumbered, with no test, and the values are copied whole.
+            let n = indices.len();
+            for (o, &g) in out_indices[..n].iter_mut().zip(indices) {
+                *o = self.to_corpus[g as usize] as i32;
+            }
+            out_values[..n].copy_from_slice(values);
+            return n;
+        }
         if self.increasing {
             let kept = indices.iter().zip(values).filter_map(|(&g, &v)| {
                 // The reader hands out only indices below the member's gene count.
@@ -402,6 +412,22 @@ mod tests {
             m.member(1).write_row(&[0, 1, 2, 3], &[1u32, 2, 3, 4], &mut i, &mut v, scratch);
             assert_eq!((i, v), (vec![0, 2, 3], vec![1, 3, 4]));
         });
+    }
+
+    #[test]
+    fn a_member_whose_every_gene_is_in_the_vocabulary_in_its_order_is_renumbered() {
+        // Member 0 as `corpus align` writes it: its genes, all in the vocabulary, in the vocabulary's order, with
+        // vocabulary genes it lacks in between (so it is not the vocabulary itself).
+        let vocabulary = strings(&["z", "a", "y", "b", "c", "x"]);
+        let members = vec![strings(&["a", "b", "c"]), strings(&["c", "a"])];
+        let m = GeneMap::build(&names(2), &members, &GeneSpace::Given(vocabulary)).unwrap();
+        assert!(m.member(0).in_vocabulary_order() && !m.member(0).is_identity(6) && m.member(0).kept() == 3);
+        assert!(!m.member(1).in_vocabulary_order());
+        let (mut i, mut v) = (vec![-1; 4], vec![0u32; 4]);
+        let k = RowScratch::with(|scratch| m.member(0).write_row(&[0, 1, 2], &[7u32, 8, 9], &mut i, &mut v, scratch));
+        assert_eq!((&i[..k], &v[..k]), (&[1, 3, 4][..], &[7u32, 8, 9][..]));
+        let k = RowScratch::with(|scratch| m.member(0).write_row(&[2], &[5u32], &mut i, &mut v, scratch));
+        assert_eq!((&i[..k], &v[..k]), (&[4][..], &[5u32][..]));
     }
 
     #[test]
