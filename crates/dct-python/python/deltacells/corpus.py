@@ -459,6 +459,12 @@ def open_corpus(
             ``max_cached_tiles`` bounds the decoded tiles random reads (:meth:`Corpus.get_batch`) keep across all
             the members together, not per member; a training loader sizes its own readers' caches from its
             ``memory_budget``.
+
+    A member whose genes are stored in an order of their own (the converter stores them by decreasing total) has
+    each row re-ordered into the vocabulary's order as it is read, which costs about as much as decoding it. For
+    training over many epochs, :func:`deltacells.convert.align_corpus` writes the members once in the
+    vocabulary's order; a corpus over the copies reads the same rows without re-ordering them (``deltacells corpus
+    info`` says which members need it).
     """
     if isinstance(members, (str, bytes, os.PathLike)) or hasattr(members, "read_bytes"):
         raise TypeError(f"open_corpus takes a sequence of dataset URIs (or a mapping name -> URI), not one URI "
