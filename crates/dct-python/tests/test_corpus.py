@@ -195,6 +195,20 @@ def test_members_aligned_to_a_vocabulary_read_the_sources_reindexed_by_pandas(me
         align_corpus(roots, tmp_path / "none", genes=["ENSGNOT_A_GENE"], gene_key="gene_ids")
 
 
+def test_members_aligned_onto_an_object_store(members):
+    """align_corpus writes the aligned copies to S3 (the server CI starts), read back through StoreBackends."""
+    from deltacells.convert import align_corpus
+
+    roots, sources = members
+    url, options = s3_or_skip()
+    vocabulary = sorted({g for s in sources for g in s.var_names})[::3]
+    aligned = align_corpus(roots, url, genes=vocabulary, level=3, storage_options=options)
+    assert aligned == [f"{url}/m{i}" for i in range(3)]
+    corpus = open_corpus([StoreBackend(u, options) for u in aligned], genes=vocabulary)
+    assert corpus.member_cells == [70, 60, 70]
+    check_batches(corpus, truth(sources, vocabulary), seed=6)
+
+
 def test_gene_orders_and_refusals_as_corpus_md_says(members, tmp_path):
     roots, sources = members
     stored = [list(deltacells.open_dataset(r).var_names) for r in roots]

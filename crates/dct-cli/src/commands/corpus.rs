@@ -76,11 +76,14 @@ pub(super) fn gene_space(genes: &str) -> anyhow::Result<GeneSpace> {
     Ok(match genes {
         "union" => GeneSpace::Union,
         "intersection" => GeneSpace::Intersection,
-        path => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading the vocabulary {path}"))?;
-            GeneSpace::Given(text.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_string).collect())
-        }
+        path => GeneSpace::Given(read_gene_list(path)?),
     })
+}
+
+/// The gene identifiers of a file, one a line (blank lines skipped, spaces around each trimmed).
+pub(super) fn read_gene_list(path: &str) -> anyhow::Result<Vec<String>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading the gene list {path}"))?;
+    Ok(text.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_string).collect())
 }
 
 /// The member datasets at `urls`, each named by its URL.

@@ -72,13 +72,7 @@ fn parse_cells(spec: &str) -> anyhow::Result<Vec<u64>> {
 
 /// Runs `subset`.
 pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
-    let genes = match &args.genes {
-        Some(path) => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading the gene list {path}"))?;
-            Some(text.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_string).collect())
-        }
-        None => None,
-    };
+    let genes = args.genes.as_deref().map(super::corpus::read_gene_list).transpose()?;
     let options = SubsetOptions {
         cells: args.cells.as_deref().map(parse_cells).transpose()?,
         conditions: args.conditions.clone(),
