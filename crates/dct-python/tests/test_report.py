@@ -93,6 +93,10 @@ def screenshot(page: Path, out: Path, height: int) -> "np.ndarray":
            f"--user-data-dir={out.parent / 'chromium-profile'}", f"--screenshot={out}",
            f"--window-size=1280,{height}", page.as_uri()]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if r.returncode < 0:
+        # The browser killed by a signal (a segfault of headless Chromium, seen about once in hundreds of
+        # screenshots on CI machines) says nothing of the page: once more. A page it cannot draw fails both times.
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and out.exists(), r.stderr[-2000:]
     return np.asarray(image.open(out).convert("RGB"))
 
