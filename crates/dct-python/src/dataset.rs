@@ -235,14 +235,16 @@ impl PyDataset {
     /// Starts loading `tiles` in the background; returns how many loads it started.
     fn prefetch(&self, tiles: Vec<i64>) -> PyResult<usize> {
         let ds = self.get()?;
-        let n = ds.n_tiles();
-        let ids = tiles
-            .iter()
-            .map(|&t| {
-                usize::try_from(t).ok().filter(|&t| t < n).ok_or_else(|| index_error(format!("tile {t} out of range")))
-            })
-            .collect::<PyResult<Vec<usize>>>()?;
+        let ids = tile_ids(&tiles, ds.n_tiles())?;
         ds.prefetch(&ids).map_err(dataset_error)
+    }
+
+    /// Tells the cache the order in which this pass and the next first read the tiles (see `Dataset::plan_passes`).
+    fn plan_passes(&self, this_pass: Vec<i64>, next_pass: Vec<i64>) -> PyResult<()> {
+        let ds = self.get()?;
+        let (this_pass, next_pass) = (tile_ids(&this_pass, ds.n_tiles())?, tile_ids(&next_pass, ds.n_tiles())?);
+        ds.plan_passes(&this_pass, &next_pass);
+        Ok(())
     }
 
     /// The parsed, still compressed tile `tile` (fetched now, checked against the manifest).
@@ -336,4 +338,14 @@ fn batch_as<'py, V: dct_codec::CountValue + numpy::Element>(
 #[pyfunction]
 pub(crate) fn batch_slot_bytes(used: u64) -> u64 {
     dct_dataset::batch_slot_bytes(used)
+}
+
+/// Tile numbers from Python, each checked to be below `n`.
+fn tile_ids(tiles: &[i64], n: usize) -> PyResult<Vec<usize>> {
+    tiles
+        .iter()
+        .map(|&t| {
+            usize::try_from(t).ok().filter(|&t| t < n).ok_or_else(|| index_error(format!("tile {t} out of range")))
+        })
+        .collect()
 }

@@ -147,6 +147,11 @@ impl PyEpochPlan {
     fn tiles_ahead(&self, j: usize, max_tiles: usize) -> Vec<usize> {
         self.lock().tiles_ahead(j, max_tiles)
     }
+
+    /// Every tile this worker's batches read, in order of first need.
+    fn tile_order(&self, py: Python<'_>) -> Vec<usize> {
+        py.detach(|| self.lock().tile_order())
+    }
 }
 
 impl PyEpochPlan {

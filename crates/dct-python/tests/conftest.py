@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from deltacells import LocalBackend
 
 REPO = Path(__file__).resolve().parents[3]
 TESTDATA = REPO / "testdata"
@@ -37,6 +38,21 @@ def write_dataset(root, matrix, tile_size, **writer_options) -> str:
         for lo in range(0, matrix.shape[0], tile_size):
             w.add_tile(matrix[lo : lo + tile_size])
     return str(root)
+
+
+class LoggingBackend(LocalBackend):
+    """Appends the name of every object read to a file: reads are counted across DataLoader worker processes
+    (forked or spawned: the class pickles by reference to this module). A subclass, so the reader goes through its
+    methods."""
+
+    def __init__(self, root, log):
+        super().__init__(root)
+        self.log = log
+
+    def read(self, name):
+        with open(self.log, "a") as f:
+            f.write(name + "\n")
+        return super().read(name)
 
 
 def same(a, b) -> bool:

@@ -13,11 +13,11 @@ import textwrap
 
 import numpy as np
 import pytest
-from conftest import make_counts, require, same, write_dataset
+from conftest import LoggingBackend, make_counts, require, same, write_dataset
 
 torch = require("torch")
 
-from deltacells import DatasetWriter, LocalBackend  # noqa: E402
+from deltacells import DatasetWriter  # noqa: E402
 from deltacells.torch import DeltaCellsIterableDataset, make_loader  # noqa: E402
 
 N, G, TILE = 470, 40, 50  # 10 tiles, the last of 20
@@ -29,20 +29,6 @@ def built(tmp_path_factory):
     # Gene names, so that the dataset can also be a corpus's member.
     names = [f"g{g}" for g in range(G)]
     return write_dataset(tmp_path_factory.mktemp("workers") / "ds", full, TILE, var_names=names), full
-
-
-class LoggingBackend(LocalBackend):
-    """Appends the name of every object read to a file: reads are counted across DataLoader worker processes. (A
-    subclass, so the reader goes through its methods.)"""
-
-    def __init__(self, root, log):
-        super().__init__(root)
-        self.log = log
-
-    def read(self, name):
-        with open(self.log, "a") as f:
-            f.write(name + "\n")
-        return super().read(name)
 
 
 @pytest.mark.parametrize("workers", [0, 2, 3])

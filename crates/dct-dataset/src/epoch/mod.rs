@@ -485,30 +485,51 @@ impl EpochPlan {
     /// The distinct tiles this worker's batches `j..` read, in the order they are first needed, stopping after
     /// `max_tiles` tiles (for prefetching ahead of the batches).
     pub fn tiles_ahead(&self, j: usize, max_tiles: usize) -> Vec<usize> {
+        self.first_reads(j, max_tiles)
+    }
+
+    /// Every tile this worker's batches read, in the order they are first needed: for a reader's cache, the order
+    /// in which a pass asks for the tiles a cache holds (see `Dataset::plan_passes`).
+    pub fn tile_order(&self) -> Vec<usize> {
+        self.first_reads(0, usize::MAX)
+    }
+
+    fn first_reads(&self, j: usize, max_tiles: usize) -> Vec<usize> {
         let mut out: Vec<usize> = Vec::new();
-        let mut k = j;
-        while out.len() < max_tiles && k < self.n_batches() {
-            let (lo, hi) = self.batch_range(k);
-            // The windows the batch's stream positions fall in (every tile of a window may be read by any batch of it).
-            let (first, last) = (lo % self.n_cells.max(1), (hi - 1) % self.n_cells.max(1));
-            let wrapped = hi - lo > 0 && last < first;
-            let windows = if wrapped {
-                let a = self.window_of(first)..self.windows.len();
-                let b = 0..=self.window_of(last);
-                a.chain(b).collect::<Vec<_>>()
-            } else {
-                (self.window_of(first)..=self.window_of(last)).collect()
-            };
-            for w in windows {
+        let mut seen = std::collections::HashSet::new();
+        let mut last: Option<[std::ops::Range<usize>; 2]> = None;
+        for k in j..self.n_batches() {
+            if out.len() >= max_tiles {
+                break;
+            }
+            // Consecutive batches mostly fall in the same windows: each set of windows is walked once.
+            let windows = self.windows_of_batch(k);
+            if last.as_ref() == Some(&windows) {
+                continue;
+            }
+            for w in windows.iter().flat_map(|r| r.clone()) {
                 for u in &self.windows[w].units {
-                    if !out.contains(&u.tile) && out.len() < max_tiles {
+                    if out.len() < max_tiles && seen.insert(u.tile) {
                         out.push(u.tile);
                     }
                 }
             }
-            k += 1;
+            last = Some(windows);
         }
         out
+    }
+
+    /// The windows batch `k`'s stream positions fall in (every tile of a window may be read by any batch of it),
+    /// in stream order: one range, or two when the batch wraps past the end of the stream.
+    fn windows_of_batch(&self, k: usize) -> [std::ops::Range<usize>; 2] {
+        let (lo, hi) = self.batch_range(k);
+        let n = self.n_cells.max(1);
+        let (first, last) = (lo % n, (hi - 1) % n);
+        if hi - lo > 0 && last < first {
+            [self.window_of(first)..self.windows.len(), 0..self.window_of(last) + 1]
+        } else {
+            [self.window_of(first)..self.window_of(last) + 1, 0..0]
+        }
     }
 
     /// The window holding stream position `p` (`p < n_cells`).

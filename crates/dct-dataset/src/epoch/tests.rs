@@ -400,3 +400,54 @@ fn groups_too_small_for_two_windows_leave_the_tiles_ungrouped_and_windows_whole(
     }
     assert!(on > 0 && off > 0, "both cases met: {on} grouped, {off} not");
 }
+
+#[test]
+fn the_tile_order_lists_each_tile_the_batches_read_once_in_the_order_of_their_windows() {
+    // Against the batches' cells: every tile they read is listed once (with one rank and worker, only those); the
+    // tiles read by batches 0..=j are listed within the first tiles of batches 0..=j's windows (at most two
+    // windows a batch past those read); and each prefix is what tiles_ahead gives the prefetcher.
+    let tiles = [7u64, 9, 4, 12, 8, 8, 3, 10, 6, 9];
+    let starts: Vec<u64> = std::iter::once(0)
+        .chain(tiles.iter().scan(0, |s, &n| {
+            *s += n;
+            Some(*s)
+        }))
+        .collect();
+    let tile_of = |c: u64| starts.partition_point(|&s| s <= c) - 1;
+    for (shuffle, window, rank, world, worker, workers) in [
+        (true, 2, 0, 1, 0, 1),
+        (true, 3, 1, 2, 0, 1),
+        (true, 1, 0, 1, 1, 3),
+        (false, 2, 0, 1, 0, 1),
+        (false, 2, 1, 3, 1, 2),
+    ] {
+        let base = EpochOptions { shuffle, shuffle_tiles: window, seed: 5, ..EpochOptions::new(5) };
+        for epoch in 0..3 {
+            let opts = placed(base.clone(), rank, world, worker, workers);
+            let plan = EpochPlan::new(&tiles, &opts, epoch).unwrap();
+            let order = plan.tile_order();
+            let mut distinct = order.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            assert_eq!(distinct.len(), order.len(), "{opts:?} epoch {epoch}: {order:?}");
+            let mut read_so_far: Vec<usize> = Vec::new();
+            for batch in all_batches(&tiles, &opts, epoch) {
+                for c in batch {
+                    if !read_so_far.contains(&tile_of(c)) {
+                        read_so_far.push(tile_of(c));
+                    }
+                }
+                let within = (read_so_far.len() + 2 * window).min(order.len());
+                for t in &read_so_far {
+                    assert!(order[..within].contains(t), "{opts:?} epoch {epoch}: {t} not in {:?}", &order[..within]);
+                }
+            }
+            if world == 1 && workers == 1 {
+                assert_eq!(distinct.len(), read_so_far.len(), "{opts:?} epoch {epoch}");
+            }
+            for k in 0..=order.len() {
+                assert_eq!(plan.tiles_ahead(0, k), order[..k], "{opts:?} epoch {epoch}");
+            }
+        }
+    }
+}

@@ -1,6 +1,6 @@
 //! The cache of fetched and decoded tiles: slots by tile, least recently used first out.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
@@ -66,6 +66,11 @@ pub(super) struct Cache {
     pub(super) wanted: HashMap<usize, usize>,
     /// Set by a batch: the next prefetch request replaces `wanted` instead of adding to it.
     pub(super) wanted_stale: bool,
+    /// Each tile's place in the order the current pass, then the next one, first read the tiles, and the tiles
+    /// read since the current pass began (see [`Cache::plan_passes`]).
+    pub(super) this_pass: HashMap<usize, usize>,
+    pub(super) next_pass: HashMap<usize, usize>,
+    pub(super) read_in_pass: HashSet<usize>,
 }
 
 /// How readily a cached tile is evicted, the first variant first (see [`Cache::evict_over`]).
@@ -170,7 +175,7 @@ impl Cache {
 
     /// The counted tile (not `keep`) to evict first, with its [`Keepness`]; `for_read`: to make room for a read.
     fn most_evictable(&self, keep: Option<usize>, for_read: bool) -> Option<(Keepness, usize)> {
-        let mut best: Option<(Keepness, usize, usize)> = None; // (keepness, order within it, tile)
+        let mut best: Option<(Keepness, (u8, usize), usize)> = None; // (keepness, order within it, tile)
         for (rank, &t) in self.lru.values().enumerate() {
             if Some(t) == keep {
                 continue;
@@ -179,8 +184,14 @@ impl Cache {
             let wanted = self.wanted.get(&t);
             // Least recently used first; of the tiles wanted, the one needed last first, whether it was decoded
             // ahead or read before (a window's tiles come before the next window's in a request). A tile decoded
-            // ahead that the latest requests no longer name was asked for before them: needed soonest.
-            let order = if kind == Keepness::Wanted { usize::MAX - wanted.map_or(0, |&p| p + 1) } else { rank };
+            // ahead that the latest requests no longer name was asked for before them: needed soonest. Of the
+            // tiles done with, when the next pass's order is known: those it does not read (least recently used
+            // first), then the one it reads last.
+            let order = match (kind, self.next_use(t)) {
+                (Keepness::Wanted, _) => (0, usize::MAX - wanted.map_or(0, |&p| p + 1)),
+                (Keepness::Done, Some(p)) => (1, usize::MAX - p),
+                _ => (0, rank),
+            };
             if best.is_none_or(|(k, o, _)| (kind, order) < (k, o)) {
                 best = Some((kind, order, t));
             }
@@ -230,6 +241,9 @@ impl Cache {
         for t in tiles {
             self.wanted.remove(t);
         }
+        if !self.this_pass.is_empty() {
+            self.read_in_pass.extend(tiles);
+        }
         self.wanted_stale = true;
     }
 
@@ -242,6 +256,34 @@ impl Cache {
         for &t in tiles {
             let next = self.wanted.len();
             self.wanted.entry(t).or_insert(next);
+        }
+    }
+
+    /// Records the order in which the pass beginning now and the one after it (a training loop's epoch and the
+    /// next) first read their tiles, replacing the orders recorded before. Among the tiles done with, the one read
+    /// last from now on is evicted first (tiles neither pass reads before it, the least recently used first): a
+    /// tile not read yet in this pass is next read at its place in it, and one read already (each tile belongs to
+    /// one window an epoch) at its place in the next. An epoch that keeps `C` of `N` tiles then decodes about
+    /// `N - C`, where evicting the least recently used leaves mostly tiles the next pass reads late, and evicts
+    /// them before it gets to them.
+    pub(super) fn plan_passes(&mut self, this_pass: &[usize], next_pass: &[usize]) {
+        let places = |tiles: &[usize]| {
+            let mut at = HashMap::with_capacity(tiles.len());
+            for (p, &t) in tiles.iter().enumerate() {
+                at.entry(t).or_insert(p);
+            }
+            at
+        };
+        self.this_pass = places(this_pass);
+        self.next_pass = places(next_pass);
+        self.read_in_pass.clear();
+    }
+
+    /// When tile `t` is next read, as a place in the planned passes (see [`Cache::plan_passes`]).
+    fn next_use(&self, t: usize) -> Option<usize> {
+        match self.this_pass.get(&t) {
+            Some(&p) if !self.read_in_pass.contains(&t) => Some(p),
+            _ => self.next_pass.get(&t).map(|&p| self.this_pass.len() + p),
         }
     }
 
@@ -362,5 +404,42 @@ mod tests {
         // Tile 3 arrives and the read decodes it: nothing leaves, and 5 waits to be decoded (not fetched again).
         assert!(c.insert_ready(3, decoded(), 5, true, true).is_empty());
         assert!(cached(&c).contains(&5));
+    }
+
+    #[test]
+    fn tiles_done_with_go_in_the_next_pass_s_order_the_last_read_first() {
+        // Six tiles read by earlier windows (0 the least recently used), the latest batch reading tile 6.
+        let read = || {
+            let mut c = Cache::default();
+            for t in 0..7 {
+                c.insert_ready(t, decoded(), 7, true, true);
+            }
+            c.mark_read(&[6]);
+            c
+        };
+        let evicted_in_turn = |c: &mut Cache| -> Vec<usize> {
+            let mut out = Vec::new();
+            while let Some((Keepness::Done, t)) = c.most_evictable(None, false) {
+                c.remove_slot(t);
+                out.push(t);
+            }
+            out
+        };
+        // Without the next pass's order: least recently used first.
+        assert_eq!(evicted_in_turn(&mut read()), [0, 1, 2, 3, 4, 5]);
+        // The next pass reads 3, 1, 5, 0, 2 (not 4): 4 goes first, then the one it reads last.
+        let mut c = read();
+        c.plan_passes(&[], &[3, 1, 5, 3, 0, 2, 6]);
+        assert_eq!(evicted_in_turn(&mut c), [4, 2, 0, 5, 1, 3]);
+        // A pass beginning with tiles 0 and 5 still to read (in that order), the next as above; once the pass has
+        // read 0, it is next read in the next pass.
+        for (read_first, evicted) in [(vec![], [4, 2, 1, 3, 5, 0]), (vec![0], [4, 2, 0, 1, 3, 5])] {
+            let mut c = read();
+            c.plan_passes(&[6, 0, 5], &[3, 1, 5, 3, 0, 2, 6]);
+            c.mark_read(&read_first);
+            c.mark_read(&[6]);
+            assert_eq!(evicted_in_turn(&mut c), evicted, "{read_first:?} read");
+        }
+        assert_eq!(cached(&c), [6], "the latest batch's tile stays");
     }
 }

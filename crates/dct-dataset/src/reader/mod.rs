@@ -406,6 +406,17 @@ impl Dataset {
         n
     }
 
+    /// Tells the cache the order in which the pass beginning now and the one after it (a training loop's epoch
+    /// and the next) first read their tiles, replacing any orders given before. When the cache is full, of the
+    /// tiles no batch still needs it evicts first those neither pass reads, then the one read last from now on,
+    /// instead of the least recently used: with a new shuffle each epoch, a cache holding `C` of `N` tiles then
+    /// decodes about `N - C` tiles an epoch instead of nearly `N`. Each tile is taken to be read in one stretch of
+    /// a pass (one window an epoch), as [`crate::EpochPlan::tile_order`] lists them; a wrong order costs only
+    /// cache hits.
+    pub fn plan_passes(&self, this_pass: &[usize], next_pass: &[usize]) {
+        self.core.lock_cache().plan_passes(this_pass, next_pass);
+    }
+
     /// [`Dataset::release_tiles_except`], without keeping the released tiles' buffers for this reader's next
     /// decodes: for a caller that bounds the decoded tiles many readers hold together (a corpus's tile cap), where
     /// each reader's spare buffers would add up with the number of readers.

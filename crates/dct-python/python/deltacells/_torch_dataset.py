@@ -537,6 +537,11 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         next_epoch = None
         corpus = isinstance(self.uri, deltacells.Corpus)
         window_start = -1
+        if lasting and not corpus:
+            # The reader outlives this pass: its cache keeps, of the tiles this pass is done with, those the next
+            # pass reads first. (A corpus gives its members' tiles back at each window instead.)
+            next_epoch = self._plan(worker, workers, 0, epoch + 1, (rank, world))
+            ds.plan_passes(plan.tile_order(), next_epoch.tile_order())
 
         def make(j: int) -> Any:
             """Batch ``j``: its tiles and the windows ahead asked for, its rows gathered."""

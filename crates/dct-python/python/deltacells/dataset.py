@@ -428,6 +428,16 @@ class DeltaCellsDataset:
                 raise IndexError(f"tile {t} out of range")
         return int(self._core.prefetch(ids)) if ids else 0
 
+    def plan_passes(self, this_pass: Iterable[int], next_pass: Iterable[int]) -> None:
+        """Tells the tile cache the order in which the pass beginning now and the one after it (a training loop's
+        epoch and the next) first read the tiles, replacing any orders given before. When the cache is full, of
+        the tiles no batch still needs it evicts first those neither pass reads, then the one read last from now
+        on, rather than the least recently used: with a new shuffle each epoch, a cache holding ``C`` of ``N``
+        tiles then decodes about ``N - C`` tiles an epoch instead of nearly ``N``. The training loader gives them
+        at the start of each epoch, from the epoch's plan and the next one's; a wrong order costs only cache hits.
+        ``IndexError`` for a tile that does not exist."""
+        self._core.plan_passes([int(t) for t in this_pass], [int(t) for t in next_pass])
+
     def prefetch_cells(self, indices: Sequence[int] | np.ndarray) -> int:
         """:meth:`prefetch` of the tiles holding the given global cells."""
         idx = self._as_indices(indices)
