@@ -9,6 +9,7 @@
     python bench_loaders.py epochs WORKDIR [--rounds 3] [--budgets-mib 2048,512]
     python bench_loaders.py steady DATASET [--rounds 3] [--workers 0,1,2] [--budgets-mib 2048,384] [--epochs 5]
     python bench_loaders.py loader DATASET [--batch-size 1024] [--epochs 3] [--budget-mib 2048]
+    python bench_loaders.py --least-recently-used COMMAND ...   # the tile cache without the epochs' tile orders
 
 ``prepare`` replicates the source cells ``copies`` times into one h5ad (the PBMC 3k raw counts by default: 108,000
 cells x 32,738 genes) and stores the same cells as a deltacells dataset (the converter's defaults), and where each is
@@ -82,7 +83,7 @@ import deltacells
 import numpy as np
 import torch
 from deltacells import LocalBackend, ThrottledBackend
-from deltacells.torch import make_loader
+from deltacells.torch import DeltaCellsIterableDataset, make_loader
 
 
 def du(path: Path) -> int:
@@ -461,12 +462,15 @@ def workers_bench(path: str, rounds: int, batch_sizes: list[int], workers: list[
 
 def loader_epochs(path: str, batch_size: int, epochs: int, budget_mib: int) -> None:
     loader = make_loader(path, batch_size, num_workers=0, seed=1, memory_budget=budget_mib << 20)
+    assert isinstance(loader.dataset, DeltaCellsIterableDataset)
+    reader = loader.dataset.dataset
     for epoch in range(epochs):
         loader.set_epoch(epoch)
-        start, n = time.perf_counter(), 0
+        start, n, decoded = time.perf_counter(), 0, reader.stats["tiles_decoded"]
         for batch in loader:
             n += batch["X"].shape[0]
-        print(f"epoch {epoch}: {n / (time.perf_counter() - start):.0f} cells/s", flush=True)
+        print(f"epoch {epoch}: {n / (time.perf_counter() - start):.0f} cells/s, "
+              f"{reader.stats['tiles_decoded'] - decoded:.0f} tiles decoded", flush=True)
 
 
 def decoder_bench(path: str, rounds: int, batch_sizes: list[int]) -> None:
@@ -566,6 +570,9 @@ def timeline(path: str, out: str, batch_size: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--least-recently-used", action="store_true",
+                    help="the loader does not give the reader's cache its epochs' tile orders (plan_passes): tiles "
+                         "done with are evicted least recently used first, for comparison")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("prepare")
     p.add_argument("work", type=Path)
@@ -616,6 +623,9 @@ def main() -> None:
     o.add_argument("--epochs", type=int, default=3)
     o.add_argument("--budget-mib", type=int, default=2048)
     args = ap.parse_args()
+    if args.least_recently_used:
+        # Forked DataLoader workers inherit the switch.
+        deltacells.DeltaCellsDataset.plan_passes = lambda self, this_pass, next_pass: None  # type: ignore[method-assign]
     if args.cmd == "loader":
         loader_epochs(args.dataset, args.batch_size, args.epochs, args.budget_mib)
     elif args.cmd == "decoder":
