@@ -7,8 +7,8 @@ use arrow_array::{Array, ArrayRef};
 use arrow_schema::DataType;
 use dct_dataset::dct_obs::VarTable;
 use dct_dataset::{
-    Batch, CountValue, Dataset, DatasetError, HeldBatches, Manifest, ReadOptions, SlotChooser, SlotFill, SlotValue,
-    TileBudget, read_into_slot,
+    Batch, CountValue, Dataset, DatasetError, HeldBatches, Manifest, PassOrder, ReadOptions, SlotChooser, SlotFill,
+    SlotValue, TileBudget, read_into_slot,
 };
 
 use crate::concurrent::on_each;
@@ -56,6 +56,8 @@ pub struct Corpus {
     /// With [`Corpus::with_tile_cap`]: the tiles reads used last, which the members keep (shared by the corpora
     /// made from this one by choosing cells).
     recent: Option<Arc<RecentTiles>>,
+    /// When each corpus tile is next read, as a training loader plans its passes ([`Corpus::plan_passes`]).
+    passes: Arc<std::sync::Mutex<PassOrder>>,
 }
 
 /// Batches of any count type that reads give back and take again: at most [`SpareBatches::MAX`] of them, holding
@@ -132,6 +134,7 @@ impl Corpus {
             selection: Selection::all(total),
             spare: Arc::default(),
             recent: None,
+            passes: Arc::default(),
         })
     }
 
@@ -202,6 +205,49 @@ impl Corpus {
         self.members.iter().zip(&by_member).map(|(member, keep)| member.dataset.release_tiles_except(keep)).sum()
     }
 
+    /// Records the order in which the pass beginning now and the one after it (a training loader's epoch and the
+    /// next) first read the corpus tiles, for [`Corpus::release_tiles_for`] (see [`PassOrder`]).
+    pub fn plan_passes(&self, this_pass: &[usize], next_pass: &[usize]) {
+        *self.lock_passes() = PassOrder::new(this_pass, next_pass);
+    }
+
+    /// [`Corpus::release_tiles_except`] for a loader moving to a new window of `window` tiles, whose windows ahead
+    /// need corpus tiles `ahead`: the members' caches keep those, and with the passes planned
+    /// ([`Corpus::plan_passes`]), of the other tiles they hold, those read soonest, so that with the tiles of one
+    /// more window (which the prefetch requests of this window's batches may add, or as many spare buffers that
+    /// the tiles given back leave for their decodes) they hold at most the members' cache size ([`Dataset::max_cached_tiles`], the corpus's budget) in all. So a corpus, like one dataset, keeps
+    /// tiles for the next epoch, where otherwise it decodes every tile every epoch. Returns how many tiles were
+    /// dropped.
+    pub fn release_tiles_for(&self, ahead: &[usize], window: usize) -> usize {
+        // The tiles given back leave their buffers to the next window's decodes (the room left for them).
+        self.members[0].dataset.keep_spare_tiles(window);
+        let mut keep = ahead.to_vec();
+        {
+            let mut passes = self.lock_passes();
+            // The windows ahead are being read: once their window is left, a tile is next read in the next pass.
+            passes.mark_read(ahead);
+            let room = self.members[0].dataset.max_cached_tiles().saturating_sub(ahead.len() + window);
+            if !passes.is_empty() && room > 0 {
+                let mut held: Vec<(usize, usize)> = Vec::new();
+                for (m, member) in self.members.iter().enumerate() {
+                    for t in member.dataset.cached_tiles() {
+                        let k = self.tile_starts[m] + t;
+                        if let Some(next) = passes.next_use(k).filter(|_| !ahead.contains(&k)) {
+                            held.push((next, k));
+                        }
+                    }
+                }
+                held.sort_unstable();
+                keep.extend(held.into_iter().take(room).map(|(_, k)| k));
+            }
+        }
+        self.release_tiles_except(&keep)
+    }
+
+    fn lock_passes(&self) -> std::sync::MutexGuard<'_, PassOrder> {
+        self.passes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The cache and prefetch sizes that keep the corpus's readers serving windows of `window` tiles, and a loader
     /// holding `batches`, within `budget` bytes ([`TileBudget::split_sizes_beside`] over every member's tiles; a
     /// batch's nonzeros counted as the members store them, before the genes outside the vocabulary are dropped).
@@ -226,7 +272,7 @@ impl Corpus {
             let d = m.dataset.reopened_sharing(options.clone(), &lead).map_err(|e| CorpusError::member(&m.name, e))?;
             members.push(Member { name: m.name.clone(), dataset: Arc::new(d) });
         }
-        Ok(Corpus { members: members.into(), recent: None, ..self.clone() })
+        Ok(Corpus { members: members.into(), recent: None, passes: Arc::default(), ..self.clone() })
     }
 
     /// The corpus whose members keep at most `tiles` decoded tiles together after each read (those the reads used

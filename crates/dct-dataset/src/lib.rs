@@ -95,7 +95,7 @@ pub use dct_codec::{CountValue, CsrMatrix, SparseRows};
 #[cfg(feature = "obs")]
 pub use dct_obs;
 pub use dct_store::{LocalReads, RetryPolicy, Store, StoreError, StoreOptions};
-pub use epoch::{EpochOptions, EpochPlan, EpochUnit, Remainder, TileStrata};
+pub use epoch::{EpochOptions, EpochPlan, EpochUnit, PassOrder, Remainder, TileStrata};
 pub use error::{Category, DatasetError, ManifestError};
 pub use facts::dataset_facts;
 pub use finish::{SideFiles, finish_dataset};

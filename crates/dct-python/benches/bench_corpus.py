@@ -4,6 +4,7 @@
     python bench_corpus.py run WORKDIR [--source ...] [--rounds 3] [--batch-sizes 1024,5000]
     python bench_corpus.py opening WORKDIR [--members 1000] [--latency 0.05]
     python bench_corpus.py peers WORKDIR [--source ...] [--cells-per-member 4000] [--batch-sizes 1024]
+    python bench_corpus.py epochs WORKDIR [--source ...] [--rounds 3] [--batch-sizes 1024] [--epochs 4]
 
 ``prepare`` cuts the source dataset's cells (by default the 1,080,000-cell PBMC benchmark dataset of
 ``bench_loaders.py workers``) into ``members`` datasets of consecutive cells, each with a gene list of its own: a
@@ -58,14 +59,22 @@ cells selected. ``--loaders`` chooses which of the five run.
 a gene table with ``gene_ids``) and opens them as one corpus by ``gene_ids`` through a store that answers every
 request after ``latency`` seconds (a Python backend that sleeps, as an object store's round trip would), counting the
 requests; it reports the time to open against the time the same requests would take one after another.
+
+``epochs`` runs one loader for ``--epochs`` epochs (``set_epoch`` before each) over the source as one dataset, the
+corpus over the members as stored and the corpus over the members aligned once (``run`` writes them), alternating
+round by round, and prints each epoch's cells/s and tiles decoded, and the corpora's later epochs against one
+dataset's: what the tiles each cache keeps for the next epoch give a training run. ``--give-back-all``: the corpus
+gives back every tile no window ahead needs at each window, as before it kept tiles for the next epoch.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import deltacells
@@ -357,6 +366,52 @@ def epoch_rate(source: object, batch_size: int, **options: object) -> float:
     return cells / (time.perf_counter() - start)
 
 
+def epochs(workdir: Path, source: Path, rounds: int, batch_size: int, n_epochs: int, give_back_all: bool) -> None:
+    """One loader per configuration for ``n_epochs`` epochs (``set_epoch`` before each): the source as one dataset,
+    the corpus over the members as stored and over the members aligned once (``run`` writes them), alternating
+    round by round; per epoch cells/s and tiles decoded, and the corpora's later epochs against one dataset's."""
+    if give_back_all:
+        # The corpus as before it kept tiles across epochs: every tile no window ahead needs given back.
+        from deltacells.corpus import _CorpusReader
+
+        def release(self: _CorpusReader, ahead: list[int], window: int) -> int:
+            return int(self._core.release_tiles_except([int(t) for t in ahead]))
+
+        _CorpusReader.release_tiles_for = release  # type: ignore[method-assign]
+    roots = sorted(str(p) for p in workdir.glob("member_*"))
+    aligned = sorted(str(p) for p in (workdir / "aligned").glob("member_*"))
+    if len(aligned) != len(roots):
+        raise SystemExit(f"{workdir / 'aligned'}: run `bench_corpus.py run` first (it aligns the members)")
+    vocabulary = model_vocabulary(deltacells.open_dataset(str(source)))
+    sources: dict[str, Callable[[], object]] = {
+        "single": lambda: str(source),
+        "corpus": lambda: deltacells.open_corpus(roots, genes=vocabulary, gene_key="gene_ids"),
+        "aligned": lambda: deltacells.open_corpus(aligned, genes=vocabulary, gene_key="gene_ids"),
+    }
+    later: dict[str, list[float]] = {k: [] for k in sources}
+    for r in range(rounds):
+        for name in list(sources) if r % 2 == 0 else list(reversed(sources)):
+            loader = make_loader(sources[name](), batch_size, seed=r)
+            reader = loader.dataset.dataset  # type: ignore[attr-defined]
+            line = []
+            for e in range(n_epochs):
+                loader.set_epoch(e)  # type: ignore[attr-defined]
+                decoded, start, n = reader.stats["tiles_decoded"], time.perf_counter(), 0
+                for b in loader:
+                    n += int(b["index"].shape[0])
+                rate = n / (time.perf_counter() - start)
+                line.append(f"{rate:,.0f} ({reader.stats['tiles_decoded'] - decoded:.0f} tiles)")
+                if e > 0:
+                    later[name].append(rate)
+            print(f"round {r} {name}: " + ", ".join(line), flush=True)
+            del loader, reader
+            gc.collect()
+    medians = {k: statistics.median(v) for k, v in later.items()}
+    print("later epochs, median cells/s: " + ", ".join(f"{k} {v:,.0f}" for k, v in medians.items())
+          + f"; corpus / single {medians['corpus'] / medians['single']:.2f}, aligned / single "
+          f"{medians['aligned'] / medians['single']:.2f}", flush=True)
+
+
 def run(workdir: Path, source: Path, rounds: int, batch_sizes: list[int]) -> dict[str, object]:
     roots = sorted(str(p) for p in workdir.glob("member_*"))
     single_ds = deltacells.open_dataset(str(source))
@@ -413,13 +468,17 @@ def run(workdir: Path, source: Path, rounds: int, batch_sizes: list[int]) -> dic
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("command", choices=["prepare", "run", "opening", "peers"])
+    p.add_argument("command", choices=["prepare", "run", "opening", "peers", "epochs"])
     p.add_argument("workdir", type=Path)
     p.add_argument("--source", type=Path, default=SOURCE)
     p.add_argument("--members", type=int, default=20)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--batch-sizes", default="1024,5000")
     p.add_argument("--latency", type=float, default=0.05)
+    p.add_argument("--epochs", type=int, default=4, help="epochs: epochs of each loader")
+    p.add_argument("--give-back-all", action="store_true",
+                   help="epochs: the corpus gives back every tile no window ahead needs at each window, as before "
+                        "it kept tiles for the next epoch")
     p.add_argument("--gene-order", choices=["totals", "random"], default="totals",
                    help="prepare: each member's stored gene order (totals: by decreasing total over its cells, as "
                         "`deltacells convert` writes; random: a seeded random order)")
@@ -434,6 +493,8 @@ def main() -> None:
         prepare(a.workdir, a.source, a.members, a.gene_order)
     elif a.command == "opening":
         opening(a.workdir, a.members, a.latency)
+    elif a.command == "epochs":
+        epochs(a.workdir, a.source, a.rounds, int(a.batch_sizes.split(",")[0]), a.epochs, a.give_back_all)
     elif a.command == "peers":
         peers(a.workdir, a.source, a.cells_per_member, a.rounds, [int(x) for x in a.batch_sizes.split(",")],
               a.loaders.split(","))

@@ -261,6 +261,19 @@ impl PyCorpus {
         Ok(py.detach(|| c.release_tiles_except(&keep)))
     }
 
+    /// Records the order in which this pass and the next first read the corpus tiles (`Corpus::plan_passes`).
+    fn plan_passes(&self, this_pass: Vec<usize>, next_pass: Vec<usize>) -> PyResult<()> {
+        self.get()?.plan_passes(&this_pass, &next_pass);
+        Ok(())
+    }
+
+    /// At a new window of `window` tiles: drops the members' cached tiles but corpus tiles `ahead` and, with the
+    /// passes planned, those read soonest within the cache size (`Corpus::release_tiles_for`); returns how many were dropped.
+    fn release_tiles_for(&self, py: Python<'_>, ahead: Vec<usize>, window: usize) -> PyResult<usize> {
+        let c = self.get()?;
+        Ok(py.detach(|| c.release_tiles_for(&ahead, window)))
+    }
+
     /// `(max_cached_tiles, max_prefetch_tiles)` for windows of `window` tiles and a loader holding `held` batches
     /// of `batch_cells` cells (dense ones of `dense_genes` genes, else sparse) within `budget` bytes, over every
     /// member's tiles (`dct_dataset::TileBudget::split_sizes_beside`).

@@ -3,7 +3,7 @@ next epoch reads first (``DeltaCellsDataset.plan_passes``, given each epoch from
 cache that holds C of a reader's N tiles decodes about N - C tiles an epoch after the first. Evicting the least
 recently used instead keeps mostly tiles the next epoch reads late, evicted again before it gets to them: nearly N.
 Tested through each way the loader is driven: ``make_loader`` without workers, the dataset iterated directly, and
-persistent DataLoader workers (counted by a backend logging its reads across processes)."""
+persistent DataLoader workers (counted by a backend logging its reads across processes), and over a corpus."""
 
 import numpy as np
 import pytest
@@ -23,18 +23,23 @@ EPOCHS = 4
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     full = make_counts(N, G, density=0.3, seed=17)
-    return write_dataset(tmp_path_factory.mktemp("cache") / "ds", full, TILE), full
+    # Gene names, so that the dataset can also be a corpus's member.
+    names = [f"g{g}" for g in range(G)]
+    return write_dataset(tmp_path_factory.mktemp("cache") / "ds", full, TILE, var_names=names), full
 
 
-def budget_caching(root, tiles: int) -> int:
-    """The smallest memory budget for which one reader of the loader caches ``tiles`` decoded tiles (the budget
-    also covers the batches held, so it is found from the reader the loader opens)."""
+def budget_caching(source, tiles: int) -> int:
+    """The smallest memory budget for which the reader (or a corpus's readers) of a loader over ``source`` caches
+    ``tiles`` decoded tiles (the budget also covers the batches held, so it is found from the reader the loader
+    opens)."""
+    def cached(budget: int) -> int:
+        return make_loader(source, 16, memory_budget=budget, shuffle_tiles=WINDOW).dataset.dataset.max_cached_tiles
+
     lo, hi = 1 << 12, 1 << 28
     while lo < hi:
         mid = (lo + hi) // 2
-        cached = make_loader(root, 16, memory_budget=mid, shuffle_tiles=WINDOW).dataset.dataset.max_cached_tiles
-        lo, hi = (mid + 1, hi) if cached < tiles else (lo, mid)
-    assert make_loader(root, 16, memory_budget=lo, shuffle_tiles=WINDOW).dataset.dataset.max_cached_tiles == tiles
+        lo, hi = (mid + 1, hi) if cached(mid) < tiles else (lo, mid)
+    assert cached(lo) == tiles
     return lo
 
 
@@ -129,3 +134,35 @@ def test_persistent_workers_each_decode_only_the_tiles_their_cache_could_not_kee
     # Equal tiles: each worker's group holds half of them.
     assert counts[0] >= N_TILES, counts
     assert all(c <= 2 * later_epochs_bound(N_TILES // 2, cached) for c in counts[1:]), counts
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_corpus_keeps_tiles_for_the_next_epoch_within_its_budget(built, tmp_path, seed):
+    """A corpus's members give back, at each window, the tiles no window ahead needs, so that their caches together
+    keep to the budget; of the others they keep those read soonest, within the cache size the budget gives. Each
+    epoch after the first then decodes about the tiles the cache could not keep, where giving every tile back
+    decoded every tile every epoch. Counted by a backend logging each member's reads; rows against the source."""
+    root, full = built
+    log = tmp_path / "reads.log"
+    members = {"a": LoggingBackend(root, str(log)), "b": LoggingBackend(root, str(log))}
+    corpus = deltacells.open_corpus(members)
+    tiles = 2 * N_TILES
+    cached = 3 * tiles // 4
+    loader = make_loader(corpus, 16, num_workers=0, seed=seed, shuffle_tiles=WINDOW,
+                         memory_budget=budget_caching(corpus, cached))
+    reader = loader.dataset.dataset
+    assert reader.max_cached_tiles == cached
+    counts = []
+    for e in range(EPOCHS):
+        before = len(log.read_text().split()) if log.exists() else 0
+        loader.set_epoch(e)
+        rows = {}
+        for b in loader:
+            rows.update(zip(b["index"].tolist(), b["X"].to_dense().numpy()))
+        assert sorted(rows) == list(range(2 * N))
+        assert same(np.stack([rows[i] for i in range(2 * N)]), np.vstack([full.toarray()] * 2))
+        counts.append(sum(1 for line in log.read_text().split()[before:] if line.startswith("tiles/")))
+    assert counts[0] >= tiles, counts
+    # Kept beside the windows ahead (up to the prefetch depth and a window) and one more window's tiles.
+    kept = cached - (reader.ahead + 2 * WINDOW)
+    assert all(c <= tiles - kept + 2 * WINDOW + 1 for c in counts[1:]), (counts, kept)

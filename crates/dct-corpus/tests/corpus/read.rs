@@ -331,3 +331,37 @@ fn a_tile_cap_bounds_the_tiles_the_members_keep_together_and_reads_stay_exact() 
     assert!(capped.batch_nnz(&[0, 16, 32, 40, 56]).is_ok());
     assert!(capped.release_tiles_except(&[]) <= 2, "batch_nnz's tiles are kept under the cap too");
 }
+
+#[test]
+fn at_a_window_the_members_keep_the_tiles_read_soonest_within_the_cache_size() {
+    let s = setup(); // 3 members of 16-cell tiles: 3 + 2 + 3 corpus tiles (0..3, 3..5, 5..8)
+    let opened = Corpus::open(s.members.clone(), &GeneKey::VarNames, &GeneSpace::Union).unwrap();
+    let corpus = opened.reopened(&ReadOptions { max_cached_tiles: 5, ..ReadOptions::default() }).unwrap();
+    let every_tile: Vec<u64> = vec![0, 16, 32, 40, 56, 65, 81, 97];
+    let held = |c: &Corpus| -> Vec<usize> {
+        let mut v: Vec<usize> = c
+            .members()
+            .iter()
+            .enumerate()
+            .flat_map(|(m, member)| member.dataset.cached_tiles().into_iter().map(move |t| [0, 3, 5][m] + t))
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    // Without planned passes, every tile but the windows ahead is given back.
+    corpus.get_batch_as::<u32>(&every_tile).unwrap();
+    assert_eq!(held(&corpus).len(), 8, "each member's cache holds its own tiles");
+    assert_eq!(corpus.release_tiles_for(&[6], 1), 7);
+    assert_eq!(held(&corpus), [6]);
+    // Planned: this pass reads 6, 2, 0 and the next 4, 1, 7, 3, 6 (5 is in neither). At a window of 1 tile needing
+    // tile 6, the cache of 5 keeps 6 and, within the 3 places left, the soonest read: 2 and 0 (this pass), then 4.
+    corpus.get_batch_as::<u32>(&every_tile).unwrap();
+    corpus.plan_passes(&[6, 2, 0], &[4, 1, 7, 3, 6]);
+    assert_eq!(corpus.release_tiles_for(&[6], 1), 4);
+    assert_eq!(held(&corpus), [0, 2, 4, 6]);
+    let rows = corpus.get_batch_as::<u32>(&every_tile).unwrap();
+    assert_eq!(rows, opened.get_batch_as::<u32>(&every_tile).unwrap(), "reads stay exact");
+    // Tile 2's window: 6 is read now, so it is next read in the next pass, after 4 and 1 (and 0, still to come).
+    assert_eq!(corpus.release_tiles_for(&[2], 1), 4);
+    assert_eq!(held(&corpus), [0, 1, 2, 4]);
+}

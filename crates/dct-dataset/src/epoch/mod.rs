@@ -49,10 +49,12 @@
 //! for ([`EpochPlan::batch_into`]).
 
 mod parts;
+mod passes;
 mod strata;
 #[cfg(test)]
 mod tests;
 
+pub use passes::PassOrder;
 pub use strata::TileStrata;
 
 use std::sync::Arc;

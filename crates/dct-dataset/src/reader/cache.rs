@@ -1,6 +1,6 @@
 //! The cache of fetched and decoded tiles: slots by tile, least recently used first out.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
@@ -9,6 +9,7 @@ use dct_format::ParsedTile;
 use futures::future::{BoxFuture, Shared};
 use tokio::sync::{Notify, OwnedSemaphorePermit};
 
+use crate::epoch::PassOrder;
 use crate::error::DatasetError;
 
 /// A fetched tile: its bytes and their parsed layout until it is decoded, then its decoded contents.
@@ -66,11 +67,8 @@ pub(super) struct Cache {
     pub(super) wanted: HashMap<usize, usize>,
     /// Set by a batch: the next prefetch request replaces `wanted` instead of adding to it.
     pub(super) wanted_stale: bool,
-    /// Each tile's place in the order the current pass, then the next one, first read the tiles, and the tiles
-    /// read since the current pass began (see [`Cache::plan_passes`]).
-    pub(super) this_pass: HashMap<usize, usize>,
-    pub(super) next_pass: HashMap<usize, usize>,
-    pub(super) read_in_pass: HashSet<usize>,
+    /// When each tile is next read, once the loader has given the passes' orders (see [`Cache::plan_passes`]).
+    pub(super) passes: PassOrder,
 }
 
 /// How readily a cached tile is evicted, the first variant first (see [`Cache::evict_over`]).
@@ -187,7 +185,7 @@ impl Cache {
             // ahead that the latest requests no longer name was asked for before them: needed soonest. Of the
             // tiles done with, when the next pass's order is known: those it does not read (least recently used
             // first), then the one it reads last.
-            let order = match (kind, self.next_use(t)) {
+            let order = match (kind, self.passes.next_use(t)) {
                 (Keepness::Wanted, _) => (0, usize::MAX - wanted.map_or(0, |&p| p + 1)),
                 (Keepness::Done, Some(p)) => (1, usize::MAX - p),
                 _ => (0, rank),
@@ -241,9 +239,7 @@ impl Cache {
         for t in tiles {
             self.wanted.remove(t);
         }
-        if !self.this_pass.is_empty() {
-            self.read_in_pass.extend(tiles);
-        }
+        self.passes.mark_read(tiles);
         self.wanted_stale = true;
     }
 
@@ -260,31 +256,10 @@ impl Cache {
     }
 
     /// Records the order in which the pass beginning now and the one after it (a training loop's epoch and the
-    /// next) first read their tiles, replacing the orders recorded before. Among the tiles done with, the one read
-    /// last from now on is evicted first (tiles neither pass reads before it, the least recently used first): a
-    /// tile not read yet in this pass is next read at its place in it, and one read already (each tile belongs to
-    /// one window an epoch) at its place in the next. An epoch that keeps `C` of `N` tiles then decodes about
-    /// `N - C`, where evicting the least recently used leaves mostly tiles the next pass reads late, and evicts
-    /// them before it gets to them.
+    /// next) first read their tiles, replacing the orders recorded before: among the tiles done with, the one read
+    /// last from now on is evicted first, tiles neither pass reads before it (see [`PassOrder`]).
     pub(super) fn plan_passes(&mut self, this_pass: &[usize], next_pass: &[usize]) {
-        let places = |tiles: &[usize]| {
-            let mut at = HashMap::with_capacity(tiles.len());
-            for (p, &t) in tiles.iter().enumerate() {
-                at.entry(t).or_insert(p);
-            }
-            at
-        };
-        self.this_pass = places(this_pass);
-        self.next_pass = places(next_pass);
-        self.read_in_pass.clear();
-    }
-
-    /// When tile `t` is next read, as a place in the planned passes (see [`Cache::plan_passes`]).
-    fn next_use(&self, t: usize) -> Option<usize> {
-        match self.this_pass.get(&t) {
-            Some(&p) if !self.read_in_pass.contains(&t) => Some(p),
-            _ => self.next_pass.get(&t).map(|&p| self.this_pass.len() + p),
-        }
+        self.passes = PassOrder::new(this_pass, next_pass);
     }
 
     /// Marks tile `t` as just read by a batch.

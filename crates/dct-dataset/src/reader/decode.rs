@@ -182,10 +182,12 @@ impl Core {
         Ok(out)
     }
 
-    /// Keeps the buffers of a decoded tile nobody else holds for the next decode (at most `max_spare`).
+    /// Keeps the buffers of a decoded tile nobody else holds for the next decode (at most `max_spare`, or the
+    /// room asked for with [`Dataset::keep_spare_tiles`](super::Dataset::keep_spare_tiles)).
     pub(super) fn recycle(&self, tile: TilePlanes) {
+        let room = self.max_spare.max(self.scratch.spare_room.load(std::sync::atomic::Ordering::Relaxed));
         let mut spare = self.scratch.spare.lock().unwrap_or_else(|e| e.into_inner());
-        if spare.len() < self.max_spare {
+        if spare.len() < room {
             spare.push(tile);
         }
     }

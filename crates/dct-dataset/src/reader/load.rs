@@ -2,7 +2,7 @@
 //! who asks ([`Requester`]), joining loads in flight, fetching with the size and header checks.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
@@ -54,6 +54,9 @@ pub(super) struct DecodeScratch {
     /// Buffers of decoded tiles that left the cache, reused by the next decodes: a decoded tile is about 4 bytes
     /// per nonzero (over 100 MB for 10,000 cells), and fresh memory costs a page fault per 4 KiB on first touch.
     pub(super) spare: Mutex<Vec<TilePlanes>>,
+    /// Spare buffers kept at most, when more than the readers' own `max_spare`
+    /// ([`Dataset::keep_spare_tiles`](super::Dataset::keep_spare_tiles)).
+    pub(super) spare_room: AtomicUsize,
     /// The background decoder's own decoder, with its own `decode_threads - 1` helper threads rather than the
     /// pool: a read that starts while a background decode runs shares the cores with it instead of queueing
     /// behind all of the tile's chunks on the pool.

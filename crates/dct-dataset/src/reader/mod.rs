@@ -417,6 +417,24 @@ impl Dataset {
         self.core.lock_cache().plan_passes(this_pass, next_pass);
     }
 
+    /// The tiles the cache holds (decoded, or fetched and waiting to be decoded), in no particular order.
+    pub fn cached_tiles(&self) -> Vec<usize> {
+        self.core.lock_cache().lru.values().copied().collect()
+    }
+
+    /// Keeps the buffers of up to `tiles` decoded tiles given back ([`Dataset::release_tiles_except`]) for the next
+    /// decodes, shared with the readers this one shares its threads with, instead of the 2 a reader keeps: for a
+    /// caller that gives back a window's tiles at once and decodes the next window's, which would otherwise touch
+    /// as much fresh memory. The caller counts them within its budget.
+    pub fn keep_spare_tiles(&self, tiles: usize) {
+        self.core.scratch.spare_room.store(tiles, Ordering::Relaxed);
+    }
+
+    /// The decoded tiles the cache holds at most ([`ReadOptions::max_cached_tiles`]).
+    pub fn max_cached_tiles(&self) -> usize {
+        self.core.max_cached
+    }
+
     /// [`Dataset::release_tiles_except`], without keeping the released tiles' buffers for this reader's next
     /// decodes: for a caller that bounds the decoded tiles many readers hold together (a corpus's tile cap), where
     /// each reader's spare buffers would add up with the number of readers.
@@ -625,6 +643,12 @@ pub(super) mod tests {
         ds.get_batch(&every_tile).unwrap();
         assert_eq!(ds.release_tiles_except(&[]), 4);
         assert!(spare(&ds) > before, "released tiles' buffers are kept for the next decodes");
+        assert_eq!(spare(&ds), open::MAX_SPARE, "at most 2 unless more are asked for");
+        ds.keep_spare_tiles(3);
+        ds.get_batch(&every_tile).unwrap();
+        assert_eq!(spare(&ds), 0, "the decodes took the spare buffers");
+        assert_eq!(ds.release_tiles_except(&[2]), 3);
+        assert_eq!(spare(&ds), 3, "the three tiles given back leave their buffers");
     }
 
     #[test]

@@ -537,9 +537,9 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         next_epoch = None
         corpus = isinstance(self.uri, deltacells.Corpus)
         window_start = -1
-        if lasting and not corpus:
+        if lasting:
             # The reader outlives this pass: its cache keeps, of the tiles this pass is done with, those the next
-            # pass reads first. (A corpus gives its members' tiles back at each window instead.)
+            # pass reads first.
             next_epoch = self._plan(worker, workers, 0, epoch + 1, (rank, world))
             ds.plan_passes(plan.tile_order(), next_epoch.tile_order())
 
@@ -558,10 +558,11 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
                     next_epoch = self._plan(worker, workers, 0, epoch + 1, (rank, world))
                 following = list(next_epoch.tiles_ahead(0, budget - len(ahead)))
             if corpus and ahead and ahead[0] != window_start:
-                # A new window: the members' readers give back the tiles no window ahead needs, so their caches
-                # together stay within the budget however many members the windows visit.
+                # A new window: the members' readers give back the tiles no window ahead needs (but those kept for
+                # the reads to come, within the cache size), so their caches together stay within the budget
+                # however many members the windows visit.
                 window_start = ahead[0]
-                ds.release_tiles_except(list(ahead) + following)
+                ds.release_tiles_for(list(ahead) + following, self.shuffle_tiles)
             ds.prefetch(ahead)
             if following:
                 ds.prefetch(following)

@@ -211,7 +211,7 @@ class Corpus:
         threads."""
         cached, ahead = self._core.budget_split(int(memory_budget), int(window), *held)
         core = self._core.reopened(cached, ahead, int(io_threads), int(decode_threads), bool(verify))
-        return _CorpusReader(core, self.n_genes, ahead)
+        return _CorpusReader(core, self.n_genes, cached, ahead)
 
     def select(self, cells: Sequence[int] | np.ndarray | Iterable[int]) -> Corpus:
         """The cells ``cells`` (corpus indices or a boolean mask of ``n_cells`` entries) as a corpus of their own,
@@ -395,9 +395,11 @@ class CorpusObs:
 class _CorpusReader:
     """A corpus's readers as a training loader uses them (one per process; not pickled)."""
 
-    def __init__(self, core: Any, n_genes: int, ahead: int) -> None:
+    def __init__(self, core: Any, n_genes: int, cached: int, ahead: int) -> None:
         self._core = core
         self.n_genes = n_genes
+        #: Decoded tiles the members' caches hold together at most.
+        self.max_cached_tiles = cached
         #: Tiles the members fetch ahead (the loader's prefetch depth).
         self.ahead = ahead
 
@@ -405,9 +407,16 @@ class _CorpusReader:
         """Starts loading corpus tiles ``tiles``."""
         return int(self._core.prefetch([int(t) for t in tiles]))
 
-    def release_tiles_except(self, keep: Sequence[int]) -> int:
-        """Gives back the members' cached tiles but ``keep``."""
-        return int(self._core.release_tiles_except([int(t) for t in keep]))
+    def plan_passes(self, this_pass: Sequence[int], next_pass: Sequence[int]) -> None:
+        """Records the order in which this pass and the next first read the corpus tiles (see
+        :meth:`deltacells.DeltaCellsDataset.plan_passes`)."""
+        self._core.plan_passes([int(t) for t in this_pass], [int(t) for t in next_pass])
+
+    def release_tiles_for(self, ahead: Sequence[int], window: int) -> int:
+        """At a new window of ``window`` tiles: gives back the members' cached tiles but ``ahead`` and, once the
+        passes are planned, those read soonest within the cache size, so the members' caches together keep to the
+        budget and still keep tiles for the next epoch."""
+        return int(self._core.release_tiles_for([int(t) for t in ahead], int(window)))
 
     def get_batch_with_members(self, cells: np.ndarray, values_dtype: Any) -> tuple[SparseBatch, np.ndarray]:
         """The rows of ``cells`` and the member of each."""
