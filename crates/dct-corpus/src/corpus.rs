@@ -16,6 +16,7 @@ use crate::error::CorpusError;
 use crate::genes::{GeneKey, GeneMap, GeneSpace, RowScratch};
 use crate::recent::RecentTiles;
 use crate::selection::Selection;
+use crate::spare::SpareBatches;
 use rayon::prelude::*;
 
 /// One dataset of a corpus.
@@ -44,8 +45,8 @@ pub struct CorpusBatch<V = f32> {
 /// order differs). Selections ([`Corpus::select`]) are new corpora over the same members, sharing their readers.
 #[derive(Debug, Clone)]
 pub struct Corpus {
-    members: Arc<[Member]>,
-    map: Arc<GeneMap>,
+    pub(crate) members: Arc<[Member]>,
+    pub(crate) map: Arc<GeneMap>,
     /// First base cell of each member, then the total.
     starts: Arc<[u64]>,
     /// First corpus tile of each member (members' tiles laid end to end), then the total.
@@ -58,45 +59,6 @@ pub struct Corpus {
     recent: Option<Arc<RecentTiles>>,
     /// When each corpus tile is next read, as a training loader plans its passes ([`Corpus::plan_passes`]).
     passes: Arc<std::sync::Mutex<PassOrder>>,
-}
-
-/// Batches of any count type that reads give back and take again: at most [`SpareBatches::MAX`] of them, holding
-/// at most [`SpareBatches::MAX_BYTES`] together, so that one large read does not keep its memory for the corpus's
-/// life.
-#[derive(Debug, Default)]
-struct SpareBatches {
-    /// Each batch with the bytes it holds.
-    batches: std::sync::Mutex<Vec<(usize, Box<dyn std::any::Any + Send>)>>,
-}
-
-impl SpareBatches {
-    const MAX: usize = 16;
-    const MAX_BYTES: usize = 256 << 20;
-
-    fn take<V: CountValue>(&self) -> Batch<V> {
-        let mut batches = self.batches.lock().unwrap_or_else(|e| e.into_inner());
-        match batches.iter().position(|(_, b)| b.is::<Batch<V>>()) {
-            Some(i) => *batches.swap_remove(i).1.downcast::<Batch<V>>().expect("checked above"),
-            None => Batch::default(),
-        }
-    }
-
-    fn give<V: CountValue>(&self, batch: Batch<V>) {
-        let bytes = batch.indptr.capacity() * 8
-            + batch.indices.capacity() * 4
-            + batch.values.capacity() * std::mem::size_of::<V>();
-        let mut batches = self.batches.lock().unwrap_or_else(|e| e.into_inner());
-        let held: usize = batches.iter().map(|(b, _)| b).sum();
-        if batches.len() < Self::MAX && held + bytes <= Self::MAX_BYTES {
-            batches.push((bytes, Box::new(batch)));
-        }
-    }
-
-    #[cfg(test)]
-    fn held(&self) -> (usize, usize) {
-        let batches = self.batches.lock().unwrap_or_else(|e| e.into_inner());
-        (batches.len(), batches.iter().map(|(b, _)| b).sum())
-    }
 }
 
 impl Corpus {
@@ -479,7 +441,9 @@ impl Corpus {
     /// Reads the rows of `cells`: each member's rows with one call of its reader, each row moved to the corpus's
     /// columns as it is decoded (on the decode threads, while it is in cache) into a member batch at the room the
     /// row stores, then every row copied from there to its place in the output (rows in parallel on the rayon
-    /// pool); fills `indptr`, asks `output` for the `nnz`-long slices. Returns the member of each row.
+    /// pool); or, when every member read keeps its rows' lengths, each row decoded at its place in the output
+    /// (`Corpus::fill_rows_in_place`). Fills `indptr`, asks `output` for the `nnz`-long slices. Returns the member
+    /// of each row.
     fn read_rows<'o, V: CountValue>(
         &self,
         cells: &[u64],
@@ -509,6 +473,10 @@ impl Corpus {
         indptr: &mut Vec<i64>,
         output: impl FnOnce(usize) -> Result<(&'o mut [i32], &'o mut [V]), CorpusError>,
     ) -> Result<(), CorpusError> {
+        let touched = || member_cells.iter().enumerate().filter(|(_, locals)| !locals.is_empty());
+        if touched().all(|(m, _)| self.map.member(m).keeps_row_lengths()) {
+            return self.fill_rows_in_place(located, member_cells, row_in_member, indptr, output);
+        }
         for (m, locals) in member_cells.iter().enumerate() {
             if !locals.is_empty() {
                 let member = &self.members[m];
@@ -625,32 +593,4 @@ fn strings(array: &ArrayRef) -> Result<Vec<String>, String> {
         return Err(format!("has no value for gene {i}; every gene needs an identifier"));
     }
     Ok(text.iter().map(|v| v.unwrap_or_default().to_string()).collect())
-}
-
-#[cfg(test)]
-mod spare_tests {
-    use super::*;
-
-    fn batch(nnz: usize) -> Batch<f32> {
-        Batch { indptr: vec![0, nnz as i64], indices: vec![0; nnz], values: vec![0.0; nnz], ..Batch::default() }
-    }
-
-    #[test]
-    fn spare_batches_keep_a_bounded_number_and_size() {
-        let spare = SpareBatches::default();
-        // Larger than all the room: not kept.
-        spare.give(batch(SpareBatches::MAX_BYTES / 8 + 1));
-        assert_eq!(spare.held().0, 0);
-        for _ in 0..SpareBatches::MAX + 3 {
-            spare.give(batch(1000));
-        }
-        assert_eq!(spare.held().0, SpareBatches::MAX);
-        // Taken and given back: kept again.
-        let b = spare.take::<f32>();
-        assert_eq!(b.indices.len(), 1000);
-        spare.give(b);
-        let (n, bytes) = spare.held();
-        assert_eq!(n, SpareBatches::MAX);
-        assert!(bytes <= SpareBatches::MAX_BYTES);
-    }
 }

@@ -82,6 +82,23 @@ impl MemberColumns {
         self.unchanged && self.kept == corpus_genes
     }
 
+    /// Whether every row keeps its length in the corpus's columns: the member's genes are all in the vocabulary, in
+    /// its order (a member written by `corpus align`, or one in the vocabulary's genes), so a row is moved by
+    /// [`MemberColumns::renumber_in_place`] where it lies.
+    pub fn keeps_row_lengths(&self) -> bool {
+        self.unchanged || (self.increasing && self.kept == self.to_corpus.len())
+    }
+
+    /// A row of a member that [`MemberColumns::keeps_row_lengths`], its stored columns (below the member's gene
+    /// count, as the reader hands them out) turned into corpus columns where they lie.
+    pub(crate) fn renumber_in_place(&self, indices: &mut [i32]) {
+        if !self.unchanged {
+            for g in indices {
+                *g = self.to_corpus[*g as usize] as i32;
+            }
+        }
+    }
+
     /// Entries of a member row (`indices`, stored columns) that the vocabulary keeps.
     #[cfg(test)]
     pub(crate) fn kept_in(&self, indices: &[i32]) -> usize {

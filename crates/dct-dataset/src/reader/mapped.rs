@@ -6,6 +6,10 @@ use std::sync::Arc;
 
 use dct_codec::{CountValue, DecodeError, TilePlanes, WriteMode};
 
+use rayon::prelude::*;
+
+use super::cache::TileData;
+use super::load::Keep;
 use super::{Batch, Dataset, RowFailure, stored_offsets};
 use crate::error::DatasetError;
 
@@ -43,6 +47,79 @@ impl Dataset {
             out.values.clear();
         }
         result
+    }
+}
+
+impl Dataset {
+    /// The stored nonzeros of each row of `cells` (global indices, any order, repeats allowed) into `out`, in request
+    /// order, from the tiles' row offsets: tiles not yet loaded are fetched (and kept in the cache) but not decoded.
+    pub fn row_nnz_into(&self, cells: &[u64], out: &mut Vec<u64>) -> Result<(), DatasetError> {
+        let (tiles, rows) = self.plan(cells)?;
+        let loaded = self.core.wait_tiles(&tiles, Keep::Raw)?;
+        out.clear();
+        out.resize(rows.len(), 0);
+        // One tile locked at a time (never two: concurrent calls could otherwise lock them in opposite orders).
+        for (s, tile) in loaded.iter().enumerate() {
+            let data = tile.lock();
+            let ip = match &*data {
+                TileData::Raw { indptr, .. } => indptr.as_slice(),
+                TileData::Decoded(d) => d.indptr(),
+            };
+            for (o, &(_, r)) in out.iter_mut().zip(&rows).filter(|(_, (t, _))| *t as usize == s) {
+                *o = (ip[r as usize + 1] - ip[r as usize]) as u64;
+            }
+        }
+        Ok(())
+    }
+
+    /// Decodes the row of `cells[j]` straight into `places[j]` (each exactly as long as the row stores: see
+    /// [`Dataset::row_nnz_into`]) and hands it to `map` there, to change in place: for a caller that lays out rows
+    /// of several readers in one output and changes them without changing their lengths (a corpus renumbering an
+    /// aligned member's genes), with no copy between. A place of another length is an error. Rows are checked as
+    /// [`Dataset::get_batch`] checks them, and split between the decode threads.
+    pub fn map_rows_in_place<V, F>(
+        &self,
+        cells: &[u64],
+        places: &mut [(&mut [i32], &mut [V])],
+        map: F,
+    ) -> Result<(), DatasetError>
+    where
+        V: CountValue,
+        F: Fn(&mut [i32], &mut [V]) + Sync,
+    {
+        if places.len() != cells.len() {
+            return Err(DatasetError::InvalidArgument(format!("{} places for {} cells", places.len(), cells.len())));
+        }
+        let bytes: usize = places.iter().map(|(i, v)| i.len() * 4 + std::mem::size_of_val(*v)).sum();
+        let mode = WriteMode::for_output_bytes(bytes as u64);
+        self.with_decoded_rows(cells, |decoded, rows| {
+            let fill = |rows: &[(u32, u64)], places: &mut [(&mut [i32], &mut [V])]| -> Result<(), RowFailure> {
+                for (j, (&(s, r), (pi, pv))) in rows.iter().zip(places.iter_mut()).enumerate() {
+                    if let Some(&(s, r)) = rows.get(j + 1) {
+                        decoded[s as usize].prefetch_row(r as usize);
+                    }
+                    let planes = &decoded[s as usize];
+                    let stored = planes.row_nnz(r as usize);
+                    if pi.len() != stored || pv.len() != stored {
+                        return Err(RowFailure::Read(DatasetError::InvalidArgument(format!(
+                            "a place of {} entries for a row of {stored}",
+                            pi.len()
+                        ))));
+                    }
+                    planes.row_to_with(r as usize, pi, pv, mode).map_err(|e| RowFailure::Row(s as usize, e))?;
+                    map(pi, pv);
+                }
+                Ok(())
+            };
+            const ROWS: usize = 64;
+            self.core.on_decode_threads(|parallel| {
+                if parallel {
+                    rows.par_chunks(ROWS).zip(places.par_chunks_mut(ROWS)).try_for_each(|(r, p)| fill(r, p))
+                } else {
+                    fill(rows, places)
+                }
+            })
+        })
     }
 }
 

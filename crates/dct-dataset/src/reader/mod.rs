@@ -42,7 +42,6 @@ use dct_format::{CellIndex, CellOutOfRange};
 use crate::error::DatasetError;
 use crate::manifest::{GENE_ORDER_NAME, Manifest, VAR_NAMES_NAME};
 use crate::side_files::{gene_order_limit, parse_gene_order, parse_var_names, side_file_result};
-use cache::TileData;
 use dct_store::Store;
 use dct_store::runtime::Runtime as Rt;
 use load::{Acquired, Keep, Requester};
@@ -355,23 +354,9 @@ impl Dataset {
     /// Total stored nonzeros of the rows of `cells` (with repeats), from the tiles' indptrs: tiles not yet
     /// loaded are fetched (and kept in the cache) but not decoded.
     pub fn batch_nnz(&self, cells: &[u64]) -> Result<u64, DatasetError> {
-        let (tiles, rows) = self.plan(cells)?;
-        let loaded = self.core.wait_tiles(&tiles, Keep::Raw)?;
-        // One tile locked at a time (never two: concurrent calls could otherwise lock them in opposite orders).
-        let mut rows_of: Vec<Vec<u64>> = vec![Vec::new(); tiles.len()];
-        for &(s, r) in &rows {
-            rows_of[s as usize].push(r);
-        }
-        let mut total = 0u64;
-        for (tile, tile_rows) in loaded.iter().zip(&rows_of) {
-            let data = tile.lock();
-            let ip = match &*data {
-                TileData::Raw { indptr, .. } => indptr.as_slice(),
-                TileData::Decoded(d) => d.indptr(),
-            };
-            total += tile_rows.iter().map(|&r| (ip[r as usize + 1] - ip[r as usize]) as u64).sum::<u64>();
-        }
-        Ok(total)
+        let mut lengths = Vec::new();
+        self.row_nnz_into(cells, &mut lengths)?;
+        Ok(lengths.iter().sum())
     }
 
     /// Starts fetching and decoding `tiles` in the background and returns at once, with the number of tiles whose
@@ -606,81 +591,4 @@ fn fill_rows<V: CountValue>(
 }
 
 #[cfg(test)]
-pub(super) mod tests {
-    use super::*;
-
-    /// A dataset of `n_rows` cells in tiles of 3, cell `r` holding genes `r % (n_genes - 2)` and `n_genes - 1`
-    /// with counts `2r + 1` and `2r + 2`; its rows' indices and counts as written.
-    pub(in crate::reader) fn small_dataset(
-        dir: &std::path::Path,
-        n_rows: usize,
-        n_genes: u64,
-    ) -> (Dataset, Vec<i32>, Vec<u32>) {
-        let path = dir.join("d");
-        let indptr: Vec<i64> = (0..=n_rows as i64).map(|r| 2 * r).collect();
-        let last = n_genes as i32 - 1;
-        let indices: Vec<i32> = (0..n_rows).flat_map(|r| [(r % (n_genes as usize - 2)) as i32, last]).collect();
-        let values: Vec<u32> = (0..2 * n_rows as u32).map(|v| v + 1).collect();
-        let options =
-            crate::WriterOptions { tile_size: 3, n_chunks: 1, zstd_level: 3, ..crate::WriterOptions::new(n_genes) };
-        let mut w = crate::DatasetWriter::create(path.to_str().unwrap(), options).unwrap();
-        w.append(&crate::CsrMatrix { n_rows, n_cols: n_genes, indptr: &indptr, indices: &indices, values: &values })
-            .unwrap();
-        w.finish().unwrap();
-        (Dataset::open(path.to_str().unwrap(), ReadOptions::default()).unwrap(), indices, values)
-    }
-
-    #[test]
-    fn dropped_tiles_leave_no_spare_buffers_where_released_ones_do() {
-        let dir = tempfile::tempdir().unwrap();
-        let (ds, _, _) = small_dataset(dir.path(), 12, 5);
-        let spare = |ds: &Dataset| ds.core.scratch.spare.lock().unwrap().len();
-        let every_tile = [0u64, 3, 6, 9];
-        ds.get_batch(&every_tile).unwrap();
-        let before = spare(&ds);
-        assert_eq!(ds.drop_tiles_except(&[1]), 3);
-        assert_eq!(spare(&ds), before);
-        ds.get_batch(&every_tile).unwrap();
-        assert_eq!(ds.release_tiles_except(&[]), 4);
-        assert!(spare(&ds) > before, "released tiles' buffers are kept for the next decodes");
-        assert_eq!(spare(&ds), open::MAX_SPARE, "at most 2 unless more are asked for");
-        ds.keep_spare_tiles(3);
-        ds.get_batch(&every_tile).unwrap();
-        assert_eq!(spare(&ds), 0, "the decodes took the spare buffers");
-        assert_eq!(ds.release_tiles_except(&[2]), 3);
-        assert_eq!(spare(&ds), 3, "the three tiles given back leave their buffers");
-    }
-
-    #[test]
-    fn batches_over_few_and_many_tiles_hold_each_cell_s_own_row() {
-        // 40 tiles of 3 cells: batches within a few tiles (the scan) and across all of them (past SCANNED_TILES,
-        // the map), with repeats, against each cell read alone.
-        let dir = tempfile::tempdir().unwrap();
-        let n_rows = 120usize;
-        let (ds, indices, values) = small_dataset(dir.path(), n_rows, 7);
-        assert_eq!(ds.n_tiles(), 40);
-        let alone: Vec<Batch> = (0..n_rows as u64).map(|c| ds.get_batch(&[c]).unwrap()).collect();
-        let few: Vec<u64> = [7u64, 3, 8, 4, 7, 30, 31, 5, 3].to_vec();
-        let many: Vec<u64> = (0..n_rows as u64).map(|c| (c * 37 + 11) % n_rows as u64).chain([0, 119, 0]).collect();
-        for cells in [few, many] {
-            let batch = ds.get_batch(&cells).unwrap();
-            for (j, &c) in cells.iter().enumerate() {
-                let (a, b) = (batch.indptr[j] as usize, batch.indptr[j + 1] as usize);
-                let one = &alone[c as usize];
-                assert_eq!(&batch.indices[a..b], &one.indices[..], "cell {c}");
-                assert_eq!(&batch.values[a..b], &one.values[..], "cell {c}");
-                assert_eq!(&one.indices[..], &indices[2 * c as usize..2 * c as usize + 2], "cell {c}");
-                let stored: Vec<f32> = values[2 * c as usize..2 * c as usize + 2].iter().map(|&v| v as f32).collect();
-                assert_eq!(one.values, stored, "cell {c}");
-            }
-            assert_eq!(ds.batch_nnz(&cells).unwrap(), 2 * cells.len() as u64);
-        }
-    }
-
-    #[test]
-    fn dataset_is_send_and_sync() {
-        fn check<T: Send + Sync>() {}
-        check::<Dataset>();
-        check::<Batch<f32>>();
-    }
-}
+pub(super) mod tests;
