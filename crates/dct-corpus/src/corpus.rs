@@ -174,12 +174,12 @@ impl Corpus {
     }
 
     /// [`Corpus::release_tiles_except`] for a loader moving to a new window of `window` tiles, whose windows ahead
-    /// need corpus tiles `ahead`: the members' caches keep those, and with the passes planned
+    /// need corpus tiles `ahead`: the members' caches keep those and, with the passes planned
     /// ([`Corpus::plan_passes`]), of the other tiles they hold, those read soonest, so that with the tiles of one
     /// more window (which the prefetch requests of this window's batches may add, or as many spare buffers that
-    /// the tiles given back leave for their decodes) they hold at most the members' cache size ([`Dataset::max_cached_tiles`], the corpus's budget) in all. So a corpus, like one dataset, keeps
-    /// tiles for the next epoch, where otherwise it decodes every tile every epoch. Returns how many tiles were
-    /// dropped.
+    /// the tiles given back leave for their decodes) they hold at most the members' cache size
+    /// ([`Dataset::max_cached_tiles`], the corpus's budget) in all. So a corpus, like one dataset, keeps tiles for
+    /// the next epoch, where otherwise it decodes every tile every epoch. Returns how many tiles were dropped.
     pub fn release_tiles_for(&self, ahead: &[usize], window: usize) -> usize {
         // The tiles given back leave their buffers to the next window's decodes (the room left for them).
         self.members[0].dataset.keep_spare_tiles(window);

@@ -268,7 +268,8 @@ impl PyCorpus {
     }
 
     /// At a new window of `window` tiles: drops the members' cached tiles but corpus tiles `ahead` and, with the
-    /// passes planned, those read soonest within the cache size (`Corpus::release_tiles_for`); returns how many were dropped.
+    /// passes planned, those read soonest within the cache size (`Corpus::release_tiles_for`); returns how many
+    /// were dropped.
     fn release_tiles_for(&self, py: Python<'_>, ahead: Vec<usize>, window: usize) -> PyResult<usize> {
         let c = self.get()?;
         Ok(py.detach(|| c.release_tiles_for(&ahead, window)))
