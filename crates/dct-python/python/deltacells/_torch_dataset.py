@@ -107,12 +107,12 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
             dataset's mean nonzeros a cell, with a quarter spare, or three dense ones), then the window's decoded
             tiles, tiles decoded and fetched (compressed) ahead, and a cache of decoded tiles with what is left;
             split evenly among DataLoader workers. At least the window and one tile decoded ahead per worker,
-            whatever the budget. The cache serves later epochs only as far as the dataset's decoded tiles (about
-            4 bytes a nonzero) fit in it, and it grows into memory new to the process during the first epoch, which
-            some machines supply slowly: for data much larger than the budget, a smaller budget makes the first
-            epoch faster at little cost to later ones. Over a Python backend the requests'
-            buffers are Python's: with glibc, ``MALLOC_MMAP_THRESHOLD_=4194304`` in the environment keeps freed ones
-            from staying resident in its per-thread arenas.
+            whatever the budget. The cache keeps the tiles the next epoch reads first, so each later epoch decodes
+            only the tiles it could not keep (the dataset's decoded tiles take about 4 bytes a nonzero); it grows
+            into memory new to the process during the first epoch, which some machines supply slowly: for data much
+            larger than the budget, a smaller budget makes the first epoch faster at little cost to later ones. Over
+            a Python backend the requests' buffers are Python's: with glibc, ``MALLOC_MMAP_THRESHOLD_=4194304`` in
+            the environment keeps freed ones from staying resident in its per-thread arenas.
         decode_threads: Rust threads decoding each tile and batch (default: every core, shared among DataLoader
             workers).
         io_threads, cache_dir, storage_options: as for :class:`deltacells.DeltaCellsDataset`.
