@@ -84,7 +84,7 @@ impl MemberColumns {
 
     /// Whether every row keeps its length in the corpus's columns: the member's genes are all in the vocabulary, in
     /// its order (a member written by `corpus align`, or one in the vocabulary's genes), so a row is moved by
-    /// [`MemberColumns::renumber_in_place`] where it lies.
+    /// renumbering its gene indices where it lies.
     pub fn keeps_row_lengths(&self) -> bool {
         self.unchanged || (self.increasing && self.kept == self.to_corpus.len())
     }
