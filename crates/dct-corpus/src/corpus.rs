@@ -514,22 +514,33 @@ impl Corpus {
         }
         let (out_indices, out_values) = output(total)?;
         // Each row's own place in the output, then the rows copied in parallel.
-        let mut places: Vec<(usize, &mut [i32], &mut [V])> = Vec::with_capacity(n);
-        let (mut rest_i, mut rest_v) = (out_indices, out_values);
-        for i in 0..n {
-            let len = (indptr[i + 1] - indptr[i]) as usize;
-            let (head_i, tail_i) = std::mem::take(&mut rest_i).split_at_mut(len);
-            let (head_v, tail_v) = std::mem::take(&mut rest_v).split_at_mut(len);
-            places.push((i, head_i, head_v));
-            (rest_i, rest_v) = (tail_i, tail_v);
-        }
-        places.par_iter_mut().with_min_len(64).for_each(|(i, oi, ov)| {
+        let mut places: Vec<(usize, Place<'o, V>)> = row_places(indptr, out_indices, out_values).enumerate().collect();
+        places.par_iter_mut().with_min_len(64).for_each(|(i, (oi, ov))| {
             let (b, lo, hi) = row(*i);
             oi.copy_from_slice(&b.indices[lo..hi]);
             ov.copy_from_slice(&b.values[lo..hi]);
         });
         Ok(())
     }
+}
+
+/// A row's place in a batch's output: its gene indices and its values.
+pub(crate) type Place<'o, V> = (&'o mut [i32], &'o mut [V]);
+
+/// The output `indices` / `values` cut into each row's place, in row order, at the offsets of `indptr` (from 0).
+pub(crate) fn row_places<'o, V>(
+    indptr: &[i64],
+    indices: &'o mut [i32],
+    values: &'o mut [V],
+) -> impl Iterator<Item = Place<'o, V>> {
+    let (mut rest_i, mut rest_v) = (indices, values);
+    indptr.windows(2).map(move |w| {
+        let len = (w[1] - w[0]) as usize;
+        let (head_i, tail_i) = std::mem::take(&mut rest_i).split_at_mut(len);
+        let (head_v, tail_v) = std::mem::take(&mut rest_v).split_at_mut(len);
+        (rest_i, rest_v) = (tail_i, tail_v);
+        (head_i, head_v)
+    })
 }
 
 /// Every member's gene identifiers ([`member_genes`]), read at once ([`on_each`]).

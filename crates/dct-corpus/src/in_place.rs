@@ -5,11 +5,8 @@
 
 use dct_dataset::CountValue;
 
-use crate::corpus::Corpus;
+use crate::corpus::{Corpus, Place, row_places};
 use crate::error::CorpusError;
-
-/// A row's place in the output: its gene indices and its values.
-type Place<'o, V> = (&'o mut [i32], &'o mut [V]);
 
 impl Corpus {
     /// [`Corpus::fill_rows`] where every member read keeps its rows' lengths (members aligned to the vocabulary):
@@ -41,16 +38,12 @@ impl Corpus {
             total += lengths[m as usize][row_in_member[i]];
             indptr.push(total as i64);
         }
-        let (mut rest_i, mut rest_v) = output(total as usize)?;
+        let (out_indices, out_values) = output(total as usize)?;
         // Each row's place in the output, handed to its member in the member's row order.
         let mut places: Vec<Vec<Option<Place<'o, V>>>> =
             member_cells.iter().map(|locals| (0..locals.len()).map(|_| None).collect()).collect();
-        for (i, &(m, _)) in located.iter().enumerate() {
-            let len = (indptr[i + 1] - indptr[i]) as usize;
-            let (head_i, tail_i) = std::mem::take(&mut rest_i).split_at_mut(len);
-            let (head_v, tail_v) = std::mem::take(&mut rest_v).split_at_mut(len);
-            places[m as usize][row_in_member[i]] = Some((head_i, head_v));
-            (rest_i, rest_v) = (tail_i, tail_v);
+        for (i, place) in row_places(indptr, out_indices, out_values).enumerate() {
+            places[located[i].0 as usize][row_in_member[i]] = Some(place);
         }
         for (m, member_places) in places.into_iter().enumerate() {
             if member_places.is_empty() {

@@ -58,15 +58,20 @@ impl Dataset {
         let loaded = self.core.wait_tiles(&tiles, Keep::Raw)?;
         out.clear();
         out.resize(rows.len(), 0);
-        // One tile locked at a time (never two: concurrent calls could otherwise lock them in opposite orders).
-        for (s, tile) in loaded.iter().enumerate() {
+        // Each tile's rows (their places in the request), then one tile locked at a time (never two: concurrent
+        // calls could otherwise lock them in opposite orders).
+        let mut rows_of: Vec<Vec<(usize, u64)>> = vec![Vec::new(); tiles.len()];
+        for (j, &(s, r)) in rows.iter().enumerate() {
+            rows_of[s as usize].push((j, r));
+        }
+        for (tile, tile_rows) in loaded.iter().zip(&rows_of) {
             let data = tile.lock();
             let ip = match &*data {
                 TileData::Raw { indptr, .. } => indptr.as_slice(),
                 TileData::Decoded(d) => d.indptr(),
             };
-            for (o, &(_, r)) in out.iter_mut().zip(&rows).filter(|(_, (t, _))| *t as usize == s) {
-                *o = (ip[r as usize + 1] - ip[r as usize]) as u64;
+            for &(j, r) in tile_rows {
+                out[j] = (ip[r as usize + 1] - ip[r as usize]) as u64;
             }
         }
         Ok(())
