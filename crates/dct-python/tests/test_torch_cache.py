@@ -136,21 +136,26 @@ def test_persistent_workers_each_decode_only_the_tiles_their_cache_could_not_kee
     assert all(c <= 2 * later_epochs_bound(N_TILES // 2, cached) for c in counts[1:]), counts
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_a_corpus_keeps_tiles_for_the_next_epoch_within_its_budget(built, tmp_path, seed):
+@pytest.mark.parametrize(("workers", "context", "seed"), [(0, None, 1), (0, None, 2), (2, "fork", 1), (2, "spawn", 1)])
+def test_a_corpus_keeps_tiles_for_the_next_epoch_within_its_budget(built, tmp_path, workers, context, seed):
     """A corpus's members give back, at each window, the tiles no window ahead needs, so that their caches together
     keep to the budget; of the others they keep those read soonest, within the cache size the budget gives. Each
     epoch after the first then decodes about the tiles the cache could not keep, where giving every tile back
-    decoded every tile every epoch. Counted by a backend logging each member's reads; rows against the source."""
+    decoded every tile every epoch. In the training process and in persistent DataLoader workers (each with its
+    share of the budget and its group of tiles), forked and spawned. Counted by a backend logging each member's
+    reads; rows against the source."""
     root, full = built
     log = tmp_path / "reads.log"
     members = {"a": LoggingBackend(root, str(log)), "b": LoggingBackend(root, str(log))}
     corpus = deltacells.open_corpus(members)
     tiles = 2 * N_TILES
-    cached = 3 * tiles // 4
-    loader = make_loader(corpus, 16, num_workers=0, seed=seed, shuffle_tiles=WINDOW,
-                         memory_budget=budget_caching(corpus, cached))
-    reader = loader.dataset.dataset
+    readers = max(1, workers)
+    group = tiles // readers  # equal tiles: each worker's group holds as many
+    cached = 3 * group // 4
+    extra = {} if context is None else {"multiprocessing_context": context}
+    loader = make_loader(corpus, 16, num_workers=workers, seed=seed, shuffle_tiles=WINDOW,
+                         memory_budget=readers * budget_caching(corpus, cached), **extra)
+    reader = make_loader(corpus, 16, shuffle_tiles=WINDOW, memory_budget=budget_caching(corpus, cached)).dataset.dataset
     assert reader.max_cached_tiles == cached
     counts = []
     for e in range(EPOCHS):
@@ -165,4 +170,4 @@ def test_a_corpus_keeps_tiles_for_the_next_epoch_within_its_budget(built, tmp_pa
     assert counts[0] >= tiles, counts
     # Kept beside the windows ahead (up to the prefetch depth and a window) and one more window's tiles.
     kept = cached - (reader.ahead + 2 * WINDOW)
-    assert all(c <= tiles - kept + 2 * WINDOW + 1 for c in counts[1:]), (counts, kept)
+    assert all(c <= readers * (group - kept + 2 * WINDOW + 1) for c in counts[1:]), (counts, kept)
