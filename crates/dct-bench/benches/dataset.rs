@@ -64,7 +64,11 @@ fn open(dir: &std::path::Path, s: &Scenario) -> Dataset {
     };
     if s.throttled {
         // 50 ms per GET plus 1 s per 150 MB of body, per request, over the local files (read, not mapped).
-        let throttle = Throttle { latency: Duration::from_millis(50), bytes_per_second: NonZeroU32::new(150_000_000) };
+        let throttle = Throttle {
+            latency: Duration::from_millis(50),
+            bytes_per_second: NonZeroU32::new(150_000_000),
+            ..Throttle::default()
+        };
         let local = Store::from_url(path_str(dir), &StoreOptions::default()).expect("local store");
         let store = throttled(&local, throttle);
         Dataset::open_store(store, options).expect("open throttled")

@@ -418,3 +418,27 @@ def test_arrays_own_the_rust_buffers(built):
     assert not d.indices.flags.owndata and type(d.values.base).__name__ == "PySliceContainer"
     del ds
     assert same(b.to_scipy(), expected[[5, 200, 7]]), "the batch outlives its dataset"
+
+
+def test_store_options_simulate_a_distant_store(built):
+    """``simulate_*`` store options read a local dataset as a distant object store would be read (the Rust reader's
+    requests delayed, not memory-mapped), through the dataset and the training loader, with the same rows."""
+    torch = pytest.importorskip("torch")
+    from deltacells.torch import make_loader
+
+    root, _, _, expected = built
+    far = {"simulate_latency_ms": "3", "simulate_jitter_ms": "1", "simulate_mb_per_s": "50", "simulate_seed": "7"}
+    ds = open_dataset(root, storage_options=far)
+    idx = np.random.default_rng(5).permutation(N_CELLS)[:120]
+    assert same(ds.get_batch(idx).to_scipy(), expected[idx])
+    assert ds.stats["tiles_fetched"] == 4
+    seen = []
+    for b in make_loader(root, 64, seed=2, storage_options=far):
+        seen.append(b["index"].numpy())
+        np.testing.assert_array_equal(b["X"].to_dense().numpy(), expected[b["index"].numpy()].toarray())
+        assert b["X"].dtype == torch.float32
+    assert sorted(np.concatenate(seen).tolist()) == list(range(N_CELLS))
+    for key, value in (("simulate_latency_ms", "-1"), ("simulate_mb_per_s", "fast"), ("simulate_seed", "-3")):
+        with pytest.raises(Exception, match=key) as caught:
+            open_dataset(root, storage_options={key: value})
+        assert value in str(caught.value)

@@ -63,11 +63,7 @@ impl Store {
                 if !accept(size) || !accept(announced) {
                     return Ok(Err(size));
                 }
-                let bytes = got.bytes().await?;
-                if bytes.len() as u64 != announced {
-                    return Err(short_or_long_body(announced, bytes.len() as u64));
-                }
-                Ok(Ok(bytes))
+                Ok(Ok(crate::body::collect(got, announced).await?))
             })
             .await;
         got.map_err(|e| request_error("GET", self.url(rel), e, attempts))

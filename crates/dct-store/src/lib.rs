@@ -56,6 +56,9 @@
 
 #![deny(unsafe_code)] // allowed in `mapped` only (memory-mapping local tiles)
 
+#[macro_use]
+mod layer;
+mod body;
 mod cloud;
 mod error;
 mod get;
@@ -67,6 +70,7 @@ mod source;
 mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod throttle;
 mod write;
 
 pub use error::StoreError;
@@ -74,4 +78,7 @@ pub use open::{DEFAULT_MAX_REQUESTS, LocalReads, MAX_REQUESTS_KEY, StoreOptions}
 pub use retry::RetryPolicy;
 pub use source::{ReadSource, SourceError};
 pub use store::Store;
+pub use throttle::{
+    SIMULATE_JITTER_MS_KEY, SIMULATE_LATENCY_MS_KEY, SIMULATE_MB_PER_S_KEY, SIMULATE_SEED_KEY, Throttle, throttled,
+};
 pub use write::ObjectInfo;

@@ -18,8 +18,9 @@ pub const MAX_REQUESTS_KEY: &str = "max_requests";
 pub struct StoreOptions {
     /// Extra configuration for cloud backends: `(key, value)` pairs as `object_store`'s builders name them (e.g.
     /// `("aws_endpoint", "http://127.0.0.1:5555")`, `("allow_http", "true")`), applied in order after the
-    /// environment, which they override. An unknown key is an error. `max_requests` sets
-    /// [`max_requests`](Self::max_requests), for every kind of location; other keys are ignored for local paths.
+    /// environment, which they override. An unknown key is an error. For every kind of location, `max_requests`
+    /// sets [`max_requests`](Self::max_requests), and the `simulate_*` keys ([`crate::Throttle`]) delay every
+    /// request as a distant store would; other keys are ignored for local paths.
     pub config: Vec<(String, String)>,
     /// Retries of failed requests (transient errors, bodies that break off or have the wrong length) with
     /// exponential backoff.
@@ -79,19 +80,26 @@ pub(crate) fn open(url: &str, options: &StoreOptions) -> Result<Store, StoreErro
             config.push((k, v));
         }
     }
+    let throttle = crate::Throttle::take_from(&mut config).map_err(&bad)?;
     options.config = config;
+    let store = opened(url, &options, bad)?;
+    Ok(if throttle.is_none() { store } else { crate::throttled(&store, throttle) })
+}
+
+/// The location `url` with `options` (the keys this crate reads taken out).
+fn opened(url: &str, options: &StoreOptions, bad: impl Fn(String) -> StoreError) -> Result<Store, StoreError> {
     match url::Url::parse(url) {
         // A one-letter "scheme" is a Windows drive letter.
         Ok(parsed) if parsed.scheme().len() > 1 => {
             if parsed.scheme() == "file" {
                 let path =
                     parsed.to_file_path().map_err(|()| bad("a file:// URL must hold an absolute local path".into()))?;
-                return local(&path, &options).map_err(bad);
+                return local(&path, options).map_err(bad);
             }
             let (backend, prefix) = crate::cloud::open(&parsed, &options.config).map_err(bad)?;
-            Ok(Store::assemble(backend, prefix, url.trim_end_matches('/').to_string(), &options))
+            Ok(Store::assemble(backend, prefix, url.trim_end_matches('/').to_string(), options))
         }
-        _ => local(std::path::Path::new(url), &options).map_err(bad),
+        _ => local(std::path::Path::new(url), options).map_err(bad),
     }
 }
 

@@ -142,3 +142,25 @@ fn sizes_are_checked_before_bodies_are_read() {
     let e = run(store.get_exact("tiles/none.bin", 1)).unwrap_err();
     assert!(e.is_not_found(), "{e:?}");
 }
+
+#[test]
+fn large_bodies_outlast_every_transport_fault_and_come_whole_from_files_too() {
+    // Above the size from which a body is collected into a mapping of its own.
+    let big = Bytes::from((0..3_000_000u32).map(|b| (b % 251) as u8).collect::<Vec<u8>>());
+    let memory = Store::memory("big").with_retry(quick());
+    run(memory.put("tiles/big.bin", big.clone())).unwrap();
+    let (store, faults) = faulty(&memory, 9);
+    for kind in TRANSPORT_FAULTS {
+        faults.set_first_gets(2, &[kind], "tiles/big.bin");
+        let got = run(store.get_exact("tiles/big.bin", 3_000_000)).unwrap_or_else(|e| panic!("{kind:?}: {e}"));
+        assert_eq!(got, big, "{kind:?}");
+    }
+    // A local file read through a layer (the simulated distance: not memory-mapped), from the file itself.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("big.bin"), &big).unwrap();
+    let far = dct_store::StoreOptions::default().with_option(dct_store::SIMULATE_LATENCY_MS_KEY, "1");
+    let local = Store::from_url(dir.path().to_str().unwrap(), &far).unwrap();
+    assert_eq!(run(local.get_exact("big.bin", 3_000_000)).unwrap(), big);
+    let wrong = run(local.get_exact("big.bin", 2_999_999));
+    assert!(matches!(wrong, Err(StoreError::WrongSize { size: 3_000_000, .. })), "{wrong:?}");
+}

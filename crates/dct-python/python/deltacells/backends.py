@@ -262,6 +262,10 @@ class ThrottledBackend(_WrappingBackend):
     request; concurrent reads overlap), to test and benchmark remote storage locally. ``jitter_s`` adds to each
     request's latency an exponentially distributed delay of that mean (object stores' long tail), drawn from a
     generator seeded by ``seed``; the draws are shared by the threads reading, so their order follows the requests'.
+
+    Reads through it go through Python (its ``bytes``). To measure a dataset as the Rust reader reads object storage,
+    give a path or URL with the store options ``simulate_latency_ms``, ``simulate_jitter_ms``, ``simulate_mb_per_s``
+    and ``simulate_seed`` (``storage_options=``) instead.
     """
 
     def __init__(

@@ -1,0 +1,140 @@
+//! Response bodies collected into memory of their own: a large body that arrives in pieces (an object store's
+//! response, a local file) is read into an anonymous mapping sized for it, which goes back to the system when the
+//! last reference to it is dropped. A body that arrives whole in one buffer is kept as it is.
+//!
+//! Why: collected the usual way, a body of a tile (several MB) is a buffer of the C allocator, taken on the
+//! runtime thread that read it. Once glibc has freed one such buffer it serves the next ones from that thread's
+//! heap and keeps them resident after they are freed, in every thread that read a body, beyond the memory budget
+//! a training loader holds its tiles to (docs/BENCHMARKS.md, "Scale": an epoch over a simulated object store held
+//! 1,263-1,384 MiB under a 1,024 MiB budget). Small bodies (manifests, obs shards, ranges of a few KB) are
+//! collected as before.
+
+use std::io::{Read, Seek, SeekFrom};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use memmap2::MmapMut;
+use object_store::{GetResult, GetResultPayload};
+
+use crate::error::short_or_long_body;
+
+/// Bodies of at least this many bytes are read into a mapping of their own.
+pub(crate) const MAPPED_BODY_MIN: u64 = 1 << 20;
+
+fn generic(e: impl std::fmt::Display) -> object_store::Error {
+    object_store::Error::Generic { store: "deltacells", source: e.to_string().into() }
+}
+
+/// The body of `got`, which must be `announced` bytes (a body of another length is an error, retried like a
+/// transient failure).
+pub(crate) async fn collect(got: GetResult, announced: u64) -> object_store::Result<Bytes> {
+    if announced < MAPPED_BODY_MIN {
+        let bytes = got.bytes().await?;
+        if bytes.len() as u64 != announced {
+            return Err(short_or_long_body(announced, bytes.len() as u64));
+        }
+        return Ok(bytes);
+    }
+    let len = usize::try_from(announced).map_err(generic)?;
+    let range = got.range.clone();
+    match got.payload {
+        GetResultPayload::File(mut file, _) => {
+            // A local file (the backend read by the reader through a store layer): read on a blocking thread
+            // straight into the mapping.
+            let read = tokio::task::spawn_blocking(move || -> std::io::Result<(MmapMut, usize)> {
+                let mut map = mapping(len)?;
+                file.seek(SeekFrom::Start(range.start))?;
+                let mut filled = 0;
+                while filled < len {
+                    match file.read(&mut map[filled..])? {
+                        0 => break,
+                        n => filled += n,
+                    }
+                }
+                Ok((map, filled))
+            });
+            let (map, filled) = read.await.map_err(generic)?.map_err(generic)?;
+            if filled != len {
+                return Err(short_or_long_body(announced, filled as u64));
+            }
+            Ok(Bytes::from_owner(map))
+        }
+        GetResultPayload::Stream(mut stream) => {
+            let first = match stream.next().await {
+                Some(chunk) => chunk?,
+                None => return Err(short_or_long_body(announced, 0)),
+            };
+            if first.len() >= len {
+                // The whole body in one buffer the source made (a Python backend's, an in-memory object): kept.
+                let rest = match stream.next().await {
+                    Some(chunk) => chunk?.len(),
+                    None => 0,
+                };
+                if first.len() + rest != len {
+                    return Err(short_or_long_body(announced, (first.len() + rest) as u64));
+                }
+                return Ok(first);
+            }
+            let mut map = mapping(len).map_err(generic)?;
+            map[..first.len()].copy_from_slice(&first);
+            let mut filled = first.len();
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk?;
+                let end = filled.saturating_add(chunk.len());
+                if end > len {
+                    return Err(short_or_long_body(announced, end as u64));
+                }
+                map[filled..end].copy_from_slice(&chunk);
+                filled = end;
+            }
+            if filled != len {
+                return Err(short_or_long_body(announced, filled as u64));
+            }
+            Ok(Bytes::from_owner(map))
+        }
+    }
+}
+
+/// An anonymous mapping of `len` bytes, backed by huge pages where the kernel has them: fewer page faults to fill
+/// it, as the decoder's buffers (`dct_codec::resize_large`); a kernel without them refuses the advice, and the
+/// mapping is used as it is.
+fn mapping(len: usize) -> std::io::Result<MmapMut> {
+    let map = MmapMut::map_anon(len)?;
+    #[cfg(target_os = "linux")]
+    let _ = map.advise(memmap2::Advice::HugePage);
+    Ok(map)
+}
+
+#[cfg(test)]
+mod tests {
+    use object_store::ObjectStoreExt;
+    use object_store::local::LocalFileSystem;
+
+    use super::*;
+
+    /// The 3 MB file of `dir` as a GET result whose body arrives in 8 KiB chunks (an object store's stream).
+    async fn streamed(dir: &std::path::Path) -> GetResult {
+        let fs = LocalFileSystem::new_with_prefix(dir).unwrap();
+        let got = fs.get(&"big.bin".into()).await.unwrap();
+        let (meta, range, attributes) = (got.meta.clone(), got.range.clone(), got.attributes.clone());
+        let payload = GetResultPayload::Stream(got.into_stream());
+        GetResult { payload, meta, range, attributes, extensions: Default::default() }
+    }
+
+    #[tokio::test]
+    async fn a_body_in_many_chunks_comes_whole_into_a_mapping_and_of_the_announced_length_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let big: Vec<u8> = (0..3_000_000u32).map(|b| (b % 253) as u8).collect();
+        std::fs::write(dir.path().join("big.bin"), &big).unwrap();
+        let got = collect(streamed(dir.path()).await, 3_000_000).await.unwrap();
+        assert_eq!(&got[..], &big[..]);
+        for announced in [2_999_999, 3_000_001] {
+            let e = collect(streamed(dir.path()).await, announced).await.unwrap_err().to_string();
+            assert!(e.contains(&format!("where {announced} were announced")), "{e}");
+        }
+        // A small body is collected as before, and checked the same way.
+        std::fs::write(dir.path().join("big.bin"), &big[..1000]).unwrap();
+        assert_eq!(&collect(streamed(dir.path()).await, 1000).await.unwrap()[..], &big[..1000]);
+        assert!(collect(streamed(dir.path()).await, 999).await.is_err());
+    }
+}
