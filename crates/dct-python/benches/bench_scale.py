@@ -25,9 +25,13 @@ line sums the parts' seconds and CPU seconds and adds the merge's, with the larg
 * ``cold``: the same epoch after every tile file is dropped from the page cache (``posix_fadvise(DONTNEED)``; no
   root needed);
 * ``throttled``: an epoch over a store answering each request after 30 ms plus an exponential jitter of 10 ms mean,
-  at 100 MB/s per request (``deltacells.ThrottledBackend``, 8 I/O threads);
+  at 100 MB/s per request: the local dataset read by the Rust reader as it reads object storage, every request
+  delayed (the store options ``simulate_latency_ms=30``, ``simulate_jitter_ms=10``, ``simulate_mb_per_s=100``,
+  ``simulate_seed=1``), 8 I/O threads;
 * ``paced``: the throttled epoch with a training step after each batch (a sleep of 8 ms per 1,024 cells, a model
-  taking 128,000 cells/s), as a training loop meets the store's tails: the loader either keeps ahead or stalls.
+  taking 128,000 cells/s), as a training loop meets the store's tails: the loader either keeps ahead or stalls;
+* ``throttled-python``, ``paced-python`` (not run unless named in ``--only``): the same through a Python backend
+  (``deltacells.ThrottledBackend`` over a ``LocalBackend``), whose requests return Python ``bytes``.
 
 For the epochs: cells/s (from the start, and after the first batch), and the time between batches as the training
 loop sees it (its step included when paced), p50, p99 and max over the batches after the first 5% (steady state;
@@ -55,6 +59,10 @@ from pathlib import Path
 
 BUDGET = 1 << 30
 MODES = ("info", "verify", "obs", "warm", "cold", "throttled", "paced")
+EPOCHS = ("warm", "cold", "throttled", "paced", "throttled-python", "paced-python")
+# The throttled store: 30 ms a request plus an exponential tail of 10 ms mean, 100 MB/s a response body.
+SIMULATED_STORE = {"simulate_latency_ms": "30", "simulate_jitter_ms": "10", "simulate_mb_per_s": "100",
+                   "simulate_seed": "1"}
 # A training step's time per 1,024 cells in the ``paced`` epoch: a model taking 128,000 cells/s.
 STEP_S = 0.008
 
@@ -225,6 +233,8 @@ def measure(path: Path, mode: str, batch_size: int, budget: int) -> dict[str, ob
     baseline = rss_bytes()  # Python, torch and deltacells imported, no loader yet
     options = {"seed": 1, "shuffle_tiles": 4, "memory_budget": budget}
     if mode in ("throttled", "paced"):
+        loader = make_loader(str(path), batch_size, io_threads=8, storage_options=SIMULATED_STORE, **options)
+    elif mode in ("throttled-python", "paced-python"):
         uri = ThrottledBackend(LocalBackend(str(path)), latency_s=0.03, jitter_s=0.01, bandwidth_bytes_per_s=100e6)
         loader = make_loader(uri, batch_size, io_threads=8, **options)
     else:
@@ -235,7 +245,7 @@ def measure(path: Path, mode: str, batch_size: int, budget: int) -> dict[str, ob
         else:
             evict(path)
         loader = make_loader(str(path), batch_size, **options)
-    result = epoch(loader, STEP_S * batch_size / 1024 if mode == "paced" else 0.0)
+    result = epoch(loader, STEP_S * batch_size / 1024 if mode.startswith("paced") else 0.0)
     result["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     result["baseline_rss_bytes"] = baseline
     result["memory_budget"] = budget
@@ -277,7 +287,7 @@ def table(results: dict[str, dict[str, object]], modes: list[str]) -> None:
         m = r.get(key)
         if not m:
             return None
-        if key in ("warm", "cold", "throttled", "paced"):
+        if key in EPOCHS:
             return 1e6 / m["cells_per_s"]
         return m["seconds"] / r["cells"] * 1e6
 
@@ -294,7 +304,7 @@ def table(results: dict[str, dict[str, object]], modes: list[str]) -> None:
     print("\ntime between batches, ms (p50 / p99 / max; first batch) and peak RSS above the process before the"
           " loader, MiB")
     for r in rows:
-        for k in ("warm", "cold", "throttled", "paced"):
+        for k in EPOCHS:
             m = r.get(k)
             if m:
                 print(f"{r['cells']:>12,} {k:<9} {m['p50_ms']:7.1f} / {m['p99_ms']:7.1f} / {m['max_ms']:7.1f};"
