@@ -25,7 +25,7 @@ pub const SIMULATE_LATENCY_MS_KEY: &str = "simulate_latency_ms";
 /// Store option: the mean, in milliseconds, of an exponentially distributed delay added to each request's latency
 /// (object stores' long tail).
 pub const SIMULATE_JITTER_MS_KEY: &str = "simulate_jitter_ms";
-/// Store option: each response body's bandwidth in MB (10^6 bytes) a second.
+/// Store option: each response body's bandwidth in MB (10^6 bytes) a second (up to 4,294; more is taken as that).
 pub const SIMULATE_MB_PER_S_KEY: &str = "simulate_mb_per_s";
 /// Store option: the seed of the jitter's draws (default 0).
 pub const SIMULATE_SEED_KEY: &str = "simulate_seed";
