@@ -432,12 +432,14 @@ def test_store_options_simulate_a_distant_store(built):
     idx = np.random.default_rng(5).permutation(N_CELLS)[:120]
     assert same(ds.get_batch(idx).to_scipy(), expected[idx])
     assert ds.stats["tiles_fetched"] == 4
-    seen = []
-    for b in make_loader(root, 64, seed=2, storage_options=far):
-        seen.append(b["index"].numpy())
-        np.testing.assert_array_equal(b["X"].to_dense().numpy(), expected[b["index"].numpy()].toarray())
-        assert b["X"].dtype == torch.float32
-    assert sorted(np.concatenate(seen).tolist()) == list(range(N_CELLS))
+    # In the training process and in DataLoader workers (which open their own readers with the options).
+    for workers in (0, 2):
+        seen = []
+        for b in make_loader(root, 64, seed=2, storage_options=far, num_workers=workers):
+            seen.append(b["index"].numpy())
+            np.testing.assert_array_equal(b["X"].to_dense().numpy(), expected[b["index"].numpy()].toarray())
+            assert b["X"].dtype == torch.float32
+        assert sorted(np.concatenate(seen).tolist()) == list(range(N_CELLS)), workers
     for key, value in (("simulate_latency_ms", "-1"), ("simulate_mb_per_s", "fast"), ("simulate_seed", "-3")):
         with pytest.raises(Exception, match=key) as caught:
             open_dataset(root, storage_options={key: value})

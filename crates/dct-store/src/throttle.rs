@@ -122,7 +122,7 @@ async fn sleep(d: Duration) {
 }
 
 /// The time `n` body bytes take at `bytes_per_second`.
-fn transfer(bytes_per_second: Option<std::num::NonZeroU32>, n: usize) -> Duration {
+fn transfer(bytes_per_second: Option<NonZeroU32>, n: usize) -> Duration {
     match bytes_per_second {
         Some(bps) => Duration::from_secs_f64(n as f64 / f64::from(bps.get())),
         None => Duration::ZERO,

@@ -235,6 +235,14 @@ fn store_options_are_checked_before_anything_is_read() {
     // A valid cap, after the subcommand or before it: the dataset opens.
     assert_eq!(code(&run(&["info", ds, "--store-option", "max_requests=2"])), 0);
     assert_eq!(code(&run(&["--store-option", "max_requests=2", "verify", ds])), 0);
+    // A simulated distance on a local dataset: every tile read through the delayed store layer, whole and checked;
+    // an unusable value refused, naming the option and the value.
+    let far = ["--store-option", "simulate_latency_ms=2", "--store-option", "simulate_jitter_ms=1"];
+    assert_eq!(code(&run(&[&["verify", ds][..], &far[..]].concat())), 0);
+    let o = run(&["info", ds, "--store-option", "simulate_mb_per_s=0"]);
+    assert_eq!(code(&o), 1);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("simulate_mb_per_s must be a positive number") && err.contains("\"0\""), "{err}");
     // An unknown key of a cloud backend is refused (no server is asked).
     let o = run(&["info", "s3://bucket/atlas", "--store-option", "no_such_key=1"]);
     assert_eq!(code(&o), 1);
