@@ -39,7 +39,8 @@ struct Cli {
     /// `aws_endpoint=http://127.0.0.1:5000`, `allow_http=true`, `google_service_account=/path/key.json`,
     /// `azure_storage_use_emulator=true`; keys as the `object_store` builders name them, applied after the
     /// environment (AWS_*, GOOGLE_*, AZURE_*). `max_requests=N` caps the requests in flight (default 64);
-    /// `simulate_latency_ms`, `simulate_jitter_ms`, `simulate_mb_per_s` and `simulate_seed` delay every request as
+    /// `part_bytes=N` reads tiles larger than N bytes from object storage as concurrent ranged GETs of N-byte parts
+    /// (default 8 MiB; 0: one GET a tile); `simulate_latency_ms`, `simulate_jitter_ms`, `simulate_mb_per_s` and `simulate_seed` delay every request as
     /// a distant object store would, for any location.
     #[arg(long = "store-option", value_name = "KEY=VALUE", global = true, value_parser = parse_store_option)]
     store_options: Vec<(String, String)>,

@@ -27,11 +27,14 @@ line sums the parts' seconds and CPU seconds and adds the merge's, with the larg
 * ``throttled``: an epoch over a store answering each request after 30 ms plus an exponential jitter of 10 ms mean,
   at 100 MB/s per request: the local dataset read by the Rust reader as it reads object storage, every request
   delayed (the store options ``simulate_latency_ms=30``, ``simulate_jitter_ms=10``, ``simulate_mb_per_s=100``,
-  ``simulate_seed=1``), 8 I/O threads;
+  ``simulate_seed=1``), 8 I/O threads, each tile read as concurrent ranged GETs of 8 MiB parts (as object storage
+  is);
 * ``paced``: the throttled epoch with a training step after each batch (a sleep of 8 ms per 1,024 cells, a model
   taking 128,000 cells/s), as a training loop meets the store's tails: the loader either keeps ahead or stalls;
+* ``throttled-whole``, ``paced-whole`` (not run unless named in ``--only``): the same with each tile read in one
+  GET (the store option ``part_bytes=0``);
 * ``throttled-python``, ``paced-python`` (not run unless named in ``--only``): the same through a Python backend
-  (``deltacells.ThrottledBackend`` over a ``LocalBackend``), whose requests return Python ``bytes``.
+  (``deltacells.ThrottledBackend`` over a ``LocalBackend``), whose requests return Python ``bytes``, one GET a tile.
 
 For the epochs: cells/s (from the start, and after the first batch), and the time between batches as the training
 loop sees it (its step included when paced), p50, p99 and max over the batches after the first 5% (steady state;
@@ -59,7 +62,7 @@ from pathlib import Path
 
 BUDGET = 1 << 30
 MODES = ("info", "verify", "obs", "warm", "cold", "throttled", "paced")
-EPOCHS = ("warm", "cold", "throttled", "paced", "throttled-python", "paced-python")
+EPOCHS = ("warm", "cold", "throttled", "paced", "throttled-whole", "paced-whole", "throttled-python", "paced-python")
 # The throttled store: 30 ms a request plus an exponential tail of 10 ms mean, 100 MB/s a response body.
 SIMULATED_STORE = {"simulate_latency_ms": "30", "simulate_jitter_ms": "10", "simulate_mb_per_s": "100",
                    "simulate_seed": "1"}
@@ -234,6 +237,9 @@ def measure(path: Path, mode: str, batch_size: int, budget: int) -> dict[str, ob
     options = {"seed": 1, "shuffle_tiles": 4, "memory_budget": budget}
     if mode in ("throttled", "paced"):
         loader = make_loader(str(path), batch_size, io_threads=8, storage_options=SIMULATED_STORE, **options)
+    elif mode in ("throttled-whole", "paced-whole"):
+        whole = {**SIMULATED_STORE, "part_bytes": "0"}
+        loader = make_loader(str(path), batch_size, io_threads=8, storage_options=whole, **options)
     elif mode in ("throttled-python", "paced-python"):
         uri = ThrottledBackend(LocalBackend(str(path)), latency_s=0.03, jitter_s=0.01, bandwidth_bytes_per_s=100e6)
         loader = make_loader(uri, batch_size, io_threads=8, **options)

@@ -440,7 +440,13 @@ def test_store_options_simulate_a_distant_store(built):
             np.testing.assert_array_equal(b["X"].to_dense().numpy(), expected[b["index"].numpy()].toarray())
             assert b["X"].dtype == torch.float32
         assert sorted(np.concatenate(seen).tolist()) == list(range(N_CELLS)), workers
-    for key, value in (("simulate_latency_ms", "-1"), ("simulate_mb_per_s", "fast"), ("simulate_seed", "-3")):
+    # Tiles in ranged parts of 500 bytes (many a tile, read concurrently): the same rows, each tile fetched once.
+    in_parts = open_dataset(root, storage_options={**far, "part_bytes": "500"})
+    assert min(in_parts.manifest.tile_bytes) > 3 * 500
+    assert same(in_parts.get_batch(idx).to_scipy(), expected[idx])
+    assert in_parts.stats["tiles_fetched"] == 4
+    for key, value in (("simulate_latency_ms", "-1"), ("simulate_mb_per_s", "fast"), ("simulate_seed", "-3"),
+                       ("part_bytes", "8MiB")):
         with pytest.raises(Exception, match=key) as caught:
             open_dataset(root, storage_options={key: value})
         assert value in str(caught.value)

@@ -10,6 +10,7 @@
 //! collected as before.
 
 use std::io::{Read, Seek, SeekFrom};
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use futures::StreamExt;
@@ -95,10 +96,65 @@ pub(crate) async fn collect(got: GetResult, announced: u64) -> object_store::Res
     }
 }
 
+/// One mapping that the concurrent ranged GETs of an object's parts fill, each its own range of it.
+pub(crate) type SharedMapping = Arc<Mutex<MmapMut>>;
+
+/// Copies the body of `got`, a ranged GET of `want`, into `map` at the offsets it covers. A response for another
+/// range, or a body of another length, is an error, retried like a transient failure.
+pub(crate) async fn fill(got: GetResult, want: std::ops::Range<u64>, map: &SharedMapping) -> object_store::Result<()> {
+    let len = want.end.saturating_sub(want.start);
+    if got.range != want {
+        return Err(short_or_long_body(len, got.range.end.saturating_sub(got.range.start)));
+    }
+    let start = usize::try_from(want.start).map_err(generic)?;
+    let end = usize::try_from(want.end).map_err(generic)?;
+    let held = |map: &SharedMapping| map.lock().unwrap_or_else(|e| e.into_inner()).len();
+    if end > held(map) {
+        return Err(generic(format!("the range {want:?} lies beyond the object's {} bytes", held(map))));
+    }
+    match got.payload {
+        GetResultPayload::File(mut file, _) => {
+            let map = map.clone();
+            let read = tokio::task::spawn_blocking(move || -> std::io::Result<usize> {
+                file.seek(SeekFrom::Start(want.start))?;
+                let mut dest = map.lock().unwrap_or_else(|e| e.into_inner());
+                let mut filled = start;
+                while filled < end {
+                    match file.read(&mut dest[filled..end])? {
+                        0 => break,
+                        n => filled += n,
+                    }
+                }
+                Ok(filled - start)
+            });
+            let filled = read.await.map_err(generic)?.map_err(generic)?;
+            if filled as u64 != len {
+                return Err(short_or_long_body(len, filled as u64));
+            }
+        }
+        GetResultPayload::Stream(mut stream) => {
+            let mut filled = start;
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk?;
+                let to = filled.saturating_add(chunk.len());
+                if to > end {
+                    return Err(short_or_long_body(len, (to - start) as u64));
+                }
+                map.lock().unwrap_or_else(|e| e.into_inner())[filled..to].copy_from_slice(&chunk);
+                filled = to;
+            }
+            if filled != end {
+                return Err(short_or_long_body(len, (filled - start) as u64));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// An anonymous mapping of `len` bytes, backed by huge pages where the kernel has them: fewer page faults to fill
 /// it, as the decoder's buffers (`dct_codec::resize_large`); a kernel without them refuses the advice, and the
 /// mapping is used as it is.
-fn mapping(len: usize) -> std::io::Result<MmapMut> {
+pub(crate) fn mapping(len: usize) -> std::io::Result<MmapMut> {
     let map = MmapMut::map_anon(len)?;
     #[cfg(target_os = "linux")]
     let _ = map.advise(memmap2::Advice::HugePage);

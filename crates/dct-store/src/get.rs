@@ -5,7 +5,8 @@ use std::ops::Range;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use object_store::{GetOptions, GetRange, ObjectStoreExt};
+use object_store::path::Path;
+use object_store::{GetOptions, GetRange, GetResult, ObjectStoreExt};
 
 use crate::error::{is_transient, request_error, short_or_long_body};
 use crate::{Store, StoreError};
@@ -21,8 +22,8 @@ impl Store {
     }
 
     /// GETs a whole object that must be exactly `expected` bytes ([`StoreError::WrongSize`] if it is not, before
-    /// any of it is read). Tiles of a local dataset are memory-mapped instead (see
-    /// [`LocalReads`](crate::LocalReads)).
+    /// any of it is read). An object larger than [`part_bytes`](Store::part_bytes) is read in concurrent ranged
+    /// parts. Tiles of a local dataset are memory-mapped instead (see [`LocalReads`](crate::LocalReads)).
     pub async fn get_exact(&self, rel: &str, expected: u64) -> Result<Bytes, StoreError> {
         if let (Some(dir), true) = (&self.local_dir, self.memory_map) {
             let file = dir.join(rel);
@@ -44,7 +45,12 @@ impl Store {
                 Err(e) => Err(failed(format!("the mapping task failed: {e}"))),
             };
         }
-        match self.get_whole(rel, |n| n == expected).await? {
+        let got = if self.part_bytes() > 0 && expected > self.part_bytes() {
+            self.get_in_parts(rel, expected).await?
+        } else {
+            self.get_whole(rel, |n| n == expected).await?
+        };
+        match got {
             Ok(bytes) => Ok(bytes),
             Err(size) => Err(StoreError::WrongSize { url: self.url(rel), size, expected }),
         }
@@ -96,20 +102,10 @@ impl Store {
         let (got, attempts) = self
             .retry()
             .run_counted(is_transient, || async {
-                let options = GetOptions { range: Some(GetRange::Bounded(range.clone())), ..Default::default() };
-                let got = match self.inner.get_opts(&path, options).await {
+                let got = match self.get_sized_range(&path, range.clone(), expected_size).await? {
                     Ok(got) => got,
-                    // An object shorter than expected cannot serve the range: say so by its size.
-                    Err(e) => {
-                        return match self.inner.head(&path).await {
-                            Ok(meta) if meta.size != expected_size => Ok(Err(meta.size)),
-                            _ => Err(e),
-                        };
-                    }
+                    Err(size) => return Ok(Err(size)),
                 };
-                if got.meta.size != expected_size {
-                    return Ok(Err(got.meta.size));
-                }
                 let tail = got.bytes().await?;
                 if tail.len() as u64 != want {
                     return Err(short_or_long_body(want, tail.len() as u64));
@@ -121,6 +117,30 @@ impl Store {
             Ok(tail) => Ok(tail),
             Err(size) => Err(StoreError::WrongSize { url: self.url(rel), size, expected: expected_size }),
         }
+    }
+
+    /// A bounded range GET of an object that must be `expected` bytes (`Ok(Err(size))` if it is not); one attempt.
+    pub(crate) async fn get_sized_range(
+        &self,
+        path: &Path,
+        range: Range<u64>,
+        expected: u64,
+    ) -> object_store::Result<Result<GetResult, u64>> {
+        let options = GetOptions { range: Some(GetRange::Bounded(range)), ..Default::default() };
+        let got = match self.inner.get_opts(path, options).await {
+            Ok(got) => got,
+            // An object shorter than expected cannot serve the range: say so by its size.
+            Err(e) => {
+                return match self.inner.head(path).await {
+                    Ok(meta) if meta.size != expected => Ok(Err(meta.size)),
+                    _ => Err(e),
+                };
+            }
+        };
+        if got.meta.size != expected {
+            return Ok(Err(got.meta.size));
+        }
+        Ok(Ok(got))
     }
 
     /// The size of an object in bytes (a HEAD request).

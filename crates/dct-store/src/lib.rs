@@ -16,7 +16,7 @@
 //! Cloud backends are configured from each cloud's standard environment variables (`AWS_*`, `GOOGLE_*`,
 //! `AZURE_*`), then from the URL, then from [`StoreOptions::config`] (keys as `object_store` names them, e.g.
 //! `aws_endpoint`, `aws_allow_http`, `google_service_account`, `azure_storage_account_name`; client keys such as
-//! `allow_http` and `timeout` work for every backend; `max_requests` sets the request cap everywhere).
+//! `allow_http` and `timeout` work for every backend; `max_requests` sets the request cap everywhere, `part_bytes` the size of the parts large objects are read in).
 //!
 //! Local tiles are read through memory maps (by default; [`LocalReads`]): the decoder reads the page cache in
 //! place. Writes are atomic on every backend ([`Store::put`]).
@@ -46,6 +46,8 @@
 //!   shared by all its children.
 //! * Sizes: an object is sized before any buffer is (`get_limited`, `get_exact`, and a bounded `get_tail` for
 //!   footers).
+//! * `parts.rs`: tiles larger than `part_bytes` (8 MiB on object storage) read as concurrent ranged GETs into one
+//!   buffer, each part retried on its own, so one connection's bandwidth does not bound a tile's time.
 //! * `mapped.rs`: local tiles, memory-mapped; this is the crate's only unsafe code.
 //! * `StoreError`: what failed, the URL, the cause (once) and what to do; whether it is transient, and the attempts.
 //! * `runtime`: the shared, fork-aware tokio runtime and `block_on`.
@@ -64,6 +66,7 @@ mod error;
 mod get;
 mod mapped;
 mod open;
+mod parts;
 mod retry;
 pub mod runtime;
 mod source;
@@ -75,6 +78,7 @@ mod write;
 
 pub use error::StoreError;
 pub use open::{DEFAULT_MAX_REQUESTS, LocalReads, MAX_REQUESTS_KEY, StoreOptions};
+pub use parts::{DEFAULT_PART_BYTES, PART_BYTES_KEY};
 pub use retry::RetryPolicy;
 pub use source::{ReadSource, SourceError};
 pub use store::Store;

@@ -19,7 +19,8 @@ pub struct StoreOptions {
     /// Extra configuration for cloud backends: `(key, value)` pairs as `object_store`'s builders name them (e.g.
     /// `("aws_endpoint", "http://127.0.0.1:5555")`, `("allow_http", "true")`), applied in order after the
     /// environment, which they override. An unknown key is an error. For every kind of location, `max_requests`
-    /// sets [`max_requests`](Self::max_requests), and the `simulate_*` keys ([`crate::Throttle`]) delay every
+    /// sets [`max_requests`](Self::max_requests), `part_bytes` the size of the concurrent ranged GETs a large object
+    /// is read in ([`Store::with_part_bytes`]), and the `simulate_*` keys ([`crate::Throttle`]) delay every
     /// request as a distant store would; other keys are ignored for local paths.
     pub config: Vec<(String, String)>,
     /// Retries of failed requests (transient errors, bodies that break off or have the wrong length) with
@@ -69,6 +70,7 @@ pub(crate) fn open(url: &str, options: &StoreOptions) -> Result<Store, StoreErro
     let bad = |message: String| StoreError::Url { url: url.to_string(), message };
     let mut options = options.clone();
     let mut config = Vec::with_capacity(options.config.len());
+    let mut part_bytes = None;
     for (k, v) in std::mem::take(&mut options.config) {
         if k == MAX_REQUESTS_KEY {
             options.max_requests = v
@@ -76,6 +78,10 @@ pub(crate) fn open(url: &str, options: &StoreOptions) -> Result<Store, StoreErro
                 .ok()
                 .filter(|&n| n > 0)
                 .ok_or_else(|| bad(format!("{MAX_REQUESTS_KEY} must be a positive whole number, not {v:?}")))?;
+        } else if k == crate::PART_BYTES_KEY {
+            part_bytes = Some(v.parse::<u64>().map_err(|_| {
+                bad(format!("{} must be a whole number of bytes >= 0 (0: one GET per object), not {v:?}", k))
+            })?);
         } else {
             config.push((k, v));
         }
@@ -83,7 +89,11 @@ pub(crate) fn open(url: &str, options: &StoreOptions) -> Result<Store, StoreErro
     let throttle = crate::Throttle::take_from(&mut config).map_err(&bad)?;
     options.config = config;
     let store = opened(url, &options, bad)?;
-    Ok(if throttle.is_none() { store } else { crate::throttled(&store, throttle) })
+    // Object storage, and a store simulating one, is read in parts; local files and memory whole.
+    let distant = !store.is_local() || !throttle.is_none();
+    let store = if throttle.is_none() { store } else { crate::throttled(&store, throttle) };
+    let default = if distant { crate::DEFAULT_PART_BYTES } else { 0 };
+    Ok(store.with_part_bytes(part_bytes.unwrap_or(default)))
 }
 
 /// The location `url` with `options` (the keys this crate reads taken out).

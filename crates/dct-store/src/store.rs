@@ -33,6 +33,8 @@ pub struct Store {
     pub(crate) local_dir: Option<Arc<std::path::PathBuf>>,
     /// Whether tiles of a local location are memory-mapped ([`LocalReads::MemoryMap`]).
     pub(crate) memory_map: bool,
+    /// Objects read whole and larger than this are read in concurrent parts of at most this size (0: never).
+    part_bytes: u64,
 }
 
 impl fmt::Debug for Store {
@@ -41,6 +43,7 @@ impl fmt::Debug for Store {
             .field("root", &self.root)
             .field("backend", &format_args!("{}", self.base))
             .field("max_requests", &self.max_requests)
+            .field("part_bytes", &self.part_bytes)
             .field("retry", &self.retry)
             .field("memory_mapped", &(self.memory_map && self.local_dir.is_some()))
             .finish()
@@ -73,6 +76,7 @@ impl Store {
             max_requests: 0,
             local_dir: None,
             memory_map: false,
+            part_bytes: 0,
         };
         store.set_max_requests(options.max_requests);
         store
@@ -101,6 +105,21 @@ impl Store {
     pub fn with_max_requests(mut self, max_requests: usize) -> Store {
         self.set_max_requests(max_requests);
         self
+    }
+
+    /// This location with whole-object reads (tiles) larger than `part_bytes` read as concurrent ranged GETs of
+    /// parts of at most that size, as object storage is read fast (0: one GET per object). Clones made from here
+    /// on share the setting. Set by the store option [`PART_BYTES_KEY`](crate::PART_BYTES_KEY); object storage
+    /// and simulated distant stores default to [`DEFAULT_PART_BYTES`](crate::DEFAULT_PART_BYTES), other
+    /// locations to 0. Memory-mapped local tiles are never read in parts.
+    pub fn with_part_bytes(mut self, part_bytes: u64) -> Store {
+        self.part_bytes = part_bytes;
+        self
+    }
+
+    /// Whole-object reads larger than this many bytes are read in concurrent parts (0: never).
+    pub fn part_bytes(&self) -> u64 {
+        self.part_bytes
     }
 
     /// How requests are retried.

@@ -316,6 +316,30 @@ fn conformance(b: &Backend) {
     }
     assert_eq!(ds.stats().tiles_fetched, n_tiles as u64);
 
+    // The same batches with each tile read as concurrent ranged GETs of at least 3 parts (as tiles above 8 MiB
+    // are): equal rows, the parts covering each tile once.
+    let tile_bytes = ds.manifest().tile_bytes.clone();
+    let part = (tile_bytes.iter().min().unwrap() / 3).max(1);
+    let (store, counter) = counted(&b.store(name).with_part_bytes(part));
+    let ds = Dataset::open_store(store, ReadOptions { store: b.store_options(), ..ReadOptions::default() }).unwrap();
+    counter.reset();
+    for cells in random_batches(2, truth.n_cells(), 200) {
+        let want = truth.get_batch_as::<u32>(&cells).unwrap();
+        assert_same(&ds.get_batch_as::<u32>(&cells).unwrap(), &want, &cells, b.name);
+    }
+    let counts = counter.counts();
+    for (t, &bytes) in tile_bytes.iter().enumerate() {
+        let parts = bytes.div_ceil(part);
+        assert_eq!(counts.gets_of(&tile_name(t)), parts, "{}: GETs of tile {t} in parts of {part} bytes", b.name);
+        let covered: u64 = counter
+            .requests()
+            .iter()
+            .filter(|r| r.path.ends_with(&tile_name(t)))
+            .map(|r| r.range.as_ref().map_or(0, |r| r.end - r.start))
+            .sum();
+        assert_eq!(covered, bytes, "{}: tile {t}'s parts", b.name);
+    }
+
     // Obs localized with ranged reads only; values equal the local copy's.
     counter.reset();
     let obs = ds.obs(ObsOptions { cache_dir: Some(tmp.path().join("cache2")), ..ObsOptions::default() }).unwrap();

@@ -28,6 +28,19 @@ fn unique(name: &str) -> String {
     format!("{name}-{}-{nanos}", std::process::id())
 }
 
+/// Reads the dataset at `url` with its tiles in ranged parts of 300 bytes (many a tile, concurrently, each
+/// response carrying the object's entity tag): the same rows, each tile fetched once, and every tile verified.
+fn read_in_parts(url: &str, store: &StoreOptions, truth: &common::Truth) {
+    let store = store.clone().with_option(dct_store::PART_BYTES_KEY, "300");
+    let ds = Dataset::open(url, ReadOptions { store, ..ReadOptions::default() }).unwrap();
+    assert!(ds.n_tiles() > 1 && (0..ds.n_tiles()).all(|t| ds.manifest().tile_bytes[t] > 3 * 300));
+    for batch in random_batches(41, truth.n_cells(), 10, 150) {
+        assert_batch(&ds.get_batch_as::<u32>(&batch).unwrap(), truth, &batch);
+    }
+    assert_eq!(ds.stats().tiles_fetched, ds.n_tiles() as u64);
+    assert!(ds.verify(&VerifyOptions::default(), |_, _| {}).is_ok());
+}
+
 #[cfg(feature = "aws")]
 #[test]
 fn s3_round_trip() {
@@ -74,6 +87,7 @@ fn s3_round_trip() {
     assert_eq!(ds.stats().tiles_fetched, 6, "one GET per tile");
     assert_eq!(*ds.gene_order().unwrap().unwrap(), (0..300).rev().collect::<Vec<i32>>());
     assert!(ds.verify(&VerifyOptions::default(), |_, _| {}).is_ok());
+    read_in_parts(&url, &store, &truth);
 
     let missing = format!("s3://{bucket}/{}/nothing", unique("dct"));
     let e = Dataset::open(&missing, ReadOptions { store, ..ReadOptions::default() }).unwrap_err();
@@ -107,6 +121,7 @@ fn http_read() {
     assert_eq!(ds.stats().tiles_fetched, 5);
     assert_eq!(ds.var_names().unwrap().unwrap()[7], "gene-7");
     assert!(ds.verify(&VerifyOptions::default(), |_, _| {}).is_ok());
+    read_in_parts(&url, &StoreOptions::default(), &truth);
 
     let tile = format!("{root}/{name}/tiles/tile_000002.dct");
     std::fs::remove_file(&tile).unwrap();

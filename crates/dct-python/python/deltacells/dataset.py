@@ -56,10 +56,11 @@ class DeltaCellsDataset:
     ``DataLoader`` workers.
 
     ``get_batch`` takes global cell indices (any order, repeats, any tiles) and returns a CSR :class:`SparseBatch`
-    in that order. Whole tiles are fetched (one GET each), checked against the manifest and decoded by the Rust
-    reader; decoded tiles are kept in a cache (the least recently used evicted first, or in the order the caller
-    gives with :meth:`plan_passes`), and ``prefetch`` starts fetching and decoding the tiles the caller will need
-    next in the background.
+    in that order. Whole tiles are fetched (one GET each; on object storage, a tile larger than 8 MiB comes as
+    concurrent ranged GETs of its parts, the store option ``part_bytes``), checked against the manifest and
+    decoded by the Rust reader; decoded tiles are kept in a cache (the least recently used evicted first, or in the
+    order the caller gives with :meth:`plan_passes`), and ``prefetch`` starts fetching and decoding the tiles the
+    caller will need next in the background.
 
     Args:
         uri: a local path, ``file://``, ``s3://``, ``gs://``, ``az://`` / ``abfs(s)://`` or ``http(s)://`` URL
