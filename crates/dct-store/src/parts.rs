@@ -7,7 +7,9 @@
 //!
 //! The parts land in one mapping sized for the object ([`crate::body`]), each at its offset. Each part is retried
 //! on its own; every response must say the object's expected size, and parts whose entity tags differ (the object
-//! replaced while it was read) are refused rather than stitched together. Objects no larger than one part, local
+//! replaced while it was read) are refused rather than stitched together. The expected size comes from a manifest,
+//! which may lie: the mapping holds no memory until bodies fill it, at most 16 parts of an object are asked for at
+//! once, and the first responses refuse an object of another size. Objects no larger than one part, local
 //! directories (memory-mapped) and sources outside this crate ([`crate::ReadSource`]) are read whole.
 
 use std::ops::Range;
@@ -26,20 +28,40 @@ pub const PART_BYTES_KEY: &str = "part_bytes";
 /// caller does not say: 8 MiB, the size AWS suggests for byte-range requests.
 pub const DEFAULT_PART_BYTES: u64 = 8 << 20;
 
+/// At most this many parts of one object are requested at once (the store's request cap bounds all requests), so
+/// that the futures of an object's parts stay few however large a manifest says it is.
+const MAX_PARTS_IN_FLIGHT: usize = 16;
+
 /// The ranges of the `k = ceil(size / part_bytes)` parts of a `size`-byte object, as equal as whole bytes allow
-/// (parts of equal size finish together).
-pub(crate) fn part_ranges(size: u64, part_bytes: u64) -> Vec<Range<u64>> {
-    if part_bytes == 0 || size <= part_bytes {
-        return std::iter::once(0..size).collect();
-    }
-    let k = size.div_ceil(part_bytes);
-    (0..k).map(|i| size * i / k..size * (i + 1) / k).collect()
+/// (parts of equal size finish together), made as they are asked for.
+pub(crate) fn part_ranges(
+    size: u64,
+    part_bytes: u64,
+) -> impl ExactSizeIterator<Item = Range<u64>> + DoubleEndedIterator {
+    let k = if part_bytes == 0 || size <= part_bytes { 1 } else { size.div_ceil(part_bytes) };
+    let k = usize::try_from(k).unwrap_or(usize::MAX);
+    let (size, kk) = (u128::from(size), k as u128);
+    (0..k).map(move |i| {
+        let at = |j: u128| (size * j / kk) as u64;
+        at(i as u128)..at(i as u128 + 1)
+    })
+}
+
+/// Why reading the parts stopped early.
+enum Stop {
+    /// The object has this size, not the expected one.
+    Size(u64),
+    /// A part failed.
+    Failed(StoreError),
 }
 
 impl Store {
     /// Reads the `expected`-byte object `rel` as concurrent GETs of its parts (`Ok(Err(size))` if the object has
-    /// another size).
+    /// another size). The buffer is a mapping of `expected` bytes that only the parts' bodies fill (untouched, it
+    /// holds no memory), and at most [`MAX_PARTS_IN_FLIGHT`] parts are asked for at once: an object of another
+    /// size than the manifest says is refused by the first responses, before memory follows the claim.
     pub(crate) async fn get_in_parts(&self, rel: &str, expected: u64) -> Result<Result<Bytes, u64>, StoreError> {
+        use futures::{StreamExt, TryStreamExt};
         let failed = |message: String, transient: bool| StoreError::Request {
             op: "GET range",
             url: self.url(rel),
@@ -47,25 +69,52 @@ impl Store {
             transient,
             attempts: 1,
         };
-        let len = usize::try_from(expected).map_err(|_| failed(format!("{expected} bytes cannot be held"), false))?;
-        let map = crate::body::mapping(len).map_err(|e| failed(format!("cannot map {expected} bytes: {e}"), false))?;
-        let map = Arc::new(Mutex::new(map));
+        let map = match usize::try_from(expected)
+            .map_err(|e| e.to_string())
+            .and_then(|len| crate::body::mapping(len).map_err(|e| e.to_string()))
+        {
+            Ok(map) => Arc::new(Mutex::new(map)),
+            // A size no mapping can hold: if the object is not that size (a corrupt manifest), say so by its size.
+            Err(e) => {
+                return match self.size(rel).await? {
+                    size if size != expected => Ok(Err(size)),
+                    _ => Err(failed(format!("cannot map {expected} bytes: {e}"), false)),
+                };
+            }
+        };
         let ranges = part_ranges(expected, self.part_bytes());
-        let tags =
-            futures::future::try_join_all(ranges.iter().map(|r| self.get_part(rel, r.clone(), expected, &map))).await?;
-        let mut sizes = tags.iter().filter_map(|t| t.as_ref().err());
-        if let Some(&size) = sizes.next() {
-            return Ok(Err(size));
-        }
-        let tags: Vec<&String> = tags.iter().filter_map(|t| t.as_ref().ok().and_then(Option::as_ref)).collect();
-        if tags.windows(2).any(|w| w[0] != w[1]) {
-            return Err(failed(
-                format!(
-                    "the object changed while its {} parts were read (their entity tags differ); read it again",
-                    ranges.len()
-                ),
-                true,
-            ));
+        let parts = ranges.len();
+        let tags = futures::stream::iter(ranges)
+            .map(|r| async {
+                match self.get_part(rel, r, expected, &map).await {
+                    Ok(Ok(tag)) => Ok(tag),
+                    Ok(Err(size)) => Err(Stop::Size(size)),
+                    Err(e) => Err(Stop::Failed(e)),
+                }
+            })
+            .buffer_unordered(MAX_PARTS_IN_FLIGHT)
+            .try_fold((None::<String>, false), |(first, differ), tag| async move {
+                Ok(match (first, tag) {
+                    (Some(a), Some(b)) => {
+                        let differ = differ || a != b;
+                        (Some(a), differ)
+                    }
+                    (first, tag) => (first.or(tag), differ),
+                })
+            })
+            .await;
+        match tags {
+            Err(Stop::Size(size)) => return Ok(Err(size)),
+            Err(Stop::Failed(e)) => return Err(e),
+            Ok((_, true)) => {
+                return Err(failed(
+                    format!(
+                        "the object changed while its {parts} parts were read (their entity tags differ); read it again"
+                    ),
+                    true,
+                ));
+            }
+            Ok((_, false)) => {}
         }
         let map = Arc::try_unwrap(map)
             .map_err(|_| failed("a part's read still holds the object's buffer".into(), true))?
@@ -106,13 +155,18 @@ mod tests {
 
     #[test]
     fn parts_cover_the_object_once_in_near_equal_ranges() {
+        let all = |size: u64, part: u64| part_ranges(size, part).collect::<Vec<_>>();
         let whole = |size: u64| std::iter::once(0..size).collect::<Vec<_>>();
-        assert_eq!(part_ranges(10, 0), whole(10));
-        assert_eq!(part_ranges(10, 10), whole(10));
-        assert_eq!(part_ranges(0, 4), whole(0));
-        assert_eq!(part_ranges(10, 4), [0..3, 3..6, 6..10]);
+        assert_eq!(all(10, 0), whole(10));
+        assert_eq!(all(10, 10), whole(10));
+        assert_eq!(all(0, 4), whole(0));
+        assert_eq!(all(10, 4), [0..3, 3..6, 6..10]);
+        // A claim of 2^64 - 1 bytes: its parts are counted, not made.
+        assert_eq!(part_ranges(u64::MAX, DEFAULT_PART_BYTES).len() as u64, u64::MAX.div_ceil(DEFAULT_PART_BYTES));
+        let mut huge = part_ranges(u64::MAX, DEFAULT_PART_BYTES);
+        assert_eq!((huge.next().unwrap().start, huge.next_back().unwrap().end), (0, u64::MAX));
         for (size, part) in [(21_802_983u64, DEFAULT_PART_BYTES), (1 << 30, DEFAULT_PART_BYTES), (1001, 7)] {
-            let r = part_ranges(size, part);
+            let r = all(size, part);
             assert_eq!(r.len() as u64, size.div_ceil(part));
             assert_eq!((r[0].start, r[r.len() - 1].end), (0, size));
             assert!(r.windows(2).all(|w| w[0].end == w[1].start));
