@@ -101,8 +101,8 @@ fn random_cells(rng: &mut ChaCha8Rng, n_cells: u64) -> Vec<u64> {
 // ---------------------------------------------------------------------------------------------------------------
 // Tests.
 
-/// 400 seeded batches (some with a prefetch first) against tile GETs faulted with probability 0.25, with the
-/// decoded-tile cache on and off, without retries (so that every fault reaches the checks). A batch succeeds exactly when none of its GETs was faulted (prefetch rounds:
+/// 600 seeded batches (some with a prefetch first) against tile GETs faulted with probability 0.25, with the
+/// decoded-tile cache on and off and with tiles read in ranged parts, without retries (so that every fault reaches the checks). A batch succeeds exactly when none of its GETs was faulted (prefetch rounds:
 /// success means the truth, failure means a fault), and then equals the truth; a failure names a faulted object
 /// and has its fault's category; the same batch read again without faults succeeds.
 #[test]
@@ -114,8 +114,10 @@ fn reader_under_tile_faults_returns_the_truth_or_an_error_naming_the_object() {
     let mut injected_by_kind: BTreeMap<Fault, u64> = BTreeMap::new();
     let mut rng = ChaCha8Rng::seed_from_u64(13);
     let mut rounds = 0;
-    for (pass, cached) in [(0u64, 16usize), (1, 0)] {
+    // The third pass reads each tile as concurrent ranged GETs of 200-byte parts (every part faulted alone).
+    for (pass, cached, part_bytes) in [(0u64, 16usize, 0u64), (1, 0, 0), (2, 16, 200)] {
         let (faulty_store, faulty) = fault_layer(&mem, 100 + pass);
+        let faulty_store = faulty_store.with_part_bytes(part_bytes);
         let ds = open_in(
             faulty_store.clone(),
             "ds",
@@ -171,6 +173,9 @@ fn reader_under_tile_faults_returns_the_truth_or_an_error_naming_the_object() {
             }
         }
         assert!(ds.stats().failed_loads > 0);
+        if part_bytes > 0 {
+            assert!(ds.manifest().tile_bytes.iter().all(|&b| b > 3 * part_bytes), "tiles of at least 4 parts");
+        }
     }
     eprintln!("reader, {rounds} batches: faults injected {injected_by_kind:?}; outcomes {outcomes:#?}");
     for k in ALL_FAULTS {
