@@ -432,14 +432,15 @@ def test_store_options_simulate_a_distant_store(built):
     idx = np.random.default_rng(5).permutation(N_CELLS)[:120]
     assert same(ds.get_batch(idx).to_scipy(), expected[idx])
     assert ds.stats["tiles_fetched"] == 4
-    # In the training process and in DataLoader workers (which open their own readers with the options).
-    for workers in (0, 2):
+    # In the training process and in DataLoader workers (which open their own readers with the options), whole
+    # tiles and tiles in ranged parts of 500 bytes.
+    for workers, options in ((0, far), (2, far), (2, {**far, "part_bytes": "500"})):
         seen = []
-        for b in make_loader(root, 64, seed=2, storage_options=far, num_workers=workers):
+        for b in make_loader(root, 64, seed=2, storage_options=options, num_workers=workers):
             seen.append(b["index"].numpy())
             np.testing.assert_array_equal(b["X"].to_dense().numpy(), expected[b["index"].numpy()].toarray())
             assert b["X"].dtype == torch.float32
-        assert sorted(np.concatenate(seen).tolist()) == list(range(N_CELLS)), workers
+        assert sorted(np.concatenate(seen).tolist()) == list(range(N_CELLS)), (workers, options)
     # Tiles in ranged parts of 500 bytes (many a tile, read concurrently): the same rows, each tile fetched once.
     in_parts = open_dataset(root, storage_options={**far, "part_bytes": "500"})
     assert min(in_parts.manifest.tile_bytes) > 3 * 500
