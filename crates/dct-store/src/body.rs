@@ -114,6 +114,8 @@ pub(crate) async fn fill(got: GetResult, want: std::ops::Range<u64>, map: &Share
     }
     match got.payload {
         GetResultPayload::File(mut file, _) => {
+            // A local file's parts are copied one at a time under the lock: copies from the page cache, each on
+            // a blocking thread of its own.
             let map = map.clone();
             let read = tokio::task::spawn_blocking(move || -> std::io::Result<usize> {
                 file.seek(SeekFrom::Start(want.start))?;

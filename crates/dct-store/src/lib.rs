@@ -16,7 +16,8 @@
 //! Cloud backends are configured from each cloud's standard environment variables (`AWS_*`, `GOOGLE_*`,
 //! `AZURE_*`), then from the URL, then from [`StoreOptions::config`] (keys as `object_store` names them, e.g.
 //! `aws_endpoint`, `aws_allow_http`, `google_service_account`, `azure_storage_account_name`; client keys such as
-//! `allow_http` and `timeout` work for every backend; `max_requests` sets the request cap everywhere, `part_bytes` the size of the parts large objects are read in).
+//! `allow_http` and `timeout` work for every backend; `max_requests` sets the request cap everywhere, and
+//! `part_bytes` the size of the parts that large objects are read in).
 //!
 //! Local tiles are read through memory maps (by default; [`LocalReads`]): the decoder reads the page cache in
 //! place. Writes are atomic on every backend ([`Store::put`]).
