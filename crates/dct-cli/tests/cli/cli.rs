@@ -243,6 +243,13 @@ fn store_options_are_checked_before_anything_is_read() {
     assert_eq!(code(&o), 1);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("simulate_mb_per_s must be a positive number") && err.contains("\"0\""), "{err}");
+    // Tiles read as ranged parts of 64 bytes, every tile's CRC checked; a part size that is not a number refused.
+    let parts = ["--store-option", "part_bytes=64"];
+    assert_eq!(code(&run(&[&["verify", ds][..], &far[..], &parts[..]].concat())), 0);
+    let o = run(&["info", ds, "--store-option", "part_bytes=8MiB"]);
+    assert_eq!(code(&o), 1);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("part_bytes must be a whole number of bytes") && err.contains("\"8MiB\""), "{err}");
     // An unknown key of a cloud backend is refused (no server is asked).
     let o = run(&["info", "s3://bucket/atlas", "--store-option", "no_such_key=1"]);
     assert_eq!(code(&o), 1);
