@@ -45,10 +45,16 @@ impl Store {
                 Err(e) => Err(failed(format!("the mapping task failed: {e}"))),
             };
         }
-        let got = if self.part_bytes() > 0 && expected > self.part_bytes() {
-            self.get_in_parts(rel, expected).await?
-        } else {
-            self.get_whole(rel, |n| n == expected).await?
+        let parts = self.part_bytes() > 0 && expected > self.part_bytes() && self.serves_ranges();
+        let got = match if parts { self.get_in_parts(rel, expected).await? } else { None } {
+            Some(got) => got,
+            None => {
+                if parts {
+                    // The server answered a range with the whole object: this read and the ones after go whole.
+                    self.ranges_unserved();
+                }
+                self.get_whole(rel, |n| n == expected).await?
+            }
         };
         match got {
             Ok(bytes) => Ok(bytes),

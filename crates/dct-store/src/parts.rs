@@ -10,7 +10,9 @@
 //! replaced while it was read) are refused rather than stitched together. The expected size comes from a manifest,
 //! which may lie: the mapping holds no memory until bodies fill it, at most 16 parts of an object are asked for at
 //! once, and the first responses refuse an object of another size. Objects no larger than one part, local
-//! directories (memory-mapped) and sources outside this crate ([`crate::ReadSource`]) are read whole.
+//! directories (memory-mapped) and sources outside this crate ([`crate::ReadSource`]) are read whole, and so is
+//! every object of a location whose server answered a range with the whole object (a plain web server without
+//! range support): that read goes on in one GET, and the location is not asked for parts again.
 
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
@@ -47,20 +49,46 @@ pub(crate) fn part_ranges(
     })
 }
 
+/// What one part's GET found.
+enum Part {
+    /// The part is in place; the object's entity tag, if the store gives one.
+    Read(Option<String>),
+    /// The object has this size, not the expected one.
+    Size(u64),
+    /// The server answered the range with the whole object, or without saying which range: it does not serve
+    /// ranges (a plain web server may not).
+    NoRanges,
+}
+
 /// Why reading the parts stopped early.
 enum Stop {
     /// The object has this size, not the expected one.
     Size(u64),
+    /// The server does not serve ranges.
+    NoRanges,
     /// A part failed.
     Failed(StoreError),
 }
 
+/// Whether `e`, the error of a range request, says the server does not serve ranges: `object_store` reports a
+/// response of the whole object as `NotSupported`, and one without `Content-Range` in its own words.
+fn ranges_unserved(e: &object_store::Error) -> bool {
+    matches!(e, object_store::Error::NotSupported { .. }) || {
+        let message = e.to_string();
+        message.contains("non-partial response") || message.contains("Content-Range header not present")
+    }
+}
+
 impl Store {
-    /// Reads the `expected`-byte object `rel` as concurrent GETs of its parts (`Ok(Err(size))` if the object has
-    /// another size). The buffer is a mapping of `expected` bytes that only the parts' bodies fill (untouched, it
+    /// Reads the `expected`-byte object `rel` as concurrent GETs of its parts (`Ok(Some(Err(size)))` if the object
+    /// has another size, `Ok(None)` if the server does not serve ranges). The buffer is a mapping of `expected` bytes that only the parts' bodies fill (untouched, it
     /// holds no memory), and at most [`MAX_PARTS_IN_FLIGHT`] parts are asked for at once: an object of another
     /// size than the manifest says is refused by the first responses, before memory follows the claim.
-    pub(crate) async fn get_in_parts(&self, rel: &str, expected: u64) -> Result<Result<Bytes, u64>, StoreError> {
+    pub(crate) async fn get_in_parts(
+        &self,
+        rel: &str,
+        expected: u64,
+    ) -> Result<Option<Result<Bytes, u64>>, StoreError> {
         use futures::{StreamExt, TryStreamExt};
         let failed = |message: String, transient: bool| StoreError::Request {
             op: "GET range",
@@ -77,7 +105,7 @@ impl Store {
             // A size no mapping can hold: if the object is not that size (a corrupt manifest), say so by its size.
             Err(e) => {
                 return match self.size(rel).await? {
-                    size if size != expected => Ok(Err(size)),
+                    size if size != expected => Ok(Some(Err(size))),
                     _ => Err(failed(format!("cannot map {expected} bytes: {e}"), false)),
                 };
             }
@@ -87,8 +115,9 @@ impl Store {
         let tags = futures::stream::iter(ranges)
             .map(|r| async {
                 match self.get_part(rel, r, expected, &map).await {
-                    Ok(Ok(tag)) => Ok(tag),
-                    Ok(Err(size)) => Err(Stop::Size(size)),
+                    Ok(Part::Read(tag)) => Ok(tag),
+                    Ok(Part::Size(size)) => Err(Stop::Size(size)),
+                    Ok(Part::NoRanges) => Err(Stop::NoRanges),
                     Err(e) => Err(Stop::Failed(e)),
                 }
             })
@@ -104,7 +133,8 @@ impl Store {
             })
             .await;
         match tags {
-            Err(Stop::Size(size)) => return Ok(Err(size)),
+            Err(Stop::Size(size)) => return Ok(Some(Err(size))),
+            Err(Stop::NoRanges) => return Ok(None),
             Err(Stop::Failed(e)) => return Err(e),
             Ok((_, true)) => {
                 return Err(failed(
@@ -120,29 +150,31 @@ impl Store {
             .map_err(|_| failed("a part's read still holds the object's buffer".into(), true))?
             .into_inner()
             .unwrap_or_else(|e| e.into_inner());
-        Ok(Ok(Bytes::from_owner(map)))
+        Ok(Some(Ok(Bytes::from_owner(map))))
     }
 
-    /// GETs the bytes `range` of the `expected`-byte object `rel` into `map`, retried on its own; returns the
-    /// object's entity tag, or `Err(size)` if the object has another size.
+    /// GETs the bytes `range` of the `expected`-byte object `rel` into `map`, retried on its own (a server that
+    /// does not serve ranges is not asked again).
     async fn get_part(
         &self,
         rel: &str,
         range: Range<u64>,
         expected: u64,
         map: &crate::body::SharedMapping,
-    ) -> Result<Result<Option<String>, u64>, StoreError> {
+    ) -> Result<Part, StoreError> {
         let path = self.path(rel);
         let (got, attempts) = self
             .retry()
             .run_counted(is_transient, || async {
-                let got = match self.get_sized_range(&path, range.clone(), expected).await? {
-                    Ok(got) => got,
-                    Err(size) => return Ok(Err(size)),
+                let got = match self.get_sized_range(&path, range.clone(), expected).await {
+                    Ok(Ok(got)) => got,
+                    Ok(Err(size)) => return Ok(Part::Size(size)),
+                    Err(e) if ranges_unserved(&e) => return Ok(Part::NoRanges),
+                    Err(e) => return Err(e),
                 };
                 let tag = got.meta.e_tag.clone();
                 crate::body::fill(got, range.clone(), map).await?;
-                Ok(Ok(tag))
+                Ok(Part::Read(tag))
             })
             .await;
         got.map_err(|e| request_error("GET range", self.url(rel), e, attempts))

@@ -35,6 +35,8 @@ pub struct Store {
     pub(crate) memory_map: bool,
     /// Objects read whole and larger than this are read in concurrent parts of at most this size (0: never).
     part_bytes: u64,
+    /// Set once the server answered a range with the whole object: no more parts (shared by clones).
+    no_ranges: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl fmt::Debug for Store {
@@ -77,6 +79,7 @@ impl Store {
             local_dir: None,
             memory_map: false,
             part_bytes: 0,
+            no_ranges: Arc::default(),
         };
         store.set_max_requests(options.max_requests);
         store
@@ -120,6 +123,17 @@ impl Store {
     /// Whole-object reads larger than this many bytes are read in concurrent parts (0: never).
     pub fn part_bytes(&self) -> u64 {
         self.part_bytes
+    }
+
+    /// Whether large objects may still be read in parts: false once the server answered a range request with the
+    /// whole object.
+    pub(crate) fn serves_ranges(&self) -> bool {
+        !self.no_ranges.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Notes that the server does not serve ranges: objects are read in one GET from here on.
+    pub(crate) fn ranges_unserved(&self) {
+        self.no_ranges.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// How requests are retried.

@@ -132,3 +132,64 @@ async fn an_object_replaced_while_its_parts_are_read_is_refused() {
     // Read again, the parts are of one version.
     assert!(store.get_exact("big.bin", 3_000_000).await.unwrap() == big(1));
 }
+
+/// A web server that ignores `Range` (as Python's `http.server` does): every GET is answered `200` with the whole
+/// object. Serves `object` at every path and counts the GETs.
+#[cfg(feature = "http")]
+async fn rangeless_server(object: Bytes) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let gets = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = gets.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else { return };
+            let (object, gets) = (object.clone(), counted.clone());
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let head = request.starts_with(b"HEAD");
+                if !head {
+                    gets.fetch_add(1, Ordering::SeqCst);
+                }
+                let header = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nETag: \"v1\"\r\nConnection: close\r\n\r\n",
+                    object.len()
+                );
+                let _ = socket.write_all(header.as_bytes()).await;
+                if !head {
+                    let _ = socket.write_all(&object).await;
+                }
+                let _ = socket.shutdown().await;
+            });
+        }
+    });
+    (url, gets)
+}
+
+#[cfg(feature = "http")]
+#[test]
+fn a_server_without_ranges_is_read_whole_from_then_on() {
+    use std::sync::atomic::Ordering;
+    run(async {
+        let object = big(3);
+        let (url, gets) = rangeless_server(object.clone()).await;
+        let options = StoreOptions { retry: quick(), ..StoreOptions::default() }.with_option("allow_http", "true");
+        let store = Store::from_url(&format!("{url}/ds"), &options).unwrap().with_part_bytes(1 << 20);
+        // The parts come back whole: the read goes on in one GET, none of the parts retried.
+        assert!(store.get_exact("tiles/t0.dct", 3_000_000).await.unwrap() == object);
+        let first = gets.load(Ordering::SeqCst);
+        assert!((2..=4).contains(&first), "{first} GETs: up to 3 parts, then one whole");
+        // From then on, one GET an object.
+        assert!(store.clone().get_exact("tiles/t1.dct", 3_000_000).await.unwrap() == object);
+        assert_eq!(gets.load(Ordering::SeqCst), first + 1);
+    });
+}
