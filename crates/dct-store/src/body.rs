@@ -37,29 +37,8 @@ pub(crate) async fn collect(got: GetResult, announced: u64) -> object_store::Res
         return Ok(bytes);
     }
     let len = usize::try_from(announced).map_err(generic)?;
-    let range = got.range.clone();
-    match got.payload {
-        GetResultPayload::File(mut file, _) => {
-            // A local file (the backend read by the reader through a store layer): read on a blocking thread
-            // straight into the mapping.
-            let read = tokio::task::spawn_blocking(move || -> std::io::Result<(MmapMut, usize)> {
-                let mut map = mapping(len)?;
-                file.seek(SeekFrom::Start(range.start))?;
-                let mut filled = 0;
-                while filled < len {
-                    match file.read(&mut map[filled..])? {
-                        0 => break,
-                        n => filled += n,
-                    }
-                }
-                Ok((map, filled))
-            });
-            let (map, filled) = read.await.map_err(generic)?.map_err(generic)?;
-            if filled != len {
-                return Err(short_or_long_body(announced, filled as u64));
-            }
-            Ok(Bytes::from_owner(map))
-        }
+    let GetResult { payload, meta, range, attributes, extensions } = got;
+    let payload = match payload {
         GetResultPayload::Stream(mut stream) => {
             let first = match stream.next().await {
                 Some(chunk) => chunk?,
@@ -76,38 +55,40 @@ pub(crate) async fn collect(got: GetResult, announced: u64) -> object_store::Res
                 }
                 return Ok(first);
             }
-            let mut map = mapping(len).map_err(generic)?;
-            map[..first.len()].copy_from_slice(&first);
-            let mut filled = first.len();
-            while let Some(chunk) = stream.next().await {
-                let chunk = chunk?;
-                let end = filled.saturating_add(chunk.len());
-                if end > len {
-                    return Err(short_or_long_body(announced, end as u64));
-                }
-                map[filled..end].copy_from_slice(&chunk);
-                filled = end;
-            }
-            if filled != len {
-                return Err(short_or_long_body(announced, filled as u64));
-            }
-            Ok(Bytes::from_owner(map))
+            GetResultPayload::Stream(futures::stream::once(async { Ok(first) }).chain(stream).boxed())
         }
-    }
+        // A local file (the backend read by the reader through a store layer): read straight into the mapping.
+        file => file,
+    };
+    let map = Arc::new(Mutex::new(mapping(len).map_err(generic)?));
+    let want = range.start..range.start.saturating_add(announced);
+    fill(GetResult { payload, meta, range, attributes, extensions }, want, &map, 0).await?;
+    finished(map).ok_or_else(|| generic("a read still holds the body's buffer"))
 }
 
-/// One mapping that the concurrent ranged GETs of an object's parts fill, each its own range of it.
+/// The bytes of a filled mapping (`None` if a read still holds it).
+pub(crate) fn finished(map: SharedMapping) -> Option<Bytes> {
+    let map = Arc::try_unwrap(map).ok()?;
+    Some(Bytes::from_owner(map.into_inner().unwrap_or_else(|e| e.into_inner())))
+}
+
+/// One mapping that a body fills, or the concurrent ranged GETs of an object's parts, each its own range of it.
 pub(crate) type SharedMapping = Arc<Mutex<MmapMut>>;
 
-/// Copies the body of `got`, a ranged GET of `want`, into `map` at the offsets it covers. A response for another
+/// Copies the body of `got`, a GET of the bytes `want`, into `map` from the offset `at`. A response for another
 /// range, or a body of another length, is an error, retried like a transient failure.
-pub(crate) async fn fill(got: GetResult, want: std::ops::Range<u64>, map: &SharedMapping) -> object_store::Result<()> {
+pub(crate) async fn fill(
+    got: GetResult,
+    want: std::ops::Range<u64>,
+    map: &SharedMapping,
+    at: u64,
+) -> object_store::Result<()> {
     let len = want.end.saturating_sub(want.start);
     if got.range != want {
         return Err(short_or_long_body(len, got.range.end.saturating_sub(got.range.start)));
     }
-    let start = usize::try_from(want.start).map_err(generic)?;
-    let end = usize::try_from(want.end).map_err(generic)?;
+    let start = usize::try_from(at).map_err(generic)?;
+    let end = usize::try_from(at.saturating_add(len)).map_err(generic)?;
     let held = |map: &SharedMapping| map.lock().unwrap_or_else(|e| e.into_inner()).len();
     if end > held(map) {
         return Err(generic(format!("the range {want:?} lies beyond the object's {} bytes", held(map))));

@@ -146,11 +146,9 @@ impl Store {
             }
             Ok((_, false)) => {}
         }
-        let map = Arc::try_unwrap(map)
-            .map_err(|_| failed("a part's read still holds the object's buffer".into(), true))?
-            .into_inner()
-            .unwrap_or_else(|e| e.into_inner());
-        Ok(Some(Ok(Bytes::from_owner(map))))
+        let bytes = crate::body::finished(map)
+            .ok_or_else(|| failed("a part's read still holds the object's buffer".into(), true))?;
+        Ok(Some(Ok(bytes)))
     }
 
     /// GETs the bytes `range` of the `expected`-byte object `rel` into `map`, retried on its own (a server that
@@ -173,7 +171,7 @@ impl Store {
                     Err(e) => return Err(e),
                 };
                 let tag = got.meta.e_tag.clone();
-                crate::body::fill(got, range.clone(), map).await?;
+                crate::body::fill(got, range.clone(), map, range.start).await?;
                 Ok(Part::Read(tag))
             })
             .await;
