@@ -186,3 +186,11 @@ def kill_trials(args: list[str], out: Path, want: dict[str, str], seed: int, dur
         assert r.returncode == 0, f"trial {trial}: {r.stderr}"
         assert dataset_files(out) == want, f"trial {trial}: the run again did not complete it"
     return left
+
+
+@pytest.fixture(scope="module")
+def members(tmp_path_factory):
+    """The corpus tests' three members cut from pbmc200 and their sources (``corpus_members.make_members``)."""
+    from corpus_members import make_members
+
+    return make_members(tmp_path_factory.mktemp("members"))

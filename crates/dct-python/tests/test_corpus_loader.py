@@ -1,0 +1,271 @@
+"""The training loader over a corpus against the source: every selected cell once with its member, ranks, resume,
+weights and strata, and the corpus's obs in batches."""
+
+import numpy as np
+import pytest
+from conftest import require
+from corpus_members import obs_truth, truth
+
+pd = require("pandas")
+
+from deltacells import open_corpus  # noqa: E402
+
+
+def _epoch(loader):
+    import torch
+
+    out = []
+    for b in loader:
+        # The types CORPUS.md and PYTHON-API.md give: int64 cell and member indices, a CSR X with int32 offsets.
+        assert b["index"].dtype == torch.int64 and b["dataset"].dtype == torch.int64
+        assert b["X"].layout == torch.sparse_csr and b["X"].crow_indices().dtype == torch.int32
+        out.append((b["index"].numpy().copy(), b["dataset"].numpy().copy(), b["X"].to_dense().numpy()))
+    return out
+
+
+def test_the_loader_serves_every_selected_cell_once_with_its_member(members):
+    require("torch")
+    from deltacells.torch import DeltaCellsIterableDataset, make_loader
+
+    roots, sources = members
+    corpus = open_corpus(roots, genes="intersection")
+    sub = corpus.select(np.arange(corpus.n_cells) % 3 != 0)
+    expected = truth(sources, corpus.genes)[np.arange(corpus.n_cells) % 3 != 0]
+    for workers, context in ((0, None), (2, None), (2, "spawn")):
+        extra = {} if context is None else {"multiprocessing_context": context}
+        loader = make_loader(sub, 16, seed=5, shuffle_tiles=2, num_workers=workers, **extra)
+        batches = _epoch(loader)
+        assert len(batches) == len(loader)
+        index = np.concatenate([i for i, _, _ in batches])
+        assert sorted(index.tolist()) == list(range(sub.n_cells)), f"every cell once ({workers} workers, {context})"
+        for i, d, x in batches:
+            np.testing.assert_array_equal(x, expected[i])
+            np.testing.assert_array_equal(d, sub.member_of(i))
+    # Each tile holding selected cells is fetched once in the epoch, and no other tile (in order, so that nothing of
+    # the next epoch is fetched ahead); the readers give back the tiles of the windows left behind.
+    part = corpus.select(np.r_[0:40, 150:200])  # member 0's first two tiles, member 2's last three, none of 1
+    ds = DeltaCellsIterableDataset(part, 16, shuffle=False, shuffle_tiles=2)
+    assert len(_epoch(ds)) == len(ds)
+    assert [n > 0 for n in part.tile_cells] == [True, True, False, False, False, True, True, True]
+    assert ds.stats()["tiles_fetched"] == 5
+
+
+def test_ranks_get_disjoint_equal_shares_of_a_corpus(members):
+    require("torch")
+    from deltacells.torch import DeltaCellsIterableDataset
+
+    roots, _ = members
+    corpus = open_corpus(roots)
+    shares = [_epoch(DeltaCellsIterableDataset(corpus, 10, seed=1, rank=r, world_size=3)) for r in range(3)]
+    assert len({len(s) for s in shares}) == 1, "every rank the same number of batches"
+    seen = [set(np.concatenate([i for i, _, _ in s]).tolist()) for s in shares]
+    assert not (seen[0] & seen[1]) and not (seen[1] & seen[2]) and not (seen[0] & seen[2])
+    assert sum(len(s) for s in seen) >= corpus.n_cells - 2, "at most world_size - 1 cells left out"
+
+
+@pytest.mark.parametrize("source", ["dataset", "loader"])
+def test_a_resumed_corpus_epoch_is_the_uninterrupted_one(members, source):
+    require("torch")
+    from deltacells.torch import DeltaCellsIterableDataset, make_loader
+
+    roots, _ = members
+    corpus = open_corpus(roots, genes="union")
+
+    def make():
+        return DeltaCellsIterableDataset(corpus, 12, seed=3) if source == "dataset" else make_loader(corpus, 12, seed=3)
+
+    whole = _epoch(make())
+    first = make()
+    taken = []
+    for b in first:
+        taken.append(b["index"].numpy().copy())
+        if len(taken) == 5:
+            break
+    state = first.state_dict()
+    again = make()
+    again.load_state_dict(state)
+    rest = [i for i, _, _ in _epoch(again)]
+    assert [t.tolist() for t in taken + rest] == [i.tolist() for i, _, _ in whole]
+    other = open_corpus(roots, genes="intersection")
+    with pytest.raises(ValueError, match="dataset"):
+        DeltaCellsIterableDataset(other, 12, seed=3).load_state_dict(state)
+
+
+def test_a_state_of_another_selection_is_refused_even_with_as_many_cells_in_each_tile(members):
+    require("torch")
+    from deltacells.torch import DeltaCellsIterableDataset
+
+    roots, _ = members
+    corpus = open_corpus(roots, genes="union")
+    even = corpus.select(np.arange(0, corpus.n_cells, 2))
+    odd = corpus.select(np.arange(1, corpus.n_cells, 2))
+    assert even.tile_cells == odd.tile_cells, "the layouts alone cannot tell the selections apart"
+    first = DeltaCellsIterableDataset(even, 12, seed=3)
+    next(iter(first))
+    state = first.state_dict()
+    with pytest.raises(ValueError, match="another selection of the corpus's cells"):
+        DeltaCellsIterableDataset(odd, 12, seed=3).load_state_dict(state)
+    DeltaCellsIterableDataset(even, 12, seed=3).load_state_dict(state)  # the same cells: accepted
+
+
+def test_a_weighted_epoch_draws_each_member_s_share_and_resumes(members):
+    require("torch")
+    from deltacells.torch import DeltaCellsIterableDataset
+
+    roots, _ = members
+    corpus = open_corpus({f"m{i}": r for i, r in enumerate(roots)})
+    weights = {"m0": 1.0, "m1": 3.0, "m2": 1.0}
+
+    def make(epoch_cells):
+        return DeltaCellsIterableDataset(corpus, 1000, seed=2, weights=weights, epoch_cells=epoch_cells,
+                                         shuffle_tiles=3)
+
+    ds = make(100_000)
+    drawn = np.bincount(np.concatenate([b["dataset"].numpy() for b in ds]), minlength=3)
+    assert drawn.sum() == 100_000 == len(ds) * 1000
+    np.testing.assert_allclose(drawn / drawn.sum(), [0.2, 0.6, 0.2], atol=0.01)
+    whole = [b["index"].numpy().copy() for b in make(12_000)]
+    first = make(12_000)
+    taken = []
+    for b in first:
+        taken.append(b["index"].numpy().copy())
+        if len(taken) == 5:
+            break
+    again = make(12_000)
+    again.load_state_dict(first.state_dict())
+    rest = [b["index"].numpy().copy() for b in again]
+    assert [t.tolist() for t in taken + rest] == [w.tolist() for w in whole], "the resumed epoch is the same"
+    with pytest.raises(ValueError, match="weights"):
+        DeltaCellsIterableDataset(corpus, 1000, seed=2, weights={"m0": 1.0}, epoch_cells=12_000,
+                                  shuffle_tiles=3).load_state_dict(first.state_dict())
+    with pytest.raises(ValueError, match="does not have"):
+        DeltaCellsIterableDataset(corpus, 10, weights={"nope": 1.0})
+    with pytest.raises(ValueError, match="one dataset"):
+        DeltaCellsIterableDataset(roots[0], 10, weights=[1.0])
+    with pytest.raises(ValueError, match="weights"):
+        DeltaCellsIterableDataset(corpus, 10, weights=[1.0, 2.0])  # one weight too few
+    # A member drawn beyond its size starts another pass over its cells, reshuffled: three passes over m0 serve
+    # each of its cells three times, and no two passes in the same order.
+    n0 = corpus.member_cells[0]
+    ds = DeltaCellsIterableDataset(corpus, 16, seed=2, weights=[1.0, 0.0, 0.0], epoch_cells=3 * n0, shuffle_tiles=2)
+    drawn = np.concatenate([b["index"].numpy() for b in ds])
+    assert np.bincount(drawn, minlength=corpus.n_cells).tolist() == [3] * n0 + [0] * (corpus.n_cells - n0)
+    # Pass k's order: the cells by their k-th appearance (a window may mix the end of one pass and the next).
+    seen: dict[int, int] = {}
+    passes: list[list[int]] = [[], [], []]
+    for c in drawn.tolist():
+        passes[seen.get(c, 0)].append(c)
+        seen[c] = seen.get(c, 0) + 1
+    assert passes[0] != passes[1] and passes[1] != passes[2] and passes[0] != passes[2], "each pass reshuffled"
+
+
+def _tissues(batches, categories, df):
+    """Each batch's tissue labels from the loader, checked against the source's (pandas) for the same cells."""
+    out = []
+    for b in batches:
+        assert min(b["obs"]["tissue"].tolist()) >= 0, "cells without a value are not drawn"
+        got = [categories[c] for c in b["obs"]["tissue"].tolist()]
+        assert got == [df["tissue"][i] for i in b["index"].numpy()]
+        out.extend(got)
+    return out
+
+
+def test_a_stratified_epoch_balances_categories_and_resumes(members, tmp_path):
+    require("torch")
+    from deltacells.torch import DeltaCellsIterableDataset, make_loader
+
+    roots, sources = members
+    corpus = open_corpus({f"m{i}": r for i, r in enumerate(roots)}, cache_dir=str(tmp_path / "cache"))
+    df = obs_truth(sources)
+    present = df["tissue"].dropna()
+    assert present.value_counts(normalize=True).min() < 0.2, "the categories are far from balanced in the source"
+
+    # Equal shares over 100,000 draws at the default window, with and without workers (which build their own
+    # strata, under fork and spawn).
+    for workers, context in ((0, None), (2, "spawn")):
+        extra = {} if context is None else {"multiprocessing_context": context}
+        loader = make_loader(corpus, 1000, seed=2, stratify_by="tissue", epoch_cells=100_000, obs_columns=["tissue"],
+                             num_workers=workers, **extra)
+        labels = _tissues(loader, loader.dataset.categories("tissue"), df)
+        assert len(labels) == 100_000
+        shares = pd.Series(labels).value_counts(normalize=True)
+        np.testing.assert_allclose(shares[["lung", "blood", "gut"]], [1 / 3] * 3, atol=0.02)
+    # Class weights; the default epoch is the cells with a value.
+    ds = DeltaCellsIterableDataset(corpus, 1000, seed=2, stratify_by="tissue", obs_columns=["tissue"],
+                                   class_weights={"lung": 2.0, "blood": 1.0, "gut": 1.0}, epoch_cells=100_000)
+    shares = pd.Series(_tissues(ds, ds.categories("tissue"), df)).value_counts(normalize=True)
+    np.testing.assert_allclose(shares[["lung", "blood", "gut"]], [0.5, 0.25, 0.25], atol=0.02)
+    assert len(DeltaCellsIterableDataset(corpus, 1, stratify_by="tissue")) == len(present)
+    # Locality: an epoch of the cells with a value fetches each tile holding one once, and none of member 1's,
+    # which has no tissue column (as tile_cells counts them: 3 + 2 + 3 tiles of 32 cells).
+    fresh = open_corpus({f"m{i}": r for i, r in enumerate(roots)}, cache_dir=str(tmp_path / "cache"))
+    assert len(fresh.tile_cells) == 8
+    ds = DeltaCellsIterableDataset(fresh, 16, seed=3, stratify_by="tissue", shuffle_tiles=2)
+    assert sum(len(b["index"]) for b in ds) == len(present)
+    assert ds.stats()["tiles_fetched"] == 6
+
+    # A resumed stratified epoch is the uninterrupted one.
+    def make():
+        return DeltaCellsIterableDataset(corpus, 100, seed=6, stratify_by="tissue", epoch_cells=3_000)
+
+    whole = [b["index"].numpy().copy() for b in make()]
+    first = make()
+    taken = []
+    for b in first:
+        taken.append(b["index"].numpy().copy())
+        if len(taken) == 7:
+            break
+    again = make()
+    again.load_state_dict(first.state_dict())
+    again.set_epoch(0)  # what a training loop does at the start of each epoch
+    rest = [b["index"].numpy().copy() for b in again]
+    assert [t.tolist() for t in taken + rest] == [w.tolist() for w in whole]
+    with pytest.raises(ValueError, match="class_weights"):
+        DeltaCellsIterableDataset(corpus, 100, seed=6, stratify_by="tissue", epoch_cells=3_000,
+                                  class_weights={"gut": 1.0}).load_state_dict(first.state_dict())
+
+    # Refusals, at construction.
+    with pytest.raises(ValueError, match="not a category column"):
+        DeltaCellsIterableDataset(corpus, 10, stratify_by="n_genes")
+    with pytest.raises(KeyError, match="tissue"):
+        DeltaCellsIterableDataset(corpus, 10, stratify_by="nope")
+    with pytest.raises(ValueError, match="does not have"):
+        DeltaCellsIterableDataset(corpus, 10, stratify_by="tissue", class_weights={"bone": 1.0})
+    with pytest.raises(ValueError, match="add up to 0"):
+        DeltaCellsIterableDataset(corpus, 10, stratify_by="tissue", class_weights={"gut": 0.0})
+    with pytest.raises(ValueError, match="cannot be combined"):
+        DeltaCellsIterableDataset(corpus, 10, stratify_by="tissue", weights={"m0": 1.0})
+    with pytest.raises(ValueError, match="give stratify_by"):
+        DeltaCellsIterableDataset(corpus, 10, class_weights={"gut": 1.0})
+    with pytest.raises(ValueError, match="open_corpus"):
+        DeltaCellsIterableDataset(roots[0], 10, stratify_by="tissue")
+    no_gut = corpus.select(np.flatnonzero(df["tissue"].to_numpy() != "gut"))
+    with pytest.raises(ValueError, match="gut"):
+        DeltaCellsIterableDataset(no_gut, 10, stratify_by="tissue", class_weights={"gut": 1.0, "lung": 1.0})
+
+
+def test_the_loader_serves_a_corpus_s_obs(members, tmp_path):
+    require("torch")
+    from deltacells.torch import make_loader
+
+    roots, sources = members
+    corpus = open_corpus(roots, cache_dir=str(tmp_path / "cache"))
+    df = obs_truth(sources)
+    for workers in (0, 2):
+        loader = make_loader(corpus, 32, seed=4, obs_columns=["donor", "tissue", "n_genes", "barcode"],
+                             num_workers=workers)
+        donors = loader.dataset.categories("donor")
+        tissues = loader.dataset.categories("tissue")
+        seen = 0
+        for b in loader:
+            index = b["index"].numpy()
+            seen += len(index)
+            assert [donors[c] for c in b["obs"]["donor"].tolist()] == [df["donor"][i] for i in index]
+            got_tissue = [None if c < 0 else tissues[c] for c in b["obs"]["tissue"].tolist()]
+            assert got_tissue == [df["tissue"][i] for i in index]
+            np.testing.assert_array_equal(b["obs"]["n_genes"].numpy(), df["n_genes"].to_numpy(np.float64)[index])
+            # Strings as lists, as over one dataset.
+            assert b["obs"]["barcode"] == [df["barcode"][i] for i in index]
+        assert seen == corpus.n_cells
+    with pytest.raises(KeyError):
+        make_loader(corpus, 32, obs_columns=["nope"])
