@@ -215,6 +215,35 @@ def test_member_of_selection_and_errors(members):
     with pytest.raises(ValueError, match="at least one member"):
         open_corpus([])
     assert "3 members" in repr(corpus) and "200 cells" in repr(corpus)
+    # Indices as numpy means them: a boolean mask of n_cells selects, another length is an IndexError, floats a
+    # TypeError, for the corpus's rows and its obs alike.
+    mask = np.arange(corpus.n_cells) % 7 == 0
+    np.testing.assert_array_equal(corpus.get_batch(mask).to_scipy().toarray(), expected[mask])
+    by_mask, by_index = corpus.obs.take(mask, "donor"), corpus.obs.take(np.flatnonzero(mask), "donor")
+    assert list(by_mask["donor"]) == list(by_index["donor"])
+    for bad in (mask[:-1], np.ones(corpus.n_cells + 1, bool)):
+        with pytest.raises(IndexError, match="mask"):
+            corpus.get_batch(bad)
+        with pytest.raises(IndexError, match="mask"):
+            corpus.obs.take(bad, "donor")
+    with pytest.raises(TypeError):
+        corpus.get_batch(np.array([0.0, 1.5]))
+    with pytest.raises(TypeError):
+        corpus.obs.take([0.5], "donor")
+
+
+def test_a_member_that_cannot_be_opened_is_named_when_the_corpus_is_opened(members, tmp_path):
+    """Missing or malformed, a member is named (by its name in the mapping) with the cause, when the corpus is
+    opened rather than when it is first read."""
+    roots, _ = members
+    with pytest.raises(OSError, match="corpus member 'gone': .*") as e:
+        open_corpus({"a": roots[0], "gone": str(tmp_path / "nowhere")})
+    assert str(e.value).count("corpus member") == 1
+    broken = tmp_path / "broken"
+    shutil.copytree(roots[1], broken)
+    (broken / "manifest.json").write_text("{ not json")
+    with pytest.raises(ValueError, match="corpus member 'broken'.*manifest"):
+        open_corpus({"a": roots[0], "broken": str(broken)})
 
 
 def test_members_on_an_object_store_beside_local_ones(members, tmp_path):
@@ -224,10 +253,26 @@ def test_members_on_an_object_store_beside_local_ones(members, tmp_path):
     url, options = s3_or_skip()
     path = tmp_path / "m1.h5ad"
     sources[1].write_h5ad(path)
-    convert_h5ad(str(path), url, tile_size=32, level=3, n_chunks=2, log=None, storage_options=options)
-    corpus = open_corpus({"m0": roots[0], "s3": StoreBackend(url, options), "m2": roots[2]}, genes="union")
-    assert corpus.member_cells == [70, 60, 70]
-    check_batches(corpus, truth(sources, corpus.genes), seed=4)
+    # Version 1 on the store too, as the local member 1 is.
+    convert_h5ad(str(path), url, tile_size=32, level=3, n_chunks=2, log=None, storage_options=options,
+                 format_version=1)
+    for genes in ("union", "intersection"):
+        corpus = open_corpus({"m0": roots[0], "s3": StoreBackend(url, options), "m2": roots[2]}, genes=genes)
+        assert corpus.member_cells == [70, 60, 70] and corpus.datasets[1].manifest.version == 1
+        check_batches(corpus, truth(sources, corpus.genes), seed=4)
+    # The corpus's loader over the store member (its StoreBackend options reach every worker's reader).
+    require("torch")
+    from deltacells.torch import make_loader
+
+    corpus = open_corpus({"m0": roots[0], "s3": StoreBackend(url, options)}, genes="intersection")
+    expected = truth(sources[:2], corpus.genes)
+    for workers in (0, 2):
+        seen = {}
+        for b in make_loader(corpus, 16, seed=3, num_workers=workers):
+            for i, row in zip(b["index"].tolist(), b["X"].to_dense().numpy()):
+                seen[i] = row
+        assert sorted(seen) == list(range(130))
+        np.testing.assert_array_equal(np.stack([seen[i] for i in range(130)]), expected)
 
 
 def test_members_manifests_and_gene_tables_are_read_concurrently(members):

@@ -144,6 +144,14 @@ def test_a_weighted_epoch_draws_each_member_s_share_and_resumes(members):
         DeltaCellsIterableDataset(roots[0], 10, weights=[1.0])
     with pytest.raises(ValueError, match="weights"):
         DeltaCellsIterableDataset(corpus, 10, weights=[1.0, 2.0])  # one weight too few
+    with pytest.raises(ValueError, match='member "m1" has weight -1.*not negative'):
+        DeltaCellsIterableDataset(corpus, 10, weights={"m0": 1.0, "m1": -1.0})
+    with pytest.raises(ValueError, match="not negative"):
+        DeltaCellsIterableDataset(corpus, 10, weights=[1.0, float("nan"), 1.0])
+    with pytest.raises(ValueError, match="add up to 0"):
+        DeltaCellsIterableDataset(corpus, 10, weights={"m0": 0.0, "m1": 0.0, "m2": 0.0})
+    with pytest.raises(ValueError, match="add up to 0"):
+        DeltaCellsIterableDataset(corpus, 10, weights=[0, 0, 0])
     # A member drawn beyond its size starts another pass over its cells, reshuffled: three passes over m0 serve
     # each of its cells three times, and no two passes in the same order.
     n0 = corpus.member_cells[0]
@@ -269,3 +277,20 @@ def test_the_loader_serves_a_corpus_s_obs(members, tmp_path):
         assert seen == corpus.n_cells
     with pytest.raises(KeyError):
         make_loader(corpus, 32, obs_columns=["nope"])
+
+
+def test_a_corpus_with_no_cells_is_refused_when_its_loader_is_made(members):
+    """An empty selection would give an epoch of no batches, ending a training loop at once without a word: the
+    loader refuses it where it is made (not in a worker)."""
+    require("torch")
+    from deltacells.torch import DeltaCellsIterableDataset, make_loader
+
+    roots, _ = members
+    corpus = open_corpus(roots)
+    for empty in (corpus.select([]), corpus.select(np.zeros(corpus.n_cells, bool)),
+                  corpus.where(donor=["no such donor"])):
+        assert empty.n_cells == 0
+        with pytest.raises(ValueError, match="no cells to train on"):
+            DeltaCellsIterableDataset(empty, 8)
+        with pytest.raises(ValueError, match="no cells to train on"):
+            make_loader(empty, 8, num_workers=2)

@@ -6,7 +6,7 @@ import deltacells
 import numpy as np
 import pytest
 from conftest import make_counts
-from deltacells import FormatError, Tile, encode_tile
+from deltacells import FormatError, Tile, encode_tile, read_tile
 from deltacells import format as fmt
 
 
@@ -83,16 +83,26 @@ def test_inconsistent_indptr_rejected(blob):
         Tile(_patched(blob, info.indptr_off + 5 * 8, "<q", 10**9))
 
 
-def test_crc_detects_payload_corruption(blob):
+def test_crc_detects_payload_corruption(blob, tmp_path):
     Tile(blob, verify=True).verify()
     info = fmt.parse_tile_info(blob)
     b = bytearray(blob)
     b[info.chunks[1].vals_off + 3] ^= 0xFF
-    t = Tile(bytes(b))  # the structure is intact
+    t = Tile(bytes(b), verify=False)  # the structure is intact
     with pytest.raises(FormatError, match="CRC"):
         t.verify()
     with pytest.raises(FormatError, match="CRC"):
         Tile(bytes(b), verify=True)
+    # Checked unless turned off explicitly: by Tile and read_tile alike.
+    with pytest.raises(FormatError, match="CRC"):
+        Tile(bytes(b))
+    with pytest.raises(FormatError, match="CRC"):
+        Tile(bytes(b), verify=None)
+    path = tmp_path / "flipped.dct"
+    path.write_bytes(bytes(b))
+    with pytest.raises(FormatError, match="CRC"):
+        read_tile(path)
+    assert read_tile(path, verify=False).nnz == t.nnz
 
 
 def test_garbage_stream_raises_not_crashes(blob):
@@ -101,7 +111,7 @@ def test_garbage_stream_raises_not_crashes(blob):
     b = bytearray(blob)
     rng = np.random.default_rng(3)
     b[c.gaps_off : c.gaps_off + c.gaps_len] = rng.integers(0, 256, c.gaps_len, dtype=np.uint8).tobytes()
-    t = Tile(bytes(b))
+    t = Tile(bytes(b), verify=False)  # past the CRC: the decoder's own checks
     with pytest.raises(FormatError, match="corrupt"):
         t.decode()
     with pytest.raises(ValueError, match="chunk 2"):

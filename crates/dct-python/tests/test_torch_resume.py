@@ -7,6 +7,7 @@ from conftest import make_counts, require, write_dataset
 
 torch = require("torch")
 
+from deltacells import Corpus, open_corpus  # noqa: E402
 from deltacells.torch import DeltaCellsDataLoader, DeltaCellsIterableDataset, make_loader  # noqa: E402
 
 N, G, TILE = 470, 40, 50  # 10 tiles, the last of 20
@@ -14,9 +15,27 @@ OPTS = dict(seed=11, shuffle_tiles=2)
 BATCH = 24
 
 
+NAMES = [f"g{g}" for g in range(G)]  # so that the dataset can be a corpus's member
+
+
 @pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    return write_dataset(tmp_path_factory.mktemp("resume") / "ds", make_counts(N, G, density=0.2, seed=61), TILE)
+def dataset_root(tmp_path_factory):
+    full = make_counts(N, G, density=0.2, seed=61)
+    return write_dataset(tmp_path_factory.mktemp("resume") / "ds", full, TILE, var_names=NAMES)
+
+
+@pytest.fixture(scope="module", params=["dataset", "corpus"])
+def root(request, dataset_root, tmp_path_factory):
+    """What the loader reads: the dataset, or a corpus of it and a second dataset of 230 cells (15 tiles)."""
+    if request.param == "dataset":
+        return dataset_root
+    other = make_counts(230, G, density=0.2, seed=65)
+    second = write_dataset(tmp_path_factory.mktemp("resume2") / "ds", other, TILE, var_names=NAMES)
+    return open_corpus({"a": dataset_root, "b": second})
+
+
+def n_cells(root):
+    return root.n_cells if isinstance(root, Corpus) else N
 
 
 def cells(batches):
@@ -40,7 +59,7 @@ WAYS = {
     "dataset": lambda root: direct(root),
     "plain DataLoader": lambda root: plain(root),
     "loader, 0 workers": lambda root: loader(root, 0),
-    "loader, 2 workers": lambda root: loader(root, 2),
+    "loader, 2 workers": lambda root: loader(root, 2, persistent_workers=False),
     "loader, 2 persistent workers": lambda root: loader(root, 2, persistent_workers=True),
 }
 
@@ -84,7 +103,7 @@ def uninterrupted(root, way, *, epoch=2, set_epochs=True):
 def test_a_resumed_epoch_finishes_as_the_uninterrupted_one_and_the_next_is_whole(root, way, set_epoch_after_load):
     epoch, next_epoch = uninterrupted(root, way, set_epochs=set_epoch_after_load)
     assert len(epoch) == len(WAYS[way](root)) and epoch != next_epoch
-    assert sorted(sum(next_epoch, [])) == list(range(N)), "the next epoch is whole"
+    assert sorted(sum(next_epoch, [])) == list(range(n_cells(root))), "the next epoch is whole"
     for k in (1, 5, len(epoch) - 1):
         state, rest, after = interrupted_then_resumed(root, way, k, set_epoch_after_load=set_epoch_after_load)
         assert state["epoch"] == 2 and state["batches"] == k, "the batch in the caller's hands is counted"
@@ -173,7 +192,8 @@ def test_persistent_workers_follow_set_epoch_and_load_state_dict(root, context):
      dict(shuffle_tiles=3), dict(batch_size=25), dict(rank=0, world_size=2)],
     ids=lambda c: ",".join(c),
 )
-def test_a_state_whose_order_would_differ_is_refused(root, change):
+def test_a_state_whose_order_would_differ_is_refused(dataset_root, change):
+    root = dataset_root
     ds = direct(root)
     it = iter(ds)
     next(it)
@@ -182,12 +202,13 @@ def test_a_state_whose_order_would_differ_is_refused(root, change):
     other = DeltaCellsIterableDataset(root, kw.pop("batch_size"), **kw)
     with pytest.raises(ValueError) as e:
         other.load_state_dict(state)
+    # The first setting that differs, in the state's order (remainder before world_size), is the one named.
     named = [k for k in change if k != "rank"]
-    assert any(f"{k}=" in str(e.value) for k in named), str(e.value)
+    assert f"{named[0]}=" in str(e.value), str(e.value)
 
 
-def test_a_state_of_another_dataset_is_refused(root, tmp_path):
-    ds = direct(root)
+def test_a_state_of_another_dataset_is_refused(dataset_root, tmp_path):
+    ds = direct(dataset_root)
     it = iter(ds)
     next(it)
     state = ds.state_dict()
@@ -214,7 +235,7 @@ def test_a_resume_with_another_number_of_workers_is_refused_once_batches_were_yi
     fresh.set_epoch(6)
     three = loader(root, 3)
     three.load_state_dict(fresh.state_dict())
-    assert sorted(sum(cells(three), [])) == list(range(N))
+    assert sorted(sum(cells(three), [])) == list(range(n_cells(root)))
     # 0 and 1 workers are the same split.
     zero = loader(root, 0)
     it = iter(zero)
@@ -222,7 +243,37 @@ def test_a_resume_with_another_number_of_workers_is_refused_once_batches_were_yi
     loader(root, 1).load_state_dict(zero.state_dict())
 
 
-def test_in_order_false_and_a_batch_size_are_refused(root):
+def test_a_plain_dataloader_s_workers_refuse_the_rest_of_an_epoch_split_otherwise(root):
+    """A plain DataLoader's number of workers is known only in its workers: a state counting batches of an epoch
+    split among another number of workers is refused there (the error reaches the loop), not served as some other
+    rest of the epoch; with as many workers (0 and 1 are one split) it is exactly the rest."""
+    epoch, _ = uninterrupted(root, "loader, 0 workers")
+    zero = loader(root, 0)
+    zero.set_epoch(2)
+    it = iter(zero)
+    for _ in range(3):
+        next(it)
+    state = zero.state_dict()
+    del it
+    again = direct(root)
+    again.load_state_dict(state)
+    with pytest.raises(ValueError, match="num_workers=2"):
+        list(torch.utils.data.DataLoader(again, batch_size=None, num_workers=2))
+    again = direct(root)
+    again.load_state_dict(state)
+    assert cells(torch.utils.data.DataLoader(again, batch_size=None, num_workers=1)) == epoch[3:]
+    # A state saved after the epoch's last batch, with set_epoch of that epoch: nothing left, whatever the split.
+    end = direct(root)
+    end.set_epoch(2)
+    list(end)
+    again = direct(root)
+    again.load_state_dict(end.state_dict())
+    again.set_epoch(2)
+    assert cells(torch.utils.data.DataLoader(again, batch_size=None, num_workers=2)) == []
+
+
+def test_in_order_false_and_a_batch_size_are_refused(dataset_root):
+    root = dataset_root
     ds = direct(root)
     with pytest.raises(ValueError, match="in_order"):
         DeltaCellsDataLoader(ds, num_workers=2, in_order=False)

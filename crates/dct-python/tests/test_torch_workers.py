@@ -11,11 +11,12 @@ import textwrap
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from conftest import LoggingBackend, make_counts, require, same, write_dataset
 
 torch = require("torch")
 
-from deltacells import DatasetWriter  # noqa: E402
+from deltacells import DatasetWriter, open_corpus  # noqa: E402
 from deltacells.torch import DeltaCellsIterableDataset, make_loader  # noqa: E402
 
 N, G, TILE = 470, 40, 50  # 10 tiles, the last of 20
@@ -31,12 +32,17 @@ def built(tmp_path_factory):
 
 @pytest.mark.parametrize("workers", [0, 2, 3])
 @pytest.mark.parametrize("shuffle_tiles", [1, 3])
-def test_each_tile_is_fetched_once_per_epoch_whatever_the_workers(built, tmp_path, workers, shuffle_tiles):
+@pytest.mark.parametrize("source", ["dataset", "corpus"])
+def test_each_tile_is_fetched_once_per_epoch_whatever_the_workers(built, tmp_path, workers, shuffle_tiles, source):
+    """Through a backend logging every read across processes; over a corpus, of two members (the dataset twice),
+    each logged on its own."""
     root, full = built
-    log = tmp_path / "reads.log"
+    logs = [tmp_path / "reads.log"] if source == "dataset" else [tmp_path / "a.log", tmp_path / "b.log"]
+    read = [LoggingBackend(root, str(log)) for log in logs]
+    what = read[0] if source == "dataset" else open_corpus({"a": read[0], "b": read[1]})
+    n_cells = N * len(logs)
     # Workers that end with the epoch (persistent ones also fetch the next epoch's first tiles: see below).
-    loader = make_loader(LoggingBackend(root, str(log)), 16, num_workers=workers, seed=9, shuffle_tiles=shuffle_tiles,
-                         persistent_workers=False)
+    loader = make_loader(what, 16, num_workers=workers, seed=9, shuffle_tiles=shuffle_tiles, persistent_workers=False)
     rows = {}
     n = 0
     for b in loader:
@@ -45,9 +51,11 @@ def test_each_tile_is_fetched_once_per_epoch_whatever_the_workers(built, tmp_pat
             assert i not in rows, f"cell {i} served twice"
             rows[i] = row
     assert n == len(loader)
-    assert sorted(rows) == list(range(N)) and same(np.stack([rows[i] for i in range(N)]), full.toarray())
-    tiles = [line for line in log.read_text().split() if line.startswith("tiles/")]
-    assert len(tiles) == 10 and len(set(tiles)) == 10, f"each tile once: {sorted(tiles)}"
+    assert sorted(rows) == list(range(n_cells))
+    assert same(np.stack([rows[i] for i in range(n_cells)]), sp.vstack([full] * len(logs)).toarray())
+    for log in logs:
+        tiles = [line for line in log.read_text().split() if line.startswith("tiles/")]
+        assert len(tiles) == 10 and len(set(tiles)) == 10, f"{log.name}: each tile once: {sorted(tiles)}"
 
 
 @pytest.mark.parametrize("rank, world, workers, context", [
@@ -346,7 +354,8 @@ DDP = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize(("context", "source"), [("spawn", "dataset"), ("fork", "dataset"), ("spawn", "corpus")])
+@pytest.mark.parametrize("source", ["dataset", "corpus"])
+@pytest.mark.parametrize("context", ["spawn", "fork"])
 def test_two_ranks_with_worker_processes_split_the_epoch(built, tmp_path, context, source):
     root, _ = built
     n = N if source == "dataset" else 2 * N
@@ -398,6 +407,13 @@ def test_a_flipped_byte_in_a_tile_is_an_error_on_the_default_path(built, tmp_pat
             open_dataset(bad).get_batch(np.arange(150, 200))
         with pytest.raises(FormatError, match="CRC"):
             for _ in DeltaCellsIterableDataset(bad, 64, shuffle=False):
+                pass
+        # Over a corpus whose second member holds the flipped tile: its random reads and its loader.
+        corpus = open_corpus({"good": root, "bad": bad})
+        with pytest.raises(FormatError, match="CRC"):
+            corpus.get_batch(np.arange(N + 150, N + 200))
+        with pytest.raises(FormatError, match="CRC"):
+            for _ in DeltaCellsIterableDataset(corpus, 64, shuffle=False):
                 pass
     # Turned off explicitly, the CRC is not checked (the flip may still break the structure, or decode silently).
     assert open_dataset(root, verify=False).verify is False and open_dataset(root).verify is True

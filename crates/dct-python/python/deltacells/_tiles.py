@@ -187,12 +187,14 @@ class Tile:
     """A parsed tile (still compressed): its header and chunk table validated, its row offsets read.
 
     ``data`` may be ``bytes`` (shared, not copied), ``bytearray``, ``memoryview``, a uint8 numpy array (aligned or
-    not) or an ``mmap`` (these are copied). ``verify=True`` checks the CRC-32 too. Versions 1 and 2. Any malformed
-    tile raises :class:`~deltacells.format.FormatError` naming the rule and the byte offset.
+    not) or an ``mmap`` (these are copied). The CRC-32 is checked too unless ``verify=False`` is given (``None``,
+    the default, checks it): a flipped byte in a tile's streams may otherwise decode to valid but wrong counts.
+    Versions 1 and 2. Any malformed tile raises :class:`~deltacells.format.FormatError` naming the rule and the
+    byte offset.
     """
 
-    def __init__(self, data: Any, *, verify: bool = False) -> None:
-        core = data if isinstance(data, _core.Tile) else _core.Tile(data, verify)
+    def __init__(self, data: Any, *, verify: bool | None = None) -> None:
+        core = data if isinstance(data, _core.Tile) else _core.Tile(data, verify is not False)
         self._core = core
         self.info: TileInfo = _tile_info(core.info())
         self.indptr: np.ndarray = core.indptr()
@@ -282,9 +284,9 @@ class Tile:
         )
 
 
-def read_tile(path: str | os.PathLike[str], *, verify: bool = False) -> Tile:
-    """Reads and parses the tile file at ``path`` (the CRC too with ``verify``)."""
-    return Tile(_core.read_tile_file(os.fspath(path), verify))
+def read_tile(path: str | os.PathLike[str], *, verify: bool | None = None) -> Tile:
+    """Reads and parses the tile file at ``path``, its CRC-32 checked unless ``verify=False`` is given."""
+    return Tile(_core.read_tile_file(os.fspath(path), verify is not False))
 
 
 # Public under `deltacells.reader`: help() and pickles name them there.

@@ -43,6 +43,12 @@ def _distributed() -> tuple[int, int] | None:
     return None
 
 
+def _worker_count() -> int:
+    """The DataLoader workers of the pass this process serves (1 outside a worker: the same split as none)."""
+    info = torch.utils.data.get_worker_info()
+    return 1 if info is None else max(1, int(info.num_workers))
+
+
 def _spawning() -> bool:
     """Whether this process is pickling a new process's arguments (shared memory may go along then)."""
     return multiprocessing.context.get_spawning_popen() is not None
@@ -185,6 +191,8 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         # (else the next pass is the next epoch).
         self.epoch = 0
         self._resume = 0
+        # The worker parts of the epoch the resume point counts batches of (0: a finished epoch, any parts).
+        self._resume_parts = 1
         self._fresh = True
         # The epoch a loaded state was saved at the very end of (it resumes as the next one), until a pass begins.
         self._finished: int | None = None
@@ -214,6 +222,10 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
             raise ValueError("class_weights weigh the categories of stratify_by: give stratify_by too")
         if stratify_by is not None and weights is not None:
             raise ValueError("weights and stratify_by cannot be combined: weigh members, or balance categories")
+        if isinstance(uri, deltacells.Corpus) and uri.n_cells == 0:
+            # An epoch of no batches would end every training loop at once, silently.
+            raise ValueError(f"the corpus has no cells to train on (n_cells is 0 over its {len(uri.members)} "
+                             "members): the select, where or split that made it chose none; check its conditions")
         if isinstance(uri, deltacells.Corpus) and weights is not None:
             if isinstance(weights, Mapping):
                 unknown = [k for k in weights if k not in uri.members]
@@ -325,6 +337,7 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         if finished is not None and epoch == finished:
             # The state loaded was saved after this epoch's last batch: its pass has nothing left to serve.
             self._resume = self._rank_batches(epoch, self._parts)
+            self._resume_parts = 0  # however many workers serve it
         elif not (self._resume and self._fresh and epoch == self.epoch):
             self._resume = 0
         self.epoch = epoch
@@ -385,6 +398,7 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
             )
         self.epoch = int(state["epoch"])
         self._resume = done
+        self._resume_parts = saved_parts
         after = state.get("after_epoch")
         self._finished = int(after) if after is not None and not done and int(after) == self.epoch - 1 else None
         self._fresh = True
@@ -426,7 +440,20 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
                 "workers, or persistent_workers=False"
             )
         self._plain_passes = 1
-        return (self.epoch, self._resume, *self._resolve_ranks(), 0, 0)
+        first = self._resume
+        parts = self._resume_parts
+        if first and parts != _worker_count():
+            if parts:
+                # The resume point counts batches of an epoch split in `parts`; this DataLoader splits it otherwise,
+                # so no batch count of its own is the rest of that epoch.
+                raise ValueError(
+                    f"cannot resume: the state was saved by a loader with {parts} worker part(s) of the epoch, and "
+                    f"this plain DataLoader has num_workers={_worker_count()}; each worker serves its own windows, so "
+                    f"the rest of the epoch is only defined for the same num_workers (use num_workers={parts}, or "
+                    "deltacells.torch.make_loader, which checks this when the state is loaded)"
+                )
+            first = self._rank_batches(self.epoch, _worker_count())  # a finished epoch: nothing left to serve
+        return (self.epoch, first, *self._resolve_ranks(), 0, 0)
 
     def __getstate__(self) -> dict[str, Any]:
         # Pickled for a spawned DataLoader worker (or by the user): the ranks are resolved here, in the training

@@ -65,19 +65,28 @@ def _on_members(f: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
         return list(pool.map(f, items))
 
 
+def _naming_member(name: str, error: Exception) -> Exception:
+    """``error`` of the same type with the corpus member named first (its cause once), or ``error`` itself with the
+    member in a note when its type cannot be made from a message."""
+    try:
+        return type(error)(f"corpus member {name!r}: {error}")
+    except Exception:  # noqa: BLE001 - an exception type of another signature: keep it, name the member beside it
+        if hasattr(error, "add_note"):
+            error.add_note(f"(corpus member {name!r})")
+        return error
+
+
 def _member_readers(datasets: Sequence[DeltaCellsDataset], names: Sequence[str]) -> list[Any]:
     """The members' Rust readers of this process, opened concurrently (as :func:`open_corpus` opens them); a
-    member that changed since the corpus was opened is a ``DatasetChangedError`` naming it."""
+    member that cannot be opened again here (a worker's, say), or changed since the corpus was opened, is an error
+    naming it, with the cause."""
 
     def reader(member: tuple[DeltaCellsDataset, str]) -> Any:
         dataset, name = member
         try:
             return dataset._core
-        except _core.DatasetChangedError as e:
-            raise _core.DatasetChangedError(f"corpus member {name!r}: {e}") from None
-        except OSError as e:
-            # A member that cannot be opened again here (a worker's, say): named, with the cause.
-            raise type(e)(f"corpus member {name!r}: {e}") from e
+        except (_core.DatasetChangedError, OSError) as e:
+            raise _naming_member(name, e) from None
 
     return _on_members(reader, list(zip(datasets, names)))
 
@@ -497,10 +506,15 @@ def open_corpus(
     # The obs columns to localize are the corpus's, not each member's: a member without one is missing there.
     obs_columns = reader_options.pop("obs_columns", None)
 
-    def open_one(uri: MemberUri) -> DeltaCellsDataset:
-        return DeltaCellsDataset(uri, storage_options=storage_options, cache_dir=cache_dir, **reader_options)
+    def open_one(member: tuple[str, MemberUri]) -> DeltaCellsDataset:
+        name, uri = member
+        try:
+            return DeltaCellsDataset(uri, storage_options=storage_options, cache_dir=cache_dir, **reader_options)
+        except (OSError, ValueError, RuntimeError) as e:
+            # Missing, unreadable, malformed or changed while read: the member named, with the cause.
+            raise _naming_member(name, e) from None
 
-    datasets = _on_members(open_one, uris)
+    datasets = _on_members(open_one, list(zip(names, uris)))
     corpus = Corpus(datasets, names, gene_key, spec, cache_dir=cache_dir)
     if obs_columns:
         cols = [obs_columns] if isinstance(obs_columns, str) else list(obs_columns)

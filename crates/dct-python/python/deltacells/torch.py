@@ -34,7 +34,9 @@ Epochs and resumption:
   batches it yields and sizes ``len()`` for its workers. A plain ``torch.utils.data.DataLoader`` with workers gets
   the ranks and the epoch set before it starts its workers, but neither counts batches nor advances epochs; with
   ``persistent_workers=True`` its workers never learn a later epoch, so their second pass is a ``RuntimeError``
-  (rather than the first epoch's order again).
+  (rather than the first epoch's order again). Its number of workers is known only once they start, so a state
+  loaded into its dataset that resumes an epoch split among another number of workers is refused there, by the
+  workers' ``ValueError`` reaching the training loop.
 * A state saved after an epoch's last batch resumes as the next epoch; ``set_epoch`` with the finished epoch
   after loading it serves nothing more of that epoch (a loop that saves its own epoch count does that).
 """
