@@ -2,6 +2,7 @@
 opened in headless Chromium (not blank; each section shows), from the command line and from Python; sampling; the
 benchmark section; refusals."""
 
+import collections
 import json
 import os
 import shutil
@@ -31,8 +32,10 @@ class Figures(HTMLParser):
         super().__init__()
         self.sections: list[str] = []
         self.values: dict[str, str] = {}
+        self.texts: dict[str, str] = {}  # what a reader sees in each figure's cell
         self.svgs = 0
         self.remote: list[str] = []
+        self._in: str | None = None
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
@@ -42,9 +45,19 @@ class Figures(HTMLParser):
             self.svgs += 1
         if "data-key" in a and "data-value" in a:
             self.values[a["data-key"]] = a["data-value"]
-        for k in ("src", "href"):
-            if a.get(k, "").startswith(("http:", "https:", "//")):
+            self._in = a["data-key"]
+            self.texts[self._in] = ""
+        for k in ("src", "href", "action", "poster", "srcset", "data"):
+            if a.get(k, "").lstrip().startswith(("http:", "https:", "//", "ws:", "wss:")):
                 self.remote.append(a[k])
+
+    def handle_data(self, data):
+        if self._in is not None:
+            self.texts[self._in] += data
+
+    def handle_endtag(self, tag):
+        if tag == "td":
+            self._in = None
 
 
 def figures(html: str) -> Figures:
@@ -67,6 +80,9 @@ def dataset(tmp_path_factory):
     a.obs["score"] = score
     a.obs["qc_pass"] = pd.array([None if i % 17 == 0 else bool(i % 2) for i in range(a.n_obs)], dtype="boolean")
     a.obs["barcode"] = [f"BC{i:05d}" for i in range(a.n_obs)]
+    # More categories than the page shows (30), of uneven sizes with ties.
+    a.obs["cluster"] = pd.Categorical([f"k{int(45 * rng.random() ** 2):02d}" for _ in range(a.n_obs)],
+                                      categories=[f"k{k:02d}" for k in range(45)])
     a.write_h5ad(d / "in.h5ad")
     out = d / "ds"
     convert_h5ad(str(d / "in.h5ad"), str(out), tile_size=50, level=3, log=None)
@@ -110,19 +126,34 @@ def test_the_page_shows_what_info_says_and_each_section(dataset, tmp_path):
     html = page.read_text()
     f = figures(html)
     assert f.sections == SECTIONS and f.svgs >= 9 and not f.remote
-    # Every figure of the summary equals `deltacells info --json`.
+    # Every figure of `deltacells info --json` is in the summary, exactly and as it is shown.
     info = json.loads(run_module("info", str(ds_path), "--json").stdout)
-    compared = 0
+    assert len(info) > 15
     for key, value in info.items():
-        if key in f.values:
-            assert json.loads(f.values[key]) == pytest.approx(value), key
-            compared += 1
-    assert compared >= 14, f.values
+        if key == "dataset":
+            continue
+        assert key in f.values, f"{key} is not on the page"
+        exact, text = json.loads(f.values[key]), f.texts[key]
+        if isinstance(value, bool) or value is None or isinstance(value, str):
+            assert exact == value and text == ("–" if value is None else str(value).lower()
+                                               if isinstance(value, bool) else value), (key, text)
+        elif isinstance(value, int):
+            assert exact == value and text.replace(",", "") == str(value), (key, text)
+        else:
+            assert exact == pytest.approx(value) and float(text) == pytest.approx(value, rel=1e-3), (key, text)
+    assert not any("<script" in line for line in html.splitlines()), "nothing runs in the page"
     assert shown["facts"] == {k: v for k, v in info.items() if k != "dataset"}
     # The obs figures equal the source's, read by pandas.
     assert f.values["obs.score.missing"] == "10" and shown["obs"]["score"] == {"kind": "numeric", "missing": 10}
     assert int(f.values["obs.qc_pass.missing"]) == int(a.obs["qc_pass"].isna().sum())
     assert shown["sample"] == {"tiles": 4, "cells": 200, "how": "every tile (4) decoded"}
+    # Category counts: the 30 most frequent of the vocabulary's 45, as pandas counts them (ties by name).
+    counts = a.obs["cluster"].value_counts()
+    counts = counts[counts > 0]
+    top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:30]
+    assert shown["obs"]["cluster"]["categories"] == 45
+    assert [tuple(t) for t in shown["obs"]["cluster"]["top"]] == [(k, int(n)) for k, n in top]
+    assert "The 30 most frequent of 45 categories." in html
 
     # Drawn: the page is not blank, and each section alone (the others hidden by a style added to a copy) shows
     # something, and not the same picture as another.
@@ -164,7 +195,7 @@ def test_a_large_dataset_is_sampled_and_says_how(dataset):
     assert report.facts["sample"] == {"tiles": 2, "cells": 100, "how": "2 of 4 tiles decoded, evenly spread (first "
                                       "and last included)"}
     assert "2 of 4 tiles decoded" in report.html and "bench" not in figures(report.html).sections
-    # The sampled cells are the first and last tiles': their nonzeros per cell are the source's.
+    # The sampled cells are the first and last tiles' (50 cells each).
     f = figures(report.html)
     assert f.values["sample_cells"] == "100"
 
@@ -202,9 +233,16 @@ def test_reports_of_both_format_versions_match_the_conformance_files(name):
     # Every tile decoded: the sampled cells' nonzeros are the expected matrix's rows'.
     assert report.facts["sample"]["cells"] == exp["n_cells"]
     assert int(v["sample_cells"]) == expected_csr(exp).shape[0]
-    # Per obs column, its kind and the cells without a value.
+    # Per obs column, its kind and the cells without a value; per category column, the 30 most frequent of its
+    # vocabulary (ties by name), counted from the expected values (donor has 150 categories).
     want = {c["name"]: {"kind": c["kind"], "missing": sum(v is None for v in c["values"])} for c in exp["obs"]}
+    for c in exp["obs"]:
+        if c["kind"] == "category":
+            counts = collections.Counter(x for x in c["values"] if x is not None)
+            top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:30]
+            want[c["name"]].update(categories=len(c["categories"]), top=[list(t) for t in top])
     assert report.facts["obs"] == want
+    assert len(want["donor"]["top"]) == 30 < want["donor"]["categories"]
     assert all(v[f"obs.{name}.missing"] == str(w["missing"]) for name, w in want.items())
 
 

@@ -83,16 +83,12 @@ impl Page {
         let _ = writeln!(self.body, "<p class=\"note\">{}</p>", escape(text));
     }
 
-    /// A table of `(key, label, value)`: each value cell carries `data-key` and, for numbers, `data-value` with
-    /// the exact number, so that a program can read the page's figures back.
+    /// A table of `(key, label, value)`: each value cell carries `data-key` and `data-value`, the exact value as
+    /// JSON (a number in full, a string quoted, `null`), so that a program can read the page's figures back.
     pub(crate) fn facts(&mut self, rows: &[(&str, &str, Value)]) {
         self.body.push_str("<table class=\"facts\">\n");
         for (key, label, value) in rows {
-            let exact = match value {
-                Value::Number(n) => format!(" data-value=\"{n}\""),
-                Value::Bool(b) => format!(" data-value=\"{b}\""),
-                _ => String::new(),
-            };
+            let exact = format!(" data-value=\"{}\"", escape(&value.to_string()));
             let _ = writeln!(
                 self.body,
                 "<tr><td class=\"k\">{}</td><td data-key=\"{}\"{exact}>{}</td></tr>",
@@ -158,5 +154,11 @@ mod tests {
         assert!(html.contains("<title>t&lt;</title>") && html.contains("data-key=\"n_cells\" data-value=\"5\""));
         assert_eq!(html.matches("<section").count(), 2);
         assert_eq!(html.matches("</section>").count(), 2);
+        let mut p = Page::new("t");
+        p.facts(&[("id", "id", json!("a\"b")), ("none", "none", Value::Null), ("yes", "yes", json!(true))]);
+        let html = p.finish("sub");
+        assert!(html.contains("data-key=\"id\" data-value=\"&quot;a\\&quot;b&quot;\">a&quot;b</td>"), "{html}");
+        assert!(html.contains("data-key=\"none\" data-value=\"null\">–</td>"));
+        assert!(html.contains("data-key=\"yes\" data-value=\"true\">true</td>"));
     }
 }

@@ -145,4 +145,18 @@ mod tests {
         assert_eq!(missing, 3);
         assert_eq!(values, ColumnValues::Category { top: vec![("b".into(), 2), ("a".into(), 1)], n_categories: 3 });
     }
+
+    #[test]
+    fn only_the_most_frequent_categories_are_kept_ties_by_name() {
+        // Category k has k + 1 cells (k < 40), and categories 40..45 one cell each: the top 30 are 39 down to 10.
+        let vocabulary: Vec<String> = (0..45).map(|k| format!("c{k:02}")).collect();
+        let codes: Vec<i64> =
+            (0..45i64).flat_map(|k| std::iter::repeat_n(k, if k < 40 { k as usize + 1 } else { 1 })).collect();
+        let (missing, values) = category_counts(&arrow_array::Int64Array::from(codes), &vocabulary);
+        assert_eq!(missing, 0);
+        let ColumnValues::Category { top, n_categories } = values else { panic!("not a category summary") };
+        assert_eq!((top.len(), n_categories), (TOP_CATEGORIES, 45));
+        let expected: Vec<(String, u64)> = (10..40u64).rev().map(|k| (format!("c{k:02}"), k + 1)).collect();
+        assert_eq!(top, expected);
+    }
 }

@@ -64,6 +64,8 @@ pub(crate) fn build(
         ("obs_bytes", "obs bytes", f("obs_bytes")),
         ("has_var_names", "gene names", f("has_var_names")),
         ("has_var_table", "gene table", f("has_var_table")),
+        ("has_gene_order", "stored gene order", f("has_gene_order")),
+        ("obs_fingerprint", "obs fingerprint", f("obs_fingerprint")),
         ("sample_cells", "cells sampled", json!(sample.n_cells())),
     ];
     page.facts(&rows);
@@ -151,7 +153,12 @@ pub(crate) fn build(
         page.note("This dataset has no obs.");
     }
     for c in columns {
-        obs_facts.insert(c.name.clone(), json!({"kind": c.kind.as_str(), "missing": c.missing}));
+        let mut column = json!({"kind": c.kind.as_str(), "missing": c.missing});
+        if let ColumnValues::Category { top, n_categories } = &c.values {
+            column["categories"] = json!(n_categories);
+            column["top"] = json!(top);
+        }
+        obs_facts.insert(c.name.clone(), column);
         page.h3(&format!("{} ({})", c.name, c.kind.as_str()));
         let fraction = c.missing as f64 / c.n_cells.max(1) as f64;
         let (key, key_fraction) = (format!("obs.{}.missing", c.name), format!("obs.{}.missing_fraction", c.name));

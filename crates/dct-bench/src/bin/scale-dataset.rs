@@ -17,7 +17,7 @@
 //! string per cell; category columns of 10, 40, 200, 1,000, 5,000 and 50,000 categories with skewed frequencies
 //! and one of 12 categories with 15% missing; the cell's real nonzeros (int32) and total count (float32); numbers
 //! of each width (int16 with missing values, int64, float32, float64); three bools; a string column that is
-//! missing for nine cells in ten.
+//! missing for nine cells in ten; and a second percentage (float32), 20 columns in all.
 //!
 //! The JSON line: cells, tiles (and the range written), nonzeros, bytes, seconds writing (generation of the pool
 //! excluded), cells/s, the CPU seconds of writing (user and system, all threads), the resident memory peak of the whole process (`VmHWM`) and of the writing alone (the peak less the resident memory
@@ -178,6 +178,8 @@ fn make_tile(
     let notes: StringArray =
         (0..rows).map(|_| rng.random_bool(0.1).then(|| format!("flag-{}", rng.random_range(0..300)))).collect();
     obs.push("note", col(Arc::new(notes)));
+    let ribo: Float32Array = (0..rows).map(|_| Some(rng.random::<f32>() * 40.0)).collect();
+    obs.push("pct_ribo", col(Arc::new(ribo)));
     Ok((tile, obs))
 }
 
@@ -216,6 +218,7 @@ fn schema() -> Result<(ObsSchema, Labels), Error> {
         ("passed_qc", ArrowType::Bool),
         ("is_primary", ArrowType::Bool),
         ("note", ArrowType::String),
+        ("pct_ribo", ArrowType::Float),
     ] {
         columns.push(ObsColumn::plain(name, t));
     }
@@ -300,4 +303,45 @@ fn main() -> Result<(), Error> {
     });
     println!("{line}");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The dataset the scale benchmark promises: 20 obs columns, among them a barcode per cell and category columns
+    /// of 10 to 50,000 categories, about 2,000 nonzeros a cell over 36,000 genes, and the same tile from the same
+    /// seed.
+    #[test]
+    fn a_tile_has_the_promised_shape_and_is_reproducible() {
+        let pool = make_pool(600, 7).unwrap();
+        let (schema, labels) = schema().unwrap();
+        assert_eq!(schema.columns.len(), 20);
+        let cats: Vec<usize> = CATEGORIES.iter().map(|c| c.1).collect();
+        assert_eq!((cats.iter().min(), cats.iter().max()), (Some(&10), Some(&50_000)));
+        let tile = |seed: u64| {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            rng.set_stream(3);
+            make_tile(&pool, 500, 1_500, &mut rng, &labels).unwrap()
+        };
+        let (csr, obs) = tile(1);
+        assert_eq!(obs.columns.len(), 20);
+        let names: Vec<&str> = obs.columns.iter().map(|(n, _)| n.as_str()).collect();
+        let expected: Vec<&str> = schema.columns.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, expected, "the tile's columns are the schema's, in its order");
+        assert!(obs.columns.iter().all(|(_, d)| d.len() == 500));
+        let Some(ColumnData::Array(barcodes)) = obs.get("barcode") else { panic!("no barcode column") };
+        let barcodes = barcodes.as_any().downcast_ref::<StringArray>().unwrap();
+        let distinct: std::collections::HashSet<&str> = barcodes.iter().flatten().collect();
+        assert_eq!(distinct.len(), 500);
+        assert_eq!(barcodes.value(0), barcode(1_500));
+        let per_cell = csr.nnz() as f64 / 500.0;
+        assert!((1_500.0..2_800.0).contains(&per_cell), "{per_cell} nonzeros a cell");
+        assert!(csr.indices.iter().all(|&g| g < N_GENES));
+        let (again, again_obs) = tile(1);
+        assert_eq!(again, csr);
+        assert_eq!(format!("{:?}", again_obs.columns), format!("{:?}", obs.columns));
+        let (other, _) = tile(2);
+        assert_ne!(other.indices, csr.indices, "another seed, another tile");
+    }
 }

@@ -23,7 +23,8 @@ class Report:
         self.html = html
         #: ``{"facts": ..., "sample": ..., "obs": ...}``: the manifest's facts (the numbers of
         #: ``deltacells info --json``), the tiles and cells sampled and how, and per obs column its kind and missing
-        #: cells.
+        #: cells (and for a category column, ``categories`` in its vocabulary and ``top``, the ``[label, cells]`` of
+        #: the 30 most frequent, ties by label).
         self.facts = facts
 
     def _repr_html_(self) -> str:
