@@ -20,6 +20,8 @@ line sums the parts' seconds and CPU seconds and adds the merge's, with the larg
 * ``info``: ``deltacells info --json``, wall time (median of 3);
 * ``verify``: ``deltacells verify`` (every tile's CRC and structure) with the tiles out of the page cache, wall time;
 * ``obs``: every obs column localized into a new cache directory, wall time and cache bytes;
+* ``report``: ``deltacells report`` (its default sample of tiles, every obs column summarized) into a page in a
+  temporary directory, with a new obs cache (``DELTACELLS_CACHE``): wall time, peak memory and the page's bytes;
 * ``warm``: an epoch of a new ``make_loader`` (no workers, batch ``--batch-size``, windows of 4 tiles, the memory
   budget, tiles' CRC checked) after an untimed epoch of another one (the page cache holds what fits);
 * ``cold``: the same epoch after every tile file is dropped from the page cache (``posix_fadvise(DONTNEED)``; no
@@ -61,7 +63,7 @@ import time
 from pathlib import Path
 
 BUDGET = 1 << 30
-MODES = ("info", "verify", "obs", "warm", "cold", "throttled", "paced")
+MODES = ("info", "verify", "obs", "report", "warm", "cold", "throttled", "paced")
 EPOCHS = ("warm", "cold", "throttled", "paced", "throttled-whole", "paced-whole", "throttled-python", "paced-python")
 # The throttled store: 30 ms a request plus an exponential tail of 10 ms mean, 100 MB/s a response body.
 SIMULATED_STORE = {"simulate_latency_ms": "30", "simulate_jitter_ms": "10", "simulate_mb_per_s": "100",
@@ -223,6 +225,16 @@ def measure(path: Path, mode: str, batch_size: int, budget: int) -> dict[str, ob
     if mode == "verify":
         evict(path)
         return {"seconds": cli_seconds(["verify", str(path)], 1)}
+    if mode == "report":
+        scratch = Path(tempfile.mkdtemp(prefix="dct-scale-report-"))
+        try:
+            page = scratch / "report.html"
+            cmd = [sys.executable, "-m", "deltacells", "report", str(path), "--output", str(page)]
+            os.environ["DELTACELLS_CACHE"] = str(scratch / "cache")  # a new obs cache (this process ends after)
+            _, seconds, cpu, peak = run_measured(cmd)
+            return {"seconds": seconds, "cpu_seconds": cpu, "peak_rss_bytes": peak, "page_bytes": page.stat().st_size}
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
     if mode == "obs":
         cache = tempfile.mkdtemp(prefix="dct-scale-obs-")
         try:
