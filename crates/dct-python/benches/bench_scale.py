@@ -229,10 +229,16 @@ def measure(path: Path, mode: str, batch_size: int, budget: int) -> dict[str, ob
         scratch = Path(tempfile.mkdtemp(prefix="dct-scale-report-"))
         try:
             page = scratch / "report.html"
-            cmd = [sys.executable, "-m", "deltacells", "report", str(path), "--output", str(page)]
+            # The peak is the report process's own (VmHWM of its memory after exec): a child's ru_maxrss would start
+            # from this process's, torch included.
+            script = ("import sys, deltacells; from deltacells.cli import main\n"
+                      "code = main(['report', sys.argv[1], '--output', sys.argv[2]])\n"
+                      "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]\n"
+                      "print(int(hwm) * 1024); sys.exit(code)")
             os.environ["DELTACELLS_CACHE"] = str(scratch / "cache")  # a new obs cache (this process ends after)
-            _, seconds, cpu, peak = run_measured(cmd)
-            return {"seconds": seconds, "cpu_seconds": cpu, "peak_rss_bytes": peak, "page_bytes": page.stat().st_size}
+            out, seconds, cpu, _ = run_measured([sys.executable, "-c", script, str(path), str(page)])
+            return {"seconds": seconds, "cpu_seconds": cpu, "peak_rss_bytes": int(out.splitlines()[-1]),
+                    "page_bytes": page.stat().st_size}
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     if mode == "obs":

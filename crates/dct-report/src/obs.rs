@@ -16,6 +16,8 @@ use crate::ReportError;
 pub const TOP_CATEGORIES: usize = 30;
 /// Strings read per string column to count distinct values.
 pub const STRING_SAMPLE: usize = 200_000;
+/// Values of a numeric column kept for its histogram at most (an even sample of a larger column's).
+pub const NUMERIC_SAMPLE: usize = 1_000_000;
 
 /// What one obs column holds.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,8 +29,14 @@ pub enum ColumnValues {
         /// Categories in the vocabulary.
         n_categories: usize,
     },
-    /// The values present (NaN left out).
-    Numeric(Vec<f64>),
+    /// A numeric column.
+    Numeric {
+        /// Values for its histogram: every present value (NaN left out), or an even sample of at most
+        /// [`NUMERIC_SAMPLE`] of them (every k-th in cell order).
+        sample: Vec<f64>,
+        /// Values present in all.
+        present: u64,
+    },
     /// A boolean column.
     Bool {
         /// Cells true.
@@ -65,7 +73,9 @@ fn obs_err(ds: &Dataset, e: impl std::fmt::Display) -> ReportError {
 }
 
 /// Every obs column of `ds` summarized (none without obs). Columns are fetched into the obs cache as any reader of
-/// them would (`options`).
+/// them would (`options`), then read tile by tile from the cache's memory-mapped views, so a column is never held
+/// whole: the memory a summary takes is that of one tile's values, whatever the cells (but a numeric column's
+/// histogram values: at most [`NUMERIC_SAMPLE`]).
 pub fn summarize_obs(ds: &Dataset, options: ObsOptions) -> Result<Vec<ColumnSummary>, ReportError> {
     if !ds.manifest().has_obs {
         return Ok(Vec::new());
@@ -74,40 +84,78 @@ pub fn summarize_obs(ds: &Dataset, options: ObsOptions) -> Result<Vec<ColumnSumm
     let columns: Vec<(String, ColumnKind)> = obs.columns().into_iter().map(|(n, k)| (n.to_string(), k)).collect();
     let names: Vec<&str> = columns.iter().map(|(n, _)| n.as_str()).collect();
     obs.localize_blocking(&names).map_err(|e| obs_err(ds, e))?;
+    let n_cells = obs.n_cells();
+    let stride = histogram_stride(n_cells);
     let mut out = Vec::with_capacity(columns.len());
     for (name, kind) in columns {
-        let array = obs.column(&name).map_err(|e| obs_err(ds, e))?;
-        let n_cells = array.len() as u64;
-        let cast =
-            |to: &DataType| arrow_cast::cast(&array, to).map_err(|e| obs_err(ds, format!("column {name:?}: {e}")));
+        let chunks = obs.column_chunks(&name).map_err(|e| obs_err(ds, e))?;
+        let cast = |a: &ArrayRef, to: &DataType| {
+            arrow_cast::cast(a, to).map_err(|e| obs_err(ds, format!("column {name:?}: {e}")))
+        };
         let (missing, values) = match kind {
             ColumnKind::Category => {
                 let vocabulary = obs.categories(&name).map_err(|e| obs_err(ds, e))?.unwrap_or(&[]);
-                let codes = cast(&DataType::Int64)?;
-                category_counts(codes.as_primitive::<Int64Type>(), vocabulary)
+                let mut counts = vec![0u64; vocabulary.len()];
+                let mut missing = 0u64;
+                for chunk in &chunks {
+                    let codes = cast(chunk, &DataType::Int64)?;
+                    missing += count_categories(codes.as_primitive::<Int64Type>(), &mut counts);
+                }
+                (missing, top_categories(counts, vocabulary))
             }
             ColumnKind::Numeric => {
-                let x = cast(&DataType::Float64)?;
-                let x = x.as_primitive::<Float64Type>();
-                let present: Vec<f64> = x.iter().flatten().filter(|v| !v.is_nan()).collect();
-                (n_cells - present.len() as u64, ColumnValues::Numeric(present))
+                let (mut present, mut seen) = (Vec::new(), 0u64);
+                for chunk in &chunks {
+                    let x = cast(chunk, &DataType::Float64)?;
+                    for v in x.as_primitive::<Float64Type>().iter().flatten().filter(|v| !v.is_nan()) {
+                        if seen % stride == 0 {
+                            present.push(v);
+                        }
+                        seen += 1;
+                    }
+                }
+                (n_cells - seen, ColumnValues::Numeric { sample: present, present: seen })
             }
             ColumnKind::Bool => {
-                let b = array.as_boolean();
-                let true_ = b.iter().filter(|v| *v == Some(true)).count() as u64;
-                let false_ = b.iter().filter(|v| *v == Some(false)).count() as u64;
+                let (mut true_, mut false_) = (0u64, 0u64);
+                for chunk in &chunks {
+                    let b = chunk.as_boolean();
+                    true_ += b.true_count() as u64;
+                    false_ += (b.len() - b.null_count() - b.true_count()) as u64;
+                }
                 (n_cells - true_ - false_, ColumnValues::Bool { true_, false_ })
             }
-            ColumnKind::String => string_values(&cast(&DataType::Utf8)?),
+            ColumnKind::String => {
+                let mut distinct: HashSet<String> = HashSet::new();
+                let (mut missing, mut read) = (0u64, 0usize);
+                for chunk in &chunks {
+                    let s = cast(chunk, &DataType::Utf8)?;
+                    let s = s.as_string::<i32>();
+                    missing += s.null_count() as u64;
+                    for v in s.iter().flatten() {
+                        if read == STRING_SAMPLE {
+                            break;
+                        }
+                        distinct.insert(v.to_string());
+                        read += 1;
+                    }
+                }
+                (missing, ColumnValues::String { distinct: distinct.len(), read })
+            }
         };
         out.push(ColumnSummary { name, kind, missing, n_cells, values });
     }
     Ok(out)
 }
 
-/// Cells missing (code -1 or null) and per category, most frequent first.
-fn category_counts(codes: &arrow_array::Int64Array, vocabulary: &[String]) -> (u64, ColumnValues) {
-    let mut counts = vec![0u64; vocabulary.len()];
+/// Every how many present values of a column of `n_cells` one is kept for its histogram: at most
+/// [`NUMERIC_SAMPLE`] are kept, whatever the cells.
+fn histogram_stride(n_cells: u64) -> u64 {
+    n_cells.div_ceil(NUMERIC_SAMPLE as u64).max(1)
+}
+
+/// Adds each code's cell to `counts`; returns the cells missing (code -1, null, or outside the vocabulary).
+fn count_categories(codes: &arrow_array::Int64Array, counts: &mut [u64]) -> u64 {
     let mut missing = 0u64;
     for c in codes.iter() {
         match c.and_then(|c| usize::try_from(c).ok()).and_then(|c| counts.get_mut(c)) {
@@ -115,22 +163,15 @@ fn category_counts(codes: &arrow_array::Int64Array, vocabulary: &[String]) -> (u
             None => missing += 1,
         }
     }
+    missing
+}
+
+/// The [`TOP_CATEGORIES`] categories with the most cells, most frequent first (ties by label; none without cells).
+fn top_categories(counts: Vec<u64>, vocabulary: &[String]) -> ColumnValues {
     let mut top: Vec<(String, u64)> = vocabulary.iter().cloned().zip(counts).filter(|(_, n)| *n > 0).collect();
     top.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     top.truncate(TOP_CATEGORIES);
-    (missing, ColumnValues::Category { top, n_categories: vocabulary.len() })
-}
-
-fn string_values(array: &ArrayRef) -> (u64, ColumnValues) {
-    let s = array.as_string::<i32>();
-    let missing = s.null_count() as u64;
-    let mut seen: HashSet<&str> = HashSet::new();
-    let mut read = 0;
-    for v in s.iter().flatten().take(STRING_SAMPLE) {
-        seen.insert(v);
-        read += 1;
-    }
-    (missing, ColumnValues::String { distinct: seen.len(), read })
+    ColumnValues::Category { top, n_categories: vocabulary.len() }
 }
 
 #[cfg(test)]
@@ -141,9 +182,22 @@ mod tests {
     fn categories_are_counted_most_frequent_first_and_missing_codes_apart() {
         let codes = arrow_array::Int64Array::from(vec![Some(1), Some(0), Some(1), Some(-1), None, Some(7)]);
         let vocabulary = ["a".to_string(), "b".to_string(), "c".to_string()];
-        let (missing, values) = category_counts(&codes, &vocabulary);
+        let mut counts = vec![0; 3];
+        let missing = count_categories(&codes, &mut counts);
+        let values = top_categories(counts, &vocabulary);
         assert_eq!(missing, 3);
         assert_eq!(values, ColumnValues::Category { top: vec![("b".into(), 2), ("a".into(), 1)], n_categories: 3 });
+    }
+
+    #[test]
+    fn a_histogram_keeps_every_value_of_a_small_column_and_a_bounded_spread_of_a_large_one() {
+        assert_eq!(histogram_stride(0), 1);
+        assert_eq!(histogram_stride(NUMERIC_SAMPLE as u64), 1);
+        for n in [NUMERIC_SAMPLE as u64 + 1, 10_000_000, 1_000_000_000, u64::MAX] {
+            let stride = histogram_stride(n);
+            let kept = n.div_ceil(stride);
+            assert!(stride > 1 && kept <= NUMERIC_SAMPLE as u64 && kept > NUMERIC_SAMPLE as u64 / 2, "{n}");
+        }
     }
 
     #[test]
@@ -152,7 +206,9 @@ mod tests {
         let vocabulary: Vec<String> = (0..45).map(|k| format!("c{k:02}")).collect();
         let codes: Vec<i64> =
             (0..45i64).flat_map(|k| std::iter::repeat_n(k, if k < 40 { k as usize + 1 } else { 1 })).collect();
-        let (missing, values) = category_counts(&arrow_array::Int64Array::from(codes), &vocabulary);
+        let mut counts = vec![0; 45];
+        let missing = count_categories(&arrow_array::Int64Array::from(codes), &mut counts);
+        let values = top_categories(counts, &vocabulary);
         assert_eq!(missing, 0);
         let ColumnValues::Category { top, n_categories } = values else { panic!("not a category summary") };
         assert_eq!((top.len(), n_categories), (TOP_CATEGORIES, 45));

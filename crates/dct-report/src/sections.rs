@@ -173,7 +173,15 @@ pub(crate) fn build(
                 }
                 page.plots(&[plots::bars(&c.name, "cells", top)]);
             }
-            (ColumnValues::Numeric(values), _) => page.plots(&[plots::histogram(&c.name, &c.name, values, 50)]),
+            (ColumnValues::Numeric { sample, present }, _) => {
+                if (sample.len() as u64) < *present {
+                    page.note(&format!(
+                        "Histogram of {} of the {present} values, evenly spread over the cells.",
+                        sample.len()
+                    ));
+                }
+                page.plots(&[plots::histogram(&c.name, &c.name, sample, 50)])
+            }
             (ColumnValues::Bool { true_, false_ }, _) => {
                 page.plots(&[plots::bars(&c.name, "cells", &[("true".into(), *true_), ("false".into(), *false_)])])
             }
