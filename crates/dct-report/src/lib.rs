@@ -25,7 +25,7 @@ mod plots;
 mod sample;
 mod sections;
 
-pub use obs::{ColumnSummary, ColumnValues, STRING_SAMPLE, TOP_CATEGORIES, summarize_obs};
+pub use obs::{ColumnSummary, ColumnValues, NUMERIC_SAMPLE, STRING_SAMPLE, TOP_CATEGORIES, summarize_obs};
 pub use sample::{Sample, sample, spread};
 
 use dct_dataset::Dataset;
