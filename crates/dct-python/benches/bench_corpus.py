@@ -6,13 +6,18 @@
     python bench_corpus.py peers WORKDIR [--source ...] [--cells-per-member 4000] [--batch-sizes 1024]
     python bench_corpus.py epochs WORKDIR [--source ...] [--rounds 3] [--batch-sizes 1024] [--epochs 4]
 
-``prepare`` cuts the source dataset's cells (by default the 1,080,000-cell PBMC benchmark dataset of
-``bench_loaders.py workers``) into ``members`` datasets of consecutive cells, each with a gene list of its own: a
-seeded random 80-95% of the source's genes, stored (``--gene-order``) by decreasing total over the member's cells as
-``deltacells convert`` stores them (``totals``, the default) or in a seeded random order (``random``), stored
-columns re-indexed accordingly, gene names and a gene table whose ``gene_ids`` column holds the source's Ensembl
-IDs, and an obs column ``batch`` (``a`` or ``b``, one half of each member's cells each) so that ``where`` can choose
-half the cells. Written at level 3, tiles of 10,000 cells.
+``prepare`` makes the corpus's members from the source dataset (by default the 1,080,000-cell PBMC benchmark
+dataset of ``bench_loaders.py workers``: 400 copies of PBMC 3k in order) and the real samples beside the repository
+(``--shared-data``, ``../shared/data``): the PBMC 3k counts as an h5ad file, a 10x HDF5 file and a 10x Matrix Market
+folder, each converted by ``deltacells convert --level 3`` as it stores them (genes by decreasing total, its gene
+table with the inputs' Ensembl IDs as ``gene_ids``), stand for the source's last 3 copies; the source's other cells
+are cut into ``members`` datasets of consecutive cells, each with a gene list of its own: a seeded random 80-95% of
+the source's genes, stored (``--gene-order``) by decreasing total over the member's cells as ``deltacells convert``
+stores them (``totals``, the default) or in a seeded random order (``random``), stored columns re-indexed
+accordingly, and a gene table whose ``gene_ids`` column holds the source's Ensembl IDs; every fourth member names its
+genes by Ensembl ID only (its gene names are the IDs, no symbol anywhere), the others by symbol. The cut members have
+an obs column ``batch`` (``a`` or ``b``, one half of each member's cells each) so that ``where`` can choose half of
+their cells. Written at level 3, tiles of 10,000 cells. The members hold the source's cells in the source's order.
 
 ``run`` measures, round after round in alternating order, one whole epoch of ``deltacells.torch.make_loader``
 (``num_workers=0``, shuffled, windows of 4 tiles, X as torch sparse CSR float32) over:
@@ -73,6 +78,8 @@ import argparse
 import gc
 import json
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -86,6 +93,8 @@ from deltacells.obs import ObsSchema
 from deltacells.torch import make_loader
 
 SOURCE = Path.home() / ".cache/dct-loaders/million.dct"
+# The real samples beside the repository (``../shared/data``): PBMC 3k as h5ad, 10x HDF5 and 10x Matrix Market.
+SHARED_DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
 VOCABULARY = 20_000
 
 
@@ -95,26 +104,51 @@ def model_vocabulary(source: deltacells.DeltaCellsDataset) -> list[str]:
     return sorted(list(source.var["gene_ids"])[:VOCABULARY])
 
 
-def prepare(workdir: Path, source: Path, members: int, gene_order: str) -> None:
+def real_samples(shared: Path) -> list[tuple[str, Path]]:
+    """The PBMC 3k counts of ``../shared/data`` in each input format the converter reads (each the same 2,700 cells
+    the source repeats), as ``(member name, input)``; none where the folder is absent."""
+    found = [("member_90_h5ad", shared / "pbmc3k_raw.h5ad"), ("member_91_10x_h5", shared / "pbmc3k_10x.h5"),
+             ("member_92_10x_mtx", shared / "pbmc3k_mtx")]
+    return [(name, path) for name, path in found if path.exists()]
+
+
+def prepare(workdir: Path, source: Path, members: int, gene_order: str, shared: Path) -> None:
     ds = deltacells.open_dataset(str(source), max_cached_tiles=4, decode_threads=2)
     ids = list(ds.var["gene_ids"])
     n_genes, n_cells = ds.n_genes, ds.n_cells
-    per = n_cells // members
+    # The source's last cells come from the real samples as converted from each input format (its cells are copies
+    # of PBMC 3k in order), so the corpus holds the source's cells in the source's order.
+    real = real_samples(shared)
+    tail = 2_700 * len(real)
+    per = (n_cells - tail) // members
     rng = np.random.default_rng(2026)
     schema = ObsSchema.infer([pd.DataFrame({"batch": pd.Categorical(["a", "b"])})])
+    for name, path in real:
+        root = workdir / name
+        if not (root / "manifest.json").exists():
+            convert = [sys.executable, "-m", "deltacells", "convert", str(path), "--output", str(root), "--level", "3",
+                       "--overwrite"]
+            subprocess.run(convert, check=True, capture_output=True)
+        got = deltacells.open_dataset(str(root))
+        assert got.n_cells == 2_700 and "gene_ids" in got.var.columns, (name, got.n_cells, list(got.var.columns))
+        print(f"{name}: {path.name} converted as stored by `deltacells convert` ({got.n_genes} genes)", flush=True)
     for m in range(members):
         root = workdir / f"member_{m:02d}"
         if (root / "manifest.json").exists():
             continue
         keep = rng.permutation(n_genes)[: int(n_genes * rng.uniform(0.80, 0.95))]
-        lo, hi = m * per, (m + 1) * per
+        lo, hi = m * per, ((m + 1) * per if m < members - 1 else n_cells - tail)
         if gene_order == "totals":
             # As `deltacells convert` stores genes by default: by decreasing total over the member's own cells.
             totals = np.asarray(ds.get_batch(np.arange(lo, hi)).to_scipy().sum(axis=0)).ravel()
             keep = keep[np.lexsort((keep, -totals[keep]))]
         new_column = np.full(n_genes, -1, np.int64)
         new_column[keep] = np.arange(len(keep))
-        var = pd.DataFrame({"gene_ids": [ids[g] for g in keep]}, index=[ds.var_names[g] for g in keep])
+        if m % 4 == 3:
+            # Genes by Ensembl ID only: no symbols anywhere in the member.
+            var = pd.DataFrame({"gene_ids": [ids[g] for g in keep]}, index=[ids[g] for g in keep])
+        else:
+            var = pd.DataFrame({"gene_ids": [ids[g] for g in keep]}, index=[ds.var_names[g] for g in keep])
         with deltacells.DatasetWriter(str(root), n_genes=len(keep), tile_size=10_000, level=3, n_chunks=8,
                                       var_names=list(var.index), var=var, obs_schema=schema) as w:
             for a in range(lo, hi, 10_000):
@@ -124,7 +158,8 @@ def prepare(workdir: Path, source: Path, members: int, gene_order: str) -> None:
                 block = sp.csr_matrix((x.data[kept], (x.row[kept], new_column[x.col[kept]])), shape=(b - a, len(keep)))
                 labels = np.where(rng.random(b - a) < 0.5, "a", "b")
                 w.add_tile(block, obs=pd.DataFrame({"batch": pd.Categorical(labels, categories=["a", "b"])}))
-        print(f"member {m}: cells {lo}..{hi}, {len(keep)} genes", flush=True)
+        print(f"member {m}: cells {lo}..{hi}, {len(keep)} genes{' by Ensembl ID only' if m % 4 == 3 else ''}",
+              flush=True)
 
 
 class ThrottledBackend(deltacells.LocalBackend):
@@ -483,6 +518,8 @@ def main() -> None:
                    help="prepare: each member's stored gene order (totals: by decreasing total over its cells, as "
                         "`deltacells convert` writes; random: a seeded random order)")
     p.add_argument("--cells-per-member", type=int, default=4000)
+    p.add_argument("--shared-data", type=Path, default=SHARED_DATA,
+                   help="prepare: the folder of real samples (PBMC 3k as h5ad, 10x HDF5 and Matrix Market)")
     p.add_argument("--loaders", default="deltacells,corpus_aligned,aligned,anndata_backed,annbatch",
                    help="peers: which loaders to measure (deltacells: the corpus; corpus_aligned: the corpus over "
                         "its members aligned once; aligned: one dataset in the vocabulary's genes, converted once; "
@@ -490,7 +527,7 @@ def main() -> None:
     a = p.parse_args()
     a.workdir.mkdir(parents=True, exist_ok=True)
     if a.command == "prepare":
-        prepare(a.workdir, a.source, a.members, a.gene_order)
+        prepare(a.workdir, a.source, a.members, a.gene_order, a.shared_data)
     elif a.command == "opening":
         opening(a.workdir, a.members, a.latency)
     elif a.command == "epochs":

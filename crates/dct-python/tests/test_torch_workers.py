@@ -56,6 +56,9 @@ def test_each_tile_is_fetched_once_per_epoch_whatever_the_workers(built, tmp_pat
     for log in logs:
         tiles = [line for line in log.read_text().split() if line.startswith("tiles/")]
         assert len(tiles) == 10 and len(set(tiles)) == 10, f"{log.name}: each tile once: {sorted(tiles)}"
+    if workers == 0:
+        # And decoded once: the reader of this process counts its decodes.
+        assert loader.dataset.stats()["tiles_decoded"] == 10 * len(logs)
 
 
 @pytest.mark.parametrize("rank, world, workers, context", [
