@@ -237,12 +237,18 @@ def test_reports_of_both_format_versions_match_the_conformance_files(name):
     # vocabulary (ties by name), counted from the expected values (donor has 150 categories).
     want = {c["name"]: {"kind": c["kind"], "missing": sum(v is None for v in c["values"])} for c in exp["obs"]}
     for c in exp["obs"]:
+        counts = collections.Counter(x for x in c["values"] if x is not None)
+        top = [list(t) for t in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:30]]
         if c["kind"] == "category":
-            counts = collections.Counter(x for x in c["values"] if x is not None)
-            top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:30]
-            want[c["name"]].update(categories=len(c["categories"]), top=[list(t) for t in top])
+            want[c["name"]].update(categories=len(c["categories"]), top=top)
+        elif c["kind"] == "string":
+            # Every value read (fewer than the 200,000 a report reads), counted as categories are.
+            want[c["name"]].update(distinct=len(counts), read=sum(counts.values()), top=top)
     assert report.facts["obs"] == want
     assert len(want["donor"]["top"]) == 30 < want["donor"]["categories"]
+    # A string column whose values repeat is drawn as a category column is; one of distinct values (barcodes) is not.
+    block = {name: report.html.split(f"{name} (string)</h3>", 1)[1].split("<h3", 1)[0] for name in ("batch", "barcode")}
+    assert "<svg" in block["batch"] and "<svg" not in block["barcode"]
     assert all(v[f"obs.{name}.missing"] == str(w["missing"]) for name, w in want.items())
 
 

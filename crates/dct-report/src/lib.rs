@@ -3,12 +3,15 @@
 //!
 //! Sections: a summary (the manifest's facts, the same numbers as `deltacells info --json`); cells (histograms of
 //! nonzeros and counts per cell); tiles (bytes and bytes per nonzero of every tile); chunk balance within tiles;
-//! genes (total counts by rank, the top genes); obs (per column, category counts, a histogram of numbers, missing
-//! fractions); and, given the JSON of `deltacells bench --json`, the read's throughput and its batches over time.
+//! genes (total counts by rank, the top genes); obs (per column: the 30 most frequent categories, or string values
+//! when they repeat, a histogram of numbers, true/false counts, missing fractions); and, given the JSON of
+//! `deltacells bench --json`, the read's throughput and its batches over time.
 //!
 //! A large dataset is sampled: the cells, chunk and gene sections decode an even spread of at most
 //! [`ReportOptions::sample_tiles`] tiles (first and last included), and say so; tile sizes come from the manifest
-//! (every tile) and obs from whole columns. Plots are drawn by `plotters` as SVG (see `docs/ARCHITECTURE.md`).
+//! (every tile) and obs from whole columns, read tile by tile (a numeric column's histogram from at most
+//! [`NUMERIC_SAMPLE`] values, a string column's counts from its first [`STRING_SAMPLE`]). Plots are drawn by
+//! `plotters` as SVG (see `docs/ARCHITECTURE.md`).
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {

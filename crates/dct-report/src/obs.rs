@@ -1,7 +1,7 @@
 //! Per obs column: how many cells lack a value, and what the values are (category counts, a histogram of
 //! numbers, true/false counts, or how many distinct strings).
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, Int64Type};
@@ -50,6 +50,9 @@ pub enum ColumnValues {
         distinct: usize,
         /// Present values read (the first, at most [`STRING_SAMPLE`]).
         read: usize,
+        /// Among those read, the [`TOP_CATEGORIES`] most frequent values and their cells, most frequent first (ties
+        /// by value).
+        top: Vec<(String, u64)>,
     },
 }
 
@@ -126,7 +129,7 @@ pub fn summarize_obs(ds: &Dataset, options: ObsOptions) -> Result<Vec<ColumnSumm
                 (n_cells - true_ - false_, ColumnValues::Bool { true_, false_ })
             }
             ColumnKind::String => {
-                let mut distinct: HashSet<String> = HashSet::new();
+                let mut counts: HashMap<String, u64> = HashMap::new();
                 let (mut missing, mut read) = (0u64, 0usize);
                 for chunk in &chunks {
                     let s = cast(chunk, &DataType::Utf8)?;
@@ -136,11 +139,11 @@ pub fn summarize_obs(ds: &Dataset, options: ObsOptions) -> Result<Vec<ColumnSumm
                         if read == STRING_SAMPLE {
                             break;
                         }
-                        distinct.insert(v.to_string());
+                        *counts.entry(v.to_string()).or_default() += 1;
                         read += 1;
                     }
                 }
-                (missing, ColumnValues::String { distinct: distinct.len(), read })
+                (missing, string_values(counts, read))
             }
         };
         out.push(ColumnSummary { name, kind, missing, n_cells, values });
@@ -166,6 +169,15 @@ fn count_categories(codes: &arrow_array::Int64Array, counts: &mut [u64]) -> u64 
     missing
 }
 
+/// A string column's summary from the counts of the values read.
+fn string_values(counts: HashMap<String, u64>, read: usize) -> ColumnValues {
+    let distinct = counts.len();
+    let mut top: Vec<(String, u64)> = counts.into_iter().collect();
+    top.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    top.truncate(TOP_CATEGORIES);
+    ColumnValues::String { distinct, read, top }
+}
+
 /// The [`TOP_CATEGORIES`] categories with the most cells, most frequent first (ties by label; none without cells).
 fn top_categories(counts: Vec<u64>, vocabulary: &[String]) -> ColumnValues {
     let mut top: Vec<(String, u64)> = vocabulary.iter().cloned().zip(counts).filter(|(_, n)| *n > 0).collect();
@@ -187,6 +199,17 @@ mod tests {
         let values = top_categories(counts, &vocabulary);
         assert_eq!(missing, 3);
         assert_eq!(values, ColumnValues::Category { top: vec![("b".into(), 2), ("a".into(), 1)], n_categories: 3 });
+    }
+
+    #[test]
+    fn strings_are_counted_most_frequent_first_ties_by_value() {
+        let counts: HashMap<String, u64> = (0..40u64).map(|k| (format!("s{k:02}"), 1 + k % 5)).collect();
+        let ColumnValues::String { distinct, read, top } = string_values(counts, 123) else { panic!("not strings") };
+        assert_eq!((distinct, read, top.len()), (40, 123, TOP_CATEGORIES));
+        // 8 values each of 5, 4, 3 cells come first, then 2: s01 s06 ... by value within a count.
+        assert_eq!(&top[..2], &[("s04".to_string(), 5), ("s09".to_string(), 5)]);
+        assert!(top.windows(2).all(|w| w[0].1 > w[1].1 || (w[0].1 == w[1].1 && w[0].0 < w[1].0)));
+        assert_eq!(top.iter().filter(|t| t.1 == 2).count(), 6);
     }
 
     #[test]

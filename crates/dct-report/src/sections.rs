@@ -154,9 +154,17 @@ pub(crate) fn build(
     }
     for c in columns {
         let mut column = json!({"kind": c.kind.as_str(), "missing": c.missing});
-        if let ColumnValues::Category { top, n_categories } = &c.values {
-            column["categories"] = json!(n_categories);
-            column["top"] = json!(top);
+        match &c.values {
+            ColumnValues::Category { top, n_categories } => {
+                column["categories"] = json!(n_categories);
+                column["top"] = json!(top);
+            }
+            ColumnValues::String { distinct, read, top } => {
+                column["distinct"] = json!(distinct);
+                column["read"] = json!(read);
+                column["top"] = json!(top);
+            }
+            _ => {}
         }
         obs_facts.insert(c.name.clone(), column);
         page.h3(&format!("{} ({})", c.name, c.kind.as_str()));
@@ -185,9 +193,16 @@ pub(crate) fn build(
             (ColumnValues::Bool { true_, false_ }, _) => {
                 page.plots(&[plots::bars(&c.name, "cells", &[("true".into(), *true_), ("false".into(), *false_)])])
             }
-            (ColumnValues::String { distinct, read }, ColumnKind::String) => page.note(&format!(
-                "{distinct} distinct values among the first {read} present (strings are counted, not plotted)."
-            )),
+            (ColumnValues::String { distinct, read, top }, ColumnKind::String) => {
+                page.note(&format!("{distinct} distinct values among the first {read} present."));
+                // Values that repeat are drawn as categories are; a column of distinct values (barcodes) is not.
+                if top.first().is_some_and(|t| t.1 > 1) {
+                    if *distinct > top.len() {
+                        page.note(&format!("The {} most frequent of them.", top.len()));
+                    }
+                    page.plots(&[plots::bars(&c.name, "cells", top)]);
+                }
+            }
             (ColumnValues::String { .. }, _) => {}
         }
     }

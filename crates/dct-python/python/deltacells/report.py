@@ -24,7 +24,8 @@ class Report:
         #: ``{"facts": ..., "sample": ..., "obs": ...}``: the manifest's facts (the numbers of
         #: ``deltacells info --json``), the tiles and cells sampled and how, and per obs column its kind and missing
         #: cells (and for a category column, ``categories`` in its vocabulary and ``top``, the ``[label, cells]`` of
-        #: the 30 most frequent, ties by label).
+        #: the 30 most frequent, ties by label; for a string column, ``distinct`` values among the ``read`` first
+        #: present ones, at most 200,000, and their ``top`` 30 likewise).
         self.facts = facts
 
     def _repr_html_(self) -> str:
