@@ -333,7 +333,9 @@ def peers(workdir: Path, source: Path, per_member: int, rounds: int, batch_sizes
     vocabulary = model_vocabulary(deltacells.open_dataset(str(source)))
     paths = _subset_h5ads(workdir, roots, per_member)
     corpus = deltacells.open_corpus(roots, genes=vocabulary, gene_key="gene_ids")
-    firsts = np.concatenate([np.arange(per_member) + s for s in np.cumsum([0, *corpus.member_cells[:-1]])])
+    starts = np.cumsum([0, *corpus.member_cells[:-1]])
+    # The first `per_member` cells of each member (all of a smaller one's, as its h5ad holds).
+    firsts = np.concatenate([np.arange(min(per_member, n)) + s for s, n in zip(starts, corpus.member_cells)])
     subset = corpus.select(firsts)
     results: dict[str, object] = {"members": len(roots), "cells": subset.n_cells, "vocabulary": len(vocabulary)}
     collection = aligned = None
