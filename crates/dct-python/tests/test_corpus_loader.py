@@ -23,6 +23,16 @@ def _epoch(loader):
     return out
 
 
+def _first_indices(it, k):
+    """The cell indices of the first ``k`` batches of ``it`` (a dataset or loader, its pass then left)."""
+    taken = []
+    for b in it:
+        taken.append(b["index"].numpy().copy())
+        if len(taken) == k:
+            break
+    return taken
+
+
 def test_the_loader_serves_every_selected_cell_once_with_its_member(members):
     require("torch")
     from deltacells.torch import DeltaCellsIterableDataset, make_loader
@@ -76,11 +86,7 @@ def test_a_resumed_corpus_epoch_is_the_uninterrupted_one(members, source):
 
     whole = _epoch(make())
     first = make()
-    taken = []
-    for b in first:
-        taken.append(b["index"].numpy().copy())
-        if len(taken) == 5:
-            break
+    taken = _first_indices(first, 5)
     state = first.state_dict()
     again = make()
     again.load_state_dict(state)
@@ -126,11 +132,7 @@ def test_a_weighted_epoch_draws_each_member_s_share_and_resumes(members):
     np.testing.assert_allclose(drawn / drawn.sum(), [0.2, 0.6, 0.2], atol=0.01)
     whole = [b["index"].numpy().copy() for b in make(12_000)]
     first = make(12_000)
-    taken = []
-    for b in first:
-        taken.append(b["index"].numpy().copy())
-        if len(taken) == 5:
-            break
+    taken = _first_indices(first, 5)
     again = make(12_000)
     again.load_state_dict(first.state_dict())
     rest = [b["index"].numpy().copy() for b in again]
@@ -218,11 +220,7 @@ def test_a_stratified_epoch_balances_categories_and_resumes(members, tmp_path):
 
     whole = [b["index"].numpy().copy() for b in make()]
     first = make()
-    taken = []
-    for b in first:
-        taken.append(b["index"].numpy().copy())
-        if len(taken) == 7:
-            break
+    taken = _first_indices(first, 7)
     again = make()
     again.load_state_dict(first.state_dict())
     again.set_epoch(0)  # what a training loop does at the start of each epoch

@@ -169,20 +169,23 @@ fn count_categories(codes: &arrow_array::Int64Array, counts: &mut [u64]) -> u64 
     missing
 }
 
+/// The [`TOP_CATEGORIES`] values with the most cells, most frequent first (ties by value; none without cells).
+fn most_frequent(counts: impl Iterator<Item = (String, u64)>) -> Vec<(String, u64)> {
+    let mut top: Vec<(String, u64)> = counts.filter(|(_, n)| *n > 0).collect();
+    top.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    top.truncate(TOP_CATEGORIES);
+    top
+}
+
 /// A string column's summary from the counts of the values read.
 fn string_values(counts: HashMap<String, u64>, read: usize) -> ColumnValues {
     let distinct = counts.len();
-    let mut top: Vec<(String, u64)> = counts.into_iter().collect();
-    top.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    top.truncate(TOP_CATEGORIES);
-    ColumnValues::String { distinct, read, top }
+    ColumnValues::String { distinct, read, top: most_frequent(counts.into_iter()) }
 }
 
-/// The [`TOP_CATEGORIES`] categories with the most cells, most frequent first (ties by label; none without cells).
+/// A category column's summary from its cells per category of `vocabulary`.
 fn top_categories(counts: Vec<u64>, vocabulary: &[String]) -> ColumnValues {
-    let mut top: Vec<(String, u64)> = vocabulary.iter().cloned().zip(counts).filter(|(_, n)| *n > 0).collect();
-    top.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    top.truncate(TOP_CATEGORIES);
+    let top = most_frequent(vocabulary.iter().cloned().zip(counts));
     ColumnValues::Category { top, n_categories: vocabulary.len() }
 }
 
