@@ -199,6 +199,17 @@ pub fn append_to(store: Store, inputs: &[PathBuf], opts: &AppendOptions) -> Resu
                 })?,
                 None => current.clone(),
             };
+            // The manifest's last record is this append's (the journal's id, and this request onto its first
+            // cell): only the clean-up was left, perhaps with the staging, and the base manifest in it, gone.
+            if let Some(last) = recorded_appends(&current.metadata).into_iter().last() {
+                let first_cell = last.get("first_cell").and_then(Value::as_u64);
+                if last.get("id").and_then(Value::as_str) == Some(journal.id.as_str())
+                    && first_cell.is_some_and(|c| request.id(c) == journal.id)
+                {
+                    site.clear()?;
+                    return Ok(done_report(&current, last, false, true));
+                }
+            }
             if journal.id != request.id(base.n_cells) {
                 return Err(ConvertError::Output(format!(
                     "{url}: {} is under way or was interrupted ({}): an append runs alone; if it stopped, run it \

@@ -123,6 +123,30 @@ fn an_append_stopped_at_any_step_is_completed_by_running_it_again() {
     same_files(&comparable(Path::new(&url)), &want, "stopped while staging");
 }
 
+#[test]
+fn an_append_stopped_in_its_clean_up_with_only_the_journal_left_is_completed_by_running_it_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let opts = AppendOptions { level: Some(1), ..AppendOptions::default() };
+    let clean = base(tmp.path(), "clean");
+    append(&clean, &more(), &opts).unwrap();
+    let want = comparable(Path::new(&clean));
+    // Stopped once the manifest is written, then the clean-up's first half done: the staging (and the base manifest
+    // in it) removed, the journal not yet, as a kill between the two leaves it.
+    let url = base(tmp.path(), "cleanup");
+    let stopped = AppendOptions { stop_after_commit_steps: Some(6 + 1 + 1 + 1 + 1), ..opts.clone() };
+    assert!(append(&url, &more(), &stopped).is_err());
+    let root = Path::new(&url);
+    std::fs::remove_dir_all(root.join(dct_format::objects::APPEND_STAGING_DIR.trim_end_matches('/'))).unwrap();
+    assert!(root.join(dct_format::objects::APPEND_JOURNAL_NAME).exists());
+    // Another append is still kept out; this one completes.
+    let other = append(&url, &[testdata("inputs/pbmc200/pbmc200.h5ad")], &opts).unwrap_err().to_string();
+    assert!(other.contains("an append runs alone"), "{other}");
+    let done = append(&url, &more(), &opts).unwrap();
+    assert!(done.resumed);
+    assert!(!root.join(dct_format::objects::APPEND_JOURNAL_NAME).exists());
+    same_files(&comparable(root), &want, "only the journal left");
+}
+
 /// Asserts two datasets' files are equal, naming those that differ.
 fn same_files(got: &BTreeMap<String, Vec<u8>>, want: &BTreeMap<String, Vec<u8>>, what: &str) {
     let differ: Vec<&String> = got.keys().chain(want.keys()).filter(|k| got.get(*k) != want.get(*k)).collect();
