@@ -149,6 +149,16 @@ def test_accepts_various_buffer_types(tmp_path):
         sources = [blob, bytearray(blob), memoryview(blob), np.frombuffer(blob, np.uint8), mm]
         for src in sources:
             assert same(Tile(src).to_scipy(), m)
+    # A tile of over 1 MiB through each kind of buffer, and a strided view (made whole before it is read).
+    big = make_counts(2000, 3000, density=0.2, seed=10)
+    big_blob = encode_tile(big, level=1)
+    assert len(big_blob) > 1 << 20
+    every_other = np.zeros(2 * len(big_blob), np.uint8)
+    every_other[::2] = np.frombuffer(big_blob, np.uint8)
+    strided = memoryview(every_other)[::2]
+    assert not strided.contiguous
+    for src in [big_blob, bytearray(big_blob), memoryview(big_blob), np.frombuffer(big_blob, np.uint8), strided]:
+        assert same(Tile(src, verify=True).to_scipy(), big)
     misaligned = np.zeros(len(blob) + 3, np.uint8)
     misaligned[3:] = np.frombuffer(blob, np.uint8)
     assert same(Tile(misaligned[3:]).to_scipy(), m)
