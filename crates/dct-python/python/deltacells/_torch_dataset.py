@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
-import multiprocessing.context
 import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -19,39 +18,12 @@ import deltacells
 from deltacells import _batch_slots, _core
 from deltacells._seeds import as_seed
 from deltacells._tiles import as_values_dtype
+from deltacells._torch_process import distributed_ranks, gathering_pool, gathering_thread, spawning, worker_count
 
 if TYPE_CHECKING:  # pragma: no cover
     from deltacells._obs_store import ObsStore
 
 __all__ = ["DeltaCellsIterableDataset"]
-
-
-def _distributed() -> tuple[int, int] | None:
-    """``(rank, world_size)`` of this process: from an initialised ``torch.distributed``, else from the ``RANK`` and
-    ``WORLD_SIZE`` variables that ``torchrun`` sets (a spawned DataLoader worker has no process group but inherits
-    them); ``None`` when neither says."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
-    if rank is not None and world is not None:
-        try:
-            return int(rank), int(world)
-        except ValueError:
-            return None
-    return None
-
-
-def _worker_count() -> int:
-    """The DataLoader workers of the pass this process serves (1 outside a worker: the same split as none)."""
-    info = torch.utils.data.get_worker_info()
-    return 1 if info is None else max(1, int(info.num_workers))
-
-
-def _spawning() -> bool:
-    """Whether this process is pickling a new process's arguments (shared memory may go along then)."""
-    return multiprocessing.context.get_spawning_popen() is not None
 
 
 # What a pass over the dataset serves: (epoch, batches of the rank already yielded, rank, world size, whether the
@@ -284,7 +256,7 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
     def _resolve_ranks(self) -> tuple[int, int]:
         """The ranks, looked up (and kept) if they were not given and are known now."""
         if self._ranks is None:
-            found = _distributed()
+            found = distributed_ranks()
             if found is not None:
                 self._ranks = found
         return self._ranks if self._ranks is not None else (0, 1)
@@ -442,17 +414,17 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         self._plain_passes = 1
         first = self._resume
         parts = self._resume_parts
-        if first and parts != _worker_count():
+        if first and parts != worker_count():
             if parts:
                 # The resume point counts batches of an epoch split in `parts`; this DataLoader splits it otherwise,
                 # so no batch count of its own is the rest of that epoch.
                 raise ValueError(
                     f"cannot resume: the state was saved by a loader with {parts} worker part(s) of the epoch, and "
-                    f"this plain DataLoader has num_workers={_worker_count()}; each worker serves its own windows, so "
+                    f"this plain DataLoader has num_workers={worker_count()}; each worker serves its own windows, so "
                     f"the rest of the epoch is only defined for the same num_workers (use num_workers={parts}, or "
                     "deltacells.torch.make_loader, which checks this when the state is loaded)"
                 )
-            first = self._rank_batches(self.epoch, _worker_count())  # a finished epoch: nothing left to serve
+            first = self._rank_batches(self.epoch, worker_count())  # a finished epoch: nothing left to serve
         return (self.epoch, first, *self._resolve_ranks(), 0, 0)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -460,7 +432,7 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         # process, where the process group is; the shared ticket goes along only to a process being spawned.
         self._resolve_ranks()
         state = dict(self.__dict__)
-        if not _spawning():
+        if not spawning():
             state["_shared"] = None
         if isinstance(self.uri, deltacells.Corpus):
             state["_ds"] = None  # a corpus's readers are rebuilt in each process
@@ -620,7 +592,7 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         # In the training process the next batch is gathered on the process's gathering thread while the caller works
         # on this one (the gather releases the GIL), so a loop that blocks in its step does not wait for it after the
         # step. Batches in order, one at a time: the plan, prefetches and slots see the calls they saw without it.
-        gatherer = _gatherer()
+        gatherer = gathering_pool()
         pending: concurrent.futures.Future[Any] | None = gatherer.submit(make, 0)
         try:
             for j in range(n):
@@ -633,7 +605,7 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
             # A caller that stops early: the batch gathered for it is dropped (not started, or finished first), so
             # no gather of this iteration runs once it has ended. (Not when the garbage collector ends the iteration
             # on the gathering thread itself, which would wait for its own work.)
-            if pending is not None and not pending.cancel() and threading.current_thread() is not _GATHERING[0]:
+            if pending is not None and not pending.cancel() and threading.current_thread() is not gathering_thread():
                 concurrent.futures.wait([pending])
 
 
@@ -645,25 +617,3 @@ def _torch_values_dtype(dtype: Any) -> torch.dtype:
             raise ValueError(f"values_dtype must be float32 or int32, not {dtype}")
         return dtype
     return torch.float32 if as_values_dtype(dtype) == np.float32 else torch.int32
-
-
-_GATHERER: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None
-# The gathering thread, once it has run (so that an iteration ended on it does not wait for itself).
-_GATHERING: list[threading.Thread | None] = [None]
-
-
-def _mark_gathering_thread() -> None:
-    _GATHERING[0] = threading.current_thread()
-
-
-def _gatherer() -> concurrent.futures.ThreadPoolExecutor:
-    """The thread that gathers the next batch of every loader without workers in this process (one for the
-    process, made when first needed; a forked child makes its own)."""
-    global _GATHERER
-    if _GATHERER is None or _GATHERER[0] != os.getpid():
-        pool = concurrent.futures.ThreadPoolExecutor(
-            1, thread_name_prefix="deltacells-batches", initializer=_mark_gathering_thread
-        )
-        _GATHERER = (os.getpid(), pool)
-    return _GATHERER[1]
-
