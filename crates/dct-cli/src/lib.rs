@@ -18,6 +18,24 @@
 
 #![forbid(unsafe_code)]
 
+/// `println!` that hands a failed write back with `?` (as [`output::StdoutClosed`] when the reader has gone, as
+/// `deltacells info DATASET | head -1` does) instead of panicking.
+macro_rules! outln {
+    () => {
+        $crate::output::write_stdout(format_args!("\n"))?
+    };
+    ($($arg:tt)*) => {
+        $crate::output::write_stdout(format_args!("{}\n", format_args!($($arg)*)))?
+    };
+}
+
+/// `eprintln!` that leaves out what cannot be written (a closed stderr) instead of panicking.
+macro_rules! errln {
+    ($($arg:tt)*) => {
+        $crate::output::write_stderr(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
 mod commands;
 mod output;
 
@@ -118,11 +136,13 @@ where
     };
     match result {
         Ok(code) => code,
+        // What reads the output stopped reading (`| head`): the command is done, as a pipeline expects.
+        Err(e) if e.downcast_ref::<output::StdoutClosed>().is_some() => 0,
         Err(e) => {
             // `{:#}` joins the error and its causes with ": ". The library errors say their cause in their own message
             // and return none from `source()`, so nothing is said twice (see the xtask test
             // `error_types_say_their_cause_once`).
-            eprintln!("error: {e:#}");
+            errln!("error: {e:#}");
             1
         }
     }

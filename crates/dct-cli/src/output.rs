@@ -1,12 +1,40 @@
 //! Shared output helpers: human-readable sizes, JSON, progress bars and cell selections.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
+/// Stdout was closed by what reads it (a broken pipe): the command stops writing and ends with status 0.
+#[derive(Debug)]
+pub struct StdoutClosed;
+
+impl std::fmt::Display for StdoutClosed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("stdout was closed by what reads it")
+    }
+}
+
+impl std::error::Error for StdoutClosed {}
+
+/// Writes `text` to stdout ([`outln!`]): a closed pipe is [`StdoutClosed`], any other failure an error naming
+/// stdout.
+pub fn write_stdout(text: std::fmt::Arguments<'_>) -> anyhow::Result<()> {
+    match std::io::stdout().lock().write_fmt(text) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(StdoutClosed.into()),
+        Err(e) => Err(anyhow::anyhow!("cannot write to stdout: {e}")),
+    }
+}
+
+/// Writes `text` to stderr ([`errln!`]), leaving it out if stderr cannot be written.
+pub fn write_stderr(text: std::fmt::Arguments<'_>) {
+    let _ = std::io::stderr().lock().write_fmt(text);
+}
+
 /// Prints `value` as pretty JSON on stdout.
-pub fn print_json(value: &serde_json::Value) {
-    println!("{}", serde_json::to_string_pretty(value).expect("JSON values always serialize"));
+pub fn print_json(value: &serde_json::Value) -> anyhow::Result<()> {
+    outln!("{}", serde_json::to_string_pretty(value).expect("JSON values always serialize"));
+    Ok(())
 }
 
 /// Formats a byte count for people (B, kB, MB, GB; decimal units).

@@ -77,23 +77,24 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
     if args.json {
         let mut out = r.to_json();
         out["dataset"] = json!(args.dataset);
-        print_json(&out);
+        print_json(&out)?;
         return Ok(0);
     }
     if r.already_appended {
         let when = r.record.get("time").and_then(|t| t.as_str()).unwrap_or("earlier");
-        println!(
+        outln!(
             "{}: these inputs were appended already ({when}, {} cells); nothing changed (--allow-repeat appends \
              them again)",
-            args.dataset, r.cells_added
+            args.dataset,
+            r.cells_added
         );
         return Ok(0);
     }
     if r.resumed && r.tiles_added == 0 && r.tile_rewritten.is_none() {
-        println!("{}: completed the interrupted append ({} cells now)", args.dataset, r.n_cells);
+        outln!("{}: completed the interrupted append ({} cells now)", args.dataset, r.n_cells);
         return Ok(0);
     }
-    println!(
+    outln!(
         "appended {} cells to {}{}: {} cells in {} tiles; {} new tiles{}, {:.1} MB of tiles written",
         r.cells_added,
         args.dataset,
@@ -105,13 +106,13 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
         r.tile_bytes_written as f64 / 1e6
     );
     if !r.obs_shards_written.is_empty() {
-        println!("obs: shards {:?} written", r.obs_shards_written);
+        outln!("obs: shards {:?} written", r.obs_shards_written);
         for why in &r.obs_rewrite_reasons {
-            println!("obs: every shard was rewritten: {why}");
+            outln!("obs: every shard was rewritten: {why}");
         }
     }
     if r.genes_dropped > 0 {
-        println!(
+        outln!(
             "dropped {} genes the dataset lacks (with their counts), e.g. {}",
             r.genes_dropped,
             r.genes_dropped_examples.join(", ")

@@ -203,27 +203,23 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
             "batch_cells_per_second": cells_per_s, "batch_nnz_per_second": read_nnz as f64 / elapsed,
             "stall_seconds": stats.stall_time.as_secs_f64(), "tiles_fetched": stats.tiles_fetched,
             "tiles_decoded": stats.tiles_decoded, "batch_timeline": timeline,
-        }));
+        }))?;
     } else {
-        println!("dataset {}  ({threads} decode threads)", dataset);
-        println!(
-            "single tiles ({} sampled, {} each on average):",
-            tiles.len(),
-            human_bytes(bytes / tiles.len() as u64)
-        );
-        println!(
+        outln!("dataset {}  ({threads} decode threads)", dataset);
+        outln!("single tiles ({} sampled, {} each on average):", tiles.len(), human_bytes(bytes / tiles.len() as u64));
+        outln!(
             "  fetch   {:8.2} ms per tile   {:>10}/s",
             per_tile_fetch * 1e3,
             human_bytes((bytes as f64 / fetch.as_secs_f64()) as u64)
         );
-        println!(
+        outln!(
             "  decode  {:8.2} ms per tile   {:>10.1} M nonzeros/s   {:>10.0} cells/s",
             per_tile_decode * 1e3,
             nnz as f64 / decode.as_secs_f64() / 1e6,
             cells as f64 / decode.as_secs_f64()
         );
         let r = &per_tile_reader;
-        println!(
+        outln!(
             "  reader  {:8.2} ms per tile   {:>10.3} x fetch + decode (every row of the tile, through get_batch): \
              fetch {:.2} + checks {:.2} + planes {:.2} + rows {:.2} + hand-offs {:.2} + bookkeeping {:.2} ms",
             r.total * 1e3,
@@ -235,18 +231,18 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
             r.hand_offs() * 1e3,
             r.bookkeeping() * 1e3
         );
-        println!(
+        outln!(
             "batches of {} in {} order ({n_read} cells; {}, prefetch {}):",
             args.batch_size,
             args.pattern,
             pattern.describe(),
             args.prefetch
         );
-        println!(
+        outln!(
             "  {cells_per_s:>10.0} cells/s   {:>8.1} M nonzeros/s   {elapsed:.2} s",
             read_nnz as f64 / elapsed / 1e6
         );
-        println!(
+        outln!(
             "  stalled {:.2} s waiting for tiles; {} tiles fetched ({}), {} decoded",
             stats.stall_time.as_secs_f64(),
             stats.tiles_fetched,

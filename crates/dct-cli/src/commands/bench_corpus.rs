@@ -108,27 +108,29 @@ pub fn run(b: &CorpusBench<'_>, store: &StoreOptions) -> anyhow::Result<u8> {
             "members_cells_per_second": members_alone.cells_per_second(),
             "members_nnz_per_second": members_alone.nnz as f64 / members_alone.seconds,
             "ratio": ratio,
-        }));
+        }))?;
     } else {
-        println!(
+        outln!(
             "corpus of {} members: {} cells, {} genes in the vocabulary (opened in {open_seconds:.2} s)",
             b.members.len(),
             corpus.n_cells(),
             corpus.n_genes()
         );
-        println!(
+        outln!(
             "an epoch's batches of {} (windows of {} tiles), {} cells:",
-            b.batch_size, b.window, through_corpus.cells
+            b.batch_size,
+            b.window,
+            through_corpus.cells
         );
         for (what, pass) in [("through the corpus", &through_corpus), ("members alone", &members_alone)] {
-            println!(
+            outln!(
                 "  {what:<20} {:>10.0} cells/s   {:>8.1} M nonzeros/s   {:.2} s",
                 pass.cells_per_second(),
                 pass.nnz as f64 / pass.seconds / 1e6,
                 pass.seconds
             );
         }
-        println!("  corpus / members alone: {ratio:.3}");
+        outln!("  corpus / members alone: {ratio:.3}");
     }
     Ok(0)
 }

@@ -182,16 +182,20 @@ pub fn run(mut args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
         let plan = Plan::load(plan_path)?;
         if args.finalize {
             let m = dct_convert::finalize(&plan, &run)?;
-            println!("finalized {}: {} cells in {} tiles", plan.output, m.n_cells, m.n_tiles());
+            outln!("finalized {}: {} cells in {} tiles", plan.output, m.n_cells, m.n_tiles());
             return Ok(0);
         }
         let (i, n) =
             parse_part(args.part.as_deref().context("with --plan and no inputs, give --part I/N or --finalize")?)?;
         let tiles = plan.part_tiles(i, n);
         let report = dct_convert::run_part(&plan, i, n, &run, reporter(tiles.len(), &format!("part {i}/{n}")))?;
-        println!(
+        outln!(
             "part {i}/{n} of {}: tiles {}..{}: {} written, {} already complete",
-            plan.output, report.tiles.start, report.tiles.end, report.written, report.skipped
+            plan.output,
+            report.tiles.start,
+            report.tiles.end,
+            report.written,
+            report.skipped
         );
         return Ok(0);
     }
@@ -237,9 +241,9 @@ pub fn run(mut args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
         let dir = dct_convert::scan_dir(plan_path);
         let report = dct_convert::scan_inputs_part(&inputs, &options, &dir, i, n)?;
         for note in &report.notes {
-            eprintln!("note: {note}");
+            errln!("note: {note}");
         }
-        println!(
+        outln!(
             "scan part {i}/{n}: inputs {}..{} of {}: {} scanned, {} already scanned, in {}",
             report.inputs.start,
             report.inputs.end,
@@ -250,12 +254,12 @@ pub fn run(mut args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
         );
         return Ok(0);
     }
-    eprintln!("planning: {} input(s)", inputs.len());
+    errln!("planning: {} input(s)", inputs.len());
     if let Some(plan_path) = &args.plan {
         let dir = dct_convert::scan_dir(plan_path);
-        let plan = dct_convert::make_plan_with_scans(&inputs, &options, &dir, |note| eprintln!("note: {note}"))?;
+        let plan = dct_convert::make_plan_with_scans(&inputs, &options, &dir, |note| errln!("note: {note}"))?;
         plan.save(plan_path)?;
-        println!(
+        outln!(
             "plan {}: {} cells x {} genes from {} input(s) -> {} tiles of {} at {}; run `deltacells convert --plan {} \
              --part I/N` for I in 0..N, then `--finalize`",
             plan_path.display(),
@@ -275,14 +279,14 @@ pub fn run(mut args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
         Stage::Planned { plan, held, took } => {
             let secs = took.as_secs_f64();
             if held.inputs > 0 {
-                eprintln!(
+                errln!(
                     "planned in {secs:.1} s; holding {} of {} input(s) decoded for the tiles ({})",
                     held.inputs,
                     plan.inputs.len(),
                     human_bytes(held.bytes)
                 );
             } else {
-                eprintln!("planned in {secs:.1} s");
+                errln!("planned in {secs:.1} s");
             }
             tiles_progress = Some(reporter(plan.n_tiles, "converting"));
         }
@@ -293,18 +297,18 @@ pub fn run(mut args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
         }
         Stage::Finalizing { plan } => {
             if plan.obs.is_some() {
-                eprintln!("finalizing: checking tiles, writing var.parquet and the obs shards");
+                errln!("finalizing: checking tiles, writing var.parquet and the obs shards");
             }
         }
     })?;
     if report.spill_dropped > 0 {
         let dropped = report.spill_dropped;
-        eprintln!("warning: {dropped} kept input(s) could not be read back and were decoded again (same tiles)");
+        errln!("warning: {dropped} kept input(s) could not be read back and were decoded again (same tiles)");
     }
     let (m, plan, secs) = (&report.manifest, &report.plan, report.took.as_secs_f64());
     let bytes: u64 = m.tile_bytes.iter().sum();
     let input_bytes: u64 = plan.inputs.iter().map(|i| i.size_bytes).sum();
-    println!(
+    outln!(
         "converted {} cells x {} genes into {} ({} tiles, {} written, {} kept): {} in tiles, {:.3} bytes per \
          nonzero; {:.1} s in all (plan included), {:.0} cells/s, {}/s of input",
         m.n_cells,

@@ -122,12 +122,12 @@ fn align(a: AlignArgs, store: &StoreOptions) -> anyhow::Result<u8> {
                        "tiles": w.report.n_tiles, "already_done": w.report.already_done})
             })
             .collect();
-        print_json(&json!({ "output": a.output, "members": members }));
+        print_json(&json!({ "output": a.output, "members": members }))?;
         return Ok(0);
     }
     for w in &written {
         let what = if w.report.already_done { "already aligned" } else { "aligned" };
-        println!("{what}: {} -> {} ({} cells x {} genes)", w.source, w.output, w.report.n_cells, w.report.n_genes);
+        outln!("{what}: {} -> {} ({} cells x {} genes)", w.source, w.output, w.report.n_cells, w.report.n_genes);
     }
     Ok(0)
 }
@@ -192,10 +192,10 @@ fn info(a: InfoArgs, store: &StoreOptions) -> anyhow::Result<u8> {
         "obs_conflicts": conflicts,
     });
     if a.json {
-        print_json(&report);
+        print_json(&report)?;
         return Ok(0);
     }
-    println!(
+    outln!(
         "{} members, {} cells; vocabulary {} genes ({}), {} shared by every member",
         corpus.members().len(),
         corpus.n_cells(),
@@ -204,7 +204,7 @@ fn info(a: InfoArgs, store: &StoreOptions) -> anyhow::Result<u8> {
         shared
     );
     for m in &per_member {
-        println!(
+        outln!(
             "  {}: {} cells, {} genes, {} in the vocabulary ({:.1}% of it){}",
             m["member"].as_str().unwrap_or_default(),
             m["cells"],
@@ -215,13 +215,13 @@ fn info(a: InfoArgs, store: &StoreOptions) -> anyhow::Result<u8> {
         );
     }
     if per_member.iter().any(|m| m["in_vocabulary_order"] != true) {
-        println!(
+        outln!(
             "  members whose genes are in orders of their own have each row re-ordered as it is read; for many \
              epochs, `deltacells corpus align` writes them once in the vocabulary's order"
         );
     }
     for c in &columns {
-        println!(
+        outln!(
             "  obs {}: {}{}, in {} of {} members",
             c["column"].as_str().unwrap_or_default(),
             c["kind"].as_str().unwrap_or_default(),
@@ -231,7 +231,7 @@ fn info(a: InfoArgs, store: &StoreOptions) -> anyhow::Result<u8> {
         );
     }
     for c in &conflicts {
-        println!("  obs conflict: {c}");
+        outln!("  obs conflict: {c}");
     }
     Ok(0)
 }

@@ -30,7 +30,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     std::fs::create_dir_all(&base)?;
     let input = base.join("pbmc1k_raw_sample.h5ad");
     std::fs::write(&input, SAMPLE).with_context(|| format!("cannot write {}", input.display()))?;
-    println!("deltacells demo: 1,000 real PBMCs (10x Genomics), {} as h5ad (gzip)", human_bytes(SAMPLE.len() as u64));
+    outln!("deltacells demo: 1,000 real PBMCs (10x Genomics), {} as h5ad (gzip)", human_bytes(SAMPLE.len() as u64));
 
     // 1. Convert.
     let url = output.to_str().context("the output path is not UTF-8")?.to_string();
@@ -40,14 +40,14 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let secs = start.elapsed().as_secs_f64();
     let bytes: u64 = m.tile_bytes.iter().sum();
     let nnz = m.nnz();
-    println!(
+    outln!(
         "1. converted {} cells x {} genes, {nnz} nonzeros, into {} tiles at zstd level 19 in {secs:.2} s ({:.0} cells/s)",
         m.n_cells,
         m.n_genes,
         m.n_tiles(),
         m.n_cells as f64 / secs
     );
-    println!(
+    outln!(
         "   size: {} in tiles = {:.3} bytes per nonzero ({:.1}x smaller than the gzip h5ad, {:.1}x smaller than \
          int32+float32 CSR)",
         human_bytes(bytes),
@@ -61,11 +61,11 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let report = dct_dataset::verify(&ds, &VerifyOptions::default(), |_, _| {});
     if !report.is_ok() {
         for p in &report.problems {
-            eprintln!("{p}");
+            errln!("{p}");
         }
         anyhow::bail!("verification failed");
     }
-    println!("2. verified: CRC and full decode of {} tiles, side files consistent", report.tiles_checked);
+    outln!("2. verified: CRC and full decode of {} tiles, side files consistent", report.tiles_checked);
 
     // 3. Shuffled batches, as a training loop reads them.
     let mut cells: Vec<u64> = (0..ds.n_cells()).collect();
@@ -82,7 +82,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     }
     let secs = start.elapsed().as_secs_f64();
     let stats = ds.stats();
-    println!(
+    outln!(
         "3. read {read} cells in shuffled batches of 128: {:.0} cells/s, {:.1} M nonzeros/s ({} tiles decoded, {} \
          cache hits)",
         read as f64 / secs,
@@ -90,6 +90,6 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         stats.tiles_decoded,
         stats.cache_hits
     );
-    println!("dataset: {url}  (try: deltacells info {url})");
+    outln!("dataset: {url}  (try: deltacells info {url})");
     Ok(0)
 }

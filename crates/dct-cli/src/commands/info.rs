@@ -27,26 +27,26 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
     if args.json {
         let mut facts = dataset_facts(m);
         facts["dataset"] = json!(args.dataset);
-        print_json(&facts);
+        print_json(&facts)?;
         return Ok(0);
     }
     let opt = |x: Option<i64>| x.map_or("-".to_string(), |v| v.to_string());
-    println!("dataset   {}", args.dataset);
-    println!("format    deltacells-dataset version {}", m.version);
-    println!("shape     {} cells x {} genes", m.n_cells, m.n_genes);
-    println!("tiles     {} of {} cells (last {})", m.n_tiles(), m.tile_size, m.tile_cells.last().copied().unwrap_or(0));
-    println!("nonzeros  {nnz} ({:.1} per cell)", nnz as f64 / m.n_cells.max(1) as f64);
-    println!("size      {} in tiles: {per_nnz:.3} bytes per nonzero, {kb_per_cell:.2} kB per cell", human_bytes(bytes));
-    println!("encoder   {} chunks per tile, zstd level {}", opt(m.n_chunks.map(|c| c as i64)), opt(m.zstd_level));
+    outln!("dataset   {}", args.dataset);
+    outln!("format    deltacells-dataset version {}", m.version);
+    outln!("shape     {} cells x {} genes", m.n_cells, m.n_genes);
+    outln!("tiles     {} of {} cells (last {})", m.n_tiles(), m.tile_size, m.tile_cells.last().copied().unwrap_or(0));
+    outln!("nonzeros  {nnz} ({:.1} per cell)", nnz as f64 / m.n_cells.max(1) as f64);
+    outln!("size      {} in tiles: {per_nnz:.3} bytes per nonzero, {kb_per_cell:.2} kB per cell", human_bytes(bytes));
+    outln!("encoder   {} chunks per tile, zstd level {}", opt(m.n_chunks.map(|c| c as i64)), opt(m.zstd_level));
     let yes = |b: bool| if b { "yes" } else { "no" };
-    println!(
+    outln!(
         "side      gene_order.npy {}, var_names.txt {}, var.parquet {}",
         yes(m.has_gene_order),
         yes(m.has_var_names),
         yes(m.has_var_table)
     );
     if m.has_obs {
-        println!(
+        outln!(
             "obs       {} shards of {} tiles, {}, fingerprint {}",
             m.obs.shard_bytes.len(),
             m.obs.tiles_per_file,
@@ -54,7 +54,7 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
             m.obs.fingerprint
         );
     } else {
-        println!("obs       none");
+        outln!("obs       none");
     }
     Ok(0)
 }

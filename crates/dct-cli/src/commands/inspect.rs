@@ -55,25 +55,31 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             "n_genes": h.n_genes, "n_chunks": h.n_chunks, "indptr_off": h.indptr_off, "total_size": h.total_size,
             "crc32": format!("{:08x}", h.crc32), "crc_ok": crc_ok, "chunks": chunks,
             "decode": decoded.as_ref().map(|r| match r { Ok(()) => json!("ok"), Err(e) => json!(e) }),
-        }));
+        }))?;
     } else {
-        println!("tile {name}");
-        println!("  version {}   cells {}   genes {}   nonzeros {}", h.version.number(), h.n_cells, h.n_genes, h.nnz);
-        println!(
+        outln!("tile {name}");
+        outln!("  version {}   cells {}   genes {}   nonzeros {}", h.version.number(), h.n_cells, h.n_genes, h.nnz);
+        outln!(
             "  size {} ({:.3} bytes per nonzero)   chunks {}   indptr at {}",
             human_bytes(h.total_size),
             h.total_size as f64 / h.nnz.max(1) as f64,
             h.n_chunks,
             h.indptr_off
         );
-        println!("  crc32 {:08x} ({})", h.crc32, if crc_ok { "ok" } else { "MISMATCH" });
-        println!(
+        outln!("  crc32 {:08x} ({})", h.crc32, if crc_ok { "ok" } else { "MISMATCH" });
+        outln!(
             "  {:>5} {:>21} {:>23} {:>10} {:>10} {:>6} {:>6}",
-            "chunk", "cells", "nonzeros", "gaps B", "vals B", "vexc", "gexc"
+            "chunk",
+            "cells",
+            "nonzeros",
+            "gaps B",
+            "vals B",
+            "vexc",
+            "gexc"
         );
         for (i, c) in summary.chunks.iter().enumerate() {
             let e = c.entry;
-            println!(
+            outln!(
                 "  {i:>5} {:>21} {:>23} {:>10} {:>10} {:>6} {:>6}",
                 format!("{}..{}", e.cell_lo, e.cell_hi),
                 format!("{}..{}", e.nnz_lo, e.nnz_hi),
@@ -84,12 +90,12 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             );
         }
         if let Some(Ok(())) = &decoded {
-            println!("  decode: ok{}", if args.no_crc { " (CRC not checked)" } else { "" });
+            outln!("  decode: ok{}", if args.no_crc { " (CRC not checked)" } else { "" });
         }
     }
     match decoded {
         Some(Err(e)) => {
-            eprintln!("error: {name}: {e}");
+            errln!("error: {name}: {e}");
             Ok(1)
         }
         _ => Ok(0),

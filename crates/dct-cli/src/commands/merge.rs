@@ -52,14 +52,11 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
     if args.json {
         print_json(&json!({"output": args.output, "n_cells": r.n_cells, "n_tiles": r.n_tiles,
                            "tiles_copied": r.tiles_copied, "tiles_encoded": r.tiles_encoded,
-                           "already_done": r.already_done}));
+                           "already_done": r.already_done}))?;
     } else if r.already_done {
-        println!(
-            "{} already holds this merge ({} cells in {} tiles): nothing to do",
-            args.output, r.n_cells, r.n_tiles
-        );
+        outln!("{} already holds this merge ({} cells in {} tiles): nothing to do", args.output, r.n_cells, r.n_tiles);
     } else {
-        println!(
+        outln!(
             "merged {} datasets into {}: {} cells in {} tiles ({} copied as they were, {} encoded again)",
             args.datasets.len(),
             args.output,

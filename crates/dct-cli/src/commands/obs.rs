@@ -129,11 +129,11 @@ fn info(args: InfoArgs, store: &StoreOptions) -> anyhow::Result<u8> {
             "tiles_per_file": m.obs.tiles_per_file, "shards": m.obs.shard_bytes.len(), "shard_bytes": shard_bytes,
             "fingerprint": m.obs.fingerprint, "stored_bytes": stored, "bytes_per_100m_cells": per_100m(stored),
             "columns": rows,
-        }));
+        }))?;
         return Ok(0);
     }
-    println!("dataset      {}", args.source.dataset);
-    println!(
+    outln!("dataset      {}", args.source.dataset);
+    outln!(
         "obs          {} columns, {} cells, {} shard(s) of up to {} tiles, {} ({} per 100M cells), fingerprint {}",
         rows.len(),
         n_cells,
@@ -144,13 +144,18 @@ fn info(args: InfoArgs, store: &StoreOptions) -> anyhow::Result<u8> {
         m.obs.fingerprint
     );
     let width = obs.schema().columns.iter().map(|c| c.name.len()).max().unwrap_or(0).max(6);
-    println!(
+    outln!(
         "{:width$}  {:8}  {:6}  {:>10}  {:>10}  {:>14}",
-        "column", "kind", "type", "categories", "stored", "per 100M cells"
+        "column",
+        "kind",
+        "type",
+        "categories",
+        "stored",
+        "per 100M cells"
     );
     for r in &rows {
         let cats = r["categories"].as_u64().map_or("-".to_string(), |n| n.to_string());
-        println!(
+        outln!(
             "{:width$}  {:8}  {:6}  {:>10}  {:>10}  {:>14}",
             r["name"].as_str().unwrap_or_default(),
             r["kind"].as_str().unwrap_or_default(),
@@ -182,7 +187,7 @@ fn localize(args: LocalizeArgs, store: &StoreOptions) -> anyhow::Result<u8> {
         .filter_map(|c| std::fs::metadata(obs.cache_dir().join(column_file_name(c))).ok())
         .map(|m| m.len())
         .sum();
-    println!(
+    outln!(
         "localized {} column(s) into {} in {secs:.2} s: {} fetched, {} already cached, {} rebuilt; {} on disk",
         columns.len(),
         obs.cache_dir().display(),
@@ -218,7 +223,7 @@ fn show(args: ShowArgs, store: &StoreOptions) -> anyhow::Result<u8> {
             out.push_str(&serde_json::to_string(vals)?);
         }
         out.push_str(if refs.is_empty() { "}" } else { "\n}" });
-        println!("{out}");
+        outln!("{out}");
         return Ok(0);
     }
     let text = |v: &Value| match v {
@@ -231,10 +236,10 @@ fn show(args: ShowArgs, store: &StoreOptions) -> anyhow::Result<u8> {
             if s.contains([',', '"', '\n', '\r']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s }
         };
         let header: Vec<String> = std::iter::once("cell".to_string()).chain(columns.iter().cloned()).collect();
-        println!("{}", header.into_iter().map(quote).collect::<Vec<_>>().join(","));
+        outln!("{}", header.into_iter().map(quote).collect::<Vec<_>>().join(","));
         for (r, cell) in cells.iter().enumerate() {
             let row = std::iter::once(cell.to_string()).chain(values.iter().map(|col| text(&col[r])));
-            println!("{}", row.map(quote).collect::<Vec<_>>().join(","));
+            outln!("{}", row.map(quote).collect::<Vec<_>>().join(","));
         }
         return Ok(0);
     }
@@ -247,7 +252,7 @@ fn show(args: ShowArgs, store: &StoreOptions) -> anyhow::Result<u8> {
         (0..table[0].len()).map(|j| table.iter().map(|row| row[j].chars().count()).max().unwrap_or(0)).collect();
     for row in table {
         let line: Vec<String> = row.iter().zip(&widths).map(|(v, &w)| format!("{v:w$}")).collect();
-        println!("{}", line.join("  ").trim_end());
+        outln!("{}", line.join("  ").trim_end());
     }
     Ok(0)
 }

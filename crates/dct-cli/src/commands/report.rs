@@ -60,9 +60,9 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
     if args.json {
         let mut out = page.facts;
         out["output"] = json!(args.output.display().to_string());
-        print_json(&out);
+        print_json(&out)?;
     } else {
-        println!(
+        outln!(
             "wrote {} ({} kB): {}",
             args.output.display(),
             page.html.len().div_ceil(1000),

@@ -89,16 +89,23 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
     let report = subset(&args.dataset, &args.output, &options)?;
     if args.json {
         print_json(&json!({"output": args.output, "n_cells": report.n_cells, "n_genes": report.n_genes,
-                           "n_tiles": report.n_tiles, "already_done": report.already_done}));
+                           "n_tiles": report.n_tiles, "already_done": report.already_done}))?;
     } else if report.already_done {
-        println!(
+        outln!(
             "{} already holds this subset of {} ({} cells x {} genes): nothing to do",
-            args.output, args.dataset, report.n_cells, report.n_genes
+            args.output,
+            args.dataset,
+            report.n_cells,
+            report.n_genes
         );
     } else {
-        println!(
+        outln!(
             "wrote {} cells x {} genes ({} tiles) of {} into {}",
-            report.n_cells, report.n_genes, report.n_tiles, args.dataset, args.output
+            report.n_cells,
+            report.n_genes,
+            report.n_tiles,
+            args.dataset,
+            args.output
         );
     }
     Ok(0)

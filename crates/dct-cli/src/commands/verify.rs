@@ -27,9 +27,9 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
             if args.json {
                 print_json(
                     &json!({"ok": false, "problems": [{"category": e.category().as_str(), "message": e.to_string()}]}),
-                );
+                )?;
             }
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             return Ok(1);
         }
     };
@@ -48,14 +48,14 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
         print_json(&json!({
             "ok": report.is_ok(), "tiles_checked": report.tiles_checked, "bytes_checked": report.bytes_checked,
             "n_cells": ds.n_cells(), "problems": problems,
-        }));
+        }))?;
     } else if report.is_ok() {
-        println!("OK: {} tiles, {} cells", ds.n_tiles(), ds.n_cells());
+        outln!("OK: {} tiles, {} cells", ds.n_tiles(), ds.n_cells());
     } else {
         for p in &report.problems {
-            println!("{p}");
+            outln!("{p}");
         }
-        eprintln!("{} problem(s) found in {}", report.problems.len(), args.dataset);
+        errln!("{} problem(s) found in {}", report.problems.len(), args.dataset);
     }
     Ok(if report.is_ok() { 0 } else { 1 })
 }

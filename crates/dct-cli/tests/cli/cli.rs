@@ -170,6 +170,37 @@ fn datasets_verify_and_export_or_fail_cleanly() {
     assert_eq!(n, 18);
 }
 
+/// Output into a pipe whose reader has gone (`deltacells info DATASET | head -1`, the reader done first): each
+/// command stops writing and ends with status 0, without a panic, plain and `--json` alike.
+#[test]
+fn output_into_a_closed_pipe_ends_the_command_quietly() {
+    let (dataset, other) = (conformance().join("datasets/v2_with_obs"), conformance().join("datasets/v1_with_obs"));
+    let (dataset, other) = (dataset.to_str().unwrap(), other.to_str().unwrap());
+    let tile = conformance().join("tiles/good");
+    let tile = std::fs::read_dir(&tile)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "dct"))
+        .unwrap();
+    let tile = tile.to_str().unwrap();
+    for args in [
+        vec!["info", dataset],
+        vec!["info", "--json", dataset],
+        vec!["verify", dataset],
+        vec!["obs", "info", dataset],
+        vec!["corpus", "info", dataset, other, "--json"],
+        vec!["inspect-tile", tile],
+    ] {
+        // The reader is gone before the command writes its first byte: every write fails with a broken pipe.
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let o = bin().args(&args).stdout(writer).output().expect("run deltacells");
+        assert_no_panic(&o, &args.join(" "));
+        assert_eq!(code(&o), 0, "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(o.stderr.is_empty(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+}
+
 #[test]
 fn usage_errors_exit_2_and_json_output_parses() {
     assert_eq!(code(&run(&["no-such-command"])), 2);
