@@ -4,12 +4,14 @@
 //! Single cells are dealt member by member: a member's cells in the seeded order of their hashes, the first
 //! `fraction * cells` (rounded at each part's running total) to the first part, and so on, so every part holds its
 //! fraction of each member's cells to within one cell. Groups are dealt: member by member, each member's new
-//! groups (values no earlier member has) in a seeded order, each to the part furthest below its fraction of the
+//! groups (values no earlier member has; a member's cells missing the value are one group of that member's, so a
+//! member without the column is one group) in a seeded order, each to the part furthest below its fraction of the
 //! cells dealt so far (a group weighing its cells in the member where it first appears; its cells in later members
 //! count toward its part before those members' new groups are dealt, so a donor spread over many datasets does not
-//! tip the balance). Every part then ends
-//! within about one group's cells of its fraction, as close as the groups' sizes allow, and a member added at the
-//! end deals only its own new groups: the earlier groups stay where they were.
+//! tip the balance). Of a few seeded orders, the one that leaves the parts closest to their fractions is kept.
+//! Every part then ends within about one group's cells of its fraction, as close as the groups' sizes allow
+//! without moving the groups of earlier members, and a member added at the end deals only its own new groups: the
+//! earlier groups stay where they were.
 
 use std::collections::HashMap;
 
@@ -29,7 +31,7 @@ impl Corpus {
     /// Disjoint parts covering every cell, one per `(name, fraction)` (fractions summing to 1). Without `by`, each
     /// member's cells are ranked by their seeded hash (of the member's place and the cell's place there) and cut at
     /// the fractions, so each part holds its fraction of every member's cells to within one. With `by`, whole
-    /// groups of cells sharing that obs column's value (cells missing it form one group) go to one part, dealt so
+    /// groups of cells sharing that obs column's value (a member's cells missing it form one group) go to one part, dealt so
     /// that each part comes within about one group's cells of its fraction (see the module documentation). The
     /// same `(fractions, by, seed)` always gives the same parts, also after members are added at the end.
     pub fn split(
@@ -54,9 +56,10 @@ impl Corpus {
                 let column = obs.column(name)?;
                 obs.localize(self, &[name])?;
                 let dealt = self.deal_groups(obs, name, column, &targets, seed)?;
-                self.for_each_block(|cells, _| {
+                self.for_each_block(|cells, members| {
                     let keys = group_keys(column, &obs.take(self, cells, &[name])?[0].1);
-                    for (&c, key) in cells.iter().zip(keys) {
+                    for ((&c, &(m, _)), key) in cells.iter().zip(members).zip(keys) {
+                        let key = key.unwrap_or_else(|| missing_key(m));
                         let part = dealt.get(&key).ok_or_else(|| {
                             CorpusError::InvalidArgument(format!("obs column {name:?} changed while it was split"))
                         })?;
@@ -134,20 +137,31 @@ impl Corpus {
         // Cells of each part so far: those of the groups dealt, in every member read (a group dealt in an earlier
         // member keeps its part, and its cells in later members count toward that part's share).
         let mut dealt = vec![0u64; targets.len()];
-        let deal = |pending: &mut HashMap<u64, u64>, part_of: &mut HashMap<u64, u32>, dealt: &mut [u64]| {
-            let mut groups: Vec<(u64, u64)> = pending.drain().collect();
-            groups.sort_unstable_by_key(|&(key, _)| (mix(seed, key), key));
-            for (key, cells) in groups {
-                let total = (dealt.iter().sum::<u64>() + cells) as f64;
-                let short = |p: usize| targets[p] * total - dealt[p] as f64;
-                let best = (1..targets.len()).fold(0, |best, p| if short(p) > short(best) { p } else { best });
-                dealt[best] += cells;
-                part_of.insert(key, best as u32);
+        let deal = |pending: &mut HashMap<u64, u64>, part_of: &mut HashMap<u64, u32>, dealt: &mut Vec<u64>| {
+            let groups: Vec<(u64, u64)> = pending.drain().collect();
+            // The member's new groups dealt in each of a few seeded orders; the order that leaves the parts
+            // closest to their fractions is kept (the first of equals), so that the seed still changes the parts
+            // but one unlucky order (its large groups last) does not decide them.
+            let mut best: Option<Dealing> = None;
+            for order in 0..DEAL_ORDERS {
+                let mut groups = groups.clone();
+                // Order 0 is the one splits used before there were several.
+                let order_seed = if order == 0 { seed } else { mix(seed, order) };
+                groups.sort_unstable_by_key(|&(key, _)| (mix(order_seed, key), key));
+                let trial = Dealing::of(&groups, dealt, targets);
+                if best.as_ref().is_none_or(|b| trial.off < b.off) {
+                    best = Some(trial);
+                }
+            }
+            if let Some(best) = best {
+                *dealt = best.dealt;
+                part_of.extend(best.placed);
             }
         };
         self.for_each_block(|cells, members| {
             let keys = group_keys(column, &obs.take(self, cells, &[name])?[0].1);
             for (&(m, _), key) in members.iter().zip(keys) {
+                let key = key.unwrap_or_else(|| missing_key(m));
                 if member != Some(m) {
                     deal(&mut pending, &mut part_of, &mut dealt);
                     member = Some(m);
@@ -181,17 +195,53 @@ impl Corpus {
     }
 }
 
-/// Each value's group key: a hash of its text (category label, string, number, boolean); missing values share one.
-fn group_keys(column: &CorpusObsColumn, a: &ArrayRef) -> Vec<u64> {
-    const MISSING: u64 = 0x9e37_79b9_7f4a_7c15;
+/// Groups dealt in one order, each to the part furthest below its fraction of the cells dealt with it.
+struct Dealing {
+    /// Cells of each part afterwards.
+    dealt: Vec<u64>,
+    /// Each group's key and part.
+    placed: Vec<(u64, u32)>,
+    /// How far the parts are from their fractions afterwards: the sum of their cells' distances.
+    off: f64,
+}
+
+impl Dealing {
+    /// `groups` (`(key, cells)`, in order) dealt onto parts holding `dealt` cells, aiming at `targets`.
+    fn of(groups: &[(u64, u64)], dealt: &[u64], targets: &[f64]) -> Dealing {
+        let mut dealt = dealt.to_vec();
+        let placed = groups
+            .iter()
+            .map(|&(key, cells)| {
+                let total = (dealt.iter().sum::<u64>() + cells) as f64;
+                let short = |p: usize| targets[p] * total - dealt[p] as f64;
+                let part = (1..targets.len()).fold(0, |best, p| if short(p) > short(best) { p } else { best });
+                dealt[part] += cells;
+                (key, part as u32)
+            })
+            .collect();
+        let total = dealt.iter().sum::<u64>() as f64;
+        let off = dealt.iter().zip(targets).map(|(&got, f)| (got as f64 - f * total).abs()).sum();
+        Dealing { dealt, placed, off }
+    }
+}
+
+/// Seeded orders in which a member's new groups are dealt, the best kept ([`Corpus::deal_groups`]).
+const DEAL_ORDERS: u64 = 8;
+
+/// The group of the cells of member `m` missing the column's value: one per member (a member without the column is
+/// one group), so that members without it are not all dealt to one part together.
+fn missing_key(m: u32) -> u64 {
+    mix(0x9e37_79b9_7f4a_7c15, fnv(&u64::from(m).to_le_bytes()))
+}
+
+/// Each value's group key: a hash of its text (category label, string, number, boolean); `None` where it is
+/// missing.
+fn group_keys(column: &CorpusObsColumn, a: &ArrayRef) -> Vec<Option<u64>> {
     match column.kind {
         ColumnKind::Category => {
             let cats = column.categories.as_deref().unwrap_or_default();
             let hashes: Vec<u64> = cats.iter().map(|c| fnv(c.as_bytes())).collect();
-            a.as_primitive::<Int32Type>()
-                .iter()
-                .map(|c| c.and_then(|c| hashes.get(c as usize).copied()).unwrap_or(MISSING))
-                .collect()
+            a.as_primitive::<Int32Type>().iter().map(|c| c.and_then(|c| hashes.get(c as usize).copied())).collect()
         }
         _ => {
             let text = arrow_cast::cast(a, &DataType::Utf8)
@@ -207,8 +257,8 @@ fn group_keys(column: &CorpusObsColumn, a: &ArrayRef) -> Vec<u64> {
                 .iter()
                 .enumerate()
                 .map(|(i, v)| match whole.and_then(|w| integral(w.value(i))) {
-                    Some(n) if v.is_some() => fnv(n.to_string().as_bytes()),
-                    _ => v.map_or(MISSING, |v| fnv(v.as_bytes())),
+                    Some(n) if v.is_some() => Some(fnv(n.to_string().as_bytes())),
+                    _ => v.map(|v| fnv(v.as_bytes())),
                 })
                 .collect()
         }

@@ -9,7 +9,7 @@ pub enum CellIndexError {
 /// A requested cell the dataset does not have: the one error for a cell index out of range, whichever layer meets
 /// it (the reader of the counts, the obs reader, or the Python binding handing over a negative index).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("cell {cell} (position {position} of the request) is out of range: the dataset has {n_cells} cells")]
+#[error("cell {cell} (position {position} of the request) is out of range: there are {n_cells} cells")]
 pub struct CellOutOfRange {
     /// The cell index asked for (signed: callers such as numpy may ask for a negative one).
     pub cell: i128,

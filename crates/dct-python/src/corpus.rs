@@ -355,15 +355,28 @@ impl PyCorpusObs {
     }
 }
 
-/// A condition from Python: a list of values ("one of"), or a `(low, high)` pair of numbers or `None`.
-fn condition(value: &Bound<'_, PyAny>) -> PyResult<Condition> {
+/// The condition on obs column `column` from Python: a list of values ("one of"), or a `(low, high)` pair of
+/// numbers or `None`; a `ValueError` naming the column for anything else.
+fn condition(column: &str, value: &Bound<'_, PyAny>) -> PyResult<Condition> {
+    let refused = |what: String| value_error(format!("condition on obs column {column:?}: {what}"));
     if let Ok(pair) = value.cast::<PyTuple>() {
         if pair.len() != 2 {
-            return Err(value_error("a range is a pair (low, high), either end None"));
+            return Err(refused("a range is a pair (low, high), either end None".into()));
         }
         let end = |i: usize| -> PyResult<Option<f64>> {
             let v = pair.get_item(i)?;
-            if v.is_none() { Ok(None) } else { v.extract::<f64>().map(Some) }
+            if v.is_none() {
+                return Ok(None);
+            }
+            let number = !v.is_instance_of::<pyo3::types::PyString>() && !v.is_instance_of::<pyo3::types::PyBool>();
+            match v.extract::<f64>() {
+                Ok(x) if number => Ok(Some(x)),
+                _ => Err(refused(format!(
+                    "a range (low, high) takes numbers or None, not {}; for labels or strings give a list of \
+                     the values",
+                    v.repr()?
+                ))),
+            }
         };
         return Ok(Condition::Range(end(0)?, end(1)?));
     }
@@ -372,7 +385,7 @@ fn condition(value: &Bound<'_, PyAny>) -> PyResult<Condition> {
     } else {
         value
             .try_iter()
-            .map_err(|_| value_error("a condition is a list of values or a (low, high) pair"))?
+            .map_err(|_| refused("a condition is a list of values or a (low, high) pair".into()))?
             .collect::<PyResult<_>>()?
     };
     let values = items
@@ -385,7 +398,10 @@ fn condition(value: &Bound<'_, PyAny>) -> PyResult<Condition> {
             } else if let Ok(x) = v.extract::<f64>() {
                 Ok(ObsValue::Number(x))
             } else {
-                Err(value_error(format!("{v} is not a string, number or boolean")))
+                Err(refused(format!(
+                    "{} is not a string, number or boolean (missing values cannot be chosen)",
+                    v.repr()?
+                )))
             }
         })
         .collect::<PyResult<Vec<_>>>()?;
@@ -452,7 +468,7 @@ impl PyCorpusObs {
     fn filter(&self, py: Python<'_>, conditions: Vec<(String, Bound<'_, PyAny>)>) -> PyResult<PyCorpus> {
         let (corpus, obs) = self.get()?;
         let conditions =
-            conditions.iter().map(|(k, v)| Ok((k.clone(), condition(v)?))).collect::<PyResult<Vec<_>>>()?;
+            conditions.iter().map(|(k, v)| Ok((k.clone(), condition(k, v)?))).collect::<PyResult<Vec<_>>>()?;
         Ok(PyCorpus::wrap(py.detach(|| corpus.filter(obs, &conditions)).map_err(corpus_error)?))
     }
 

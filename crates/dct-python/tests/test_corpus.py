@@ -211,7 +211,7 @@ def test_member_of_selection_and_errors(members):
     check_batches(half, expected[::2], seed=3)
     batch, member = corpus.get_batch_with_members([130, 0, 70])
     assert list(member) == [2, 0, 1] and batch.n_rows == 3
-    with pytest.raises(IndexError, match=r"cell 5 \(position 1 of the request\) is out of range: the dataset has 5"):
+    with pytest.raises(IndexError, match=r"cell 5 \(position 1 of the request\) is out of range: there are 5"):
         sub.get_batch([0, 5])
     with pytest.raises(IndexError, match="cell -1"):
         corpus.get_batch([-1])

@@ -7,6 +7,7 @@ import io
 import json
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -73,6 +74,23 @@ def test_split_by_donor_gives_each_part_its_share_as_the_groups_allow(donors):
         assert sum(p.n_cells for p in parts.values()) == corpus.n_cells
         orders.add(tuple(sorted(owner.items())))
     assert len(orders) > 1, "the seed changes the parts"
+
+
+def test_a_split_takes_a_mapping_and_warns_of_a_part_left_empty(tmp_path):
+    roots = [str(tmp_path / "one"), str(tmp_path / "other")]
+    write_member(roots[0], pd.DataFrame({"donor": pd.Categorical(["x"] * 10)}), seed=1)
+    write_member(roots[1], pd.DataFrame({"score": np.arange(6, dtype=np.float64)}), seed=2)
+    corpus = open_corpus(roots, cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(TypeError, match="mapping of part names"):
+        corpus.split([0.8, 0.2], by="donor")  # type: ignore[arg-type]
+    # Two groups (donor x; the second member, without the column, one of its own) for three parts of some cells.
+    with pytest.warns(UserWarning, match=r"got no cells: the groups of obs column 'donor' are too few"):
+        parts = corpus.split({"train": 0.6, "val": 0.2, "test": 0.2}, by="donor")
+    assert sorted(p.n_cells for p in parts.values()) == [0, 6, 10]
+    # A part of fraction 0 is empty as asked: no warning.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert corpus.split({"all": 1.0, "none": 0.0}, by="donor")["none"].n_cells == 0
 
 
 def test_a_column_of_labels_in_one_member_and_strings_in_another_reads_as_strings(tmp_path):
@@ -166,10 +184,23 @@ def test_conditions_take_numpy_and_pandas_values(donors):
     assert cells(corpus.where(score=(None, np.float32(0.5)))) == want(truth["score"] <= np.float32(0.5))
     exact = truth["score"].iloc[[3, 50]].to_numpy()
     assert cells(corpus.where(score=exact)) == want(truth["score"].isin(exact))
+    # Conditions that do not fit: a ValueError naming the column, whatever was given.
+    for column, bad, message in (("donor", ("d1", "d3"), "a range .* takes numbers or None, not 'd1'"),
+                                 ("score", (0.1, "0.5"), "a range .* takes numbers or None, not '0.5'"),
+                                 ("score", (True, None), "a range .* takes numbers or None, not True"),
+                                 ("score", (1, 2, 3), "a range is a pair"),
+                                 ("donor", [None], "None is not a string, number or boolean"),
+                                 ("donor", object(), "a condition is a list of values or a")):
+        with pytest.raises(ValueError, match=f'condition on obs column "{column}": {message}'):
+            corpus.where(**{column: bad})
 
 
 def test_the_call_forms_the_api_documents(donors, tmp_path):
     corpus, _, roots = donors
+    # A vocabulary is the column order: a set (whose order changes from process to process) is refused.
+    with pytest.raises(TypeError, match="ordered sequence"):
+        open_corpus(roots, genes=set(GENES[:3]))
+    assert open_corpus(roots, genes=np.array(GENES[:3])).genes == GENES[:3]
     # get_batch(cells, values_dtype) with the dtype given by position, as the spec writes it.
     a, b = corpus.get_batch([5, 0, 99], np.int32), corpus.get_batch([5, 0, 99], values_dtype=np.float32)
     assert a.values.dtype == np.int32 and same(a.to_scipy(), b.to_scipy())

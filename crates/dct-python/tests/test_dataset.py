@@ -84,7 +84,7 @@ def test_empty_and_invalid_indices(built):
     # the cells come in (get_batch, batch_nnz, indexing, obs.take).
     for bad, cell, position in (([-1], -1, 0), ([0, N_CELLS], N_CELLS, 1), ([10**6], 10**6, 0),
                                 (np.array([3, 2**64 - 1], np.uint64), 2**64 - 1, 1)):
-        want = rf"cell {cell} \(position {position} of the request\) is out of range: the dataset has {N_CELLS} cells"
+        want = rf"cell {cell} \(position {position} of the request\) is out of range: there are {N_CELLS} cells"
         with pytest.raises(IndexError, match=want):
             ds.get_batch(bad)
         if cell < 2**63:

@@ -315,7 +315,7 @@ def test_take_basics(built, cache):
     with pytest.raises(KeyError, match="unknown obs columns"):
         store.take([1], ["nope"])
     for bad, cell, position in (([-1], -1, 0), ([N], N, 0), ([0, 10**6], 10**6, 1)):
-        want = rf"cell {cell} \(position {position} of the request\) is out of range: the dataset has {N} cells"
+        want = rf"cell {cell} \(position {position} of the request\) is out of range: there are {N} cells"
         with pytest.raises(IndexError, match=want):
             store.take(bad, ["age"])
     assert store.kind("cell_type") == "category" and store.categories("cell_type") == ["alpha", "beta", "gamma"]

@@ -332,6 +332,58 @@ fn split_by_groups_counts_the_cells_a_group_has_in_later_members() {
     }
 }
 
+/// A member of `n` cells whose obs hold only `n_counts`: no `donor` column.
+fn member_without_donors(dir: &Path, n: usize) {
+    let options = WriterOptions { tile_size: 8, n_chunks: 1, zstd_level: 3, ..WriterOptions::new(5) };
+    let mut w = DatasetWriter::create(dir.to_str().unwrap(), options).unwrap();
+    w.set_var_names((0..5).map(|g| format!("g{g}")).collect()).unwrap();
+    let mut sb = ObsSchemaBuilder::new();
+    sb.add_plain("n_counts", ArrowType::Int64).unwrap();
+    w.set_obs_schema(sb.finish(), &ObsWriteOptions { tiles_per_file: 2, zstd_level: 3 }).unwrap();
+    for lo in (0..n).step_by(8) {
+        let rows = 8.min(n - lo);
+        let indptr: Vec<i64> = (0..=rows as i64).collect();
+        let indices: Vec<i32> = (0..rows as i32).map(|r| r % 5).collect();
+        let csr = dct_codec_csr(&indptr, &indices, &vec![1; rows], rows);
+        let counts: ArrayRef = Arc::new(Int64Array::from_iter_values((0..rows as i64).map(|r| r + lo as i64)));
+        w.push_tile_with_obs(csr, &TileObs::new().with("n_counts", counts)).unwrap();
+    }
+    w.finish().unwrap();
+}
+
+#[test]
+fn split_by_groups_deals_each_member_without_the_column_as_a_group_of_its_own() {
+    // Five donors of 54 cells, then a member of 20 cells and one of 270 without a donor column. The two are groups
+    // of their own: dealt as one (as they once were), the small one's part took the large one's cells too, and
+    // the test part held half the corpus. Dealt apart, the small one fills the part left short and the large one
+    // goes to train.
+    let tmp = tempfile::tempdir().unwrap();
+    let donors: Vec<String> = (0..5).map(|d| format!("d{d}")).collect();
+    let donors: Vec<&str> = donors.iter().map(String::as_str).collect();
+    let first = tmp.path().join("donors");
+    member(&first, 270, &["T"], &donors, true, 5);
+    let (small, large) = (tmp.path().join("small"), tmp.path().join("large"));
+    member_without_donors(&small, 20);
+    member_without_donors(&large, 270);
+    let members = vec![open(&first, "donors"), open(&small, "small"), open(&large, "large")];
+    let corpus = Corpus::open(members, &GeneKey::VarNames, &GeneSpace::Union).unwrap();
+    let obs = corpus.obs(&options(tmp.path())).unwrap();
+    let n = corpus.n_cells();
+    let named = vec![("train".to_string(), 0.8), ("val".to_string(), 0.1), ("test".to_string(), 0.1)];
+    for seed in 0..10 {
+        let (sizes, part_of) = part_sizes(&corpus.split(&obs, &named, Some("donor"), seed).unwrap(), n);
+        let part_of_member = |lo: usize, hi: usize| {
+            let p = part_of[lo];
+            assert!(part_of[lo..hi].iter().all(|&q| q == p), "seed {seed}: a member without donors in two parts");
+            p
+        };
+        let (small_part, large_part) = (part_of_member(270, 290), part_of_member(290, 560));
+        assert_eq!(large_part, 0, "seed {seed}: parts {sizes:?}");
+        assert_ne!(small_part, 0, "seed {seed}: parts {sizes:?}");
+        assert!(sizes[1] + sizes[2] <= n / 5, "seed {seed}: parts {sizes:?} of {n}");
+    }
+}
+
 #[test]
 fn a_column_of_two_kinds_is_refused_naming_both_members_and_the_others_stay_usable() {
     let tmp = tempfile::tempdir().unwrap();

@@ -215,7 +215,7 @@ fn selections_are_cells_of_their_own() {
     let e = sub.get_batch_as::<u32>(&[0, 6]).unwrap_err();
     assert_eq!(
         e.to_string(),
-        "cell 6 (position 1 of the request) is out of range: the dataset has 6 cells",
+        "cell 6 (position 1 of the request) is out of range: there are 6 cells",
         "the readers' own out-of-range error"
     );
 }

@@ -27,8 +27,8 @@ def cell_indices(indices: Any, n_cells: int) -> np.ndarray:
         if arr.dtype == np.bool_:
             if indices.ndim != 1 or len(arr) != n_cells:
                 raise IndexError(
-                    f"a boolean mask selects cells with one entry per cell: it has {indices.shape} entries, the "
-                    f"dataset {n_cells} cells"
+                    f"a boolean mask selects cells with one entry per cell: it has {indices.shape} entries, and "
+                    f"there are {n_cells} cells"
                 )
             idx = np.flatnonzero(arr).astype(np.int64)
         elif arr.size == 0:
@@ -38,8 +38,8 @@ def cell_indices(indices: Any, n_cells: int) -> np.ndarray:
                 # Not representable as int64 (so past any dataset's end): said as the readers say it.
                 position = int(np.argmax(arr > np.iinfo(np.int64).max))
                 raise IndexError(
-                    f"cell {int(arr[position])} (position {position} of the request) is out of range: the dataset "
-                    f"has {n_cells} cells"
+                    f"cell {int(arr[position])} (position {position} of the request) is out of range: there are "
+                    f"{n_cells} cells"
                 )
             idx = np.ascontiguousarray(arr, dtype=np.int64)
         else:

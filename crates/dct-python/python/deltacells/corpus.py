@@ -250,17 +250,30 @@ class Corpus:
         return self._selected(core)
 
     def split(self, fractions: Mapping[str, float], *, by: str | None = None, seed: int = 0) -> dict[str, Corpus]:
-        """Disjoint parts covering every cell, ``{name: Corpus}``, one per ``fractions`` entry (summing to 1). With
-        ``by`` (an obs column, e.g. ``"donor_id"``; cells missing it form one group) whole groups of cells sharing
-        its value go to one part, so no group is in two parts: groups are dealt member by member, each member's new
-        groups in a seeded order, each to the part furthest below its fraction, so each part comes within about one
-        group's cells of its fraction (a part of ``0`` gets none). Without ``by`` each member's cells, in a seeded
-        order, are cut at the fractions, so each part holds its fraction of every member's cells to within one cell.
-        The same ``(fractions, by, seed)`` always gives the same parts, also after members are added at the end
-        (they deal only their own cells and new groups); ``seed`` as :class:`DeltaCellsIterableDataset` takes it.
-        Memory: one entry per group, and 16 bytes per cell of the largest member without ``by``."""
+        """Disjoint parts covering every cell, ``{name: Corpus}``, one per ``fractions`` entry (a mapping
+        ``name -> fraction``, summing to 1). With ``by`` (an obs column, e.g. ``"donor_id"``) whole groups of cells
+        sharing its value go to one part, so no group is in two parts; a member's cells missing the value are one
+        group (a member without the column is one group). Groups are dealt member by member, each member's new
+        groups to the part furthest below its fraction (of a few seeded orders, the one ending closest to the
+        fractions), so each part comes within about one group's cells of its fraction, as the groups' sizes and
+        those of earlier members allow (a part of ``0`` gets none; a part of more left empty is warned about).
+        Without ``by`` each member's cells, in a seeded order, are cut at the fractions, so each part holds its
+        fraction of every member's cells to within one cell. The same ``(fractions, by, seed)`` always gives the
+        same parts, also after members are added at the end (they deal only their own cells and new groups);
+        ``seed`` as :class:`DeltaCellsIterableDataset` takes it. Memory: one entry per group, and 16 bytes per cell
+        of the largest member without ``by``."""
+        if not isinstance(fractions, Mapping):
+            raise TypeError(f"fractions must be a mapping of part names to fractions, e.g. {{'train': 0.8, "
+                            f"'test': 0.2}}, not {type(fractions).__name__}")
         parts = self.obs._core.split([(str(k), float(v)) for k, v in fractions.items()], by, as_seed(seed))
-        return {name: self._selected(core) for name, core in parts}
+        out = {name: self._selected(core) for name, core in parts}
+        empty = [name for name, part in out.items() if part.n_cells == 0 and float(fractions[name]) > 0]
+        if empty:
+            cause = (f"the groups of obs column {by!r} are too few or too large" if by is not None
+                     else "the corpus has too few cells")
+            warnings.warn(f"split: the part(s) {empty} got no cells: {cause} for these fractions (a loader over "
+                          "such a part is refused)", stacklevel=2)
+        return out
 
     def _selected(self, core: Any) -> Corpus:
         return self._with_selection(core.selection_bytes(), core)
@@ -500,6 +513,10 @@ def open_corpus(
         spec = "union"
     elif isinstance(genes, str):
         spec = genes
+    elif isinstance(genes, (set, frozenset)):
+        # A set's order changes from process to process (string hashing is salted): so would the columns.
+        raise TypeError(f"genes is the corpus's column order: give an ordered sequence (a list, a numpy array, a "
+                        f"pandas Index), not a {type(genes).__name__}, e.g. sorted(genes) or the model's own list")
     else:
         spec = [str(g) for g in genes]
 
