@@ -105,6 +105,7 @@ pub use reader::{
     HeldBatches, ReadOptions, ReadStats, SLOT_HEADER, SlotChooser, SlotFill, SlotLayout, SlotValue, TileBudget,
     batch_slot_bytes, read_into_slot,
 };
+pub use rt::MAX_THREADS;
 #[cfg(feature = "obs")]
 pub use verify::obs_fingerprint;
 pub use verify::{Problem, VerifyOptions, VerifyReport, verify, verify_url};

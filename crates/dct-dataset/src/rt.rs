@@ -44,3 +44,19 @@ pub(crate) fn pool(threads: usize, name: &'static str) -> Result<rayon::ThreadPo
 pub(crate) fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get())
 }
+
+/// The most threads a reader starts for either of its sets (`io_threads`, `decode_threads`): far past any machine's
+/// use, and short of the operating system's limits, which refuse threads (and a runtime half started waits
+/// forever) long before a count such as 100,000 is reached.
+pub const MAX_THREADS: usize = 1024;
+
+/// Refuses a thread count past [`MAX_THREADS`], naming the option.
+pub(crate) fn check_threads(option: &str, threads: usize) -> Result<(), DatasetError> {
+    if threads > MAX_THREADS {
+        return Err(DatasetError::InvalidArgument(format!(
+            "{option} = {threads}: at most {MAX_THREADS} threads (a few are enough: requests are asynchronous, and \
+             decoding gains nothing past the machine's cores)"
+        )));
+    }
+    Ok(())
+}

@@ -65,6 +65,12 @@ pub(crate) fn available_threads() -> usize {
 
 /// This process's rayon pool of `threads` encode threads (made on first use).
 pub(crate) fn encode_pool(threads: usize) -> Result<Arc<rayon::ThreadPool>, String> {
+    if threads > dct_dataset::MAX_THREADS {
+        return Err(format!(
+            "threads = {threads}: at most {} encode threads (the machine's cores are what helps)",
+            dct_dataset::MAX_THREADS
+        ));
+    }
     let threads = threads.max(1);
     with_shared(|s| {
         if let Some(pool) = s.encode_pools.get(&threads) {

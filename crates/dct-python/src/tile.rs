@@ -63,6 +63,11 @@ impl PyTile {
         PyTile::parse(blob_of(data)?, verify)
     }
 
+    /// The tile's bytes (a copy), as it was parsed from.
+    fn to_bytes<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, self.tile.blob())
+    }
+
     /// Header fields and chunk entries as a dict (`chunks`: one 12-tuple per chunk: cell_lo, cell_hi, nnz_lo,
     /// nnz_hi, then offset and length of the gaps, vals, vexc and gexc frames).
     fn info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
@@ -259,8 +264,12 @@ fn offsets(ip: &[i64], rows: &[i64], limit: u64) -> PyResult<Vec<i64>> {
     let mut out = Vec::with_capacity(rows.len() + 1);
     out.push(0i64);
     let mut total = 0i64;
-    for &r in rows {
-        let r = usize::try_from(r).ok().filter(|&r| r < n_rows).ok_or_else(|| index_error("row index out of range"))?;
+    for (position, &r) in rows.iter().enumerate() {
+        let r = usize::try_from(r).ok().filter(|&r| r < n_rows).ok_or_else(|| {
+            index_error(format!(
+                "row {r} (position {position} of the request) is out of range: there are {n_rows} rows"
+            ))
+        })?;
         let (lo, hi) = (ip[r], ip[r + 1]);
         if lo < 0 || hi < lo || hi as u64 > limit {
             return Err(value_error(format!(

@@ -76,6 +76,39 @@ def test_getitem_variants(built):
     assert same(ds[np.array([0, 349])].to_scipy(), expected[[0, 349]])
 
 
+def test_keys_wrap_and_the_dataset_s_arrays_stay_its_own(built):
+    root, _, order, expected = built
+    ds = open_dataset(root)
+    # A 0-d integer array (or tensor) is a key as an int is: negative ones count from the end.
+    for key in (np.array(-1), np.array(-2, np.int32), np.int64(-1)):
+        assert same(ds[key].to_scipy(), expected[[N_CELLS + int(key)]])
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is in the test environment
+        torch = None
+    if torch is not None:
+        assert same(ds[torch.tensor(-1)].to_scipy(), expected[[N_CELLS - 1]])
+        with pytest.raises(TypeError):
+            ds[torch.tensor(-1.0)]
+    # What the dataset hands out does not change it.
+    with pytest.raises(ValueError):
+        ds.limits[0] = 5
+    with pytest.raises(ValueError):
+        ds.gene_order[0] = 5
+    names = ds.var_names
+    stored = list(names)
+    names.clear()
+    assert ds.var_names == stored == [f"g{j}" for j in order] and list(ds.gene_order) == list(order)
+    again = pickle.loads(pickle.dumps(ds))
+    assert list(again.limits) == [100, 200, 300, 350] and not again.limits.flags.writeable
+    # Thread counts past any use are refused by name, rather than exhausting the machine's threads.
+    for option in ("io_threads", "decode_threads"):
+        with pytest.raises(ValueError, match=f"{option} = 100000: at most 1024 threads"):
+            open_dataset(root, **{option: 100_000})
+        with pytest.raises(ValueError, match=f"{option} = 100000"):
+            ds.reopened(**{option: 100_000})
+
+
 def test_empty_and_invalid_indices(built):
     ds = open_dataset(built[0])
     b = ds.get_batch([])
@@ -83,7 +116,7 @@ def test_empty_and_invalid_indices(built):
     # One check, the reader's, gives one message naming the cell and its place in the request, whichever way
     # the cells come in (get_batch, batch_nnz, indexing, obs.take).
     for bad, cell, position in (([-1], -1, 0), ([0, N_CELLS], N_CELLS, 1), ([10**6], 10**6, 0),
-                                (np.array([3, 2**64 - 1], np.uint64), 2**64 - 1, 1)):
+                                (np.array([3, 2**64 - 1], np.uint64), 2**64 - 1, 1), ([5, 10**20], 10**20, 1)):
         want = rf"cell {cell} \(position {position} of the request\) is out of range: there are {N_CELLS} cells"
         with pytest.raises(IndexError, match=want):
             ds.get_batch(bad)

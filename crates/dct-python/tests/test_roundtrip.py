@@ -1,6 +1,7 @@
 """encode_tile / Tile.decode / DecodedTile.gather against scipy: every input kind, version-2 ranges, buffers."""
 
 import mmap
+import pickle
 
 import numpy as np
 import pytest
@@ -181,6 +182,32 @@ def test_gather_matches_scipy_and_keeps_order_and_repeats():
     for bad in ([-1], [400], [0, 1000]):
         with pytest.raises(IndexError):
             dec.gather(bad)
+
+
+def test_gather_takes_rows_as_numpy_means_them():
+    m = make_counts(60, 30, density=0.2, seed=21)
+    dec = Tile(encode_tile(m, level=1)).decode()
+    mask = np.zeros(60, bool)
+    mask[[5, 7, 59]] = True
+    assert same(dec.gather(mask).to_scipy(), m[[5, 7, 59]])
+    assert list(row_offsets(dec.indptr, mask)) == list(row_offsets(dec.indptr, [5, 7, 59]))
+    for bad in ([1.9], np.array([0.0, 1.0])):
+        with pytest.raises(TypeError, match="row indices must be integers"):
+            dec.gather(bad)
+        with pytest.raises(TypeError, match="row indices must be integers"):
+            row_offsets(dec.indptr, bad)
+    with pytest.raises(IndexError, match="boolean mask selects rows with one entry per row"):
+        dec.gather(mask[:10])
+    for bad, row, position in (([3, 60], 60, 1), ([-1], -1, 0), ([0, 10**20], 10**20, 1)):
+        with pytest.raises(IndexError, match=rf"row {row} \(position {position} of the request\) is out of range: "
+                                             r"there are 60 rows"):
+            dec.gather(bad)
+    # A tile pickles as its bytes and comes back the same.
+    tile = Tile(encode_tile(m, level=1))
+    back = pickle.loads(pickle.dumps(tile))
+    assert back.to_bytes() == tile.to_bytes() and same(back.to_scipy(), m)
+    with pytest.raises(ValueError, match="threads = 100000: at most 1024 encode threads"):
+        encode_tile(m, threads=100_000)
 
 
 def test_gather_into_caller_buffers():

@@ -15,7 +15,7 @@ use super::options::Counters;
 use super::{Core, Dataset, ReadOptions};
 use crate::error::{Category, DatasetError, ManifestError};
 use crate::manifest::{MANIFEST_NAME, Manifest};
-use crate::rt::default_threads;
+use crate::rt::{check_threads, default_threads};
 
 /// Spare buffers of decoded tiles kept for reuse: a tile evicted to make room for a decode hands its buffers to
 /// that decode, so a few cover the background decoder and a read decoding at the same time. Tiles prefetched
@@ -33,6 +33,8 @@ impl Dataset {
     /// Opens the dataset at a [`Store`] (e.g. an in-memory store, or one with test layers); the store's own
     /// retries and request cap apply (`options.store` is not used).
     pub fn open_store(store: Store, options: ReadOptions) -> Result<Dataset, DatasetError> {
+        check_threads("io_threads", options.io_threads)?;
+        check_threads("decode_threads", options.decode_threads)?;
         let rt = Rt::new(options.io_threads, "dct-io")?;
         let manifest = fetch_manifest(&rt, &store, options.max_manifest_bytes)?;
         let decode_threads = if options.decode_threads == 0 { default_threads() } else { options.decode_threads };
@@ -46,6 +48,8 @@ impl Dataset {
     /// sizes, instead of paying the manifest's round trip twice. The new reader has its own cache and counters;
     /// `options.store` and `options.max_manifest_bytes` are not used.
     pub fn reopened(&self, options: ReadOptions) -> Result<Dataset, DatasetError> {
+        check_threads("io_threads", options.io_threads)?;
+        check_threads("decode_threads", options.decode_threads)?;
         let rt = Rt::new(options.io_threads, "dct-io")?;
         let decode_threads = if options.decode_threads == 0 { default_threads() } else { options.decode_threads };
         let pool = Arc::new(crate::rt::pool(decode_threads, "dct-decode")?);

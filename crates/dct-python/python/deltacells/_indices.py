@@ -7,8 +7,9 @@ from typing import Any
 import numpy as np
 
 
-def cell_indices(indices: Any, n_cells: int) -> np.ndarray:
-    """``indices`` as a contiguous int64 array of cell indices, for the Rust readers.
+def cell_indices(indices: Any, n_cells: int, what: str = "cell") -> np.ndarray:
+    """``indices`` as a contiguous int64 array of cell indices (or of ``what``: a tile's rows), for the Rust
+    readers.
 
     A boolean array (or list of booleans) of length ``n_cells`` selects the cells where it is true; a boolean mask
     of any other length is an ``IndexError``, as in numpy. Floats (and other non-integer values) are a
@@ -27,8 +28,8 @@ def cell_indices(indices: Any, n_cells: int) -> np.ndarray:
         if arr.dtype == np.bool_:
             if indices.ndim != 1 or len(arr) != n_cells:
                 raise IndexError(
-                    f"a boolean mask selects cells with one entry per cell: it has {indices.shape} entries, and "
-                    f"there are {n_cells} cells"
+                    f"a boolean mask selects {what}s with one entry per {what}: it has {indices.shape} entries, "
+                    f"and there are {n_cells} {what}s"
                 )
             idx = np.flatnonzero(arr).astype(np.int64)
         elif arr.size == 0:
@@ -38,13 +39,20 @@ def cell_indices(indices: Any, n_cells: int) -> np.ndarray:
                 # Not representable as int64 (so past any dataset's end): said as the readers say it.
                 position = int(np.argmax(arr > np.iinfo(np.int64).max))
                 raise IndexError(
-                    f"cell {int(arr[position])} (position {position} of the request) is out of range: there are "
-                    f"{n_cells} cells"
+                    f"{what} {int(arr[position])} (position {position} of the request) is out of range: there are "
+                    f"{n_cells} {what}s"
                 )
             idx = np.ascontiguousarray(arr, dtype=np.int64)
+        elif arr.dtype == object and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in arr):
+            # Python integers past int64 (numpy keeps them as objects): out of range of any dataset.
+            position = next(i for i, v in enumerate(arr) if not -(2**63) <= int(v) < 2**63)
+            raise IndexError(
+                f"{what} {int(arr[position])} (position {position} of the request) is out of range: there are "
+                f"{n_cells} {what}s"
+            )
         else:
             raise TypeError(
-                f"cell indices must be integers or a boolean mask, not {arr.dtype} (e.g. {arr[0]!r}); convert them "
-                "with .astype(int) if truncation is what you mean"
+                f"{what} indices must be integers or a boolean mask, not {arr.dtype} (e.g. {arr[0]!r}); convert "
+                "them with .astype(int) if truncation is what you mean"
             )
     return idx

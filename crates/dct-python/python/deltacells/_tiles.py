@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from deltacells import _core
+from deltacells._indices import cell_indices
 from deltacells.format import TileInfo, _tile_info
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -53,15 +54,17 @@ def _check_out(arr: Any, name: str, n: int, dtype: Any) -> np.ndarray:
     return arr
 
 
-def _as_rows(rows: Any) -> np.ndarray:
-    return np.ascontiguousarray(np.asarray(rows, dtype=np.int64)).ravel()
+def _as_rows(rows: Any, n_rows: int) -> np.ndarray:
+    """``rows`` as int64 row indices, as numpy means them (a boolean mask of ``n_rows`` entries selects; floats
+    are a ``TypeError``): :func:`deltacells._indices.cell_indices` over a tile's rows."""
+    return cell_indices(rows, n_rows, what="row")
 
 
 def row_offsets(indptr: np.ndarray, rows: Sequence[int] | np.ndarray) -> np.ndarray:
     """The int64 row offsets (``len(rows) + 1`` entries from 0) of gathering ``rows`` of a CSR matrix whose row
     offsets are ``indptr``. Raises ``IndexError`` for a row outside the matrix."""
     ip = np.ascontiguousarray(indptr, dtype=np.int64)
-    return _core.row_offsets(ip, _as_rows(rows))
+    return _core.row_offsets(ip, _as_rows(rows, max(0, len(ip) - 1)))
 
 
 @dataclass
@@ -168,7 +171,7 @@ class DecodedTile:
         Raises ``IndexError`` for a row outside the tile, ``ValueError`` for a bad buffer or for float32 values
         asked for as int32."""
         dt = as_values_dtype(values_dtype)
-        r = _as_rows(rows)
+        r = _as_rows(rows, self.n_cells)
         ip = np.ascontiguousarray(self.indptr, dtype=np.int64)
         idx = np.ascontiguousarray(self.indices, dtype=np.int32)
         vals = np.ascontiguousarray(self.values)
@@ -202,6 +205,14 @@ class Tile:
     @classmethod
     def _from_core(cls, core: _core.Tile) -> Tile:
         return cls(core)
+
+    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
+        # Pickled as its bytes, parsed (and its CRC checked) again where it is unpickled.
+        return (Tile, (self._core.to_bytes(),))
+
+    def to_bytes(self) -> bytes:
+        """The tile's bytes (a copy), as they were read."""
+        return bytes(self._core.to_bytes())
 
     @property
     def n_cells(self) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 import os
 import threading
 from collections.abc import Iterable, Sequence
@@ -122,8 +123,8 @@ class DeltaCellsDataset:
         # the same manifest, or it would read other cells under the same indices.
         self._manifest_digest = _manifest_digest(manifest_json)
         self.manifest: Manifest = Manifest.from_json(manifest_json)
-        self._limits = np.asarray(core.limits(), dtype=np.int64)
-        self._starts = np.concatenate([[0], self._limits[:-1]]).astype(np.int64)
+        self._limits = _read_only(np.asarray(core.limits(), dtype=np.int64))
+        self._starts = _read_only(np.concatenate([[0], self._limits[:-1]]).astype(np.int64))
         if obs_columns:
             if self.obs is None:
                 raise ValueError("obs_columns were given but the dataset has no obs")
@@ -187,6 +188,7 @@ class DeltaCellsDataset:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._limits, self._starts = _read_only(self._limits), _read_only(self._starts)
         self._init_runtime()
 
     def reopened(
@@ -271,7 +273,7 @@ class DeltaCellsDataset:
 
     @property
     def limits(self) -> np.ndarray:
-        """Cumulative cells per tile (int64): ``limits[i]`` cells lie in tiles ``0..=i``."""
+        """Cumulative cells per tile (int64, read-only): ``limits[i]`` cells lie in tiles ``0..=i``."""
         return self._limits
 
     def __len__(self) -> int:
@@ -301,16 +303,19 @@ class DeltaCellsDataset:
 
     @property
     def var_names(self) -> list[str] | None:
-        """Gene names in stored column order (``None`` if the dataset has none)."""
+        """Gene names in stored column order (``None`` if the dataset has none); a new list each time, so that
+        changing it leaves the dataset's own as it is."""
         if self._var_names is None and self.manifest.has_var_names:
             self._var_names = self._core.var_names()
-        return self._var_names
+        return None if self._var_names is None else list(self._var_names)
 
     @property
     def gene_order(self) -> np.ndarray | None:
-        """int32: stored column ``j`` was source column ``gene_order[j]`` (``None`` if genes were not reordered)."""
+        """int32, read-only: stored column ``j`` was source column ``gene_order[j]`` (``None`` if genes were not
+        reordered)."""
         if self._gene_order is None and self.manifest.has_gene_order:
-            self._gene_order = self._core.gene_order()
+            order = self._core.gene_order()
+            self._gene_order = None if order is None else _read_only(order)
         return self._gene_order
 
     @property
@@ -410,9 +415,10 @@ class DeltaCellsDataset:
         return int(self._core.batch_nnz(self._as_indices(indices)))
 
     def __getitem__(self, key: Any) -> SparseBatch:
-        if isinstance(key, (int, np.integer)):
-            # Negative keys count from the end, as in numpy; the reader checks the range.
-            k = int(key)
+        if isinstance(key, (int, np.integer)) or (getattr(key, "ndim", None) == 0 and _is_index(key)):
+            # Negative keys count from the end, as in numpy (a 0-d integer array or tensor is a key too); the
+            # reader checks the range.
+            k = operator.index(key)
             if -self.n_cells <= k < 0:
                 k += self.n_cells
             return self.get_batch([k])
@@ -457,3 +463,21 @@ class DeltaCellsDataset:
 def open_dataset(uri: str | os.PathLike[str] | Backend, **kwargs: Any) -> DeltaCellsDataset:
     """Opens a dataset: ``DeltaCellsDataset(uri, **kwargs)``."""
     return DeltaCellsDataset(uri, **kwargs)
+
+
+def _is_index(key: Any) -> bool:
+    """Whether ``key`` is an integer in Python's sense (``operator.index`` takes it): a 0-d integer numpy array or
+    torch tensor is, a float or boolean one is not."""
+    if getattr(key, "dtype", None) is not None and str(key.dtype).rsplit(".", 1)[-1] == "bool":
+        return False
+    try:
+        operator.index(key)
+    except TypeError:
+        return False
+    return True
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    """``a``, no longer writable: an array the dataset keeps and hands out (its tile limits, its gene order)."""
+    a.flags.writeable = False
+    return a
