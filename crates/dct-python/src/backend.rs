@@ -18,7 +18,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use dct_store::{ReadSource, SourceError};
-use pyo3::exceptions::PyFileNotFoundError;
+use pyo3::exceptions::{
+    PyAttributeError, PyFileNotFoundError, PyKeyError, PyNotImplementedError, PyPermissionError, PyTypeError,
+    PyValueError,
+};
 use pyo3::prelude::*;
 
 use crate::tile::blob_of;
@@ -52,15 +55,25 @@ impl fmt::Display for PyBackend {
     }
 }
 
-/// The source error for a Python exception raised by `backend.<method>(name)`: `FileNotFoundError` is
-/// `NotFound` (so a missing tile or manifest is reported as missing), anything else a (retried) failure.
+/// The source error for a Python exception raised by `backend.<method>(name)` (or for what it returned):
+/// `FileNotFoundError`, and the `KeyError` of a mapping-like backend, are `NotFound` (so a missing tile or manifest
+/// is reported as missing); a `PermissionError`, and the errors of a programming mistake or an answer of the wrong
+/// type (`TypeError`, `ValueError`, `AttributeError`, `NotImplementedError`), are final; anything else (a
+/// connection reset, a timeout) is a failure another attempt may mend, and is retried.
 fn source_error(py: Python<'_>, e: PyErr, method: &str, name: &str) -> SourceError {
     let message = format!(
         "backend.{method}({name:?}) raised {}",
         e.value(py).repr().map_or_else(|_| e.to_string(), |r| r.to_string())
     );
-    if e.is_instance_of::<PyFileNotFoundError>(py) {
+    if e.is_instance_of::<PyFileNotFoundError>(py) || e.is_instance_of::<PyKeyError>(py) {
         SourceError::NotFound(message)
+    } else if e.is_instance_of::<PyPermissionError>(py)
+        || e.is_instance_of::<PyTypeError>(py)
+        || e.is_instance_of::<PyValueError>(py)
+        || e.is_instance_of::<PyAttributeError>(py)
+        || e.is_instance_of::<PyNotImplementedError>(py)
+    {
+        SourceError::Refused(message)
     } else {
         SourceError::Failed(message)
     }

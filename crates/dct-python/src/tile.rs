@@ -47,7 +47,7 @@ pub(crate) fn blob_of(data: &Bound<'_, PyAny>) -> PyResult<Bytes> {
     }
     let copied = PyMemoryView::from(data).and_then(|view| view.call_method0("tobytes")).map_err(|_| {
         value_error(format!(
-            "tile data must be bytes, bytearray, memoryview, mmap or a 1-D uint8 numpy array, not {}",
+            "the data must be bytes, bytearray, memoryview, mmap or a 1-D uint8 numpy array, not {}",
             data.get_type().name().map_or_else(|_| "this object".to_string(), |n| n.to_string())
         ))
     })?;

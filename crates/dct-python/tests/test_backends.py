@@ -209,6 +209,39 @@ def test_errors_raised_by_a_backend_name_it(dataset):
     with pytest.raises(FileNotFoundError, match="tile 2"):
         open_dataset(Missing(root)).get_batch([120])
 
+    class Counted(LocalBackend):
+        """Raises ``error`` for tile 1 and counts the calls: a final failure is asked once, a transient one again."""
+
+        def __init__(self, root, error):
+            super().__init__(root)
+            self.error, self.calls = error, 0
+
+        def read(self, name):
+            if name.endswith("tile_000001.dct"):
+                self.calls += 1
+                if isinstance(self.error, BaseException):
+                    raise self.error
+                return self.error  # an answer of the wrong type
+            return super().read(name)
+
+    # A mapping's KeyError is a missing object, as FileNotFoundError is.
+    with pytest.raises(FileNotFoundError, match="tile 1"):
+        open_dataset(Counted(root, KeyError("tiles/tile_000001.dct"))).get_batch([60])
+    # A permission refused, a programming error or an answer of the wrong type: final, asked once, named.
+    for error, said in ((PermissionError("access denied"), "access denied"), (TypeError("a bug"), "a bug"),
+                        ("not bytes", "must be bytes, bytearray, memoryview, mmap or a 1-D uint8 numpy array, "
+                                      "not str")):
+        backend = Counted(root, error)
+        with pytest.raises(OSError, match=said) as e:
+            open_dataset(backend).get_batch([60])
+        assert "tile_000001.dct" in str(e.value) and "check the network" not in str(e.value), e.value
+        assert backend.calls == 1, (error, backend.calls)
+    # A failure of the network is retried.
+    flaky = Counted(root, ConnectionResetError("reset by peer"))
+    with pytest.raises(OSError, match="reset by peer"):
+        open_dataset(flaky).get_batch([60])
+    assert flaky.calls > 1
+
 
 def test_throttled_remote_reads_correctly(dataset):
     root, full = dataset

@@ -24,6 +24,9 @@ pub enum SourceError {
     NotFound(String),
     /// Anything else; treated as transient (retried).
     Failed(String),
+    /// The source refused the call, or answered it with something unusable, in a way another attempt would not
+    /// mend (a permission denied, a programming error, an answer of the wrong type): final, not retried.
+    Refused(String),
 }
 
 /// A read-only source of named objects. Names are `/`-separated paths below the source's root
@@ -66,6 +69,9 @@ fn source_error(e: SourceError, name: &str) -> object_store::Error {
             object_store::Error::NotFound { path: name.to_string(), source: message.into() }
         }
         SourceError::Failed(message) => object_store::Error::Generic { store: "source", source: message.into() },
+        SourceError::Refused(message) => {
+            object_store::Error::PermissionDenied { path: name.to_string(), source: message.into() }
+        }
     }
 }
 

@@ -41,7 +41,12 @@ __all__ = [
 
 
 class Backend(ABC):
-    """Read-only access to the named objects of a dataset (``manifest.json``, ``tiles/tile_000000.dct``, ...)."""
+    """Read-only access to the named objects of a dataset (``manifest.json``, ``tiles/tile_000000.dct``, ...).
+
+    What a read raises decides what the reader does: ``FileNotFoundError`` (or a mapping's ``KeyError``) is a
+    missing object; ``PermissionError``, ``TypeError``, ``ValueError``, ``AttributeError`` and
+    ``NotImplementedError`` (or an answer that is not bytes-like) are final and reported at once; anything else (a
+    connection reset, a timeout, an ``OSError``) is retried with backoff, as a network failure is."""
 
     @abstractmethod
     def read(self, name: str) -> Any:
