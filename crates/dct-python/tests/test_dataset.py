@@ -107,6 +107,13 @@ def test_keys_wrap_and_the_dataset_s_arrays_stay_its_own(built):
             open_dataset(root, **{option: 100_000})
         with pytest.raises(ValueError, match=f"{option} = 100000"):
             ds.reopened(**{option: 100_000})
+    # Counts past what any size holds, or below 1, are named too (not the conversion's message).
+    with pytest.raises(ValueError, match="max_cached_tiles = 18446744073709551616: must be at most"):
+        open_dataset(root, max_cached_tiles=2**64)
+    with pytest.raises(ValueError, match="io_threads = 0: must be at least 1"):
+        ds.reopened(io_threads=0)
+    with pytest.raises(TypeError, match="max_prefetch_tiles must be an integer, not 'four'"):
+        open_dataset(root, max_prefetch_tiles="four")
 
 
 def test_empty_and_invalid_indices(built):

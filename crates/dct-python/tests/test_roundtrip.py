@@ -208,6 +208,9 @@ def test_gather_takes_rows_as_numpy_means_them():
     assert back.to_bytes() == tile.to_bytes() and same(back.to_scipy(), m)
     with pytest.raises(ValueError, match="threads = 100000: at most 1024 encode threads"):
         encode_tile(m, threads=100_000)
+    for option, value in (("level", 2**40), ("threads", -1), ("threads", 0), ("n_chunks", 2**64)):
+        with pytest.raises(ValueError, match=f"{option} = {value}: must be at (least|most)"):
+            encode_tile(m, **{option: value})
 
 
 def test_gather_into_caller_buffers():

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from deltacells import _core
+from deltacells._args import int_argument
 from deltacells._indices import cell_indices
 from deltacells._obs_schema import _var_frame
 from deltacells._obs_store import ObsStore
@@ -47,9 +48,9 @@ def _manifest_digest(manifest_json: str) -> str:
     return hashlib.sha256(manifest_json.encode()).hexdigest()
 
 
-def _check_reader_sizes(*sizes: int) -> None:
-    if any(int(v) < 1 for v in sizes):
-        raise ValueError("max_cached_tiles, max_prefetch_tiles, io_threads and decode_threads must be at least 1")
+def _check_reader_sizes(**sizes: int) -> None:
+    for name, value in sizes.items():
+        int_argument(name, value, 1)
 
 
 class DeltaCellsDataset:
@@ -107,7 +108,8 @@ class DeltaCellsDataset:
         obs_columns: Sequence[str] | None = None,
         storage_options: dict[str, str] | None = None,
     ) -> None:
-        _check_reader_sizes(max_cached_tiles, max_prefetch_tiles, io_threads, decode_threads)
+        _check_reader_sizes(max_cached_tiles=max_cached_tiles, max_prefetch_tiles=max_prefetch_tiles,
+                            io_threads=io_threads, decode_threads=decode_threads)
         self._uri = backend_or_path(uri)  # a Backend (or an object with its methods), or a path or URL
         self.max_cached_tiles = int(max_cached_tiles)
         self.max_prefetch_tiles = int(max_prefetch_tiles)
@@ -205,7 +207,7 @@ class DeltaCellsDataset:
         store. The new dataset has its own cache and counters; this one stays open."""
         given = {"max_cached_tiles": max_cached_tiles, "max_prefetch_tiles": max_prefetch_tiles,
                  "io_threads": io_threads, "decode_threads": decode_threads}
-        _check_reader_sizes(*(v for v in given.values() if v is not None))
+        _check_reader_sizes(**{k: v for k, v in given.items() if v is not None})
         other = DeltaCellsDataset.__new__(DeltaCellsDataset)
         other.__setstate__(self.__getstate__())
         other.__dict__.update({k: int(v) for k, v in given.items() if v is not None})

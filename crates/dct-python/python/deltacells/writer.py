@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from deltacells import _core
+from deltacells._args import int_argument
 from deltacells._files import write_atomic
 from deltacells.manifest import Manifest
 
@@ -67,10 +68,10 @@ def encode_tile(
     """
     if int(n_chunks) < 1:
         raise ValueError("n_chunks must be at least 1")
+    n_chunks, level = int_argument("n_chunks", n_chunks, 1), int_argument("level", level, -(2**31), 2**31 - 1)
+    threads = None if threads is None else int_argument("threads", threads, 1)
     indptr, indices, data, n_rows, n_cols = _csr_arrays(matrix)
-    return _core.encode_tile(
-        indptr, indices, data, n_rows, n_cols, int(n_chunks), int(level), threads, int(format_version)
-    )
+    return _core.encode_tile(indptr, indices, data, n_rows, n_cols, n_chunks, level, threads, int(format_version))
 
 
 def write_tile(path: str | os.PathLike[str], matrix: Any, **kwargs: Any) -> int:
@@ -158,9 +159,9 @@ class DatasetWriter:
         self.var = var
         self.obs_schema = obs_schema
         self.obs_tiles_per_file = int(obs_tiles_per_file)
-        self.n_chunks = int(n_chunks)
-        self.level = int(level)
-        self.threads = threads
+        self.n_chunks = int_argument("n_chunks", n_chunks, 1)
+        self.level = int_argument("level", level, -(2**31), 2**31 - 1)
+        self.threads = None if threads is None else int_argument("threads", threads, 1)
         self.metadata = dict(metadata) if metadata else {}
         self.format_version = int(format_version)
         self._cells: list[int] = []
@@ -171,7 +172,7 @@ class DatasetWriter:
             self.tile_size,
             self.n_chunks,
             self.level,
-            threads,
+            self.threads,
             json.dumps(self.metadata),
             bool(overwrite),
             self.format_version,
