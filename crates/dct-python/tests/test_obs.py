@@ -103,6 +103,8 @@ def test_infer_kinds_vocabularies_and_json_roundtrip():
     assert schema.arrow_schema().names == schema.names and schema.names[0] == "cell_type"
     doc = json.loads(schema.to_json())
     assert doc["format"] == "deltacells-obs" and doc["version"] == 1
+    # One frame, not in a list, is a list of one.
+    assert ObsSchema.infer(make_obs(50)) == schema
 
 
 def test_vocabulary_is_the_union_across_frames_in_order_of_appearance():

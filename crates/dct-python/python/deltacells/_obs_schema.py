@@ -230,7 +230,9 @@ class ObsSchema:
         """The schema of obs frames (pandas DataFrames, e.g. one per input file): columns in the first frame's
         order (or ``columns``), minus ``exclude``; categorical columns get the union of every frame's categories
         in order of first appearance and become strings above ``max_categories``; numbers are widened to hold
-        every frame's values."""
+        every frame's values. One DataFrame is taken as a list of one."""
+        if hasattr(frames, "columns") and hasattr(frames, "dtypes"):
+            frames = [cast("pd.DataFrame", frames)]
         items = []
         names: list[str] | None = None
         kinds: dict[str, str] = {}
