@@ -38,21 +38,20 @@ def cell_indices(indices: Any, n_cells: int, what: str = "cell") -> np.ndarray:
             if arr.dtype == np.uint64 and int(arr.max()) > np.iinfo(np.int64).max:
                 # Not representable as int64 (so past any dataset's end): said as the readers say it.
                 position = int(np.argmax(arr > np.iinfo(np.int64).max))
-                raise IndexError(
-                    f"{what} {int(arr[position])} (position {position} of the request) is out of range: there are "
-                    f"{n_cells} {what}s"
-                )
+                raise _out_of_range(what, int(arr[position]), position, n_cells)
             idx = np.ascontiguousarray(arr, dtype=np.int64)
         elif arr.dtype == object and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in arr):
             # Python integers past int64 (numpy keeps them as objects): out of range of any dataset.
             position = next(i for i, v in enumerate(arr) if not -(2**63) <= int(v) < 2**63)
-            raise IndexError(
-                f"{what} {int(arr[position])} (position {position} of the request) is out of range: there are "
-                f"{n_cells} {what}s"
-            )
+            raise _out_of_range(what, int(arr[position]), position, n_cells)
         else:
             raise TypeError(
                 f"{what} indices must be integers or a boolean mask, not {arr.dtype} (e.g. {arr[0]!r}); convert "
                 "them with .astype(int) if truncation is what you mean"
             )
     return idx
+
+
+def _out_of_range(what: str, index: int, position: int, n: int) -> IndexError:
+    """The error for an index no reader can take, said as the readers say it."""
+    return IndexError(f"{what} {index} (position {position} of the request) is out of range: there are {n} {what}s")
