@@ -140,6 +140,30 @@ def test_infer_selects_excludes_and_merges_numbers():
     assert ObsSchema.infer([a, b])["x"].pa_type() == pa.float32() == ObsSchema.infer([b, a])["x"].pa_type()
 
 
+def test_booleans_with_gaps_and_columns_missing_in_a_frame_keep_their_kind(tmp_path, cache):
+    # pandas holds booleans with gaps as objects; a frame with no value in a column has objects of no kind.
+    a = pd.DataFrame({"flag": [True, None, False], "n": [None] * 3, "label": [None] * 3, "ct": [None] * 3})
+    b = pd.DataFrame({"flag": [None, True], "n": np.array([7, 9], np.int16), "label": ["u", "v"],
+                      "ct": pd.Categorical(["p", "q"])})
+    schema = ObsSchema.infer([a, b])
+    assert {c.name: (c.kind, c.arrow_type) for c in schema.columns} == {
+        "flag": ("bool", "bool"), "n": ("numeric", "int16"), "label": ("string", "string"), "ct": ("category", "int8")
+    }
+    assert ObsSchema.infer([b, a]) == schema
+    assert ObsSchema.infer(a)["n"].kind == "string"  # no frame has a value: nothing says otherwise
+    full = make_counts(5, 4, seed=8)
+    root = str(tmp_path / "gaps")
+    with DatasetWriter(root, n_genes=4, tile_size=3, level=3, obs_schema=schema) as w:
+        w.add_tile(full[:3], obs=a)
+        w.add_tile(full[3:], obs=b)
+    got = open_dataset(root, cache_dir=cache).obs.take(np.arange(5), schema.names, warn=False)
+    assert list(got["flag"]) == [True, None, False, None, True]
+    assert all(type(v) is bool for v in got["flag"] if v is not None)
+    np.testing.assert_array_equal(got["n"], [np.nan, np.nan, np.nan, 7, 9])
+    assert list(got["label"]) == [None, None, None, "u", "v"]
+    assert [None if c < 0 else schema["ct"].categories[c] for c in got["ct"]] == [None, None, None, "p", "q"]
+
+
 def test_infer_errors():
     with pytest.raises(ValueError, match="no obs frames"):
         ObsSchema.infer([])

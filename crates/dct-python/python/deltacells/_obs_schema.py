@@ -44,6 +44,9 @@ def _kind_of(name: str, s: Any) -> str:
     if pt.is_numeric_dtype(dt) and not pt.is_complex_dtype(dt) and not pt.is_timedelta64_dtype(dt):
         return "numeric"
     if pt.is_string_dtype(dt) or dt == object:  # noqa: E721 (dtype equality: numpy dtypes compare equal to `object`)
+        # Booleans with gaps: pandas holds True/False with None or NaN as objects.
+        if dt == object and pd.api.types.infer_dtype(s, skipna=True) == "boolean":  # noqa: E721
+            return "bool"
         return "string"
     raise ValueError(
         f"obs column {name!r} has unsupported dtype {dt}; exclude it (supported: categorical, numeric, bool, string)"
@@ -64,6 +67,8 @@ def _column_tuple(
     missing values) are given as that integer type."""
     import pandas as pd
 
+    if kind is not None and _all_missing(s):  # no values to take a type from: the schema's
+        return _missing_column(name, len(s), kind, _NUMPY_OF_ARROW.get(arrow_type or "", np.float64))
     kind = kind or _kind_of(name, s)
     if kind == "category":
         if isinstance(s.dtype, pd.CategoricalDtype):
@@ -100,6 +105,29 @@ def _column_tuple(
         if np.array_equal(narrow.astype(np.float64), filled, equal_nan=True):
             values = narrow  # float32 values that pandas widened (a missing value makes float64 NaN)
     return ("numeric", name, np.ascontiguousarray(values), mask)
+
+
+def _all_missing(s: Any) -> bool:
+    """Whether a series is objects that are all missing (None, NaN): a column of no kind in this frame."""
+    return bool(s.dtype == object and s.isna().all())  # noqa: E721
+
+
+def _missing_column(name: str, n: int, kind: str, dtype: Any) -> tuple[str, str, Any, Any]:
+    """A frame item of ``n`` missing values of ``kind`` (numbers of numpy ``dtype``)."""
+    mask = np.ones(n, dtype=bool)
+    if kind == "category":
+        return ("category", name, np.full(n, -1, dtype=np.int32), [])
+    if kind == "string":
+        return ("string", name, [None] * n, None)
+    if kind == "bool":
+        return ("bool", name, np.zeros(n, dtype=bool), mask)
+    return ("numeric", name, np.zeros(n, dtype=dtype), mask)
+
+
+def _numbers_dtype(s: Any) -> Any:
+    """The numpy dtype a numeric series is sent as."""
+    dt = s.dtype if isinstance(s.dtype, np.dtype) else np.dtype(s.dtype.numpy_dtype)
+    return np.dtype(np.float32) if dt == np.float16 else dt
 
 
 def _missing(v: Any) -> bool:
@@ -230,12 +258,15 @@ class ObsSchema:
         """The schema of obs frames (pandas DataFrames, e.g. one per input file): columns in the first frame's
         order (or ``columns``), minus ``exclude``; categorical columns get the union of every frame's categories
         in order of first appearance and become strings above ``max_categories``; numbers are widened to hold
-        every frame's values. One DataFrame is taken as a list of one."""
+        every frame's values. Objects that are booleans with gaps (``None``/``NaN``) are a bool column; a frame
+        whose column holds no value at all takes the kind the other frames give it. One DataFrame is taken as a
+        list of one."""
         if hasattr(frames, "columns") and hasattr(frames, "dtypes"):
             frames = [cast("pd.DataFrame", frames)]
-        items = []
+        frames_seen: list[Any] = []
         names: list[str] | None = None
         kinds: dict[str, str] = {}
+        typed: dict[str, Any] = {}  # each column's first series with values
         for k, df in enumerate(frames):
             wanted = [c for c in (columns if columns is not None else list(df.columns)) if c not in set(exclude)]
             if columns is not None:
@@ -247,13 +278,25 @@ class ObsSchema:
             elif columns is None and wanted != names:
                 raise ValueError(f"obs frame {k} has different columns than the first one")
             for n in names:
+                if _all_missing(df[n]):
+                    continue  # values of no kind: the other frames decide the column's
                 kind = _kind_of(n, df[n])
                 seen = kinds.setdefault(n, kind)
                 if seen != kind and {seen, kind} != {"category", "string"}:
                     raise ValueError(f"obs column {n!r} is {seen!r} in some frames and {kind!r} in others")
-            items.append(_frame(df, names))
+                typed.setdefault(n, df[n])
+            frames_seen.append(df)
         if names is None:
             raise ValueError("no obs frames given")
+        items = [
+            [
+                _missing_column(n, len(df), kinds[n], _numbers_dtype(typed[n]) if kinds[n] == "numeric" else None)
+                if n in kinds and _all_missing(df[n])
+                else _column_tuple(n, df[n])
+                for n in names
+            ]
+            for df in frames_seen
+        ]
         text = _core.infer_schema(items, int(max_categories))
         return cls.from_json(text)
 
