@@ -109,3 +109,46 @@ def test_main_writes_through_the_python_streams(dataset):
     with contextlib.redirect_stdout(out):
         assert main(["no-such-command"]) == 2
     assert out.getvalue() == ""
+
+
+def test_output_into_a_closed_pipe_ends_the_command_quietly(dataset):
+    """`python -m deltacells info DATASET | head -1`: the reader goes away; the command ends with status 0 and says
+    nothing on stderr (no panic, no BrokenPipeError at exit)."""
+    code = "import sys, deltacells.cli as c; raise SystemExit(c.main(sys.argv[1:]))"
+    tile = os.path.join(dataset, "tiles", "tile_000000.dct")
+    for args in (["info", dataset], ["info", dataset, "--json"], ["verify", dataset], ["inspect-tile", tile]):
+        r, w = os.pipe()
+        os.close(r)  # nobody reads: the first write fails with EPIPE
+        with os.fdopen(w, "wb") as out:
+            done = subprocess.run([sys.executable, "-c", code, *args], stdout=out, stderr=subprocess.PIPE,
+                                  timeout=120)
+        assert (done.returncode, done.stderr.decode()) == (0, ""), args
+
+
+def test_a_python_stream_that_refuses_the_output_raises_in_the_caller(dataset):
+    """A redirected stream that fails (a broken pipe, a closed file) is the caller's error: raised by main, not a
+    traceback from a thread; the streams are the process's own again afterwards."""
+    import contextlib
+    import io
+    import threading
+
+    class Refusing(io.TextIOBase):
+        def write(self, s):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    hooked = []
+    old_hook, threading.excepthook = threading.excepthook, hooked.append
+    try:
+        with contextlib.redirect_stdout(Refusing()), pytest.raises(BrokenPipeError):
+            main(["inspect-tile", os.path.join(dataset, "tiles", "tile_000000.dct")])
+        closed = io.StringIO()
+        closed.close()
+        with contextlib.redirect_stdout(closed), pytest.raises(ValueError, match="closed file"):
+            main(["info", dataset])
+    finally:
+        threading.excepthook = old_hook
+    assert hooked == []
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["info", dataset, "--json"]) == 0
+    assert json.loads(out.getvalue())["n_cells"] == 530

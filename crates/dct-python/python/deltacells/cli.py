@@ -44,31 +44,40 @@ def _run_through(args: list[str], redirected: list[tuple[int, TextIO]]) -> int:
     # is pointed at a pipe, and what comes through is copied to the stream as it comes.
     saved: list[tuple[int, int]] = []
     pumps: list[threading.Thread] = []
+    failures: list[Exception] = []
     try:
         for fd, stream in redirected:
             read_end, write_end = os.pipe()
             saved.append((fd, os.dup(fd)))
             os.dup2(write_end, fd)
             os.close(write_end)
-            pump = threading.Thread(target=_pump, args=(read_end, stream), daemon=True)
+            pump = threading.Thread(target=_pump, args=(read_end, stream, failures), daemon=True)
             pump.start()
             pumps.append(pump)
-        return int(_core.run_cli(args))
+        status = int(_core.run_cli(args))
     finally:
         for fd, original in saved:
             os.dup2(original, fd)  # the pipe's last write end closes: its pump reads to the end
             os.close(original)
         for pump in pumps:
             pump.join()
+    if failures:
+        # The caller's stream refused the output (closed, a broken pipe): the command stopped writing there, as
+        # it does on a closed pipe; the error is the caller's to see, here rather than in a thread's traceback.
+        raise failures[0]
+    return status
 
 
-def _pump(read_end: int, stream: TextIO) -> None:
+def _pump(read_end: int, stream: TextIO, failures: list[Exception]) -> None:
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     with os.fdopen(read_end, "rb", buffering=0) as pipe:
-        while chunk := pipe.read(1 << 16):
-            stream.write(decoder.decode(chunk))
-        stream.write(decoder.decode(b"", final=True))
-    stream.flush()
+        try:
+            while chunk := pipe.read(1 << 16):
+                stream.write(decoder.decode(chunk))
+            stream.write(decoder.decode(b"", final=True))
+            stream.flush()
+        except Exception as e:  # noqa: BLE001 (whatever the stream raises reaches the caller of main)
+            failures.append(e)  # closing the pipe's read end ends the command's writes quietly
 
 
 def console_main() -> None:
