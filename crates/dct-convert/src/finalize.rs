@@ -16,7 +16,7 @@ use crate::options::{GeneSort, sample_flags};
 use crate::output::{TileState, check_tile, finished_dataset};
 use crate::plan::{PLAN_MARKER, Plan};
 use crate::remap::NO_COLUMN;
-use crate::run::{RunOptions, reopen_input};
+use crate::run::{RunOptions, check_input_files, reopen_input};
 use crate::scan::{matching_keys, open_gene_table};
 
 /// `var.parquet`: the first input's gene table in stored column order, or in a gene space every input's combined
@@ -159,6 +159,10 @@ pub fn finalize(plan: &Plan, opts: &RunOptions) -> Result<Manifest, ConvertError
                 out.store.root()
             )));
         }
+    }
+    // Finalize reads every input's genes, cell names and obs: all must be what the parts read.
+    for i in 0..plan.inputs.len() {
+        check_input_files(plan, i)?;
     }
     let mut tiles = Vec::with_capacity(plan.n_tiles);
     let mut problems = Vec::new();

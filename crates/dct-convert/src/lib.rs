@@ -95,8 +95,8 @@ pub use obs::OBS_NAMES;
 pub use oneshot::{ConvertReport, Stage, convert, convert_with};
 pub use output::clear_output;
 pub use plan::{
-    ConvertOptions, GeneSort, GeneSpace, PLAN_FORMAT, PLAN_MARKER, Plan, PlanGenes, PlanInput, PlanObs, make_plan,
-    make_plan_with_scans, make_plan_with_spill,
+    ConvertOptions, FileStamp, GeneSort, GeneSpace, PLAN_FORMAT, PLAN_MARKER, Plan, PlanGenes, PlanInput, PlanObs,
+    make_plan, make_plan_with_scans, make_plan_with_spill,
 };
 pub use remap::{GeneRemap, NO_COLUMN};
 pub use run::{PartReport, Progress, RunOptions, run_part, run_part_with_spill};

@@ -15,6 +15,7 @@ use crate::error::ConvertError;
 use crate::obs::{InputSummary, build_schema};
 pub use crate::options::{ConvertOptions, GeneSort, GeneSpace};
 use crate::options::{check_options, sample_flags};
+pub use crate::scan::FileStamp;
 use crate::scan::{InputScan, load_or_scan, reopen_keys};
 use crate::spill::Spill;
 use dct_corpus::{GeneInterner, GeneMap};
@@ -52,7 +53,7 @@ pub struct PlanGenes {
 /// One input file of a plan.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlanInput {
-    /// Path as given.
+    /// Path (made absolute when the plan is made).
     pub path: String,
     /// Kind detected (`h5ad`, `10x h5`, `Matrix Market`).
     pub kind: String,
@@ -63,6 +64,20 @@ pub struct PlanInput {
     /// In a gene space: the SHA-256 of the input's matching keys, to notice a changed gene list.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keys_sha256: Option<String>,
+    /// Size and modification time of each of the input's files when the plan was made: a part or finalize reads
+    /// the input only while they are the same, so tiles of one plan never mix an input's old and new contents.
+    /// (Empty in plans made before they were recorded, which keep their fingerprints and are not checked.)
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<FileStamp>,
+}
+
+/// A location as a plan records it: a local path made absolute (parts and finalize may run in other directories,
+/// or on other machines that mount the same files); a URL as it is.
+fn absolute_location(location: &str) -> String {
+    if location.contains("://") {
+        return location.to_string();
+    }
+    std::path::absolute(location).map_or_else(|_| location.to_string(), |p| p.display().to_string())
 }
 
 /// A fixed conversion: every part and the finalize step read it, so they agree on every tile.
@@ -72,7 +87,7 @@ pub struct Plan {
     pub format: String,
     /// Plan format version (1).
     pub version: u32,
-    /// Output dataset URL.
+    /// Output dataset URL (a local path made absolute when the plan is made).
     pub output: String,
     /// Cells per tile.
     pub tile_size: u64,
@@ -553,7 +568,7 @@ fn plan_from(
     let mut plan = Plan {
         format: PLAN_FORMAT.into(),
         version: 1,
-        output: opts.output.clone(),
+        output: absolute_location(&opts.output),
         tile_size: opts.tile_size,
         zstd_level: opts.preset.base_level().unwrap_or(opts.level),
         zstd_preset: opts.preset.as_str().into(),
@@ -569,10 +584,11 @@ fn plan_from(
             .into_iter()
             .map(|s| PlanInput {
                 keys_sha256: genes.is_some().then(|| s.keys_sha256.clone()),
-                path: s.path,
+                path: absolute_location(&s.path),
                 kind: s.kind,
                 n_cells: s.n_cells,
                 size_bytes: s.size_bytes,
+                files: s.stamp,
             })
             .collect(),
         n_genes,

@@ -21,7 +21,7 @@ use crate::plan::Plan;
 use crate::remap::{GeneRemap, NO_COLUMN};
 use rustc_hash::FxHashMap;
 
-use crate::scan::{keys_digest, matching_keys, open_gene_table};
+use crate::scan::{input_stamp, keys_digest, matching_keys, open_gene_table};
 use crate::spill::{Spill, SpillOptions, SpillReader};
 
 /// How to run parts and finalize.
@@ -466,8 +466,34 @@ pub(crate) fn reopen_input(plan: &Plan, i: usize) -> Result<Box<dyn CountSource>
     unchanged(plan, i, open_input_with(PathBuf::from(&input.path), &plan.input_options()?)?)
 }
 
-/// `source` (input `i`, just opened) if it still has the plan's cells and genes.
+/// An error if input `i`'s files no longer have the sizes and modification times the plan recorded: its tiles
+/// would mix the contents the plan was made from (which earlier parts wrote) with new ones.
+pub(crate) fn check_input_files(plan: &Plan, i: usize) -> Result<(), ConvertError> {
+    let input = &plan.inputs[i];
+    if input.files.is_empty() {
+        return Ok(()); // a plan made before inputs' files were recorded
+    }
+    let now = input_stamp(std::path::Path::new(&input.path))?;
+    if now == input.files {
+        return Ok(());
+    }
+    let what = match (now.len() == input.files.len(), now.iter().zip(&input.files).find(|(a, b)| a != b)) {
+        (true, Some((a, b))) if a.size != b.size => {
+            format!("{} bytes now, {} in the plan", a.size, b.size)
+        }
+        (true, Some(_)) => "modified since".to_string(),
+        _ => format!("{} files now, {} in the plan", now.len(), input.files.len()),
+    };
+    Err(ConvertError::Inputs(format!(
+        "{} changed since the plan was made ({what}): the plan's tiles would mix its old and new contents; make a \
+         new plan (convert again with --overwrite)",
+        input.path
+    )))
+}
+
+/// `source` (input `i`, just opened) if it still has the plan's files, cells and genes.
 fn unchanged(plan: &Plan, i: usize, source: Box<dyn CountSource>) -> Result<Box<dyn CountSource>, ConvertError> {
+    check_input_files(plan, i)?;
     let input = &plan.inputs[i];
     // In a gene space inputs have gene lists of their own, checked by their digest when first read.
     let genes_changed = plan.genes.is_none() && source.n_genes() != plan.n_genes;

@@ -34,13 +34,13 @@ const SCAN_WINDOW: u64 = 256;
 
 /// Size and modification time of one file of an input, to notice a changed input.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct FileStamp {
+pub struct FileStamp {
     /// File name (empty for an input that is a single file).
-    name: String,
+    pub name: String,
     /// Bytes.
-    size: u64,
+    pub size: u64,
     /// Modification time, nanoseconds since the Unix epoch (0 if the platform has none).
-    mtime_ns: u64,
+    pub mtime_ns: u64,
 }
 
 /// What the plan needs of one input.
@@ -55,7 +55,7 @@ pub(crate) struct InputScan {
     /// Path as given.
     pub(crate) path: String,
     /// The input's files when scanned.
-    stamp: Vec<FileStamp>,
+    pub(crate) stamp: Vec<FileStamp>,
     /// Fingerprint of the options that decide what a scan holds.
     options: String,
     /// Kind detected (`h5ad`, `10x h5`, `Matrix Market`).
@@ -134,7 +134,7 @@ fn mtime_ns(meta: &std::fs::Metadata) -> u64 {
 }
 
 /// Sizes and modification times of an input's files (a folder: every regular file in it, by name).
-fn input_stamp(path: &Path) -> Result<Vec<FileStamp>, ConvertError> {
+pub(crate) fn input_stamp(path: &Path) -> Result<Vec<FileStamp>, ConvertError> {
     let meta = std::fs::metadata(path).map_err(io_err(path))?;
     if !meta.is_dir() {
         return Ok(vec![FileStamp { name: String::new(), size: meta.len(), mtime_ns: mtime_ns(&meta) }]);

@@ -279,3 +279,59 @@ fn an_output_holding_another_dataset_is_refused_unless_overwrite() {
     let order = ds.gene_order().unwrap().unwrap();
     assert!(order.iter().enumerate().all(|(j, &g)| j as i32 == g), "--no-sort-genes keeps the source order");
 }
+
+#[test]
+fn an_input_changed_mid_conversion_is_refused_not_mixed_into_the_tiles() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut source = open_input(testdata("inputs/pbmc200/pbmc200.h5ad")).unwrap();
+    let mut rows = source_rows(source.as_mut());
+    let input = tmp.path().join("in");
+    write_mtx(&input, source.as_ref(), &rows, 0);
+    let out = tmp.path().join("o");
+    let opts = options(&out, 48);
+    let plan = make_plan(std::slice::from_ref(&input), &opts).unwrap();
+    assert_eq!(plan.inputs[0].files.len(), 3, "matrix, barcodes and features");
+    let stop = RunOptions { stop_after_tiles: Some(2), ..RunOptions::default() };
+    assert_eq!(run_part(&plan, 0, 1, &stop, |_| {}).unwrap().written, 2);
+
+    // The same number of bytes, another count in the last tile's cells: the rest of the plan must not be read
+    // from it.
+    let entry = rows[190].iter_mut().find(|(_, v)| (1..9).contains(v)).unwrap();
+    entry.1 += 1;
+    let before = std::fs::metadata(input.join("matrix.mtx")).unwrap().len();
+    write_mtx(&input, source.as_ref(), &rows, 0);
+    assert_eq!(std::fs::metadata(input.join("matrix.mtx")).unwrap().len(), before);
+    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(2);
+    std::fs::File::options().append(true).open(input.join("matrix.mtx")).unwrap().set_modified(later).unwrap();
+    for err in [
+        run_part(&plan, 0, 1, &RunOptions::default(), |_| {}).unwrap_err(),
+        finalize(&plan, &RunOptions::default()).unwrap_err(),
+    ] {
+        let text = err.to_string();
+        assert!(text.contains("changed since the plan was made (modified since)"), "{text}");
+    }
+    assert!(!out.join("manifest.json").exists());
+    // Converting again makes a new plan, which the output's tiles are not of: refused without --overwrite ...
+    let err = convert(std::slice::from_ref(&input), &opts, &RunOptions::default(), false, |_| {}).unwrap_err();
+    assert!(err.to_string().contains("belongs to another conversion"), "{err}");
+    // ... and with it, every tile is of the input as it is now.
+    convert(std::slice::from_ref(&input), &opts, &RunOptions::default(), true, |_| {}).unwrap();
+    let fresh = tmp.path().join("fresh");
+    run_one(std::slice::from_ref(&input), &options(&fresh, 48));
+    assert_eq!(tiles_only(&files(&out)), tiles_only(&files(&fresh)));
+}
+
+#[test]
+fn a_plan_records_absolute_locations() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("inputs/pbmc200/mtx");
+    let plan = make_plan(std::slice::from_ref(&input), &options(&tmp.path().join("o"), 64)).unwrap();
+    assert!(Path::new(&plan.inputs[0].path).is_absolute() && Path::new(&plan.output).is_absolute());
+    let cwd = std::env::current_dir().unwrap();
+    let relative = input.strip_prefix(&cwd).map(Path::to_path_buf).unwrap_or_else(|_| input.clone());
+    let again = make_plan(&[relative], &options(&tmp.path().join("o"), 64)).unwrap();
+    assert_eq!(again.inputs[0].path, std::path::absolute(&input).unwrap().display().to_string());
+    let mut url = options(&tmp.path().join("o"), 64);
+    url.output = "s3://bucket/atlas".into();
+    assert_eq!(make_plan(std::slice::from_ref(&input), &url).unwrap().output, "s3://bucket/atlas");
+}
