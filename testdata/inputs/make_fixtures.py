@@ -312,11 +312,71 @@ def nullable_obs():
         json.dump(exp, f, ensure_ascii=False)
 
 
+def heap_tail():
+    """An h5ad whose last global-heap collection (var names) ends in 8 bytes of leftover data, too few for an object
+    header, which the HDF5 library takes as free space: what editing names in place leaves. Written by anndata, one
+    var name then replaced by h5py with a string as long as leaves 8 bytes, and junk put in those 8 bytes; h5py (the
+    HDF5 library) must still read every name."""
+    import shutil
+    import struct
+
+    import h5py
+
+    rng = np.random.default_rng(20261207)
+    n_cells, n_genes = 12, 3000
+    counts = sp.random(n_cells, n_genes, density=0.05, format="csr", random_state=rng,
+                       data_rvs=lambda k: rng.integers(1, 20, size=k)).astype(np.float32)
+    counts.sort_indices()
+    obs = pd.DataFrame(index=[f"HCELL{i:02d}" for i in range(n_cells)])
+    var = pd.DataFrame(index=[f"HeapGene{i}" for i in range(n_genes)])
+    path = os.path.join(HERE, "heap_tail.h5ad")
+    fresh = path + ".fresh"
+    ad.AnnData(X=counts, obs=obs, var=var).write_h5ad(fresh)
+
+    def last_collection_tail(file):
+        """(start, end, bytes left after the last object) of the file's last global-heap collection."""
+        data = open(file, "rb").read()
+        start = data.rfind(b"GCOL")
+        end = start + struct.unpack_from("<Q", data, start + 8)[0]
+        pos = start + 16
+        while pos + 16 <= end:
+            index, _, _, n = struct.unpack_from("<HHIQ", data, pos)
+            if index == 0:
+                break
+            pos += 16 + ((n + 7) & ~7)
+        return start, end, end - pos
+
+    _, _, free = last_collection_tail(fresh)
+    for length in range(max(8, free - 64), free + 64, 8):
+        shutil.copy(fresh, path)
+        with h5py.File(path, "r+") as f:
+            f["var/_index"][1] = "Q" * length
+        start, end, left = last_collection_tail(path)
+        if left == 8:
+            break
+    else:
+        raise SystemExit("no name length leaves 8 bytes in the last collection")
+    os.remove(fresh)
+    data = bytearray(open(path, "rb").read())
+    data[end - 8:end] = struct.pack("<HHI", 16, 0, 0x2A2A2A2A)  # junk that reads as object 16
+    open(path, "wb").write(bytes(data))
+
+    with h5py.File(path, "r") as f:
+        names = [v.decode() for v in f["var/_index"][:]]
+        cells = [v.decode() for v in f["obs/_index"][:]]
+    assert names[0] == "HeapGene0" and names[1] == "Q" * length and cells == list(obs.index)
+    exp = {"cell_names": cells, "var_index": names, "n_cells": n_cells, "n_genes": n_genes,
+           "triplets": triplets(truth(counts)[0])}
+    with open(os.path.join(HERE, "heap_tail.expected.json"), "w") as f:
+        json.dump(exp, f)
+
+
 if __name__ == "__main__":
     # `--only NAME` regenerates one synthetic fixture (layouts, nullable_obs) and leaves the others untouched.
     if len(sys.argv) == 3 and sys.argv[1] == "--only":
-        {"layouts": layouts, "nullable_obs": nullable_obs}[sys.argv[2]]()
+        {"layouts": layouts, "nullable_obs": nullable_obs, "heap_tail": heap_tail}[sys.argv[2]]()
     else:
         pbmc200(sys.argv[1])
         layouts()
         nullable_obs()
+        heap_tail()

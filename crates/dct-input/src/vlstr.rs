@@ -7,7 +7,9 @@
 //! sliced out of it. Anything unexpected (an odd element size, an undefined or overflowing address, a collection
 //! that does not parse, an object that is missing or shorter than its reference, more bytes than the file holds)
 //! gives `None`, and the caller reads the dataset through `hdf5-pure` instead, which reports the problem. So this
-//! path only ever returns what the library would return.
+//! path only ever returns what the HDF5 library would return. (Where `hdf5-pure` reads less than the HDF5 library,
+//! this path follows the library: a collection ending in fewer bytes than an object header, which `hdf5-pure` 0.47
+//! refuses as an unexpected end of file, is free space there, as in h5py.)
 
 use std::collections::HashMap;
 
@@ -136,14 +138,12 @@ impl H5 {
         let mut objects = Vec::new();
         let object_header = 8 + length_size;
         let mut pos = header_len;
-        // The same walk as the library's: objects until the free-space object (index 0) or the end.
-        while pos + 2 <= bytes.len() {
+        // The HDF5 library's walk: objects until the free-space object (index 0) or the end. A tail too short for
+        // an object header is free space whatever its bytes hold (editing strings in place leaves old bytes there).
+        while pos + object_header <= bytes.len() {
             let index = le(&bytes[pos..pos + 2]) as u16;
             if index == 0 {
                 break;
-            }
-            if pos + object_header > bytes.len() {
-                return None;
             }
             let data_size = usize::try_from(le(&bytes[pos + 8..pos + object_header])).ok()?;
             let start = pos + object_header;
