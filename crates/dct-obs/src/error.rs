@@ -89,8 +89,8 @@ pub enum ObsError {
         /// What differs.
         message: String,
     },
-    /// The parquet library could not decode (or encode) a shard.
-    #[error("{url}{}{}: parquet error: {cause}; the shard is corrupt or not written by a compatible writer",
+    /// The parquet library could not decode (or encode) a file (an obs shard, `var.parquet`).
+    #[error("{url}{}{}: parquet error: {cause}; the file is corrupt or not written by a compatible writer",
         tile.map(|t| format!(" (tile {t})")).unwrap_or_default(),
         column.as_ref().map(|c| format!(" (column {c:?})")).unwrap_or_default())]
     Parquet {

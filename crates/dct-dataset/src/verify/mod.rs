@@ -90,11 +90,12 @@ struct JobResult {
 
 /// Verifies `ds` completely: each tile's size and header against the manifest, its CRC and a full decode (tiles
 /// in parallel); `gene_order.npy` (a permutation of `0..n_genes`), `var_names.txt` (one name per gene) and
-/// `var.parquet` (present) when the manifest says they exist; and the obs when it has some: each shard's size and
-/// SHA-256 (streamed, never held whole) and, with the `obs` feature (on by default), `obs/schema.json`, each shard's
-/// layout (parquet footer: one row group per tile with `tile_cells[t]` rows, the schema's columns in order with
-/// their Arrow types, column chunks inside the file) and the obs fingerprint (recomputed from the schema text,
-/// `tile_cells` and the shards' actual hashes), all through `dct-obs`.
+/// `var.parquet` (with the `obs` feature: decoded, one row per gene; else present) when the manifest says they
+/// exist; and the obs when it has some: each shard's size and SHA-256 (streamed, never held whole) and, with the
+/// `obs` feature (on by default), `obs/schema.json`, each shard's layout (parquet footer: one row group per tile
+/// with `tile_cells[t]` rows, the schema's columns in order with their Arrow types, column chunks inside the file)
+/// and the obs fingerprint (recomputed from the schema text, `tile_cells` and the shards' actual hashes), all
+/// through `dct-obs`.
 ///
 /// `progress(done, total)` is called on the calling thread after each tile and obs shard (`total` = tiles +
 /// shards). Tiles are fetched afresh (the cache is neither used nor filled) and decoded with CRC checks
@@ -334,10 +335,34 @@ async fn check_side_files(core: &Core) -> Vec<Problem> {
         }));
     }
     if m.has_var_table {
-        let r = store.size(VAR_TABLE_NAME).await;
-        side(side_file_result(store, VAR_TABLE_NAME, 0, r.map(|_| bytes::Bytes::new())).map(|_| ()));
+        side(check_var_table(core).await);
     }
     problems
+}
+
+/// `var.parquet`: decodes, with one row per gene.
+#[cfg(feature = "obs")]
+async fn check_var_table(core: &Core) -> Result<(), DatasetError> {
+    let (store, limit) = (&core.store, dct_obs::MAX_VAR_BYTES);
+    let bytes = side_file_result(store, VAR_TABLE_NAME, limit, store.get_limited(VAR_TABLE_NAME, limit).await)?;
+    let url = store.url(VAR_TABLE_NAME);
+    let table = dct_obs::decode_var_parquet(bytes, &url)
+        .map_err(|e| DatasetError::SideFile { url: url.clone(), message: e.to_string() })?;
+    let n_genes = core.manifest.n_genes;
+    if table.num_rows() as u64 != n_genes {
+        return Err(DatasetError::SideFile {
+            url,
+            message: format!("holds {} rows but the dataset has {n_genes} genes (one row per gene)", table.num_rows()),
+        });
+    }
+    Ok(())
+}
+
+/// `var.parquet` exists (decoding it needs the `obs` feature's parquet reader).
+#[cfg(not(feature = "obs"))]
+async fn check_var_table(core: &Core) -> Result<(), DatasetError> {
+    let r = core.store.size(VAR_TABLE_NAME).await;
+    side_file_result(&core.store, VAR_TABLE_NAME, 0, r.map(|_| bytes::Bytes::new())).map(|_| ())
 }
 
 /// The obs checks done with `dct-obs` (feature `obs`).

@@ -259,6 +259,47 @@ fn verify_reports_every_problem() {
     assert_eq!(ds.var_names().unwrap_err().category(), Category::SideFile);
 }
 
+/// `var.parquet` is decoded by verify, and must hold one row per gene: a truncated file, another file and a table
+/// of another length are each one side-file problem naming it.
+#[cfg(feature = "obs")]
+#[test]
+fn verify_decodes_the_gene_table() {
+    use dct_obs::{VarTable, encode_var_parquet};
+    let table = |n: usize| {
+        let ids: Vec<String> = (0..n).map(|g| format!("ENSG{g:08}")).collect();
+        let column: dct_obs::arrow::array::ArrayRef = Arc::new(dct_obs::arrow::array::StringArray::from(ids));
+        let index = (0..n).map(|g| format!("g{g}")).collect();
+        encode_var_parquet(&VarTable { index_name: None, index, columns: vec![("gene_ids".into(), column)] }).unwrap()
+    };
+    let whole = table(N_GENES as usize);
+    let cases: [(&str, Bytes, &str); 3] = [
+        ("truncated", whole.slice(..whole.len() / 2), "parquet error"),
+        ("text", Bytes::from_static(b"gene_ids\nENSG1\n"), "parquet error"),
+        ("short", table(N_GENES as usize - 1), "rows but the dataset has"),
+    ];
+    for (what, bytes, says) in std::iter::once(("whole", whole.clone(), "")).chain(cases) {
+        let truth = random_truth(9, 120, N_GENES, 0.05, false);
+        let mem = Store::memory("test");
+        let mut w =
+            create_in(mem.clone(), "ds", WriterOptions { tile_size: TILE, ..WriterOptions::new(N_GENES) }).unwrap();
+        append_all(&mut w, &truth, 10, 120);
+        w.put_file("var.parquet", whole.clone()).unwrap();
+        w.finish().unwrap();
+        run(mem.put("ds/var.parquet", bytes)).unwrap();
+        let ds = open_in(mem, "ds", ReadOptions::default()).unwrap();
+        let report = ds.verify(&VerifyOptions::default(), |_, _| {});
+        if says.is_empty() {
+            assert!(report.is_ok(), "{what}: {:#?}", report.problems);
+            assert_eq!(ds.var_table().unwrap().unwrap().num_rows(), N_GENES as usize);
+            continue;
+        }
+        assert_eq!(report.problems.len(), 1, "{what}: {:#?}", report.problems);
+        let p = &report.problems[0];
+        assert_eq!(p.category, Category::SideFile, "{what}");
+        assert!(p.message.contains("var.parquet") && p.message.contains(says), "{what}: {}", p.message);
+    }
+}
+
 /// With a 50 ms latency per GET, a loop that prefetches the next tiles while it "computes" waits far less for
 /// data than one that does not. Only the two stall counters of this test are compared, never wall-clock
 /// constants.
