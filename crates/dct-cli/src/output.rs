@@ -49,6 +49,11 @@ pub fn human_bytes(n: u64) -> String {
     if u == 0 { format!("{n} B") } else { format!("{x:.2} {}", units[u]) }
 }
 
+/// `bytes` per nonzero for people: "1.234 bytes per nonzero", or "no nonzeros" (a ratio over none means nothing).
+pub fn per_nonzero(bytes: u64, nnz: u64) -> String {
+    if nnz == 0 { "no nonzeros".into() } else { format!("{:.3} bytes per nonzero", bytes as f64 / nnz as f64) }
+}
+
 /// A progress bar on stderr, hidden when stderr is not a terminal (logs and pipes stay clean).
 pub fn progress(total: u64, what: &str) -> ProgressBar {
     if !std::io::stderr().is_terminal() {

@@ -170,15 +170,17 @@ fn check_same_columns(sources: &[Source]) -> Result<(), ConvertError> {
     let first = &sources[0];
     let names = first.ds.var_names().map_err(dataset_err(&first.url))?;
     for other in &sources[1..] {
-        let why = if other.ds.manifest().version != first.ds.manifest().version {
-            Some(format!(
-                "{} is format version {}, {} version {}",
+        if other.ds.manifest().version != first.ds.manifest().version {
+            return Err(ConvertError::Inputs(format!(
+                "cannot merge: {} is format version {}, {} version {}. A merge copies tiles, so its sources need \
+                 one format version; convert the version-1 sources again (deltacells convert writes version 2)",
                 first.url,
                 first.ds.manifest().version,
                 other.url,
                 other.ds.manifest().version
-            ))
-        } else if other.ds.n_genes() != first.ds.n_genes() {
+            )));
+        }
+        let why = if other.ds.n_genes() != first.ds.n_genes() {
             Some(format!("{} has {} genes, {} has {}", first.url, first.ds.n_genes(), other.url, other.ds.n_genes()))
         } else {
             let theirs = other.ds.var_names().map_err(dataset_err(&other.url))?;
@@ -232,8 +234,9 @@ pub fn merge(sources: &[String], output: &str, opts: &MergeOptions) -> Result<Me
     }
     check_same_columns(&opened)?;
     let mut schema: Option<ObsSchema> = None;
-    for s in &opened {
-        let merged = merge_schemas(schema.as_ref(), s.schema.as_ref(), &s.url)?;
+    for (k, s) in opened.iter().enumerate() {
+        let before: Vec<&str> = opened[..k].iter().map(|o| o.url.as_str()).collect();
+        let merged = merge_schemas(schema.as_ref(), s.schema.as_ref(), &before.join(", "), &s.url)?;
         schema = merged.map(|m| m.schema);
     }
 

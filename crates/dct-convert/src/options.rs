@@ -108,9 +108,9 @@ pub(crate) fn check_options(inputs: &[PathBuf], opts: &ConvertOptions) -> Result
     if inputs.is_empty() {
         return Err(ConvertError::Inputs("no inputs given".into()));
     }
-    if opts.tile_size == 0 {
-        return Err(ConvertError::Inputs("the tile size must be at least 1 cell".into()));
-    }
+    // The writer's own limits (the preset's base level is what the tiles are made at).
+    let level = opts.preset.base_level().unwrap_or(opts.level);
+    dct_dataset::check_encoder_settings(opts.tile_size, opts.n_chunks, level).map_err(ConvertError::Inputs)?;
     if opts.write_obs && opts.obs_tiles_per_file == 0 {
         return Err(ConvertError::Inputs("obs tiles per file must be at least 1".into()));
     }

@@ -71,6 +71,15 @@ pub struct PlanInput {
     pub files: Vec<FileStamp>,
 }
 
+/// Input paths for a message: all of a few, else the first three and how many more.
+pub(crate) fn list_paths(paths: &[&str]) -> String {
+    match paths {
+        [one] => one.to_string(),
+        _ if paths.len() <= 4 => format!("the inputs {}", paths.join(", ")),
+        _ => format!("the inputs {}, ... ({} in all)", paths[..3].join(", "), paths.len()),
+    }
+}
+
 /// A location as a plan records it: a local path made absolute (parts and finalize may run in other directories,
 /// or on other machines that mount the same files); a URL as it is.
 fn absolute_location(location: &str) -> String {
@@ -555,7 +564,8 @@ fn plan_from(
     });
     let n_cells: u64 = scanned.iter().map(|s| s.n_cells).sum();
     if n_cells == 0 {
-        return Err(ConvertError::Inputs("the inputs hold no cells".into()));
+        let paths: Vec<&str> = scanned.iter().map(|s| s.path.as_str()).collect();
+        return Err(ConvertError::Inputs(format!("no cells in {}: nothing to convert", list_paths(&paths))));
     }
     let obs = if opts.write_obs {
         let inputs: Vec<(&str, Option<&InputSummary>)> =

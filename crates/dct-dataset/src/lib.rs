@@ -110,4 +110,4 @@ pub use rt::MAX_THREADS;
 pub use verify::obs_fingerprint;
 pub use verify::{Problem, VerifyOptions, VerifyReport, verify, verify_url};
 pub use writer::DatasetWriter;
-pub use writer_options::WriterOptions;
+pub use writer_options::{WriterOptions, check_encoder_settings};

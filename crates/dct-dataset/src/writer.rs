@@ -16,7 +16,7 @@ use crate::manifest::{MANIFEST_NAME, Manifest, ManifestSettings, TileStats, tile
 use crate::rt::{default_threads, on_pool};
 #[cfg(feature = "obs")]
 use crate::writer_obs::ObsShards;
-use crate::writer_options::WriterOptions;
+use crate::writer_options::{WriterOptions, check_encoder_settings};
 use dct_store::Store;
 use dct_store::runtime::Runtime as Rt;
 
@@ -83,14 +83,8 @@ impl DatasetWriter {
                 options.version.max_genes()
             ));
         }
-        if options.tile_size == 0 || options.tile_size > u64::from(u32::MAX) {
-            return bad(format!("tile_size is {}; it must be in 1..=2^32-1", options.tile_size));
-        }
-        if options.n_chunks == 0 {
-            return bad("n_chunks must be at least 1".into());
-        }
-        if !(-7..=22).contains(&options.zstd_level) {
-            return bad(format!("zstd_level is {}; zstd accepts -7..=22", options.zstd_level));
+        if let Err(m) = check_encoder_settings(options.tile_size, options.n_chunks, options.zstd_level) {
+            return bad(m);
         }
         let threads = if options.encode_threads == 0 { default_threads() } else { options.encode_threads };
         let max_in_flight = if options.max_tiles_in_flight == 0 { threads + 2 } else { options.max_tiles_in_flight };

@@ -62,3 +62,18 @@ impl WriterOptions {
         }
     }
 }
+
+/// The encoder settings every writer accepts: `tile_size` in 1..=2^32-1 cells (a tile header counts its cells in
+/// 32 bits), at least one chunk per tile, and a zstd level in -7..=22. The message names the setting.
+pub fn check_encoder_settings(tile_size: u64, n_chunks: usize, zstd_level: i32) -> Result<(), String> {
+    if tile_size == 0 || tile_size > u64::from(u32::MAX) {
+        return Err(format!("tile_size is {tile_size}; it must be in 1..=2^32-1"));
+    }
+    if n_chunks == 0 {
+        return Err("n_chunks must be at least 1".into());
+    }
+    if !(-7..=22).contains(&zstd_level) {
+        return Err(format!("zstd_level is {zstd_level}; zstd accepts -7..=22"));
+    }
+    Ok(())
+}

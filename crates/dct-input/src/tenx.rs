@@ -22,6 +22,10 @@ pub(crate) fn looks_like_tenx(h5: &H5) -> Result<bool, InputError> {
     if h5.node("X")? != Node::Absent {
         return Ok(false);
     }
+    // A `matrix` group and no AnnData `X`: a Cell Ranger 3 file missing a part, which its reader names.
+    if h5.node("matrix")? == Node::Group {
+        return Ok(true);
+    }
     Ok(!v2_genome_groups(h5)?.is_empty())
 }
 

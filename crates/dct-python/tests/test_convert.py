@@ -114,6 +114,10 @@ def test_split_form_gives_the_same_tiles(shards, tmp_path):
         written, skipped = run_part(plan_path, i, 3)
         assert skipped == 0
     assert run_part(plan_path, 0, 3) == (0, 1), "a part run again keeps its complete tiles"
+    for part, parts, says in ((-1, 3, "part = -1: must be at least 0"), (3, 3, "part = 3: must be at most 2"),
+                              (0, 0, "parts = 0: must be at least 1")):
+        with pytest.raises(ValueError, match=says):
+            run_part(plan_path, part, parts)
     m = finalize(plan_path)
     assert m.n_tiles == 5 and tile_bytes(out) == tile_bytes(one)
     assert not (Path(out) / "manifest.json").read_text() == ""

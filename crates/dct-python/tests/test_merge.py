@@ -134,6 +134,27 @@ def test_different_genes_are_refused_with_the_alternatives(sources, tmp_path):
     assert not (tmp_path / "c" / "manifest.json").exists()
 
 
+def test_other_versions_and_conflicting_obs_kinds_are_refused_naming_the_sources(sources, tmp_path):
+    d, a, first, second = sources
+    v1 = tmp_path / "v1"
+    convert_h5ad(str(d / "a.h5ad"), str(v1), tile_size=40, level=3, sort_genes=False, log=None, format_version=1)
+    v2 = convert(d, "a", 40)
+    with pytest.raises(ValueError, match="format version 2.*version 1.*one format version") as e:
+        merge([str(v2), str(v1)], str(tmp_path / "c"))
+    assert str(v2) in str(e.value) and str(v1) in str(e.value) and "same genes" not in str(e.value)
+    # `site` as numbers in a third source: the message names the sources whose `site` holds categories.
+    third = second.copy()
+    third.obs["site"] = np.arange(third.n_obs, dtype=np.float64)
+    third.write_h5ad(tmp_path / "t.h5ad")
+    t = tmp_path / "t"
+    convert_h5ad(str(tmp_path / "t.h5ad"), str(t), tile_size=40, level=3, sort_genes=False, log=None)
+    with pytest.raises(ValueError, match='obs column "site"') as e:
+        merge([str(v2), str(convert(d, "b", 40)), str(t)], str(tmp_path / "d"))
+    said = str(e.value)
+    assert f"in {v2}, {convert(d, 'b', 40)} but " in said and f"in {t}: " in said, said
+    assert not (tmp_path / "c" / "manifest.json").exists() and not (tmp_path / "d" / "manifest.json").exists()
+
+
 def test_a_finished_merge_is_not_replaced_without_overwrite(sources, tmp_path):
     """The same merge again leaves the finished one as it is and says so; another merge into it is refused
     without ``overwrite``."""

@@ -126,6 +126,13 @@ def test_the_python_function_writes_what_the_command_writes(source, tmp_path):
     check(open_dataset(str(tmp_path / "py")), a, [c for c in np.flatnonzero(mask.to_numpy()) if c < 150], genes)
     with pytest.raises(ValueError, match="no value"):
         subset_fn(src, tmp_path / "none", where={"depth_bin": []})
+    for bad, says in (([3, -1], r"cell -1 \(position 1 of the request\) is out of range"),
+                      ([a.n_obs], f"cell {a.n_obs} .* is out of range")):
+        with pytest.raises(ValueError, match=says):
+            subset_fn(src, tmp_path / "bad", cells=bad)
+    with pytest.raises(TypeError, match="cells must be an integer"):
+        subset_fn(src, tmp_path / "bad", cells=["x"])
+    assert not (tmp_path / "bad" / "manifest.json").exists()
 
 
 def test_subsets_killed_at_random_moments_are_completed_by_running_them_again(tmp_path):

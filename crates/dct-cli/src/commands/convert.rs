@@ -8,7 +8,7 @@ use dct_convert::{ConvertOptions, GeneSort, Plan, Progress, RunOptions, Stage, r
 use dct_dataset::StoreOptions;
 use dct_input::H5adMatrix;
 
-use crate::output::{human_bytes, progress};
+use crate::output::{human_bytes, per_nonzero, progress};
 
 /// Arguments of `convert`.
 ///
@@ -143,7 +143,10 @@ fn parse_part(s: &str) -> anyhow::Result<(usize, usize)> {
 
 fn parse_share(s: &str, flag: &str) -> anyhow::Result<(usize, usize)> {
     let (i, n) = s.split_once('/').with_context(|| format!("{flag} takes I/N, e.g. 3/100"))?;
-    let (i, n): (usize, usize) = (i.trim().parse()?, n.trim().parse()?);
+    let number = |x: &str| -> anyhow::Result<usize> {
+        x.trim().parse().with_context(|| format!("{flag} {s}: I and N are whole numbers, e.g. 3/100"))
+    };
+    let (i, n) = (number(i)?, number(n)?);
     if n == 0 || i >= n {
         bail!("{flag} {s}: parts are numbered 0..N-1");
     }
@@ -309,8 +312,8 @@ pub fn run(mut args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
     let bytes: u64 = m.tile_bytes.iter().sum();
     let input_bytes: u64 = plan.inputs.iter().map(|i| i.size_bytes).sum();
     outln!(
-        "converted {} cells x {} genes into {} ({} tiles, {} written, {} kept): {} in tiles, {:.3} bytes per \
-         nonzero; {:.1} s in all (plan included), {:.0} cells/s, {}/s of input",
+        "converted {} cells x {} genes into {} ({} tiles, {} written, {} kept): {} in tiles, {}; {:.1} s in all \
+         (plan included), {:.0} cells/s, {}/s of input",
         m.n_cells,
         m.n_genes,
         plan.output,
@@ -318,7 +321,7 @@ pub fn run(mut args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
         report.tiles.written,
         report.tiles.skipped,
         human_bytes(bytes),
-        bytes as f64 / m.nnz().max(1) as f64,
+        per_nonzero(bytes, m.nnz()),
         secs,
         report.tiles.cells as f64 / secs,
         human_bytes((input_bytes as f64 / secs) as u64)
@@ -338,4 +341,20 @@ pub(crate) fn matrix_of(layer: Option<&str>, raw: bool) -> H5adMatrix {
 
 pub(crate) fn parse_preset(text: &str) -> Result<Preset, String> {
     text.parse()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_share;
+
+    #[test]
+    fn shares_are_i_of_n_and_errors_name_the_flag() {
+        assert_eq!(parse_share("3/100", "--part").unwrap(), (3, 100));
+        assert_eq!(parse_share(" 0 / 1 ", "--part").unwrap(), (0, 1));
+        for (bad, says) in [("a/b", "whole numbers"), ("3", "takes I/N"), ("-1/6", "whole numbers"), ("6/6", "0..N-1")]
+        {
+            let err = format!("{:#}", parse_share(bad, "--part").unwrap_err());
+            assert!(err.contains("--part") && err.contains(says), "{bad}: {err}");
+        }
+    }
 }

@@ -3,7 +3,7 @@
 use dct_dataset::{Dataset, ReadOptions, StoreOptions, dataset_facts};
 use serde_json::json;
 
-use crate::output::{human_bytes, print_json};
+use crate::output::{human_bytes, per_nonzero, print_json};
 
 /// Arguments of `info`.
 #[derive(Debug, clap::Args)]
@@ -21,7 +21,6 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
     let m = ds.manifest();
     let bytes: u64 = m.tile_bytes.iter().sum();
     let nnz = m.nnz();
-    let per_nnz = bytes as f64 / nnz.max(1) as f64;
     let kb_per_cell = bytes as f64 / 1000.0 / m.n_cells.max(1) as f64;
     let obs_bytes: u64 = m.obs.shard_bytes.iter().sum();
     if args.json {
@@ -36,7 +35,7 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
     outln!("shape     {} cells x {} genes", m.n_cells, m.n_genes);
     outln!("tiles     {} of {} cells (last {})", m.n_tiles(), m.tile_size, m.tile_cells.last().copied().unwrap_or(0));
     outln!("nonzeros  {nnz} ({:.1} per cell)", nnz as f64 / m.n_cells.max(1) as f64);
-    outln!("size      {} in tiles: {per_nnz:.3} bytes per nonzero, {kb_per_cell:.2} kB per cell", human_bytes(bytes));
+    outln!("size      {} in tiles: {}, {kb_per_cell:.2} kB per cell", human_bytes(bytes), per_nonzero(bytes, nnz));
     outln!("encoder   {} chunks per tile, zstd level {}", opt(m.n_chunks.map(|c| c as i64)), opt(m.zstd_level));
     let yes = |b: bool| if b { "yes" } else { "no" };
     outln!(

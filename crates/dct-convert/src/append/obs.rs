@@ -44,10 +44,12 @@ fn kind_name(kind: ColumnKind) -> &'static str {
 }
 
 /// Grows `base` (the dataset's schema, `None` without obs) by `new` (the inputs' schema, made by the plan).
-/// Conflicting kinds are refused naming the column; `inputs` names the inputs in that message.
+/// Conflicting kinds are refused naming the column; `based_on` names where `base` comes from ("the dataset") and
+/// `inputs` the inputs, in that message.
 pub(crate) fn merge_schemas(
     base: Option<&ObsSchema>,
     new: Option<&ObsSchema>,
+    based_on: &str,
     inputs: &str,
 ) -> Result<Option<MergedObs>, ConvertError> {
     let (base, new) = match (base, new) {
@@ -74,7 +76,7 @@ pub(crate) fn merge_schemas(
     };
     let conflict = |b: &ObsColumn, n: &ObsColumn| {
         ConvertError::Inputs(format!(
-            "obs column {:?} holds {} values ({}) in the dataset but {} values ({}) in {inputs}: a column keeps one \
+            "obs column {:?} holds {} values ({}) in {based_on} but {} values ({}) in {inputs}: a column keeps one \
              kind; rename or leave out the column in the inputs (or convert everything again)",
             b.name,
             kind_name(b.kind),

@@ -19,7 +19,7 @@ use super::{AppendOptions, AppendReport};
 use crate::error::ConvertError;
 use crate::options::{ConvertOptions, GeneSort};
 use crate::output::{TileState, check_tile};
-use crate::plan::{Plan, make_plan_with_spill};
+use crate::plan::{Plan, list_paths, make_plan_with_spill};
 use crate::run::{RunOptions, run_part_in};
 use crate::scan::reopen_matching_keys;
 use crate::spill::{Spill, SpillOptions};
@@ -121,7 +121,8 @@ pub(super) fn stage(
     }
     if plan.n_cells == 0 {
         site.clear()?;
-        return Err(ConvertError::Inputs("the inputs hold no cells: nothing to append".into()));
+        let paths: Vec<&str> = plan.inputs.iter().map(|i| i.path.as_str()).collect();
+        return Err(ConvertError::Inputs(format!("no cells in {}: nothing to append", list_paths(&paths))));
     }
 
     // Obs: the grown schema (conflicts refused before any tile is written) and the shards it rewrites.
@@ -139,7 +140,7 @@ pub(super) fn stage(
     };
     let names: Vec<&str> = request.inputs.iter().map(|i| i.path.as_str()).collect();
     let merged: Option<MergedObs> =
-        merge_schemas(base_schema.as_ref(), plan.obs_schema()?.as_ref(), &names.join(", "))?;
+        merge_schemas(base_schema.as_ref(), plan.obs_schema()?.as_ref(), "the dataset", &names.join(", "))?;
 
     // The new tiles, staged.
     let run_opts = RunOptions {

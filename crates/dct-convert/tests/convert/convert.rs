@@ -236,6 +236,32 @@ fn bad_inputs_fail_clearly_and_leave_no_manifest() {
     std::fs::write(broken.join("matrix.mtx.gz"), &gz).unwrap();
     std::fs::remove_file(broken.join("barcodes.tsv.gz")).unwrap();
     check(&[broken], options(&tmp.path().join("o5"), 16), "barcodes");
+    // No cells: the input is named.
+    let empty = tmp.path().join("empty_input");
+    write_mtx(&empty, open_input(testdata("inputs/pbmc200/mtx")).unwrap().as_ref(), &[], 0);
+    check(std::slice::from_ref(&empty), options(&tmp.path().join("o6"), 16), "no cells in");
+    let err = convert(
+        std::slice::from_ref(&empty),
+        &options(&tmp.path().join("o6"), 16),
+        &RunOptions::default(),
+        false,
+        |_| {},
+    );
+    assert!(err.unwrap_err().to_string().contains("empty_input"));
+    // Encoder settings the writer refuses are refused before anything is read or written.
+    let mtx = testdata("inputs/pbmc200/mtx");
+    for (k, (opts, want)) in [
+        (ConvertOptions { tile_size: 5_000_000_000, ..options(&tmp.path().join("s0"), 1) }, "tile_size is 5000000000"),
+        (ConvertOptions { tile_size: 0, ..options(&tmp.path().join("s1"), 1) }, "tile_size is 0"),
+        (ConvertOptions { n_chunks: 0, ..options(&tmp.path().join("s2"), 16) }, "n_chunks must be at least 1"),
+        (ConvertOptions { level: 99, ..options(&tmp.path().join("s3"), 16) }, "zstd_level is 99"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        check(std::slice::from_ref(&mtx), opts, want);
+        assert!(!tmp.path().join(format!("s{k}")).exists(), "{want}: the output was created");
+    }
 }
 
 /// A finished dataset holds only the spec's files (the plan marker is removed after the manifest); converting,

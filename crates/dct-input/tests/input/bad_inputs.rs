@@ -288,3 +288,21 @@ fn a_matrix_that_changes_between_its_two_passes_is_refused() {
         assert!(msg.contains("the file changed since it was opened; open it again"), "{name}: {msg}");
     }
 }
+
+/// A Cell Ranger file missing one of its `matrix` datasets is read as the 10x file it is, and the error names the
+/// missing dataset (not an AnnData `X`).
+#[test]
+fn a_tenx_file_missing_a_matrix_dataset_names_it() {
+    let dir = scratch("tenx_missing_parts");
+    for part in ["indptr", "data", "indices"] {
+        let path = dir.join(format!("no_{part}.h5"));
+        fs::copy(input("pbmc200/pbmc200_10x.h5"), &path).unwrap();
+        let file = hdf5_pure::File::open_rw(&path).unwrap();
+        file.root().delete(&format!("matrix/{part}")).unwrap();
+        file.commit().unwrap();
+        drop(file);
+        let err = read_all(&path).unwrap_err().to_string();
+        assert!(err.contains(&format!("matrix/{part}")) && err.contains("no_"), "{part}: {err}");
+        assert!(!err.contains("'X'"), "{part}: {err}");
+    }
+}

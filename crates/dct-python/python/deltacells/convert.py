@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deltacells import _core
+from deltacells._args import MAX_COUNT, int_argument
 from deltacells.manifest import Manifest
 
 __all__ = [
@@ -179,6 +180,12 @@ def plan(
     return tuple(_core.make_plan(files, os.fspath(output), os.fspath(plan_path), **opts))  # type: ignore[return-value]
 
 
+def _share(part: Any, parts: Any) -> tuple[int, int]:
+    """``(part, parts)`` checked: ``parts`` at least 1, ``part`` in ``0..parts-1`` (``ValueError`` naming them)."""
+    n = int_argument("parts", parts, 1)
+    return int_argument("part", part, 0, n - 1), n
+
+
 def scan_part(
     paths: Sequence[str] | str, plan_path: str, part: int, parts: int, *, sort_files: bool = True, **options: Any
 ) -> tuple[int, int]:
@@ -192,7 +199,7 @@ def scan_part(
     )
     defaults.update(options)
     opts = _options(**defaults)
-    return tuple(_core.scan_part(files, os.fspath(plan_path), int(part), int(parts), **opts))  # type: ignore[return-value]
+    return tuple(_core.scan_part(files, os.fspath(plan_path), *_share(part, parts), **opts))  # type: ignore[return-value]
 
 
 def run_part(
@@ -203,7 +210,7 @@ def run_part(
     ``(written, skipped)``."""
     return tuple(  # type: ignore[return-value]
         _core.run_part(
-            os.fspath(plan_path), int(part), int(parts), _progress(log), threads=threads,
+            os.fspath(plan_path), *_share(part, parts), _progress(log), threads=threads,
             storage_options=storage_options,
         )
     )
@@ -244,7 +251,13 @@ def subset(
                 raise ValueError(f"where[{column!r}] names no value")
             conditions.append(f"{column}=" + ",".join(str(v).lower() if isinstance(v, bool) else str(v)
                                                      for v in values))
-    text = _core.subset(os.fspath(source), os.fspath(output), None if cells is None else [int(c) for c in cells],
+    cell_list = None
+    if cells is not None:
+        cell_list = [int_argument("cells", c, -MAX_COUNT) for c in cells]
+        for k, c in enumerate(cell_list):
+            if c < 0:  # the Rust call takes cell indices as they are
+                raise ValueError(f"cell {c} (position {k} of the request) is out of range: cells are 0, 1, ...")
+    text = _core.subset(os.fspath(source), os.fspath(output), cell_list,
                         conditions, None if genes is None else [str(g) for g in genes], gene_key, tile_size,
                         int(level), bool(overwrite), storage_options, bool(listed_gene_order),
                         bool(skip_missing_genes))
