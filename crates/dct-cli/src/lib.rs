@@ -36,6 +36,7 @@ macro_rules! errln {
     };
 }
 
+mod cells;
 mod commands;
 mod output;
 

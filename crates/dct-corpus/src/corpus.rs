@@ -221,6 +221,14 @@ impl Corpus {
         TileBudget::split_sizes_beside(budget, window, batches, &cells, &nnz, &bytes)
     }
 
+    /// [`TileBudget::check_plan`] over every member's tiles, naming the member with the largest tiles.
+    pub fn check_plan(&self, budget: u64, window: usize) -> Result<(), String> {
+        let largest = |m: &Member| m.dataset.manifest().tile_cells.iter().copied().max().unwrap_or(0);
+        let Some(member) = self.members.iter().max_by_key(|m| largest(m)) else { return Ok(()) };
+        TileBudget::check_plan(budget, window, &member.dataset.manifest().tile_cells)
+            .map_err(|m| format!("member {}: {m}", member.name))
+    }
+
     /// The corpus with every member's reader reopened with `options` (no request is made; see
     /// [`Dataset::reopened`]), all sharing member 0's new I/O runtime and decode threads, so the threads do not
     /// grow with the number of members. The gene map and the selection are kept.

@@ -403,8 +403,15 @@ impl Manifest {
                 format!("n_genes is {}; version {} allows 1..={}", self.n_genes, self.version, version.max_genes()),
             );
         }
-        if self.tile_size == 0 {
-            return err(Category::ManifestCounts, "tile_size", "tile_size is 0; it must be at least 1".into());
+        if self.tile_size == 0 || self.tile_size > u64::from(u32::MAX) {
+            return err(
+                Category::ManifestCounts,
+                "tile_size",
+                format!(
+                    "tile_size is {}; it must be in 1..=2^32-1 (a tile header counts its cells in 32 bits)",
+                    self.tile_size
+                ),
+            );
         }
         let sum = self.tile_cells.iter().try_fold(0u64, |acc, &c| acc.checked_add(c));
         if sum != Some(self.n_cells) {
@@ -428,6 +435,28 @@ impl Manifest {
                          tile may be short",
                         if last { "the last tile" } else { "every tile but the last" },
                         self.tile_size
+                    ),
+                );
+            }
+        }
+        for (key, list) in [("tile_bytes", &self.tile_bytes), ("tile_nnz", &self.tile_nnz)] {
+            if list.iter().try_fold(0u64, |a, &b| a.checked_add(b)).is_none() {
+                return err(Category::ManifestLists, key, format!("{key} adds up to more than 2^64"));
+            }
+        }
+        // A tile holds its 64-byte header and a 64-bit row offset per cell and one more: what a manifest says of
+        // its cells is bounded by what it says of its bytes (which the store's sizes then confirm), so no claim of
+        // cells beyond its tiles' bytes reaches the code that sizes buffers by cells.
+        for (t, (&bytes, &cells)) in self.tile_bytes.iter().zip(&self.tile_cells).enumerate() {
+            let least = 64 + 8 * (u128::from(cells) + 1);
+            if u128::from(bytes) < least {
+                return err(
+                    Category::ManifestLists,
+                    "tile_bytes",
+                    format!(
+                        "tile_bytes[{t}] is {bytes}, fewer than the {least} bytes a tile of tile_cells[{t}] = {cells} \
+                         cells takes (its header and 8 bytes of row offsets per cell): the manifest does not \
+                         describe its tiles"
                     ),
                 );
             }
@@ -463,6 +492,9 @@ impl Manifest {
             );
         }
         let shards = self.n_obs_shards();
+        if self.obs.shard_bytes.iter().try_fold(0u64, |a, &b| a.checked_add(b)).is_none() {
+            return err("obs_shard_bytes", "obs_shard_bytes adds up to more than 2^64".into());
+        }
         if self.obs.shard_bytes.len() as u64 != shards {
             return err(
                 "obs_shard_bytes",

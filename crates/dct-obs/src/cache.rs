@@ -63,9 +63,28 @@ pub fn quote_column_name(name: &str) -> String {
     out
 }
 
-/// The cache file name of a column: `<quoted name>.arrow`.
+/// Longest quoted column name a cache file name holds whole: with `.arrow`, the lock's `.lock` and a temporary
+/// file's suffix, names stay well within the 255 bytes a file name may take.
+const MAX_QUOTED_NAME: usize = 200;
+
+/// The cache file name of a column: `<quoted name>.arrow`. A name whose quoted form is longer than 200 bytes is
+/// cut to whole characters and followed by `~` and 32 hex digits of its SHA-256 (`<prefix>~<digest>.arrow`), so
+/// that every column, whatever the length of its name, has a file of its own.
 pub fn column_file_name(name: &str) -> String {
-    format!("{}.arrow", quote_column_name(name))
+    let quoted = quote_column_name(name);
+    if quoted.len() <= MAX_QUOTED_NAME {
+        return format!("{quoted}.arrow");
+    }
+    let digest = crate::fingerprint::sha256_hex(name.as_bytes());
+    let mut prefix = String::new();
+    for ch in name.chars() {
+        let q = quote_column_name(ch.encode_utf8(&mut [0; 4]));
+        if prefix.len() + q.len() + 1 + 32 > MAX_QUOTED_NAME {
+            break;
+        }
+        prefix.push_str(&q);
+    }
+    format!("{prefix}~{}.arrow", &digest[..32])
 }
 
 /// A validated, memory-mapped cached column: one array per tile, pointing into the mapping.
@@ -391,6 +410,18 @@ mod tests {
         assert_eq!(quote_column_name("a b/c%"), "a%20b%2Fc%25");
         assert_eq!(quote_column_name("na\u{ef}ve~.-"), "na%C3%AFve~.-");
         assert_eq!(quote_column_name(".."), "..");
+    }
+
+    #[test]
+    fn long_column_names_get_short_distinct_file_names() {
+        assert_eq!(column_file_name("cell type"), "cell%20type.arrow");
+        let (a, b) = ("\u{e9}".repeat(100), format!("{}x", "\u{e9}".repeat(100)));
+        let (fa, fb) = (column_file_name(&a), column_file_name(&b));
+        assert!(fa.len() <= 206 && fb.len() <= 206, "{fa}");
+        assert_ne!(fa, fb);
+        let prefix = fa.split('~').next().unwrap();
+        assert!(prefix.starts_with("%C3%A9") && prefix.len() % 6 == 0, "whole characters: {fa}");
+        assert_eq!(column_file_name(&a), fa, "the same name, the same file");
     }
 
     #[test]

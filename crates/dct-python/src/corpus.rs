@@ -287,8 +287,10 @@ impl PyCorpus {
         held: u64,
         dense_genes: u64,
     ) -> PyResult<(usize, usize)> {
+        let corpus = self.get()?;
+        corpus.check_plan(budget, window).map_err(value_error)?;
         let split =
-            self.get()?.tile_budget(budget, window, dct_dataset::HeldBatches { cells: batch_cells, held, dense_genes });
+            corpus.tile_budget(budget, window, dct_dataset::HeldBatches { cells: batch_cells, held, dense_genes });
         Ok((split.cached, split.ahead))
     }
 

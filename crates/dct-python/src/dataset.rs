@@ -148,7 +148,8 @@ impl PyDataset {
 
     /// `(max_cached_tiles, max_prefetch_tiles)` that keep a reader of this dataset serving windows of `window`
     /// tiles, and a loader holding `held` batches of `batch_cells` cells (dense ones of `dense_genes` genes, else
-    /// sparse), within `budget` bytes (the reader's memory model, `dct_dataset::TileBudget::split_beside`).
+    /// sparse), within `budget` bytes (the reader's memory model, `dct_dataset::TileBudget::split_beside`);
+    /// `ValueError` if the epoch plan's windows cannot fit the budget (`TileBudget::check_plan`).
     #[pyo3(signature = (budget, window, batch_cells = 0, held = 0, dense_genes = 0))]
     fn budget_split(
         &self,
@@ -159,7 +160,11 @@ impl PyDataset {
         dense_genes: u64,
     ) -> PyResult<(usize, usize)> {
         let batches = HeldBatches { cells: batch_cells, held, dense_genes };
-        let split = TileBudget::split_beside(budget, window, batches, self.get()?.manifest());
+        let ds = self.get()?;
+        let manifest = ds.manifest();
+        TileBudget::check_plan(budget, window, &manifest.tile_cells)
+            .map_err(|m| value_error(format!("{}: {m}", ds.url())))?;
+        let split = TileBudget::split_beside(budget, window, batches, manifest);
         Ok((split.cached, split.ahead))
     }
 

@@ -577,6 +577,45 @@ def test_var_keeps_categorical_columns_and_is_read_once(tmp_path):
     assert ds.var is got
 
 
+def test_a_gene_table_written_by_pandas_reads_and_a_wrong_one_is_named(tmp_path):
+    """``var.parquet`` as pandas writes it (snappy, its default) reads as pandas reads it; one of another length,
+    or with pandas metadata that is not JSON, is a FormatError naming the file, from ``ds.var`` and from verify."""
+    from deltacells import FormatError
+    from deltacells.cli import main
+
+    var = make_var(20)
+    root = tmp_path / "ds"
+    with DatasetWriter(str(root), n_genes=20, tile_size=10, level=3, var=var) as w:
+        w.add_tile(make_counts(10, 20, seed=4))
+    var.to_parquet(root / "var.parquet")  # snappy
+    pd.testing.assert_frame_equal(open_dataset(str(root)).var, pd.read_parquet(root / "var.parquet"),
+                                  check_dtype=False)
+    assert main(["verify", str(root)]) == 0
+    var.iloc[:19].to_parquet(root / "var.parquet")
+    with pytest.raises(FormatError, match="var.parquet: holds 19 rows but the dataset has 20 genes"):
+        open_dataset(str(root)).var  # noqa: B018
+    assert main(["verify", str(root)]) == 1
+    table = pa.Table.from_pandas(var).replace_schema_metadata({"pandas": "{not json"})
+    import pyarrow.parquet as pq
+
+    pq.write_table(table, root / "var.parquet")
+    with pytest.raises(FormatError, match="var.parquet: its pandas metadata .* is not a JSON object"):
+        open_dataset(str(root)).var  # noqa: B018
+
+
+def test_a_column_with_a_long_name_is_localized_and_read(tmp_path, cache):
+    """Column names whose quoted form passes a file name's 255 bytes (here 600) get a cache file name of their own
+    (a cut name and a digest), so they localize and read like any other."""
+    long_a, long_b = "\u00e9" * 100, "\u00e9" * 100 + "b"
+    obs = pd.DataFrame({long_a: np.arange(6.0), long_b: pd.Categorical(list("xyxyxy")), "short": np.arange(6)})
+    root = str(tmp_path / "ds")
+    with DatasetWriter(root, n_genes=5, tile_size=3, level=3, obs_schema=ObsSchema.infer(obs)) as w:
+        w.add_tile(make_counts(3, 5, seed=1), obs=obs.iloc[:3])
+        w.add_tile(make_counts(3, 5, seed=2), obs=obs.iloc[3:])
+    got = open_dataset(root, cache_dir=cache).obs.to_pandas()
+    assert got[long_a].tolist() == obs[long_a].tolist() and got[long_b].astype(str).tolist() == list("xyxyxy")
+
+
 def test_converted_var_keeps_the_input_s_categoricals(tmp_path):
     """The converter keeps an h5ad's categorical var columns categorical: ``ds.var`` equals the source's var,
     read with anndata, in the dataset's gene order."""

@@ -121,3 +121,71 @@ def test_inputs_the_writer_refuses_are_value_errors(tmp_path):
         encode_tile(bad_csr)
     with pytest.raises(ValueError):
         deltacells.Tile(b"DELTACEL" + b"\0" * 10)
+
+
+def test_a_manifest_claiming_more_cells_than_its_tiles_hold_is_refused_not_allocated(dataset, tmp_path):
+    """A few hundred bytes of manifest claiming 2^32 - 1 cells in one tile: refused where the claim is impossible
+    (a tile too small for its cells), and, where the claimed tile bytes agree, by the loader before it lays out a
+    window of the claim (which would be 34 GB): no abort, no allocation of the claim. Run in a child process, so a
+    regression shows as a failed check rather than the test runner killed."""
+    import subprocess
+    import sys
+
+    require("torch")
+    root, _ = dataset
+    n = 2**32 - 1
+    for name, tile_bytes, expect in (("small", None, "tile_bytes"), ("consistent", 64 + 8 * (n + 1), "epoch plan")):
+        claim = tmp_path / name
+        shutil.copytree(root, claim)
+        m = json.loads((claim / "manifest.json").read_text())
+        for k in ("obs_tiles_per_file", "obs_fingerprint", "obs_shard_bytes", "obs_shard_sha256",
+                  "obs_shard_footer_crc32"):
+            m.pop(k, None)
+        m.update(has_obs=False, n_cells=n, tile_size=n, tile_cells=[n], tile_nnz=m["tile_nnz"][:1],
+                 tile_bytes=[tile_bytes or m["tile_bytes"][0]])
+        (claim / "manifest.json").write_text(json.dumps(m))
+        code = (
+            "import deltacells, deltacells.torch as dt\n"
+            "try:\n"
+            f"    next(iter(dt.make_loader({str(claim)!r}, 32, memory_budget=2 << 30)))\n"
+            "except (ValueError, deltacells.FormatError) as e:\n"
+            "    print(type(e).__name__, e)\n"
+        )
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert expect in done.stdout and "manifest" in done.stdout, done.stdout
+
+
+def test_special_files_in_place_of_dataset_files_are_errors_not_hangs(dataset, tmp_path):
+    """A FIFO in place of a tile or the manifest would block a reader that opens it forever, and a dataset path that
+    is a file names no manifest: each is an error at once, naming the file (run in a child process with a timeout,
+    so a regression fails rather than hangs the run)."""
+    import os
+    import subprocess
+    import sys
+
+    root, _ = dataset
+    cases = []
+    for name, rel in (("tile", "tiles/tile_000000.dct"), ("manifest", "manifest.json")):
+        copy = tmp_path / name
+        shutil.copytree(root, copy)
+        os.remove(copy / rel)
+        os.mkfifo(copy / rel)
+        cases.append((copy, rel, "a FIFO, not a regular file"))
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    cases.append((afile, "manifest.json", ""))
+    for where, rel, says in cases:
+        code = (
+            "import deltacells\n"
+            "try:\n"
+            f"    ds = deltacells.open_dataset({str(where)!r})\n"
+            "    ds.get_batch([0])\n"
+            "except OSError as e:\n"
+            "    print(type(e).__name__, e)\n"
+        )
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert rel.split("/")[-1] in done.stdout and says in done.stdout, done.stdout
+        assert "attempts" not in done.stdout, f"a local file is not retried: {done.stdout}"
+    assert "FileNotFoundError" in done.stdout, done.stdout

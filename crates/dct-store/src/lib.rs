@@ -65,6 +65,7 @@ mod body;
 mod cloud;
 mod error;
 mod get;
+mod local;
 mod mapped;
 mod open;
 mod parts;

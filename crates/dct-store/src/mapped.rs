@@ -16,6 +16,7 @@ use bytes::Bytes;
 
 /// The file at `path` mapped into memory if it is exactly `expected` bytes long (`Ok(Err(actual))` if not).
 pub(crate) fn map_exact(path: &Path, expected: u64) -> std::io::Result<Result<Bytes, u64>> {
+    crate::local::check_regular_file(path)?;
     let file = File::open(path)?;
     let len = file.metadata()?.len();
     if len != expected {

@@ -118,7 +118,7 @@ fn local(path: &std::path::Path, options: &StoreOptions) -> Result<Store, String
     let prefix = Path::from_absolute_path(&abs).map_err(|e| format!("not a usable path: {e}"))?;
     // Writes go to a temporary file beside the destination, renamed into place: every object appears whole or
     // not at all.
-    let backend: Arc<dyn ObjectStore> = Arc::new(object_store::local::LocalFileSystem::new());
+    let backend: Arc<dyn ObjectStore> = Arc::new(crate::local::LocalFiles::new());
     let root = abs.display().to_string().trim_end_matches('/').to_string();
     Ok(Store::assemble(backend, prefix, root, options).with_local_dir(abs, options.local_reads))
 }

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use dct_dataset::{Batch, Dataset, ReadOptions, SparseRows, StoreOptions};
 
-use crate::output::{parse_cells, progress};
+use crate::cells::CellSelection;
+use crate::output::progress;
 
 /// Output formats of `export`.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -43,7 +44,7 @@ const BATCH: usize = 4096;
 /// Runs `export`.
 pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
     let ds = Dataset::open(&args.dataset, ReadOptions { store: store.clone(), ..ReadOptions::default() })?;
-    let cells = parse_cells(&args.cells, ds.n_cells())?;
+    let cells = CellSelection::parse(&args.cells, ds.n_cells())?;
     let order = if args.source_gene_order {
         let order = ds.gene_order()?.context("--source-gene-order: the dataset has no gene_order.npy")?;
         Some(order)
@@ -58,7 +59,10 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
         let mut out = BufWriter::with_capacity(1 << 20, file);
         match args.format {
             Format::Mtx => {
-                let nnz = ds.batch_nnz(&cells)?;
+                let mut nnz = 0;
+                for batch in cells.batches(BATCH) {
+                    nnz += ds.batch_nnz(&batch)?;
+                }
                 writeln!(out, "%%MatrixMarket matrix coordinate integer general")?;
                 writeln!(out, "% deltacells export of {}: rows are cells in the order selected", args.dataset)?;
                 writeln!(out, "{} {} {}", cells.len(), ds.n_genes(), nnz)?;
@@ -67,11 +71,13 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
                 writeln!(out, "{}", if names.is_some() { "cell,gene,gene_name,count" } else { "cell,gene,count" })?;
             }
         }
-        let bar = progress(cells.len() as u64, "exporting");
+        let bar = progress(cells.len(), "exporting");
         let mut batch = Batch::<u32>::default();
-        for (b, chunk) in cells.chunks(BATCH).enumerate() {
-            ds.prefetch_cells(cells.get((b + 1) * BATCH..(b + 2) * BATCH).unwrap_or(&[]))?;
-            ds.get_batch_into(chunk, &mut batch)?;
+        let mut batches = cells.batches(BATCH).peekable();
+        let mut b = 0;
+        while let Some(chunk) = batches.next() {
+            ds.prefetch_cells(batches.peek().map_or(&[][..], |next| &next[..]))?;
+            ds.get_batch_into(&chunk, &mut batch)?;
             for (r, &cell) in chunk.iter().enumerate() {
                 let (genes, counts) = batch.row(r);
                 for (&g, &v) in genes.iter().zip(counts) {
@@ -84,6 +90,7 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
                 }
             }
             bar.inc(chunk.len() as u64);
+            b += 1;
         }
         bar.finish_and_clear();
         out.into_inner().map_err(|e| e.into_error())?.sync_all()?;

@@ -36,7 +36,8 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
     outln!("tiles     {} of {} cells (last {})", m.n_tiles(), m.tile_size, m.tile_cells.last().copied().unwrap_or(0));
     outln!("nonzeros  {nnz} ({:.1} per cell)", nnz as f64 / m.n_cells.max(1) as f64);
     outln!("size      {} in tiles: {}, {kb_per_cell:.2} kB per cell", human_bytes(bytes), per_nonzero(bytes, nnz));
-    outln!("encoder   {} chunks per tile, zstd level {}", opt(m.n_chunks.map(|c| c as i64)), opt(m.zstd_level));
+    let chunks = m.n_chunks.map_or("-".to_string(), |c| c.to_string());
+    outln!("encoder   {chunks} chunks per tile, zstd level {}", opt(m.zstd_level));
     let yes = |b: bool| if b { "yes" } else { "no" };
     outln!(
         "side      gene_order.npy {}, var_names.txt {}, var.parquet {}",

@@ -14,7 +14,8 @@ use dct_dataset::dct_obs::{Obs, ObsOptions, category_labels, column_file_name};
 use dct_dataset::{Dataset, ReadOptions, StoreOptions};
 use serde_json::{Value, json};
 
-use crate::output::{human_bytes, parse_cells, print_json};
+use crate::cells::CellSelection;
+use crate::output::{human_bytes, print_json};
 
 /// Arguments of `obs`.
 #[derive(Debug, clap::Args)]
@@ -203,7 +204,7 @@ fn show(args: ShowArgs, store: &StoreOptions) -> anyhow::Result<u8> {
     let (ds, obs) = args.source.open(store)?;
     let n = ds.n_cells();
     let spec = args.cells.clone().unwrap_or_else(|| format!("0:{}", n.min(20)));
-    let cells = parse_cells(&spec, n)?;
+    let cells = CellSelection::parse(&spec, n)?.to_vec();
     let columns: Vec<String> = if args.columns.is_empty() {
         obs.columns().iter().map(|(c, _)| c.to_string()).collect()
     } else {

@@ -5,7 +5,7 @@ use super::*;
 fn base() -> Value {
     serde_json::json!({
         "format": "deltacells-dataset", "version": 2, "n_cells": 250, "n_genes": 10, "tile_size": 100,
-        "tile_cells": [100, 100, 50], "tile_nnz": [5, 6, 7], "tile_bytes": [200, 210, 150],
+        "tile_cells": [100, 100, 50], "tile_nnz": [5, 6, 7], "tile_bytes": [2000, 2100, 1500],
         "n_chunks": 8, "zstd_level": 19, "has_gene_order": false, "has_var_names": false,
         "has_var_table": false, "metadata": {"a": 1}, "has_obs": false, "obs_tiles_per_file": 0,
         "obs_fingerprint": "", "obs_shard_bytes": [], "obs_shard_sha256": []
@@ -50,6 +50,38 @@ fn categories() {
     assert_eq!(category_with(|m| drop(m.insert("tile_nnz".into(), serde_json::json!([1, 2])))), ManifestLists);
     assert_eq!(category_with(|m| drop(m.insert("tile_nnz".into(), serde_json::json!([1, 2, 1001])))), ManifestLists);
     assert_eq!(category_with(|m| drop(m.remove("tile_bytes"))), ManifestLists);
+    // Tiles too small for the cells claimed (a 50-cell tile takes at least 64 + 51 * 8 bytes), or too large a tile.
+    let mut least = base();
+    least["tile_bytes"] = serde_json::json!([2000, 2100, 472]);
+    assert!(parse(&least).is_ok());
+    assert_eq!(
+        category_with(|m| drop(m.insert("tile_bytes".into(), serde_json::json!([2000, 2100, 471])))),
+        ManifestLists
+    );
+    let claim = |m: &mut Map<String, Value>| {
+        for (k, v) in [
+            ("n_cells", serde_json::json!(1_000_000_000_000u64)),
+            ("tile_size", 1_000_000_000_000u64.into()),
+            ("tile_cells", serde_json::json!([1_000_000_000_000u64])),
+            ("tile_nnz", serde_json::json!([5])),
+            ("tile_bytes", serde_json::json!([44_000])),
+        ] {
+            m.insert(k.into(), v);
+        }
+    };
+    assert_eq!(category_with(claim), ManifestCounts, "a tile_size past 2^32-1");
+    let wrap = serde_json::json!([1u64 << 63, 1u64 << 63, 1u64 << 63]);
+    assert_eq!(category_with(|m| drop(m.insert("tile_bytes".into(), wrap.clone()))), ManifestLists, "a sum past 2^64");
+    assert_eq!(
+        category_with(|m| {
+            claim(m);
+            m.insert("tile_size".into(), u32::MAX.into());
+            m.insert("n_cells".into(), u32::MAX.into());
+            m.insert("tile_cells".into(), serde_json::json!([u32::MAX]));
+        }),
+        ManifestLists,
+        "4 billion cells in 44 kB of tile"
+    );
     assert_eq!(
         category_with(|m| drop(m.insert("tile_cells".into(), serde_json::json!([50, 100, 100])))),
         ManifestTileCells

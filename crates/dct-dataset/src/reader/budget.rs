@@ -117,6 +117,30 @@ impl TileBudget {
     }
 }
 
+/// Bytes an epoch plan holds per cell of a window whose cells it has laid out (their indices, shuffled).
+pub const PLAN_BYTES_PER_CELL: u64 = 8;
+
+impl TileBudget {
+    /// An error (saying what to change) if a loader's epoch plans could not lay out a window of `window` tiles of
+    /// up to the largest of `tile_cells` cells within `budget` bytes: a plan holds one window's cells, and the
+    /// next epoch's plan one more. A window's cells are laid out before its tiles are read, so a manifest claiming
+    /// more cells than its tiles hold is refused here rather than met with an allocation of its claim.
+    pub fn check_plan(budget: u64, window: usize, tile_cells: &[u64]) -> Result<(), String> {
+        let largest = tile_cells.iter().copied().max().unwrap_or(0);
+        let cells = largest.saturating_mul(window as u64);
+        let bytes = cells.saturating_mul(PLAN_BYTES_PER_CELL).saturating_mul(2);
+        if bytes > budget {
+            return Err(format!(
+                "a window of {window} tiles of up to {largest} cells (as the manifest says) takes {bytes} bytes of \
+                 epoch plan, more than the memory budget of {budget} bytes: use fewer tiles a window (shuffle_tiles) \
+                 or a larger memory_budget; if the tiles cannot be that large, the manifest is damaged (verify the \
+                 dataset)"
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl ReadOptions {
     /// These options with the cache and prefetch sizes of `budget`.
     pub fn with_budget(self, budget: TileBudget) -> ReadOptions {
@@ -129,6 +153,17 @@ mod tests {
     use super::*;
 
     const MB: u64 = 1 << 20;
+
+    #[test]
+    fn a_window_s_plan_must_fit_the_budget() {
+        let tiles = [10_000, 10_000, 2_000];
+        assert!(TileBudget::check_plan(2 * MB, 4, &tiles).is_ok(), "4 x 10,000 cells x 8 bytes x 2 is 640 kB");
+        let err = TileBudget::check_plan(600_000, 4, &tiles).unwrap_err();
+        assert!(err.contains("640000 bytes") && err.contains("shuffle_tiles"), "{err}");
+        // A claim of 2^32 - 1 cells in one tile: refused, not allocated.
+        assert!(TileBudget::check_plan(8 << 30, 1, &[u64::from(u32::MAX)]).is_err());
+        assert!(TileBudget::check_plan(0, 4, &[]).is_ok());
+    }
 
     #[test]
     fn the_window_and_one_ahead_come_first_whatever_the_budget() {

@@ -22,11 +22,11 @@ mod slot;
 pub use batch::Batch;
 pub use budget::{
     BATCH_BYTES_PER_CELL, BATCH_BYTES_PER_NONZERO, BATCH_SLOT_GRANULE, DECODED_BYTES_PER_NONZERO, HeldBatches,
-    TileBudget, batch_slot_bytes,
+    PLAN_BYTES_PER_CELL, TileBudget, batch_slot_bytes,
 };
 pub(crate) use load::Core;
 #[cfg(feature = "obs")]
-pub(crate) use obs::{obs_error, obs_manifest};
+pub(crate) use obs::{decode_var_table, obs_error, obs_manifest};
 pub use options::{ReadOptions, ReadStats};
 pub use slot::{SLOT_HEADER, SlotChooser, SlotFill, SlotLayout, SlotValue, read_into_slot};
 

@@ -51,11 +51,30 @@ impl Dataset {
         }
         let rel = crate::manifest::VAR_TABLE_NAME;
         let bytes = self.side_file(rel, dct_obs::MAX_VAR_BYTES)?;
-        let url = self.core.store.url(rel);
-        dct_obs::decode_var_parquet(bytes, &url)
-            .map(Some)
-            .map_err(|e| DatasetError::SideFile { url, message: e.to_string() })
+        decode_var_table(bytes, &self.core.store.url(rel), self.core.manifest.n_genes).map(Some)
     }
+}
+
+/// `var.parquet` bytes (at `url`) decoded, with one row per gene of the dataset's `n_genes`; a
+/// [`DatasetError::SideFile`] naming the file otherwise.
+pub(crate) fn decode_var_table(
+    bytes: bytes::Bytes,
+    url: &str,
+    n_genes: u64,
+) -> Result<dct_obs::arrow::array::RecordBatch, DatasetError> {
+    let side = |message: String| DatasetError::SideFile { url: url.to_string(), message };
+    let table = dct_obs::decode_var_parquet(bytes, url).map_err(|e| {
+        // The parquet error names the file already; the side-file error names it once.
+        let text = e.to_string();
+        side(text.strip_prefix(&format!("{url}: ")).map_or(text.clone(), str::to_string))
+    })?;
+    if table.num_rows() as u64 != n_genes {
+        return Err(side(format!(
+            "holds {} rows but the dataset has {n_genes} genes (one row per gene)",
+            table.num_rows()
+        )));
+    }
+    Ok(table)
 }
 
 /// A `dct-obs` error as a dataset error (storage failures keep their kind; the rest name the dataset).

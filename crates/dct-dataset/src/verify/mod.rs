@@ -345,17 +345,7 @@ async fn check_side_files(core: &Core) -> Vec<Problem> {
 async fn check_var_table(core: &Core) -> Result<(), DatasetError> {
     let (store, limit) = (&core.store, dct_obs::MAX_VAR_BYTES);
     let bytes = side_file_result(store, VAR_TABLE_NAME, limit, store.get_limited(VAR_TABLE_NAME, limit).await)?;
-    let url = store.url(VAR_TABLE_NAME);
-    let table = dct_obs::decode_var_parquet(bytes, &url)
-        .map_err(|e| DatasetError::SideFile { url: url.clone(), message: e.to_string() })?;
-    let n_genes = core.manifest.n_genes;
-    if table.num_rows() as u64 != n_genes {
-        return Err(DatasetError::SideFile {
-            url,
-            message: format!("holds {} rows but the dataset has {n_genes} genes (one row per gene)", table.num_rows()),
-        });
-    }
-    Ok(())
+    crate::reader::decode_var_table(bytes, &store.url(VAR_TABLE_NAME), core.manifest.n_genes).map(|_| ())
 }
 
 /// `var.parquet` exists (decoding it needs the `obs` feature's parquet reader).

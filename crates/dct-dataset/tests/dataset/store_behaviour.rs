@@ -297,6 +297,10 @@ fn verify_decodes_the_gene_table() {
         let p = &report.problems[0];
         assert_eq!(p.category, Category::SideFile, "{what}");
         assert!(p.message.contains("var.parquet") && p.message.contains(says), "{what}: {}", p.message);
+        assert_eq!(p.message.matches("var.parquet").count(), 1, "{what}: the file is named once: {}", p.message);
+        // Reading the gene table says the same.
+        let read = ds.var_table().unwrap_err().to_string();
+        assert!(read.contains(says) && read.matches("var.parquet").count() == 1, "{what}: {read}");
     }
 }
 

@@ -348,14 +348,22 @@ def resolve_cache_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
 # ---------------------------------------------------------------------------------------------- var
 
 
-def _var_frame(got: Any) -> pd.DataFrame | None:
-    """The gene table read by the Rust core as a pandas DataFrame, its stored index restored."""
+def _var_frame(got: Any, url: str = "var.parquet") -> pd.DataFrame | None:
+    """The gene table read by the Rust core (from ``url``) as a pandas DataFrame, its stored index restored."""
     import pandas as pd
 
     if got is None:
         return None
     columns, metadata = got
-    meta = json.loads(metadata.get("pandas", "null") or "null") or {}
+    try:
+        meta = json.loads(metadata.get("pandas", "null") or "null") or {}
+        if not isinstance(meta, dict):
+            raise ValueError(f"an object was expected, not {type(meta).__name__}")
+    except ValueError as e:
+        raise _core.FormatError(
+            f"{url}: its pandas metadata (the \"pandas\" key of the schema metadata) is not a JSON object ({e}); "
+            "write the gene table again (deltacells.obs.write_var_table)"
+        ) from None
     index_names = meta.get("index_columns") or []
     index_field = index_names[0] if index_names and isinstance(index_names[0], str) else None
     data: dict[str, Any] = {}

@@ -325,7 +325,7 @@ class DeltaCellsDataset:
         """The gene table as a pandas DataFrame in stored column order, with its stored index (``None`` if the
         dataset has none; needs pandas). Read once."""
         if self._var is None and self.manifest.has_var_table:
-            self._var = _var_frame(self._core.var_table())
+            self._var = _var_frame(self._core.var_table(), f"{self._core.url()}/var.parquet")
         return self._var
 
     @property
