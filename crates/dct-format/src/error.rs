@@ -54,9 +54,7 @@ pub enum FormatError {
         max: u64,
     },
     /// The stored CRC-32 does not match the bytes it covers.
-    #[error(
-        "CRC-32 mismatch: header (offset 56) says {stored:#010x} but bytes [64, {end}) give {computed:#010x}; the tile is corrupt"
-    )]
+    #[error("CRC-32 mismatch: header (offset 56) says {stored:#010x} but bytes [64, {end}) give {computed:#010x}")]
     CrcMismatch {
         /// CRC stored in the header.
         stored: u32,

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use dct_codec::{DecodeOptions, DecodedTile, Decoder};
-use dct_dataset::{Batch, Dataset, EpochOptions, EpochPlan, ReadOptions, SparseRows, StoreOptions};
+use dct_dataset::{Batch, Dataset, DatasetError, EpochOptions, EpochPlan, ReadOptions, SparseRows, StoreOptions};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use serde_json::json;
@@ -115,13 +115,18 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
     let (mut fetch, mut decode, mut bytes, mut nnz, mut cells) = (Duration::ZERO, Duration::ZERO, 0u64, 0u64, 0u64);
     // One tile untimed first: the first decode into fresh memory pays a page fault per page (and the pool's
     // start), which would be charged to whichever tile came first.
-    decoder.decode_into(&ds.fetch_tile_bytes(tiles[0])?, &mut out)?;
+    // Decode errors name the tile and its object, as the reader's do.
+    let corrupt = |t: usize, e| {
+        let url = format!("{}/{}", ds.url().trim_end_matches('/'), dct_format::objects::tile_path(t));
+        anyhow::Error::new(DatasetError::Decode { tile: t, url, cause: e })
+    };
+    decoder.decode_into(&ds.fetch_tile_bytes(tiles[0])?, &mut out).map_err(|e| corrupt(tiles[0], e))?;
     for &t in &tiles {
         let start = Instant::now();
         let blob = ds.fetch_tile_bytes(t)?;
         fetch += start.elapsed();
         let start = Instant::now();
-        decoder.decode_into(&blob, &mut out)?;
+        decoder.decode_into(&blob, &mut out).map_err(|e| corrupt(t, e))?;
         decode += start.elapsed();
         bytes += blob.len() as u64;
         nnz += out.nnz() as u64;

@@ -248,6 +248,42 @@ fn errors_say_their_cause_once() {
     assert_eq!(code(&o), 1);
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
     assert_eq!(err.matches("cut.h5ad").count(), 1, "{err}");
+    // A corrupt tile under `bench` is named, with its object, and said to be corrupt once (with the CRC checked, and
+    // without it: the decoder's finding instead).
+    let damaged = empty.path().join("damaged");
+    let source = conformance().join("datasets/v2_exceptions_wide");
+    std::fs::create_dir_all(damaged.join("tiles")).unwrap();
+    for entry in walk(&source) {
+        let to = damaged.join(entry.strip_prefix(&source).unwrap());
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(&entry, &to).unwrap();
+    }
+    let tile = damaged.join("tiles/tile_000000.dct");
+    let mut bytes = std::fs::read(&tile).unwrap();
+    let at = bytes.len() - 20;
+    bytes[at] ^= 0x5a;
+    std::fs::write(&tile, bytes).unwrap();
+    for crc in [true, false] {
+        let mut args = vec!["bench", damaged.to_str().unwrap(), "--tiles", "0", "--threads", "1"];
+        if !crc {
+            args.push("--no-crc");
+        }
+        let o = run(&args);
+        assert_eq!(code(&o), 1, "{}", String::from_utf8_lossy(&o.stderr));
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(err.contains("tile 0 (") && err.contains("tile_000000.dct"), "crc {crc}: {err}");
+        assert_eq!(err.matches("corrupt").count(), 1, "crc {crc}: {err}");
+    }
+}
+
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() { out.extend(walk(&path)) } else { out.push(path) }
+    }
+    out
 }
 
 #[test]
