@@ -19,11 +19,35 @@ impl std::error::Error for StdoutClosed {}
 /// Writes `text` to stdout ([`outln!`]): a closed pipe is [`StdoutClosed`], any other failure an error naming
 /// stdout.
 pub fn write_stdout(text: std::fmt::Arguments<'_>) -> anyhow::Result<()> {
-    match std::io::stdout().lock().write_fmt(text) {
+    let text = std::fmt::format(text);
+    match write_unbuffered(text.as_bytes()) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(StdoutClosed.into()),
         Err(e) => Err(anyhow::anyhow!("cannot write to stdout: {e}")),
     }
+}
+
+/// `bytes` written to file descriptor 1 as it is now, unbuffered, through a duplicate of it. std's stdout buffers:
+/// a write into a pipe whose reader has gone leaves what it could not write in that buffer, and it would come out
+/// first in the next command run in this process (`deltacells.cli.main` in Python, which points descriptor 1 at a
+/// pipe of its own for each call). A descriptor 1 that is closed takes the output silently, as std's stdout does.
+#[cfg(unix)]
+fn write_unbuffered(bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::fd::AsFd;
+    const EBADF: i32 = 9; // on Linux and macOS alike
+    let fd = match std::io::stdout().as_fd().try_clone_to_owned() {
+        Ok(fd) => fd,
+        Err(e) if e.raw_os_error() == Some(EBADF) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    std::fs::File::from(fd).write_all(bytes)
+}
+
+#[cfg(not(unix))]
+fn write_unbuffered(bytes: &[u8]) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(bytes)?;
+    out.flush()
 }
 
 /// Writes `text` to stderr ([`errln!`]), leaving it out if stderr cannot be written.

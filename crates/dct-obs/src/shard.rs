@@ -144,10 +144,7 @@ pub(crate) async fn fetch_metadata(
     let tail = match store.get_tail(rel, suffix, expected_size).await {
         Ok(tail) => tail,
         Err(StoreError::WrongSize { size, .. }) => {
-            return Err(shard_err(format!(
-                "it is {size} bytes but the manifest says {expected_size}: the shard changed after the manifest was \
-                 written"
-            )));
+            return Err(shard_err(format!("it is {size} bytes but the manifest says {expected_size}")));
         }
         Err(e) => return Err(e.into()),
     };
@@ -447,8 +444,13 @@ pub(crate) async fn read_column_chunk(
         ));
     }
     if let Some(categories) = &column.categories {
-        crate::labels::category_labels(array.as_ref(), categories)
-            .map_err(|e| chunk_err(format!("its category codes do not fit the vocabulary: {e}")))?;
+        crate::labels::category_labels(array.as_ref(), categories).map_err(|e| {
+            let why = match e {
+                ObsError::Input { message, .. } => message,
+                other => other.to_string(),
+            };
+            chunk_err(format!("its category codes do not fit the vocabulary: {why}"))
+        })?;
     }
     Ok(array)
 }

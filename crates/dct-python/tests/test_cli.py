@@ -136,9 +136,22 @@ def test_a_python_stream_that_refuses_the_output_raises_in_the_caller(dataset):
         def write(self, s):
             raise BrokenPipeError(32, "Broken pipe")
 
+    # More output than a pipe holds (about 160 kB of obs values), so the command is still writing when the pipe
+    # closes: nothing it could not write may come out in the next command.
+    import pandas as pd
+    from deltacells.obs import ObsSchema
+
+    big = os.path.join(os.path.dirname(dataset), "with_obs")
+    if not os.path.exists(big):
+        obs = pd.DataFrame({"label": [f"cell number {i}" for i in range(8000)]})
+        with DatasetWriter(big, n_genes=5, tile_size=4000, level=3, obs_schema=ObsSchema.infer(obs)) as w:
+            for lo in (0, 4000):
+                w.add_tile(make_counts(4000, 5, density=0.2, seed=lo), obs=obs.iloc[lo : lo + 4000])
     hooked = []
     old_hook, threading.excepthook = threading.excepthook, hooked.append
     try:
+        with contextlib.redirect_stdout(Refusing()), pytest.raises(BrokenPipeError):
+            main(["obs", "show", big, "--cells", ":", "--csv", "--cache-dir", os.path.join(big, "..", "cache")])
         with contextlib.redirect_stdout(Refusing()), pytest.raises(BrokenPipeError):
             main(["inspect-tile", os.path.join(dataset, "tiles", "tile_000000.dct")])
         closed = io.StringIO()

@@ -120,16 +120,21 @@ impl TileBudget {
 /// Bytes an epoch plan holds per cell of a window whose cells it has laid out (their indices, shuffled).
 pub const PLAN_BYTES_PER_CELL: u64 = 8;
 
+/// Epoch plan bytes a loader allows whatever its budget, as it holds a window's tiles whatever its budget: 64 MiB,
+/// windows of four million cells (two held).
+pub const PLAN_BYTES_ALWAYS_ALLOWED: u64 = 64 << 20;
+
 impl TileBudget {
     /// An error (saying what to change) if a loader's epoch plans could not lay out a window of `window` tiles of
-    /// up to the largest of `tile_cells` cells within `budget` bytes: a plan holds one window's cells, and the
-    /// next epoch's plan one more. A window's cells are laid out before its tiles are read, so a manifest claiming
-    /// more cells than its tiles hold is refused here rather than met with an allocation of its claim.
+    /// up to the largest of `tile_cells` cells within `budget` bytes (or [`PLAN_BYTES_ALWAYS_ALLOWED`], if more): a
+    /// plan holds one window's cells, and the next epoch's plan one more. A window's cells are laid out before its
+    /// tiles are read, so a manifest claiming more cells than its tiles hold is refused here rather than met with
+    /// an allocation of its claim.
     pub fn check_plan(budget: u64, window: usize, tile_cells: &[u64]) -> Result<(), String> {
         let largest = tile_cells.iter().copied().max().unwrap_or(0);
         let cells = largest.saturating_mul(window as u64);
         let bytes = cells.saturating_mul(PLAN_BYTES_PER_CELL).saturating_mul(2);
-        if bytes > budget {
+        if bytes > budget.max(PLAN_BYTES_ALWAYS_ALLOWED) {
             return Err(format!(
                 "a window of {window} tiles of up to {largest} cells (as the manifest says) takes {bytes} bytes of \
                  epoch plan, more than the memory budget of {budget} bytes: use fewer tiles a window (shuffle_tiles) \
@@ -157,9 +162,11 @@ mod tests {
     #[test]
     fn a_window_s_plan_must_fit_the_budget() {
         let tiles = [10_000, 10_000, 2_000];
-        assert!(TileBudget::check_plan(2 * MB, 4, &tiles).is_ok(), "4 x 10,000 cells x 8 bytes x 2 is 640 kB");
-        let err = TileBudget::check_plan(600_000, 4, &tiles).unwrap_err();
-        assert!(err.contains("640000 bytes") && err.contains("shuffle_tiles"), "{err}");
+        assert!(TileBudget::check_plan(1, 4, &tiles).is_ok(), "640 kB of plan: allowed whatever the budget");
+        let big = [5_000_000, 5_000_000];
+        assert!(TileBudget::check_plan(512 * MB, 4, &big).is_ok(), "4 x 5M cells x 8 bytes x 2 is 320 MB");
+        let err = TileBudget::check_plan(256 * MB, 4, &big).unwrap_err();
+        assert!(err.contains("320000000 bytes") && err.contains("shuffle_tiles"), "{err}");
         // A claim of 2^32 - 1 cells in one tile: refused, not allocated.
         assert!(TileBudget::check_plan(8 << 30, 1, &[u64::from(u32::MAX)]).is_err());
         assert!(TileBudget::check_plan(0, 4, &[]).is_ok());

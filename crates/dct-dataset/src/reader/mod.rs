@@ -22,7 +22,7 @@ mod slot;
 pub use batch::Batch;
 pub use budget::{
     BATCH_BYTES_PER_CELL, BATCH_BYTES_PER_NONZERO, BATCH_SLOT_GRANULE, DECODED_BYTES_PER_NONZERO, HeldBatches,
-    PLAN_BYTES_PER_CELL, TileBudget, batch_slot_bytes,
+    PLAN_BYTES_ALWAYS_ALLOWED, PLAN_BYTES_PER_CELL, TileBudget, batch_slot_bytes,
 };
 pub(crate) use load::Core;
 #[cfg(feature = "obs")]
