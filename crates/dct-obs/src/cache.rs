@@ -109,6 +109,15 @@ pub(crate) enum Cached {
 ///
 /// Cache files are replaced by rename and never modified in place, so a mapping stays valid while it is in use.
 pub(crate) fn open_cached(path: &Path, column: &ObsColumn, tile_cells: &[u64]) -> Result<Cached> {
+    // A FIFO would block the open; a directory cannot be mapped (nor replaced by the rebuilt file).
+    match dct_store::check_regular_file(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Cached::Missing),
+        Err(_) => {
+            let message = "it is not a regular file (a directory, a FIFO or a device)".into();
+            return Err(ObsError::CacheCorrupt { path: path.to_path_buf(), message });
+        }
+        Ok(()) => {}
+    }
     let file = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Cached::Missing),

@@ -189,3 +189,30 @@ def test_special_files_in_place_of_dataset_files_are_errors_not_hangs(dataset, t
         assert rel.split("/")[-1] in done.stdout and says in done.stdout, done.stdout
         assert "attempts" not in done.stdout, f"a local file is not retried: {done.stdout}"
     assert "FileNotFoundError" in done.stdout, done.stdout
+
+
+def test_a_special_file_in_the_obs_cache_is_an_error_not_a_hang(dataset, tmp_path):
+    """A FIFO or a directory where a cached column belongs: an error naming the file and saying to delete the cache,
+    at once (in a child process with a timeout, so a regression fails rather than hangs the run)."""
+    import os
+    import subprocess
+    import sys
+
+    root, _ = dataset
+    for kind in ("fifo", "dir"):
+        cache = tmp_path / f"cache_{kind}"
+        ds = open_dataset(str(root), cache_dir=str(cache))
+        path = ds.obs.cache_dir / deltacells._core.column_file_name("x")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.mkfifo(path) if kind == "fifo" else path.mkdir()
+        code = (
+            "import deltacells\n"
+            "try:\n"
+            f"    deltacells.open_dataset({str(root)!r}, cache_dir={str(cache)!r}).obs.to_pandas()\n"
+            "except Exception as e:\n"
+            "    print(type(e).__name__, e)\n"
+        )
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "not a regular file" in done.stdout and "x.arrow" in done.stdout, done.stdout
+        assert "delete the cache directory" in done.stdout, done.stdout

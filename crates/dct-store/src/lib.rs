@@ -79,6 +79,7 @@ mod throttle;
 mod write;
 
 pub use error::StoreError;
+pub use local::check_regular_file;
 pub use open::{DEFAULT_MAX_REQUESTS, LocalReads, MAX_REQUESTS_KEY, StoreOptions};
 pub use parts::{DEFAULT_PART_BYTES, PART_BYTES_KEY};
 pub use retry::RetryPolicy;

@@ -11,10 +11,10 @@ use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::{GetOptions, GetResult, ObjectStore, PutOptions, PutPayload, PutResult};
 
-/// What is wrong with reading the object at `path` as a regular file, if anything: `NotFound` for a path through
-/// a file (or nothing there), `InvalidInput` naming the kind for a FIFO, socket, device or directory. Other
-/// failures to look are left to the read, which reports them.
-pub(crate) fn check_regular_file(path: &FsPath) -> std::io::Result<()> {
+/// What is wrong with reading `path` as a regular file, if anything, found without opening it: `NotFound` for a
+/// path through a file, `InvalidInput` naming the kind for a FIFO, socket, device or directory. Nothing there, and
+/// other failures to look, are left to the read, which reports them. (Also for the obs cache's files.)
+pub fn check_regular_file(path: &FsPath) -> std::io::Result<()> {
     let meta = match std::fs::metadata(path) {
         Ok(meta) => meta,
         Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {
@@ -31,7 +31,7 @@ pub(crate) fn check_regular_file(path: &FsPath) -> std::io::Result<()> {
     let kind = file_kind(&meta);
     Err(std::io::Error::new(
         std::io::ErrorKind::InvalidInput,
-        format!("{} is {kind}, not a regular file: a dataset's objects are files", path.display()),
+        format!("{} is {kind}, not a regular file", path.display()),
     ))
 }
 
