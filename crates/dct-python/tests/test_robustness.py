@@ -37,6 +37,19 @@ def read_everything(root, cache):
         ds.obs.to_pandas()
 
 
+def child_says(statements: str, catch: str = "Exception") -> str:
+    """What ``statements`` print (an exception of ``catch`` as its class and message), run in a child process with
+    a timeout: a regression that aborts or hangs fails the test rather than killing or hanging the run."""
+    import subprocess
+    import sys
+
+    body = "".join(f"    {line}\n" for line in statements.splitlines())
+    code = f"import deltacells\ntry:\n{body}except ({catch}) as e:\n    print(type(e).__name__, e)\n"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
 def test_mutated_tiles_raise_format_errors():
     m = make_counts(80, 200_000 // 1000, density=0.2, seed=51, max_value=70000, dtype=np.int64)
     blob = encode_tile(m, n_chunks=4, level=3)
@@ -128,9 +141,6 @@ def test_a_manifest_claiming_more_cells_than_its_tiles_hold_is_refused_not_alloc
     (a tile too small for its cells), and, where the claimed tile bytes agree, by the loader before it lays out a
     window of the claim (which would be 34 GB): no abort, no allocation of the claim. Run in a child process, so a
     regression shows as a failed check rather than the test runner killed."""
-    import subprocess
-    import sys
-
     require("torch")
     root, _ = dataset
     n = 2**32 - 1
@@ -144,16 +154,10 @@ def test_a_manifest_claiming_more_cells_than_its_tiles_hold_is_refused_not_alloc
         m.update(has_obs=False, n_cells=n, tile_size=n, tile_cells=[n], tile_nnz=m["tile_nnz"][:1],
                  tile_bytes=[tile_bytes or m["tile_bytes"][0]])
         (claim / "manifest.json").write_text(json.dumps(m))
-        code = (
-            "import deltacells, deltacells.torch as dt\n"
-            "try:\n"
-            f"    next(iter(dt.make_loader({str(claim)!r}, 32, memory_budget=2 << 30)))\n"
-            "except (ValueError, deltacells.FormatError) as e:\n"
-            "    print(type(e).__name__, e)\n"
-        )
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, done.stderr[-2000:]
-        assert expect in done.stdout and "manifest" in done.stdout, done.stdout
+        said = child_says("import deltacells.torch\n"
+                          f"next(iter(deltacells.torch.make_loader({str(claim)!r}, 32, memory_budget=2 << 30)))",
+                          "ValueError, deltacells.FormatError")
+        assert expect in said and "manifest" in said, said
 
 
 def test_special_files_in_place_of_dataset_files_are_errors_not_hangs(dataset, tmp_path):
@@ -161,8 +165,6 @@ def test_special_files_in_place_of_dataset_files_are_errors_not_hangs(dataset, t
     is a file names no manifest: each is an error at once, naming the file (run in a child process with a timeout,
     so a regression fails rather than hangs the run)."""
     import os
-    import subprocess
-    import sys
 
     root, _ = dataset
     cases = []
@@ -176,27 +178,16 @@ def test_special_files_in_place_of_dataset_files_are_errors_not_hangs(dataset, t
     afile.write_text("x")
     cases.append((afile, "manifest.json", ""))
     for where, rel, says in cases:
-        code = (
-            "import deltacells\n"
-            "try:\n"
-            f"    ds = deltacells.open_dataset({str(where)!r})\n"
-            "    ds.get_batch([0])\n"
-            "except OSError as e:\n"
-            "    print(type(e).__name__, e)\n"
-        )
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr[-2000:]
-        assert rel.split("/")[-1] in done.stdout and says in done.stdout, done.stdout
-        assert "attempts" not in done.stdout, f"a local file is not retried: {done.stdout}"
-    assert "FileNotFoundError" in done.stdout, done.stdout
+        said = child_says(f"deltacells.open_dataset({str(where)!r}).get_batch([0])", "OSError")
+        assert rel.split("/")[-1] in said and says in said, said
+        assert "attempts" not in said, f"a local file is not retried: {said}"
+    assert "FileNotFoundError" in said, said
 
 
 def test_a_special_file_in_the_obs_cache_is_an_error_not_a_hang(dataset, tmp_path):
     """A FIFO or a directory where a cached column belongs: an error naming the file and saying to delete the cache,
     at once (in a child process with a timeout, so a regression fails rather than hangs the run)."""
     import os
-    import subprocess
-    import sys
 
     root, _ = dataset
     for kind in ("fifo", "dir"):
@@ -205,14 +196,5 @@ def test_a_special_file_in_the_obs_cache_is_an_error_not_a_hang(dataset, tmp_pat
         path = ds.obs.cache_dir / deltacells._core.column_file_name("x")
         path.parent.mkdir(parents=True, exist_ok=True)
         os.mkfifo(path) if kind == "fifo" else path.mkdir()
-        code = (
-            "import deltacells\n"
-            "try:\n"
-            f"    deltacells.open_dataset({str(root)!r}, cache_dir={str(cache)!r}).obs.to_pandas()\n"
-            "except Exception as e:\n"
-            "    print(type(e).__name__, e)\n"
-        )
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr[-2000:]
-        assert "not a regular file" in done.stdout and "x.arrow" in done.stdout, done.stdout
-        assert "delete the cache directory" in done.stdout, done.stdout
+        said = child_says(f"deltacells.open_dataset({str(root)!r}, cache_dir={str(cache)!r}).obs.to_pandas()")
+        assert "not a regular file" in said and "x.arrow" in said and "delete the cache directory" in said, said
