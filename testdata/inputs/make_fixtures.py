@@ -134,6 +134,14 @@ def random_counts(rng, n_cells, n_genes, density):
     return sp.csr_matrix(m)
 
 
+def sorted_counts(rng, n_cells, n_genes, density, below, dtype):
+    """Random counts in 1..below-1 as a CSR matrix of ``dtype`` with sorted indices."""
+    counts = sp.random(n_cells, n_genes, density=density, format="csr", random_state=rng,
+                       data_rvs=lambda k: rng.integers(1, below, size=k)).astype(dtype)
+    counts.sort_indices()
+    return counts
+
+
 def layouts():
     rng = np.random.default_rng(20240531)
     n_cells, n_genes, n_raw = 40, 300, 320
@@ -257,11 +265,8 @@ def layouts():
 
 def nullable_obs():
     """pandas nullable columns in obs and var, as anndata writes them (a `string` column as nullable-string-array)."""
-    rng = np.random.default_rng(20250212)
     n_cells, n_genes = 30, 20
-    counts = sp.random(n_cells, n_genes, density=0.3, format="csr", random_state=rng,
-                       data_rvs=lambda k: rng.integers(1, 10, size=k)).astype(np.int32)
-    counts.sort_indices()
+    counts = sorted_counts(np.random.default_rng(20250212), n_cells, n_genes, 0.3, 10, np.int32)
 
     obs = pd.DataFrame(index=[f"NCELL{i:02d}" for i in range(n_cells)])
     note = [["plain", "é", "", "mixed Ünïcode ✓", "x"][i % 5] for i in range(n_cells)]
@@ -322,11 +327,8 @@ def heap_tail():
 
     import h5py
 
-    rng = np.random.default_rng(20261207)
     n_cells, n_genes = 12, 3000
-    counts = sp.random(n_cells, n_genes, density=0.05, format="csr", random_state=rng,
-                       data_rvs=lambda k: rng.integers(1, 20, size=k)).astype(np.float32)
-    counts.sort_indices()
+    counts = sorted_counts(np.random.default_rng(20261207), n_cells, n_genes, 0.05, 20, np.float32)
     obs = pd.DataFrame(index=[f"HCELL{i:02d}" for i in range(n_cells)])
     var = pd.DataFrame(index=[f"HeapGene{i}" for i in range(n_genes)])
     path = os.path.join(HERE, "heap_tail.h5ad")

@@ -158,6 +158,13 @@ def test_a_manifest_claiming_more_cells_than_its_tiles_hold_is_refused_not_alloc
                           f"next(iter(deltacells.torch.make_loader({str(claim)!r}, 32, memory_budget=2 << 30)))",
                           "ValueError, deltacells.FormatError")
         assert expect in said and "manifest" in said, said
+        if tile_bytes:
+            # A corpus's loader refuses the same window, naming the member.
+            said = child_says("import deltacells.torch\n"
+                              f"c = deltacells.open_corpus({{'big': {str(claim)!r}}})\n"
+                              "next(iter(deltacells.torch.make_loader(c, 32, memory_budget=2 << 30)))",
+                              "ValueError, deltacells.FormatError")
+            assert "member big" in said and expect in said, said
 
 
 def test_special_files_in_place_of_dataset_files_are_errors_not_hangs(dataset, tmp_path):
@@ -181,6 +188,11 @@ def test_special_files_in_place_of_dataset_files_are_errors_not_hangs(dataset, t
         said = child_says(f"deltacells.open_dataset({str(where)!r}).get_batch([0])", "OSError")
         assert rel.split("/")[-1] in said and says in said, said
         assert "attempts" not in said, f"a local file is not retried: {said}"
+        if says:
+            # Through a LocalBackend subclass, whose files the Python backend reads.
+            subclass = "type('Mine', (deltacells.LocalBackend,), {})"
+            said = child_says(f"deltacells.open_dataset({subclass}({str(where)!r})).get_batch([0])", "OSError")
+            assert rel.split("/")[-1] in said and "not a regular file" in said, said
     assert "FileNotFoundError" in said, said
 
 

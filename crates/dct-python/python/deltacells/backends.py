@@ -11,9 +11,11 @@ and ranged calls for obs.
 from __future__ import annotations
 
 import atexit
+import errno
 import io
 import os
 import random
+import stat
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -127,8 +129,20 @@ class LocalBackend(Backend):
     def _path(self, name: str) -> str:
         return os.path.join(self.root, name)
 
+    def _file(self, name: str) -> str:
+        """The path of ``name`` if it is a regular file (opening a FIFO would wait for a writer forever); an
+        ``OSError`` naming it if it is something else. A missing file is left to ``open`` to report."""
+        path = self._path(name)
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            return path
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, f"{path} is not a regular file (a directory, a FIFO or a device)")
+        return path
+
     def read(self, name: str) -> bytes:
-        with open(self._path(name), "rb") as f:
+        with open(self._file(name), "rb") as f:
             return f.read()
 
     def exists(self, name: str) -> bool:
@@ -140,7 +154,7 @@ class LocalBackend(Backend):
     def read_range(self, name: str, offset: int, length: int) -> bytes:
         if length <= 0:
             return b""
-        with open(self._path(name), "rb") as f:
+        with open(self._file(name), "rb") as f:
             f.seek(offset)
             return f.read(length)
 
