@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use dct_store::StoreError;
+use dct_store::{Store, StoreError};
 
 /// Everything that can go wrong reading, writing, caching or verifying obs.
 ///
@@ -72,16 +72,23 @@ pub enum ObsError {
         /// What is wrong.
         message: String,
     },
-    /// Bytes read from a shard differ from what its footer, the manifest or the store announced (checksum or
-    /// length): they were altered in storage or in transit. Retried like a transient failure; if it persists the
-    /// stored object is damaged.
-    #[error("{url}{}{}: {message}; the bytes were altered in storage or in transit (retried); if this persists, \
-        run `deltacells verify` on the dataset",
+    /// Bytes read from a shard differ from what its footer or the manifest recorded (a checksum): they were altered
+    /// after they were written, in storage or (from a remote store) in transit. Retried like a transient failure; if
+    /// it persists the stored object is damaged.
+    #[error("{url}{}{}: {message}; {}",
         tile.map(|t| format!(" (tile {t})")).unwrap_or_default(),
-        column.as_ref().map(|c| format!(" (column {c:?})")).unwrap_or_default())]
+        column.as_ref().map(|c| format!(" (column {c:?})")).unwrap_or_default(),
+        if *local {
+            "the file changed after it was written; run `deltacells verify` on the dataset and rewrite it"
+        } else {
+            "the bytes were altered in storage or in transit (retried); if this persists, run `deltacells verify` \
+             on the dataset"
+        })]
     Damaged {
         /// The shard's URL.
         url: String,
+        /// Whether the shard is a local file (then nothing was in transit).
+        local: bool,
         /// The tile (row group) concerned, if any.
         tile: Option<usize>,
         /// The column concerned, if any.
@@ -133,6 +140,15 @@ pub enum ObsError {
         /// What is wrong and how to fix it.
         message: String,
     },
+    /// A stored gene table (`var.parquet`) cannot serve as one: no string index naming the genes.
+    #[error("the gene table{}: {message}; rewrite it from a pandas DataFrame indexed by the gene names",
+        column.as_ref().map(|c| format!(" (column {c:?})")).unwrap_or_default())]
+    VarTable {
+        /// The column concerned, if any.
+        column: Option<String>,
+        /// What is wrong.
+        message: String,
+    },
     /// Local cache I/O failed.
     #[error("obs cache {}: {message}: {cause}; check that the cache directory is writable \
              (set DELTACELLS_CACHE or pass cache_dir to use another one)", path.display())]
@@ -170,8 +186,15 @@ impl ObsError {
         }
     }
 
-    pub(crate) fn damaged(url: &str, tile: Option<usize>, column: Option<&str>, message: impl Into<String>) -> Self {
-        ObsError::Damaged { url: url.to_string(), tile, column: column.map(str::to_string), message: message.into() }
+    pub(crate) fn damaged(
+        store: &Store,
+        url: &str,
+        tile: Option<usize>,
+        column: Option<&str>,
+        message: String,
+    ) -> Self {
+        let (url, local, column) = (url.to_string(), store.is_local(), column.map(str::to_string));
+        ObsError::Damaged { url, local, tile, column, message }
     }
 
     pub(crate) fn input(column: Option<&str>, message: impl Into<String>) -> Self {

@@ -136,7 +136,7 @@ pub(crate) async fn fetch_metadata(
     expected_footer_crc32: Option<u32>,
 ) -> Result<Arc<ParquetMetaData>> {
     let shard_err = |m: String| ObsError::shard(url, None, None, m);
-    let damaged = |m: String| ObsError::damaged(url, None, None, m);
+    let damaged = |m: String| ObsError::damaged(store, url, None, None, m);
     if expected_size < 12 {
         return Err(shard_err(format!("the manifest gives it {expected_size} bytes, too small for a parquet file")));
     }
@@ -371,7 +371,7 @@ pub(crate) async fn read_column_chunk(
     let range = chunk_range(&meta.metadata, rg, col);
     let chunk = store.get_range(rel, range.clone()).await?;
     let chunk_err = |m: String| ObsError::shard(url, Some(tile), Some(&column.name), m);
-    let damaged = |m: String| ObsError::damaged(url, Some(tile), Some(&column.name), m);
+    let damaged = |m: String| ObsError::damaged(store, url, Some(tile), Some(&column.name), m);
     if let Some(crcs) = &meta.chunk_crc32 {
         let n_cols = meta.metadata.row_group(rg).num_columns();
         let expected = crcs.get(rg * n_cols + col).copied();

@@ -152,20 +152,21 @@ impl VarTable {
     /// The table from a record batch read back from `var.parquet`: the index is the (first) column named by the
     /// pandas metadata's `index_columns` (or, without pandas metadata, the last string column).
     pub fn from_record_batch(batch: &RecordBatch) -> Result<VarTable> {
+        let bad = |column: Option<&str>, message| ObsError::VarTable { column: column.map(str::to_string), message };
         let names: Vec<String> = batch.schema().fields().iter().map(|f| f.name().clone()).collect();
         let idx = index_column(batch)
             .or_else(|| {
                 batch.schema().fields().iter().rposition(|f| f.data_type() == &DataType::Utf8).map(|i| names[i].clone())
             })
-            .ok_or_else(|| ObsError::input(None, "the var table has no index column"))?;
+            .ok_or_else(|| bad(None, "it has no index column and no string column".into()))?;
         let pos = names
             .iter()
             .position(|n| *n == idx)
-            .ok_or_else(|| ObsError::input(Some(&idx), "the pandas metadata names an index column the table lacks"))?;
+            .ok_or_else(|| bad(Some(&idx), "its pandas metadata names an index column the table lacks".into()))?;
         let index = batch.column(pos);
         let index = index
             .as_string_opt::<i32>()
-            .ok_or_else(|| ObsError::input(Some(&idx), format!("the index is {}, not strings", index.data_type())))?;
+            .ok_or_else(|| bad(Some(&idx), format!("its index is {}, not strings", index.data_type())))?;
         let index: Vec<String> = index.iter().map(|v| v.unwrap_or_default().to_string()).collect();
         let columns = names
             .iter()
@@ -237,4 +238,27 @@ pub async fn write_var_table(store: &Store, table: &VarTable) -> Result<u64> {
     let n = bytes.len() as u64;
     store.put(VAR_TABLE_NAME, bytes).await?;
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::Int64Array;
+
+    #[test]
+    fn a_stored_table_without_string_names_is_a_gene_table_error() {
+        let numbers: ArrayRef = Arc::new(Int64Array::from(vec![1, 2, 3]));
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+        let batch = RecordBatch::try_new(schema.clone(), vec![numbers.clone()]).unwrap();
+        let e = VarTable::from_record_batch(&batch).unwrap_err();
+        assert!(matches!(e, ObsError::VarTable { column: None, .. }), "{e:?}");
+        assert!(e.to_string().starts_with("the gene table: it has no index column"), "{e}");
+        let meta: std::collections::HashMap<String, String> =
+            [(PANDAS_METADATA_KEY.to_string(), r#"{"index_columns": ["id"]}"#.to_string())].into();
+        let named = RecordBatch::try_new(Arc::new(schema.as_ref().clone().with_metadata(meta)), vec![numbers]).unwrap();
+        let e = VarTable::from_record_batch(&named).unwrap_err();
+        assert!(matches!(&e, ObsError::VarTable { column: Some(c), .. } if c == "id"), "{e:?}");
+        assert!(e.to_string().contains("its index is Int64, not strings"), "{e}");
+        assert!(!e.to_string().contains("invalid obs input"), "{e}");
+    }
 }

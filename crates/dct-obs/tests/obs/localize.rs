@@ -218,6 +218,26 @@ fn concurrent_processes_fetch_each_column_once() {
     }
 }
 
+/// A local shard whose column chunk no longer matches its CRC-32 is reported as a file changed after it was
+/// written, naming it, the tile and the column; nothing was in transit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_local_shard_is_named_as_changed_not_as_damaged_in_transit() {
+    let s = synth().await;
+    let col = s.schema.columns[0].name.clone();
+    let (shard, range) = chunk_ranges(&s, &col)[0].clone();
+    let path = s.dir.path().join(&shard);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[(range.start + range.end) as usize / 2] ^= 0x5A;
+    std::fs::write(&path, &bytes).unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let obs = Obs::open(s.store(), s.manifest.clone(), opts(cache.path())).await.unwrap();
+    let e = obs.localize(&[col.as_str()]).await.unwrap_err();
+    assert!(matches!(e, ObsError::Damaged { local: true, tile: Some(0), .. }), "{e:?}");
+    let msg = e.to_string();
+    assert!(msg.contains(&shard) && msg.contains(&format!("{col:?}")), "{msg}");
+    assert!(msg.contains("changed after it was written") && !msg.contains("transit"), "{msg}");
+}
+
 #[tokio::test]
 async fn invalid_cache_files_are_rebuilt() {
     let s = write_synth(&tiles(6, 200, 50), 3, 4, 11).await;
