@@ -100,6 +100,23 @@ impl StoreError {
 /// are final.
 pub(crate) fn is_transient(e: &object_store::Error) -> bool {
     matches!(e, object_store::Error::Generic { .. })
+        && !http_status(e).is_some_and(|s| (400..500).contains(&s) && s != 408 && s != 429)
+}
+
+/// The HTTP status of a failed response as `object_store` reports it in its message ("... status code: 405 Method
+/// Not Allowed: ..."; its error type is not public). A client error other than a timeout or throttling is final:
+/// a server that refuses a method (WebDAV's PROPFIND, say) refuses it again.
+pub(crate) fn http_status(e: &object_store::Error) -> Option<u16> {
+    let message = backend_message_raw(e);
+    let at = message.find("status code: ")? + "status code: ".len();
+    message.get(at..at + 3)?.parse().ok()
+}
+
+/// Whether `e` says the server does not offer the operation at all (405 Method Not Allowed, 501 Not Implemented,
+/// or `object_store`'s own "not supported" / "not implemented").
+pub(crate) fn is_unsupported(e: &object_store::Error) -> bool {
+    matches!(e, object_store::Error::NotSupported { .. } | object_store::Error::NotImplemented { .. })
+        || matches!(http_status(e), Some(405 | 501))
 }
 
 /// The (transient) error for a body of `got` bytes where `expected` were announced: the transfer went wrong, and
@@ -122,6 +139,16 @@ pub(crate) fn request_error(op: &'static str, url: String, e: object_store::Erro
 /// The backend's message without `object_store`'s wrapping ("Generic X error: ..."), which names the store type
 /// rather than the object.
 fn backend_message(e: &object_store::Error) -> String {
+    let message = backend_message_raw(e);
+    // A web server's error page is HTML: its markup says nothing the status does not.
+    let lower = message.to_ascii_lowercase();
+    match ["<html", "<!doctype", "<?xml version"].iter().filter_map(|m| lower.find(m)).min() {
+        Some(at) if at > 0 => format!("{} (and an error page)", message[..at].trim_end_matches([' ', ':'])),
+        _ => message,
+    }
+}
+
+fn backend_message_raw(e: &object_store::Error) -> String {
     match e {
         object_store::Error::Generic { source, .. } => source.to_string(),
         other => other.to_string(),
@@ -131,6 +158,24 @@ fn backend_message(e: &object_store::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_method_is_final_and_its_error_page_left_out() {
+        let page = "Server returned non-2xx status code: 405 Method Not Allowed: <html>\r\n<head><title>405 Not \
+                    Allowed</title></head>\r\n<body><center><h1>405 Not Allowed</h1></center></body></html>";
+        let e = object_store::Error::Generic { store: "HTTP", source: page.into() };
+        assert_eq!(http_status(&e), Some(405));
+        assert!(!is_transient(&e) && is_unsupported(&e));
+        let text = request_error("LIST", "http://h/ds".into(), e, 1).to_string();
+        assert!(text.contains("405 Method Not Allowed (and an error page)") && !text.contains("<html"), "{text}");
+        for (status, transient) in [(500, true), (503, true), (429, true), (408, true), (400, false)] {
+            let e = object_store::Error::Generic {
+                store: "HTTP",
+                source: format!("Server returned non-2xx status code: {status} Reason: body").into(),
+            };
+            assert_eq!(is_transient(&e), transient, "{status}");
+        }
+    }
 
     #[test]
     fn messages_name_the_object_and_say_the_cause_once() {

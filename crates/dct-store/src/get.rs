@@ -82,7 +82,13 @@ impl Store {
     }
 
     /// GETs the bytes `range` of an object; a body of another length is retried like a transient failure.
+    ///
+    /// From a server that does not serve ranges (a plain web server may not) the object is read whole and the range
+    /// cut from it: correct, at the cost of the whole object each time.
     pub async fn get_range(&self, rel: &str, range: Range<u64>) -> Result<Bytes, StoreError> {
+        if !self.serves_ranges() {
+            return self.range_of_whole(rel, range, None).await;
+        }
         let path = self.path(rel);
         let want = range.end.saturating_sub(range.start);
         let (got, attempts) = self
@@ -95,7 +101,40 @@ impl Store {
                 Ok(b)
             })
             .await;
-        got.map_err(|e| request_error("GET range", self.url(rel), e, attempts))
+        match got {
+            Err(e) if crate::parts::ranges_unserved(&e) => {
+                self.ranges_unserved();
+                self.range_of_whole(rel, range, None).await
+            }
+            got => got.map_err(|e| request_error("GET range", self.url(rel), e, attempts)),
+        }
+    }
+
+    /// `range` of object `rel` read whole (of `expected_size` bytes, if given): for servers without ranges.
+    async fn range_of_whole(
+        &self,
+        rel: &str,
+        range: Range<u64>,
+        expected_size: Option<u64>,
+    ) -> Result<Bytes, StoreError> {
+        let whole = match self.get_whole(rel, |n| expected_size.is_none_or(|e| n == e)).await? {
+            Ok(whole) => whole,
+            Err(size) => {
+                let expected = expected_size.unwrap_or(size);
+                return Err(StoreError::WrongSize { url: self.url(rel), size, expected });
+            }
+        };
+        if range.end > whole.len() as u64 || range.start > range.end {
+            let message = format!("bytes {}..{} asked of an object of {} bytes", range.start, range.end, whole.len());
+            return Err(StoreError::Request {
+                op: "GET range",
+                url: self.url(rel),
+                message,
+                transient: false,
+                attempts: 1,
+            });
+        }
+        Ok(whole.slice(range.start as usize..range.end as usize))
     }
 
     /// GETs the last `n` bytes (at most the whole) of an object that must be `expected_size` bytes
@@ -105,6 +144,9 @@ impl Store {
         let path = self.path(rel);
         let want = n.min(expected_size);
         let range = expected_size - want..expected_size;
+        if !self.serves_ranges() {
+            return self.range_of_whole(rel, range, Some(expected_size)).await;
+        }
         let (got, attempts) = self
             .retry()
             .run_counted(is_transient, || async {
@@ -119,6 +161,13 @@ impl Store {
                 Ok(Ok(tail))
             })
             .await;
+        let got = match got {
+            Err(e) if crate::parts::ranges_unserved(&e) => {
+                self.ranges_unserved();
+                return self.range_of_whole(rel, range, Some(expected_size)).await;
+            }
+            got => got,
+        };
         match got.map_err(|e| request_error("GET range", self.url(rel), e, attempts))? {
             Ok(tail) => Ok(tail),
             Err(size) => Err(StoreError::WrongSize { url: self.url(rel), size, expected: expected_size }),

@@ -34,13 +34,17 @@ pub const DEFAULT_PART_BYTES: u64 = 8 << 20;
 /// that the futures of an object's parts stay few however large a manifest says it is.
 const MAX_PARTS_IN_FLIGHT: usize = 16;
 
-/// The ranges of the `k = ceil(size / part_bytes)` parts of a `size`-byte object, as equal as whole bytes allow
-/// (parts of equal size finish together), made as they are asked for.
+/// At most this many parts of one object: a part size far below an object's (`part_bytes=1`, say) would otherwise
+/// take one request for every few bytes; the parts of such an object are larger instead.
+pub const MAX_PARTS_PER_OBJECT: u64 = 256;
+
+/// The ranges of the `k = ceil(size / part_bytes)` parts (at most [`MAX_PARTS_PER_OBJECT`]) of a `size`-byte
+/// object, as equal as whole bytes allow (parts of equal size finish together), made as they are asked for.
 pub(crate) fn part_ranges(
     size: u64,
     part_bytes: u64,
 ) -> impl ExactSizeIterator<Item = Range<u64>> + DoubleEndedIterator {
-    let k = if part_bytes == 0 || size <= part_bytes { 1 } else { size.div_ceil(part_bytes) };
+    let k = if part_bytes == 0 || size <= part_bytes { 1 } else { size.div_ceil(part_bytes).min(MAX_PARTS_PER_OBJECT) };
     let k = usize::try_from(k).unwrap_or(usize::MAX);
     let (size, kk) = (u128::from(size), k as u128);
     (0..k).map(move |i| {
@@ -72,7 +76,7 @@ enum Stop {
 
 /// Whether `e`, the error of a range request, says the server does not serve ranges: `object_store` reports a
 /// response of the whole object as `NotSupported`, and one without `Content-Range` in its own words.
-fn ranges_unserved(e: &object_store::Error) -> bool {
+pub(crate) fn ranges_unserved(e: &object_store::Error) -> bool {
     matches!(e, object_store::Error::NotSupported { .. }) || {
         let message = e.to_string();
         message.contains("non-partial response") || message.contains("Content-Range header not present")
@@ -191,8 +195,13 @@ mod tests {
         assert_eq!(all(10, 10), whole(10));
         assert_eq!(all(0, 4), whole(0));
         assert_eq!(all(10, 4), [0..3, 3..6, 6..10]);
-        // A claim of 2^64 - 1 bytes: its parts are counted, not made.
-        assert_eq!(part_ranges(u64::MAX, DEFAULT_PART_BYTES).len() as u64, u64::MAX.div_ceil(DEFAULT_PART_BYTES));
+        // A claim of 2^64 - 1 bytes: its parts are counted, not made, and no more than the most an object has.
+        assert_eq!(part_ranges(u64::MAX, DEFAULT_PART_BYTES).len() as u64, MAX_PARTS_PER_OBJECT);
+        // Parts of a byte asked for a tile of 180 kB: the most an object has, larger.
+        let tiny = all(180_234, 1);
+        assert_eq!(tiny.len() as u64, MAX_PARTS_PER_OBJECT);
+        assert!(tiny.windows(2).all(|w| w[0].end == w[1].start) && tiny[255].end == 180_234);
+        assert!(tiny.iter().all(|p| (704..=705).contains(&(p.end - p.start))), "{tiny:?}");
         let mut huge = part_ranges(u64::MAX, DEFAULT_PART_BYTES);
         assert_eq!((huge.next().unwrap().start, huge.next_back().unwrap().end), (0, u64::MAX));
         for (size, part) in [(21_802_983u64, DEFAULT_PART_BYTES), (1 << 30, DEFAULT_PART_BYTES), (1001, 7)] {

@@ -6,8 +6,9 @@
 //! caller sleeps for an exponentially growing, fully jittered delay, so that many workers hitting one failing
 //! endpoint spread out instead of retrying in lockstep.
 //!
-//! `object_store`'s cloud clients already retry HTTP failures underneath (see its `RetryConfig`); this layer adds
-//! what they cannot see: faults of local and wrapped stores, and bodies that end early or run long.
+//! `object_store`'s cloud clients retry an HTTP failure once underneath (within 30 s; see `cloud.rs`), so the two
+//! layers together make at most 8 attempts; this layer adds what they cannot see: faults of local and wrapped
+//! stores, and bodies that end early or run long.
 //!
 //! ```
 //! use dct_store::RetryPolicy;

@@ -136,6 +136,12 @@ impl Store {
         match got {
             Ok(meta) => Ok(meta.and_then(|m| self.info(m))),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
+            // A server that lists nothing (a WebDAV server refusing PROPFIND, say) still answers for the manifest:
+            // a dataset there is found by it.
+            Err(e) if crate::error::is_unsupported(&e) => {
+                let manifest = "manifest.json";
+                Ok(self.exists(manifest).await?.then(|| ObjectInfo { path: manifest.into(), size: 0 }))
+            }
             Err(e) => Err(request_error("LIST", self.root().to_string(), e, attempts)),
         }
     }

@@ -193,3 +193,28 @@ fn a_server_without_ranges_is_read_whole_from_then_on() {
         assert_eq!(gets.load(Ordering::SeqCst), first + 1);
     });
 }
+
+/// Byte ranges and tails (what obs reads ask for) from a server without ranges: cut from the object read whole,
+/// the same bytes, rather than an error that blames the credentials.
+#[cfg(feature = "http")]
+#[test]
+fn ranges_and_tails_from_a_server_without_ranges_are_cut_from_the_whole_object() {
+    use std::sync::atomic::Ordering;
+    run(async {
+        let object = big(4);
+        let (url, gets) = rangeless_server(object.clone()).await;
+        let options = StoreOptions { retry: quick(), ..StoreOptions::default() }.with_option("allow_http", "true");
+        let store = Store::from_url(&format!("{url}/ds"), &options).unwrap();
+        let n = object.len() as u64;
+        assert!(store.get_range("obs/obs_0000.parquet", 10..5_000).await.unwrap() == object.slice(10..5_000));
+        assert!(store.get_tail("obs/obs_0000.parquet", 64, n).await.unwrap() == object.slice(object.len() - 64..));
+        let e = store.get_tail("obs/obs_0000.parquet", 64, n + 1).await.unwrap_err();
+        assert!(matches!(e, dct_store::StoreError::WrongSize { .. }), "{e}");
+        let e = store.get_range("obs/obs_0000.parquet", n - 1..n + 1).await.unwrap_err();
+        assert!(e.to_string().contains(&format!("asked of an object of {n} bytes")), "{e}");
+        // The first range found the server out: one GET each after it.
+        let before = gets.load(Ordering::SeqCst);
+        store.get_range("obs/obs_0000.parquet", 0..8).await.unwrap();
+        assert_eq!(gets.load(Ordering::SeqCst), before + 1);
+    });
+}

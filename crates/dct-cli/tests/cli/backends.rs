@@ -538,3 +538,32 @@ fn http_nginx() {
     };
     conformance(&b);
 }
+
+/// A dataset written straight to a web server that takes PUTs (nginx's WebDAV) but lists nothing (it refuses
+/// PROPFIND with 405): the writer finds the location empty by its manifest, as `deltacells convert` does, and the
+/// dataset reads back; a second writer finds it taken.
+#[test]
+fn a_dataset_is_written_to_a_web_server_that_lists_nothing() {
+    let Some(b) = backend(&["DCT_HTTP_URL", "DCT_HTTP_ROOT"], |v| Backend {
+        name: "http",
+        base: format!("{}/{}", v[0].trim_end_matches('/'), unique()),
+        options: Vec::new(),
+        writes: Writes::Store,
+    }) else {
+        return;
+    };
+    let url = b.url("written");
+    let store =
+        |o: &StoreOptions| WriterOptions { tile_size: 4, zstd_level: 3, store: o.clone(), ..WriterOptions::new(3) };
+    let options = b.store_options();
+    let (indptr, indices, values) = (vec![0i64, 1, 3, 3, 4, 6], vec![0i32, 0, 2, 1, 1, 2], vec![5u32, 1, 2, 7, 3, 4]);
+    let m = dct_dataset::CsrMatrix { n_rows: 5, n_cols: 3, indptr: &indptr, indices: &indices, values: &values };
+    let mut w = DatasetWriter::create(&url, store(&options)).unwrap();
+    w.append(&m).unwrap();
+    w.finish().unwrap();
+    let ds = Dataset::open(&url, ReadOptions { store: options.clone(), ..ReadOptions::default() }).unwrap();
+    let got = ds.get_batch_as::<u32>(&[4, 0, 1]).unwrap();
+    assert_eq!((got.indptr, got.indices, got.values), (vec![0, 2, 3, 5], vec![1, 2, 0, 0, 2], vec![3, 4, 5, 1, 2]));
+    let taken = DatasetWriter::create(&url, store(&options)).err().expect("the location holds a dataset");
+    assert_eq!(taken.category(), Category::AlreadyExists, "{taken}");
+}
