@@ -164,16 +164,25 @@ pub enum DatasetError {
     },
     /// A tile no longer matches the manifest this reader opened because the dataset changed since (an append
     /// rewrote its last tile, or is doing so): reopen the dataset.
-    #[error(
-        "tile {tile} ({url}) changed after the dataset was opened ({message}): the dataset was appended to; open it \
-         again to read it"
-    )]
+    #[error("tile {tile} ({url}) changed after the dataset was opened: {message}; open it again to read it")]
     Changed {
         /// Tile index.
         tile: usize,
         /// URL of the tile object.
         url: String,
         /// What differs, or that an append is in progress.
+        message: String,
+    },
+    /// A side file (`var_names.txt`, `gene_order.npy`, `var.parquet`) was read after the dataset changed since this
+    /// reader opened it: it may describe other genes than the tiles read. Reopen the dataset.
+    #[error(
+        "{url} was read after the dataset changed since it was opened ({message}), so it may not describe the \
+             tiles read; open the dataset again to read it as it is now"
+    )]
+    FileChanged {
+        /// URL of the side file.
+        url: String,
+        /// How the dataset differs now.
         message: String,
     },
     /// A tile's bytes are corrupt (CRC, structure or compressed contents).
@@ -272,7 +281,7 @@ impl DatasetError {
             | DatasetError::Encode { .. }
             | DatasetError::InvalidArgument(_) => Category::InvalidArgument,
             DatasetError::AlreadyExists { .. } => Category::AlreadyExists,
-            DatasetError::Changed { .. } => Category::DatasetChanged,
+            DatasetError::Changed { .. } | DatasetError::FileChanged { .. } => Category::DatasetChanged,
         }
     }
 

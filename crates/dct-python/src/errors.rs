@@ -19,8 +19,8 @@ pyo3::create_exception!(
     deltacells._core,
     DatasetChangedError,
     PyRuntimeError,
-    "The dataset was changed (appended to) after it was opened, and a tile read now belongs to the new version: open \
-     the dataset again. A subclass of RuntimeError."
+    "The dataset was changed (appended to or written again) after it was opened, and a tile or side file read now \
+     belongs to the new version: open the dataset again. A subclass of RuntimeError."
 );
 
 /// A `ValueError` with `message`.

@@ -259,24 +259,45 @@ impl Core {
     /// reader opened before it must not take the new tile's rows for the old ones.
     async fn changed_since_open(&self, t: usize, e: DatasetError) -> DatasetError {
         let url = self.store.url(&tile_path(t));
+        match self.change_since_open(true).await {
+            Some(message) => DatasetError::Changed { tile: t, url, message },
+            None => e,
+        }
+    }
+
+    /// How the dataset in the store differs from the one this reader opened, if it does: its manifest is another
+    /// (appended to, or written again), gone (being rewritten or deleted), or (with `append_counts`) an append is
+    /// under way, which rewrites the last tile in place but no side file. `None` when the manifest is the same, or
+    /// cannot be read for another reason (a request failing says nothing of that).
+    pub(crate) async fn change_since_open(&self, append_counts: bool) -> Option<String> {
         let now = match self.store.get_limited(MANIFEST_NAME, DEFAULT_MAX_MANIFEST_BYTES).await {
             Ok(bytes) => Manifest::from_json(&bytes).ok(),
+            Err(StoreError::NotFound { .. }) => {
+                return Some("its manifest is gone: it is being written again, or was deleted".into());
+            }
             Err(_) => None,
         };
         if let Some(now) = now.filter(|now| *now != self.manifest) {
-            let message = format!(
-                "it now holds {} cells in {} tiles, {} when it was opened",
+            let old = &self.manifest;
+            // An append keeps every tile but the last as it was.
+            let kept = old.tile_bytes.len().saturating_sub(1);
+            let appended = now.n_cells >= old.n_cells
+                && now.tile_bytes.len() >= old.tile_bytes.len()
+                && now.tile_bytes[..kept] == old.tile_bytes[..kept]
+                && now.tile_cells[..kept] == old.tile_cells[..kept];
+            return Some(format!(
+                "{}: it now holds {} cells in {} tiles, {} in {} when it was opened",
+                if appended { "it was appended to" } else { "it was written again" },
                 now.n_cells,
                 now.tile_cells.len(),
-                self.manifest.n_cells
-            );
-            return DatasetError::Changed { tile: t, url, message };
+                old.n_cells,
+                old.tile_cells.len()
+            ));
         }
-        if matches!(self.store.exists(APPEND_JOURNAL_NAME).await, Ok(true)) {
-            let message = format!("an append is in progress ({})", self.store.url(APPEND_JOURNAL_NAME));
-            return DatasetError::Changed { tile: t, url, message };
+        if append_counts && matches!(self.store.exists(APPEND_JOURNAL_NAME).await, Ok(true)) {
+            return Some(format!("an append is in progress ({})", self.store.url(APPEND_JOURNAL_NAME)));
         }
-        e
+        None
     }
 
     /// GETs tile `t` and checks its size against the manifest.
@@ -285,7 +306,12 @@ impl Core {
         let expected = self.manifest.tile_bytes[t];
         add(&self.counters.tiles_fetched, 1);
         let started = Instant::now();
-        let got = self.store.get_exact(&rel, expected).await;
+        let mut got = self.store.get_exact(&rel, expected).await;
+        if matches!(got, Err(StoreError::WrongSize { .. })) && !self.store.is_local() {
+            // A response of another length than the object's (a proxy's or server's fault) is read once more before
+            // the tile is taken for replaced or truncated.
+            got = self.store.get_exact(&rel, expected).await;
+        }
         add(&self.counters.fetch_nanos, nanos(started.elapsed()));
         let tile_err =
             |category, message: String| DatasetError::Tile { category, tile: t, url: self.store.url(&rel), message };

@@ -479,9 +479,19 @@ impl Dataset {
         Ok(Some(order))
     }
 
+    /// Reads side file `rel` (at most `limit` bytes), then checks that the dataset is still the one this reader
+    /// opened (its manifest read again): side files are read when first asked for, and a dataset written again
+    /// since would give names or a table of other genes than its tiles. [`DatasetError::FileChanged`] if not.
     fn side_file(&self, rel: &'static str, limit: u64) -> Result<Bytes, DatasetError> {
-        let store = self.core.store.clone();
-        let got = self.rt.block_on(async move { store.get_limited(rel, limit).await });
+        let core = self.core.clone();
+        let (got, change) = self.rt.block_on(async move {
+            let got = core.store.get_limited(rel, limit).await;
+            let change = if got.is_ok() { core.change_since_open(false).await } else { None };
+            (got, change)
+        });
+        if let Some(message) = change {
+            return Err(DatasetError::FileChanged { url: self.core.store.url(rel), message });
+        }
         side_file_result(&self.core.store, rel, limit, got)
     }
 

@@ -431,3 +431,39 @@ fn map_rows_into_hands_each_row_as_stored_with_its_room_and_keeps_the_counts_wri
     let err = ds.map_rows_into(&[650], &mut Batch::<u32>::default(), map).unwrap_err();
     assert!(err.to_string().contains("tile_000003"), "{err}");
 }
+
+/// A dataset written again at its location after a reader opened it: side files, read when first asked for, would
+/// name other genes than the tiles the reader reads, and its tiles hold other cells; both are refused as a changed
+/// dataset, never read as the opened one's.
+#[test]
+fn side_files_and_tiles_read_after_the_dataset_was_written_again_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, seed: u64, cells: usize, prefix: &str| {
+        let truth = random_truth(seed, cells, 80, 0.05, false);
+        let url = dir.path().join(name).to_str().unwrap().to_string();
+        let mut w = DatasetWriter::create(&url, opts(80, 100)).unwrap();
+        append_all(&mut w, &truth, 1, 100);
+        w.set_var_names((0..80).map(|g| format!("{prefix}{g}")).collect()).unwrap();
+        w.set_gene_order((0..80).rev().collect()).unwrap();
+        w.finish().unwrap();
+        url
+    };
+    let url = write("ds", 1, 300, "A");
+    let other = write("other", 2, 350, "B");
+    let ds = Dataset::open(&url, ReadOptions::default()).unwrap();
+    let unread_names = Dataset::open(&url, ReadOptions::default()).unwrap();
+    std::fs::rename(&url, dir.path().join("old")).unwrap();
+    std::fs::rename(&other, &url).unwrap();
+    for got in [unread_names.var_names().map(|_| ()), ds.gene_order().map(|_| ())] {
+        let e = got.unwrap_err();
+        assert!(matches!(&e, DatasetError::FileChanged { .. }), "{e:?}");
+        assert_eq!(e.category(), Category::DatasetChanged);
+        let msg = e.to_string();
+        assert!(msg.contains("it was written again: it now holds 350 cells in 4 tiles, 300 in 3"), "{msg}");
+    }
+    let e = ds.get_batch_as::<u32>(&[0]).unwrap_err();
+    assert!(matches!(&e, DatasetError::Changed { tile: 0, .. }), "{e:?}");
+    assert!(e.to_string().contains("it was written again"), "{e}");
+    // Opened anew, it is the new dataset, names and all.
+    assert_eq!(Dataset::open(&url, ReadOptions::default()).unwrap().var_names().unwrap().unwrap()[0], "B0");
+}

@@ -30,8 +30,8 @@ from deltacells.writer import DatasetWriter, encode_tile, permute_columns, write
 
 __version__: str = _core.__version__
 
-#: A tile read no longer belongs to the dataset this reader opened: the dataset was appended to since. Open it
-#: again. A subclass of ``RuntimeError``.
+#: What was read no longer belongs to the dataset this reader opened (a tile, a side file): the dataset was appended
+#: to or written again since. Open it again. A subclass of ``RuntimeError``.
 DatasetChangedError = _core.DatasetChangedError
 
 __all__ = [
