@@ -271,6 +271,35 @@ impl<V: Copy + Default + 'static> RowScratch<V> {
 /// tens of thousands sets two or three bits a word.
 const READ_AHEAD: usize = 4;
 
+/// A given vocabulary must keep some gene of every member: one that keeps none would serve that member's cells as
+/// empty rows, which is a mismatch of identifiers (symbols against Ensembl IDs, bytes against text), not data.
+fn check_every_member_keeps_a_gene(
+    names: &[String],
+    member_ids: &[Vec<u32>],
+    members: &[MemberColumns],
+    vocabulary: &[u32],
+    interner: &GeneInterner,
+) -> Result<(), CorpusError> {
+    let empty: Vec<usize> =
+        (0..members.len()).filter(|&m| members[m].kept() == 0 && !member_ids[m].is_empty()).collect();
+    let Some(&first) = empty.first() else { return Ok(()) };
+    let quote = |ids: &[u32]| ids.iter().take(3).map(|&id| format!("{:?}", interner.name(id))).collect::<Vec<_>>();
+    let which = if empty.len() == members.len() {
+        "no member has any gene of the given vocabulary".to_string()
+    } else {
+        let listed: Vec<&str> = empty.iter().take(5).map(|&m| names[m].as_str()).collect();
+        format!("member(s) {} have no gene of the given vocabulary", listed.join(", "))
+    };
+    Err(CorpusError::InvalidArgument(format!(
+        "{which}: it lists {} while member {} names its genes {}, ...; their cells would be empty rows. Give the \
+         vocabulary in the members' identifiers (gene_key chooses var_names or a gene-table column such as Ensembl \
+         IDs), or leave such members out",
+        quote(vocabulary).join(", "),
+        names[first],
+        quote(&member_ids[first]).join(", "),
+    )))
+}
+
 /// The corpus's genes and each member's columns in them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GeneMap {
@@ -349,10 +378,13 @@ impl GeneMap {
         for (c, &id) in vocabulary.iter().enumerate() {
             column_of[id as usize] = c as u32;
         }
-        let members = member_ids
+        let members: Vec<MemberColumns> = member_ids
             .iter()
             .map(|ids| MemberColumns::new(ids.iter().map(|&id| column_of[id as usize]).collect(), dropped))
             .collect();
+        if let GeneSpace::Given(_) = space {
+            check_every_member_keeps_a_gene(names, member_ids, &members, &vocabulary, interner)?;
+        }
         let genes = vocabulary.iter().map(|&id| interner.name(id).to_string()).collect();
         Ok(GeneMap { genes, members })
     }
@@ -532,5 +564,21 @@ mod tests {
         assert!(e.unwrap_err().to_string().contains("empty"));
         let e = GeneMap::build(&names(1), &[strings(&["a"])], &GeneSpace::Given(strings(&["a", "a"])));
         assert!(e.unwrap_err().to_string().contains("twice"));
+    }
+
+    #[test]
+    fn a_given_vocabulary_must_keep_a_gene_of_every_member() {
+        let members = vec![strings(&["g1", "g2"]), strings(&["ENSG1", "ENSG2"]), strings(&["g2", "g3"])];
+        // Identifiers of another kind (bytes' text form, say) match no member.
+        let e = GeneMap::build(&names(3), &members, &GeneSpace::Given(strings(&["b'g1'", "b'g2'"]))).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.starts_with("no member has any gene of the given vocabulary"), "{msg}");
+        assert!(msg.contains("\"b'g1'\"") && msg.contains("member m0 names its genes \"g1\", \"g2\""), "{msg}");
+        // One member in other identifiers is named.
+        let e = GeneMap::build(&names(3), &members, &GeneSpace::Given(strings(&["g1", "g3"]))).unwrap_err();
+        assert!(e.to_string().starts_with("member(s) m1 have no gene"), "{e}");
+        // A vocabulary that keeps a gene of each is fine, whatever else it lists.
+        let g = GeneMap::build(&names(3), &members, &GeneSpace::Given(strings(&["z", "g2", "ENSG2"]))).unwrap();
+        assert_eq!((g.member(0).kept(), g.member(1).kept(), g.member(2).kept()), (1, 1, 1));
     }
 }

@@ -145,7 +145,7 @@ def test_members_aligned_to_a_vocabulary_read_the_sources_reindexed_by_pandas(me
     before = {p: p.stat().st_mtime_ns for p in (tmp_path / "aligned").rglob("*") if p.is_file()}
     assert align_corpus(roots, tmp_path / "aligned", genes=vocabulary, gene_key="gene_ids", level=3) == aligned
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / "aligned").rglob("*") if p.is_file()} == before
-    with pytest.raises(ValueError, match="no gene of the vocabulary"):
+    with pytest.raises(ValueError, match="no member has any gene of the given vocabulary"):
         align_corpus(roots, tmp_path / "none", genes=["ENSGNOT_A_GENE"], gene_key="gene_ids")
 
 
@@ -189,6 +189,20 @@ def test_gene_orders_and_refusals_as_corpus_md_says(members, tmp_path):
         open_corpus(roots, genes=[sources[0].var_names[0], "CD3E", sources[0].var_names[0]])
     with pytest.raises(ValueError, match="twice|duplicate"):
         open_corpus(roots, genes=[ids[0], ids[1], ids[0]], gene_key="gene_ids")
+    # Identifiers as h5py reads them (bytes), or None: refused, not turned into text no member uses.
+    names = list(sources[0].var_names[:3])
+    with pytest.raises(TypeError, match=r"genes\[0\] is .*b'.*decode"):
+        open_corpus(roots, genes=np.array([n.encode() for n in names]))
+    with pytest.raises(TypeError, match=r"genes\[1\] is None"):
+        open_corpus(roots, genes=[names[0], None])
+    assert open_corpus(roots, genes=np.array(names)).genes == names  # numpy strings are strings
+    # A vocabulary in other identifiers than the members' (symbols for Ensembl IDs): no member keeps a gene, and
+    # their cells would be empty rows.
+    with pytest.raises(ValueError, match="no member has any gene of the given vocabulary.*gene_key"):
+        open_corpus(roots, genes=names, gene_key="gene_ids")
+    # One member without any: named.
+    with pytest.raises(ValueError, match="member.*m0.* have no gene of the given vocabulary"):
+        open_corpus({"m0": roots[0], "m1": roots[1]}, genes=[g for g in stored[1] if g not in set(stored[0])][:5])
     # Split fractions: finite, not negative, some, summing to 1.
     corpus = open_corpus(roots)
     for fractions, message in (({"a": 0.5, "b": 0.4}, "add up"), ({"a": -0.1, "b": 1.1}, "negative"),

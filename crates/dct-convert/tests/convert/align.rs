@@ -129,6 +129,6 @@ fn aligned_members_read_the_rows_of_the_members_without_reordering_them() {
     // A member with no gene of the vocabulary is refused, naming it, before anything is written.
     let none = AlignOptions { genes: GeneSpace::Given(vec!["NOT_A_GENE_A".into()]), ..options };
     let err = align_members(&renamed, tmp.path().join("none").to_str().unwrap(), &none).unwrap_err().to_string();
-    assert!(err.contains("member_0") && err.contains("no gene of the vocabulary"), "{err}");
+    assert!(err.contains("member_0") && err.contains("no member has any gene of the given vocabulary"), "{err}");
     assert!(!tmp.path().join("none").exists());
 }

@@ -119,7 +119,7 @@ class Corpus:
         self._datasets = list(datasets)
         self._names = list(names)
         self._gene_key = gene_key
-        self._genes_spec: str | list[str] = genes if isinstance(genes, str) else [str(g) for g in genes]
+        self._genes_spec: str | list[str] = genes if isinstance(genes, str) else _vocabulary(genes)
         self._selection = selection
         self._pid = -1
         self._core_obj: Any = None
@@ -462,6 +462,22 @@ class _CorpusReader:
         raise TypeError("a corpus's loader readers belong to their process; pickle the Corpus instead")
 
 
+def _vocabulary(genes: Sequence[Any]) -> list[str]:
+    """A given vocabulary's identifiers as text: strings (and integers, written in decimal); anything else (bytes as
+    h5py reads them, ``None``, floats) would become a spelling no member uses, so it is refused."""
+    out: list[str] = []
+    for i, g in enumerate(genes):
+        if isinstance(g, str):
+            out.append(str(g))
+        elif isinstance(g, (int, np.integer)) and not isinstance(g, (bool, np.bool_)):
+            out.append(str(int(g)))
+        else:
+            hint = " (decode it: [g.decode() for g in genes])" if isinstance(g, (bytes, np.bytes_)) else ""
+            raise TypeError(f"genes[{i}] is {g!r}, a {type(g).__name__}: the vocabulary lists gene identifiers as "
+                            f"strings{hint}")
+    return out
+
+
 def open_corpus(
     members: Sequence[MemberUri] | Mapping[str, MemberUri],
     *,
@@ -518,7 +534,7 @@ def open_corpus(
         raise TypeError(f"genes is the corpus's column order: give an ordered sequence (a list, a numpy array, a "
                         f"pandas Index), not a {type(genes).__name__}, e.g. sorted(genes) or the model's own list")
     else:
-        spec = [str(g) for g in genes]
+        spec = _vocabulary(genes)
 
     # The obs columns to localize are the corpus's, not each member's: a member without one is missing there.
     obs_columns = reader_options.pop("obs_columns", None)
