@@ -188,6 +188,19 @@ impl CorpusObs {
         })
     }
 
+    /// Whether the localized column `name` has a missing value in some cell of the corpus: a member lacks it, or
+    /// a member's value is missing somewhere (see `dct_obs::Obs::has_nulls`).
+    pub fn has_nulls(&self, corpus: &Corpus, name: &str) -> Result<bool, CorpusError> {
+        let column = self.column(name)?;
+        for (m, (obs, part)) in self.members.iter().zip(&column.members).enumerate() {
+            let Some(obs) = obs.as_ref().filter(|_| part.is_some()) else { return Ok(true) };
+            if obs.has_nulls(name).map_err(|e| obs_error(corpus, m, e))? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     /// Makes `columns` local in every member that has them (see `dct_obs::Obs::localize`).
     ///
     /// Returns the columns that were fetched from (or rebuilt out of) some member's shards rather than found in the

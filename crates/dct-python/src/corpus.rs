@@ -397,7 +397,8 @@ fn condition(column: &str, value: &Bound<'_, PyAny>) -> PyResult<Condition> {
                 Ok(ObsValue::Bool(v.extract()?))
             } else if let Ok(s) = v.extract::<String>() {
                 Ok(ObsValue::Text(s))
-            } else if let Ok(x) = v.extract::<f64>() {
+            } else if let Some(x) = v.extract::<f64>().ok().filter(|x| !x.is_nan()) {
+                // NaN is how pandas spells a missing number: as None, it cannot be chosen (it equals nothing).
                 Ok(ObsValue::Number(x))
             } else {
                 Err(refused(format!(
@@ -461,7 +462,8 @@ impl PyCorpusObs {
         let out = pyo3::types::PyDict::new(py);
         for (name, array) in got {
             let kind = obs.column(&name).map_err(corpus_error)?.kind;
-            out.set_item(&name, crate::obs::array_to_py(py, array, kind)?)?;
+            let nullable = obs.has_nulls(corpus, &name).map_err(corpus_error)?;
+            out.set_item(&name, crate::obs::array_to_py(py, array, kind, nullable)?)?;
         }
         Ok(out)
     }

@@ -45,7 +45,8 @@ impl PyObs {
         let (schema, columns, _) = batch.into_parts();
         for (field, array) in schema.fields().iter().zip(columns) {
             let kind = self.kind_of(field.name())?;
-            out.set_item(field.name(), array_to_py(py, array, kind)?)?;
+            let nullable = self.obs.has_nulls(field.name()).map_err(obs_error)?;
+            out.set_item(field.name(), array_to_py(py, array, kind, nullable)?)?;
         }
         Ok(out)
     }
@@ -141,11 +142,17 @@ impl PyObs {
 /// One Arrow column as Python values: numbers and category codes as numpy arrays (missing codes as -1, missing
 /// numbers as NaN in float64), booleans as a bool array (a list with `None` when some are missing), strings as a
 /// list of `str` / `None`.
-pub(crate) fn array_to_py<'py>(py: Python<'py>, a: ArrayRef, kind: ColumnKind) -> PyResult<Bound<'py, PyAny>> {
+pub(crate) fn array_to_py<'py>(
+    py: Python<'py>,
+    a: ArrayRef,
+    kind: ColumnKind,
+    nullable: bool,
+) -> PyResult<Bound<'py, PyAny>> {
     fn primitive<'py, T: ArrowPrimitiveType>(
         py: Python<'py>,
         a: ArrayRef,
         kind: ColumnKind,
+        nullable: bool,
     ) -> PyResult<Bound<'py, PyAny>>
     where
         T::Native: numpy::Element + num_like::AsF64 + num_like::MinusOne,
@@ -155,6 +162,10 @@ pub(crate) fn array_to_py<'py>(py: Python<'py>, a: ArrayRef, kind: ColumnKind) -
         let (_, values, nulls) = a.as_primitive::<T>().clone().into_parts();
         drop(a);
         Ok(match nulls.filter(|n| n.null_count() > 0) {
+            // A column with missing values elsewhere comes as float64 in every batch, not only in those with some.
+            None if nullable && kind != ColumnKind::Category => {
+                owned(py, values.iter().map(|&v| v.as_f64()).collect::<Vec<f64>>()).into_any()
+            }
             None => from_arrow(py, values).into_any(),
             Some(nulls) if kind == ColumnKind::Category => {
                 let v = values.iter().zip(nulls.iter()).map(|(&v, ok)| if ok { v } else { T::Native::MINUS_ONE });
@@ -167,19 +178,19 @@ pub(crate) fn array_to_py<'py>(py: Python<'py>, a: ArrayRef, kind: ColumnKind) -
         })
     }
     Ok(match a.data_type() {
-        DataType::Int8 => primitive::<Int8Type>(py, a, kind)?,
-        DataType::Int16 => primitive::<Int16Type>(py, a, kind)?,
-        DataType::Int32 => primitive::<Int32Type>(py, a, kind)?,
-        DataType::Int64 => primitive::<Int64Type>(py, a, kind)?,
-        DataType::UInt8 => primitive::<UInt8Type>(py, a, kind)?,
-        DataType::UInt16 => primitive::<UInt16Type>(py, a, kind)?,
-        DataType::UInt32 => primitive::<UInt32Type>(py, a, kind)?,
-        DataType::UInt64 => primitive::<UInt64Type>(py, a, kind)?,
-        DataType::Float32 => primitive::<Float32Type>(py, a, kind)?,
-        DataType::Float64 => primitive::<Float64Type>(py, a, kind)?,
+        DataType::Int8 => primitive::<Int8Type>(py, a, kind, nullable)?,
+        DataType::Int16 => primitive::<Int16Type>(py, a, kind, nullable)?,
+        DataType::Int32 => primitive::<Int32Type>(py, a, kind, nullable)?,
+        DataType::Int64 => primitive::<Int64Type>(py, a, kind, nullable)?,
+        DataType::UInt8 => primitive::<UInt8Type>(py, a, kind, nullable)?,
+        DataType::UInt16 => primitive::<UInt16Type>(py, a, kind, nullable)?,
+        DataType::UInt32 => primitive::<UInt32Type>(py, a, kind, nullable)?,
+        DataType::UInt64 => primitive::<UInt64Type>(py, a, kind, nullable)?,
+        DataType::Float32 => primitive::<Float32Type>(py, a, kind, nullable)?,
+        DataType::Float64 => primitive::<Float64Type>(py, a, kind, nullable)?,
         DataType::Boolean => {
             let b = a.as_boolean();
-            if b.null_count() == 0 {
+            if b.null_count() == 0 && !nullable {
                 owned(py, b.values().iter().collect::<Vec<bool>>()).into_any()
             } else {
                 PyList::new(py, b.iter())?.into_any()
@@ -333,7 +344,7 @@ pub(crate) fn encode_frame<'py>(
     let batch = dct_obs::encode_obs(&schema, &tile_obs(&frame)?, rows).map_err(obs_error)?;
     let out = PyDict::new(py);
     for (c, array) in schema.columns.iter().zip(batch.into_parts().1) {
-        out.set_item(&c.name, array_to_py(py, array, c.kind)?)?;
+        out.set_item(&c.name, array_to_py(py, array, c.kind, false)?)?;
     }
     Ok(out)
 }
@@ -373,7 +384,7 @@ pub(crate) fn batch_to_py<'py>(py: Python<'py>, batch: &RecordBatch) -> PyResult
             DataType::Boolean => ColumnKind::Bool,
             _ => ColumnKind::Numeric,
         };
-        columns.append((field.name(), array_to_py(py, Arc::clone(array), kind)?))?;
+        columns.append((field.name(), array_to_py(py, Arc::clone(array), kind, false)?))?;
     }
     let metadata = PyDict::new(py);
     for (k, v) in batch.schema().metadata() {

@@ -190,6 +190,7 @@ def test_conditions_take_numpy_and_pandas_values(donors):
                                  ("score", (True, None), "a range .* takes numbers or None, not True"),
                                  ("score", (1, 2, 3), "a range is a pair"),
                                  ("donor", [None], "None is not a string, number or boolean"),
+                                 ("score", [np.nan], "nan is not a string, number or boolean .missing values"),
                                  ("donor", object(), "a condition is a list of values or a")):
         with pytest.raises(ValueError, match=f'condition on obs column "{column}": {message}'):
             corpus.where(**{column: bad})

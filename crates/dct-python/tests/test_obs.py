@@ -375,7 +375,10 @@ def test_to_pandas_and_take_pandas(built, cache):
     assert_column_equal(df["age"].to_numpy(), obs["age"].to_numpy(), "age")
     assert list(df["barcode"]) == list(obs["barcode"]) and df["doublet"].tolist() == obs["doublet"].tolist()
     assert [None if pd.isna(v) else v for v in df["sex"]] == [None if pd.isna(v) else v for v in obs["sex"]]
-    assert store.to_pandas(["cell_type"], categorical=False)["cell_type"].dtype == object
+    # Labels as pandas holds strings: object before pandas 3, its string dtype since.
+    labels = store.to_pandas(["cell_type"], categorical=False)["cell_type"]
+    assert labels.dtype == pd.Series(["a", None]).dtype
+    assert [None if pd.isna(v) else v for v in labels] == [None if pd.isna(v) else v for v in obs["cell_type"]]
     assert list(store.to_pandas().columns) == obs.columns.tolist()
     tp = store.take_pandas([3, 1], ["donor", "age"])
     assert list(tp.columns) == ["donor", "age"] and list(tp["donor"].cat.categories) == [f"d{i}" for i in range(7)]
@@ -663,6 +666,57 @@ def test_take_gives_missing_values_the_documented_types(tmp_path):
     assert got["passed"].dtype == object
     assert list(got["passed"]) == [None if pd.isna(v) else bool(v) for v in want["passed"]]
     assert got["kept"].dtype == np.bool_ and np.array_equal(got["kept"], want["kept"].to_numpy())
+
+
+def test_a_column_s_values_have_one_type_whichever_cells_are_taken(tmp_path):
+    """A column with missing values in one tile only: every take (and a corpus's, and every loader batch) gives it
+    the type the column's missing values call for, not the type of the cells that batch happens to hold."""
+    first = pd.DataFrame({"n": pd.array([1, None, 3, 4], dtype="Int64"),
+                          "f": np.array([1, np.nan, 2, 3], np.float32),
+                          "b": pd.array([True, None, False, True], dtype="boolean"),
+                          "whole": np.arange(4, dtype=np.int16)})
+    second = pd.DataFrame({"n": pd.array([5, 6, 7, 8], dtype="Int64"), "f": np.arange(4, 8, dtype=np.float32),
+                           "b": pd.array([True, False, False, True], dtype="boolean"),
+                           "whole": np.arange(4, 8, dtype=np.int16)})
+    root = str(tmp_path / "d")
+    with DatasetWriter(root, n_genes=2, tile_size=4, obs_schema=ObsSchema.infer([first, second]),
+                       var_names=["g0", "g1"]) as w:
+        for frame in (first, second):
+            w.add_tile(make_counts(4, 2, seed=3), obs=frame)
+    cols = ["n", "f", "b", "whole"]
+    store = open_dataset(root, cache_dir=str(tmp_path / "c")).obs
+    with_missing, without = (store.take(cells, cols, warn=False) for cells in ([0, 1], [4, 5]))
+    for c in cols:
+        assert with_missing[c].dtype == without[c].dtype, c
+    assert without["n"].dtype == np.float64 and list(without["n"]) == [5.0, 6.0]
+    assert without["f"].dtype == np.float64 and without["b"].dtype == object and list(without["b"]) == [True, False]
+    assert without["whole"].dtype == np.int16, "a column without missing values keeps its dtype"
+    corpus = deltacells.open_corpus([root], cache_dir=str(tmp_path / "c"))
+    for cells in ([0, 1], [4, 5]):
+        got = corpus.obs.take(cells, cols, warn=False)
+        assert {c: got[c].dtype for c in cols} == {c: with_missing[c].dtype for c in cols}
+    torch = require("torch")
+    from deltacells.torch import DeltaCellsIterableDataset
+
+    batches = list(DeltaCellsIterableDataset(root, 4, shuffle=False, obs_columns=cols, cache_dir=str(tmp_path / "c")))
+    kinds = [{c: (type(b["obs"][c]).__name__, getattr(b["obs"][c], "dtype", None)) for c in cols} for b in batches]
+    assert kinds[0] == kinds[1] and kinds[0]["n"] == ("Tensor", torch.float64), kinds
+
+
+def test_obs_values_of_no_usable_kind_are_refused_naming_the_column(tmp_path):
+    schema = ObsSchema.infer([pd.DataFrame({"n": [1, 2], "name": ["a", "b"]})])
+    with DatasetWriter(str(tmp_path / "d"), n_genes=2, tile_size=2, obs_schema=schema) as w:
+        x = make_counts(2, 2, seed=1)
+        # Strings in a numeric column (pandas 3's default string dtype), bytes as h5py reads strings.
+        with pytest.raises(ValueError, match="obs column 'n' has dtype .*numeric column cannot take"):
+            w.add_tile(x, obs=pd.DataFrame({"n": pd.Series(["1", "x"], dtype="string"), "name": ["a", "b"]}))
+        with pytest.raises(ValueError, match=r"obs column 'name' holds bytes \(b'AAAC-1'\): decode them"):
+            w.add_tile(x, obs=pd.DataFrame({"n": [1, 2], "name": np.array([b"AAAC-1", b"AAAG-1"], dtype=object)}))
+        w.add_tile(x, obs=pd.DataFrame({"n": [1, 2], "name": ["a", "b"]}))
+    with pytest.raises(ValueError, match="obs column 's' has dtype Sparse.*to_dense"):
+        ObsSchema.infer([pd.DataFrame({"s": pd.arrays.SparseArray([0, 1, 0, 2])})])
+    with pytest.raises(ValueError, match="obs column 'c' holds bytes"):
+        ObsSchema.infer([pd.DataFrame({"c": pd.Categorical([b"x", b"y"])})])
 
 
 def test_the_gene_table_written_and_read_by_path_and_backend(tmp_path):

@@ -73,12 +73,12 @@ def _column_tuple(
     if kind == "category":
         if isinstance(s.dtype, pd.CategoricalDtype):
             codes = np.ascontiguousarray(s.cat.codes.to_numpy(), dtype=np.int32)
-            return ("category", name, codes, [str(c) for c in s.cat.categories])
+            return ("category", name, codes, [_text(name, c) for c in s.cat.categories])
         # Plain labels for a category column: sent as strings, the schema's vocabulary codes them.
         kind = "string"
     if kind == "string":
         values = s.astype(object).to_numpy()
-        return ("string", name, [None if _missing(v) else str(v) for v in values], None)
+        return ("string", name, [None if _missing(v) else _text(name, v) for v in values], None)
     missing = np.asarray(s.isna().to_numpy(), dtype=bool)
     mask = np.ascontiguousarray(missing) if missing.any() else None
     if kind == "bool":
@@ -90,7 +90,7 @@ def _column_tuple(
         if values.dtype == np.float16:
             values = values.astype(np.float32)
     else:  # pandas nullable numbers (Int64, Float32, ...)
-        values = s.to_numpy(dtype=np.dtype(dt.numpy_dtype), na_value=0)
+        values = s.to_numpy(dtype=_numpy_dtype(name, dt), na_value=0)
     target = _NUMPY_OF_ARROW.get(arrow_type or "")
     if target is not None and np.issubdtype(target, np.integer) and np.issubdtype(values.dtype, np.floating):
         filled = np.where(missing, 0, values)
@@ -126,8 +126,25 @@ def _missing_column(name: str, n: int, kind: str, dtype: Any) -> tuple[str, str,
 
 def _numbers_dtype(s: Any) -> Any:
     """The numpy dtype a numeric series is sent as."""
-    dt = s.dtype if isinstance(s.dtype, np.dtype) else np.dtype(s.dtype.numpy_dtype)
+    dt = s.dtype if isinstance(s.dtype, np.dtype) else _numpy_dtype(str(s.name), s.dtype)
     return np.dtype(np.float32) if dt == np.float16 else dt
+
+
+def _numpy_dtype(name: str, dt: Any) -> np.dtype[Any]:
+    """The numpy dtype of a pandas extension dtype of numbers (Int64, Float32, ...); ``ValueError`` naming the
+    column for any other (strings, sparse arrays)."""
+    inner = getattr(dt, "numpy_dtype", None)
+    if inner is None or np.dtype(inner).kind not in "iufb":
+        hint = " (densify it: s.sparse.to_dense())" if "Sparse" in type(dt).__name__ else ""
+        raise ValueError(f"obs column {name!r} has dtype {dt}, which a numeric column cannot take{hint}")
+    return np.dtype(inner)
+
+
+def _text(name: str, v: Any) -> str:
+    """A label or string value as text; bytes (as h5py reads strings) are refused, not stored as "b'...'"."""
+    if isinstance(v, (bytes, np.bytes_)):
+        raise ValueError(f"obs column {name!r} holds bytes ({v!r}): decode them first, e.g. s.str.decode('utf-8')")
+    return str(v)
 
 
 def _missing(v: Any) -> bool:

@@ -167,9 +167,11 @@ class ObsStore:
         """The values of ``columns`` at global cells ``indices`` (any order, repeats allowed), in request order.
 
         Category columns come as their int8/16/32 codes (-1 for missing; labels: :meth:`categories`), numbers in
-        their stored dtype (float64 with NaN when some are missing); codes and numbers without missing values are
-        the buffers the reader built, handed to numpy without a copy (writable; never the cache itself). Booleans
-        come as bool arrays, strings (and booleans with missing values) as object arrays with ``None``. ``indices``
+        their stored dtype (float64 with NaN when the column has missing values, in every batch whether or not its
+        cells have some, so that a column's dtype never changes); codes and numbers of columns without missing
+        values are the buffers the reader built, handed to numpy without a copy (writable; never the cache itself).
+        Booleans come as bool arrays, strings (and booleans of columns with missing values) as object arrays with
+        ``None``. ``indices``
         are integers or a boolean mask with one entry per cell, as in numpy. Columns not local yet are fetched
         first, with a ``UserWarning`` unless ``warn=False``.
         """
@@ -204,8 +206,8 @@ class ObsStore:
 
     def to_pandas(self, columns: str | Sequence[str] | None = None, *, categorical: bool = True) -> pd.DataFrame:
         """Every cell of ``columns`` (default: all) as a pandas DataFrame with a RangeIndex; missing columns are
-        localized first (without a warning). ``categorical=False`` gives category columns as object arrays of
-        labels."""
+        localized first (without a warning). ``categorical=False`` gives category columns as their labels, the way
+        pandas holds strings (object before pandas 3, its string dtype since)."""
         import pandas as pd
 
         cols = self._check_columns(columns)
