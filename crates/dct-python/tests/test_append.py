@@ -241,6 +241,29 @@ def test_a_dataset_opened_again_after_an_append_is_refused_not_read_under_other_
     assert open_dataset(str(base)).n_cells == 200
 
 
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_a_loader_s_workers_refuse_a_dataset_appended_to_after_the_loader_was_made(parts, base, context):
+    """The loader's workers open the dataset again: one appended to since the loader was made is refused there
+    (cells under other indices), not read as it is now."""
+    require("torch")
+    from deltacells.torch import DeltaCellsIterableDataset, make_loader
+
+    d = parts[0]
+    loader = make_loader(str(base), 4, num_workers=1, shuffle=False, multiprocessing_context=context,
+                         persistent_workers=False)
+    plain = torch_dataloader(DeltaCellsIterableDataset(str(base), 4, shuffle=False), context)
+    deltacells.append(str(base), str(d / "second.h5ad"))
+    for it in (loader, plain):
+        with pytest.raises(deltacells.DatasetChangedError, match="changed since it was opened"):
+            next(iter(it))
+
+
+def torch_dataloader(dataset, context):
+    import torch
+
+    return torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=1, multiprocessing_context=context)
+
+
 @pytest.mark.parametrize("how", ["pickle", "loader"])
 def test_a_corpus_whose_member_grew_is_refused_in_another_process_naming_the_member(parts, base, tmp_path, how):
     """Member 0 appended to after the corpus was opened: in a worker (or any process the corpus is pickled to),

@@ -62,6 +62,28 @@ def test_float_indices_are_a_type_error_not_truncated(built, tmp_path):
         ds.get_batch(np.array([2**63 + 5], np.uint64))
 
 
+def test_keys_numpy_would_read_otherwise_are_refused_not_reinterpreted(built, tmp_path):
+    """A boolean scalar (a new axis to numpy, not cell 0 or 1), a tuple (several axes), indices of two dimensions
+    (flattened, they would be another batch's shape) and an empty float array (numpy refuses its type): errors."""
+    root, full = built
+    ds = open_dataset(root, cache_dir=str(tmp_path / "c"))
+    torch = require("torch")
+    for key in (True, np.bool_(False), np.array(True), torch.tensor(True)):
+        with pytest.raises(IndexError, match="not a cell index"):
+            ds[key]
+    with pytest.raises(IndexError, match="too many indices"):
+        ds[(1, 2)]
+    for where in (ds.get_batch, ds.__getitem__, lambda k: ds.obs.take(k, ["depth"], warn=False)):
+        with pytest.raises(IndexError, match="one-dimensional, not of shape .2, 2."):
+            where(np.array([[1, 2], [3, 4]]))
+        with pytest.raises(TypeError, match="integers or a boolean mask, not float64"):
+            where(np.array([], dtype=float))
+    # What numpy takes, the dataset takes: integers of any kind, an empty list, a 0-d integer array.
+    assert ds[[]].n_rows == 0 and ds.get_batch(np.array([], np.int64)).n_rows == 0
+    assert np.array_equal(ds[np.array(7)].to_scipy().toarray(), full[[7]].toarray())
+    assert np.array_equal(ds[-1].to_scipy().toarray(), full[[N - 1]].toarray())
+
+
 def test_gene_order_cannot_change_after_the_first_tile(tmp_path):
     full = make_counts(40, 8, density=0.4, seed=9)
     order = np.random.default_rng(4).permutation(8)

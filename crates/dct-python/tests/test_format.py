@@ -175,3 +175,15 @@ def test_object_names_and_shard_arithmetic_are_the_specification_s():
         assert m.n_obs_shards == shards
         assert [list(m.obs_shard_tiles(s)) for s in range(shards)] == [
             list(range(s * k, min((s + 1) * k, n))) for s in range(shards)]
+
+
+def test_a_tile_s_row_offsets_are_read_only_so_no_decode_changes_another(blob):
+    """Every decode of a tile hands out its one ``indptr``: an edit through one would change every later decode."""
+    t = Tile(blob)
+    first = t.decode()
+    before = first.indptr.copy()
+    with pytest.raises(ValueError, match="read-only"):
+        first.indptr[10:21] -= first.indptr[10]
+    assert not t.indptr.flags.writeable
+    np.testing.assert_array_equal(t.decode().indptr, before)
+    assert (t.to_scipy() != make_counts(200, 80, seed=1)).nnz == 0

@@ -328,3 +328,41 @@ def test_the_loader_reads_version_1_and_2_datasets(case, tmp_path):
         assert len(b["obs"]["cell_type"]) == len(i)
         seen.extend(i.tolist())
     assert sorted(seen) == list(range(truth.shape[0]))
+
+
+def test_numeric_options_are_whole_numbers_in_range(built):
+    root, _, _ = built
+    for option, value, error in (("batch_size", 2.7, TypeError), ("batch_size", 0, ValueError),
+                                 ("shuffle_tiles", 1.5, TypeError), ("decode_threads", 0, ValueError),
+                                 ("io_threads", 0, ValueError), ("memory_budget", -5, ValueError),
+                                 ("seed", 1.5, TypeError)):
+        kwargs = {"batch_size": 32, option: value}
+        with pytest.raises(error, match=option):
+            DeltaCellsIterableDataset(root, **kwargs)
+    with pytest.raises(ValueError, match="rank"):
+        DeltaCellsIterableDataset(root, 32, rank=-1, world_size=2)
+    ds = DeltaCellsIterableDataset(root, 32.0)  # a whole float is a whole number
+    assert ds.batch_size == 32
+    for epoch, error in ((1.5, TypeError), ("3", TypeError), (-1, ValueError)):
+        with pytest.raises(error, match="epoch"):
+            ds.set_epoch(epoch)
+
+
+def test_a_loader_whose_epoch_has_no_batch_is_refused_where_it_is_made(built):
+    """An epoch of no batches ends every training loop at once, silently: refused when the dataset is made (one
+    part), when a DeltaCellsDataLoader takes it (its workers' parts) and in a plain DataLoader's workers (known
+    only there); a split that leaves batches is served."""
+    root, _, _ = built
+    with pytest.raises(ValueError, match="no batches on rank 0 of 1: 470 cells in batches of 5000 with drop_last"):
+        DeltaCellsIterableDataset(root, 5000, drop_last=True)
+    with pytest.raises(ValueError, match="no batches on rank 1 of 500"):
+        DeltaCellsIterableDataset(root, 1, rank=1, world_size=500, remainder="drop")
+    # 470 cells in batches of 300 make 1 without workers; 2 workers each end their share in a short batch.
+    alone = DeltaCellsIterableDataset(root, 300, drop_last=True)
+    assert len(list(alone)) == 1
+    with pytest.raises(ValueError, match="split among 2 workers; use a smaller batch_size, drop_last=False, fewer"):
+        make_loader(root, 300, drop_last=True, num_workers=2)
+    plain = torch.utils.data.DataLoader(DeltaCellsIterableDataset(root, 300, drop_last=True), batch_size=None,
+                                        num_workers=2)
+    with pytest.raises(ValueError, match="split among 2 workers"):
+        list(plain)

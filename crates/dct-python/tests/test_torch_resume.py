@@ -207,6 +207,28 @@ def test_a_state_whose_order_would_differ_is_refused(dataset_root, change):
     assert f"{named[0]}=" in str(e.value), str(e.value)
 
 
+def test_a_state_lacking_its_settings_or_past_its_epoch_is_refused(dataset_root):
+    """A state whose order cannot be checked (settings missing) or that counts batches its epoch does not have is
+    not a state of this loader: resuming from it would serve other batches, or none, silently."""
+    ds = direct(dataset_root)
+    it = iter(ds)
+    next(it)
+    state = ds.state_dict()
+    del it
+    gone = object()
+    for change, message in (({"seed": gone}, "lacks seed"), ({"batch_size": gone}, "lacks batch_size"),
+                            ({"batches": 10**6}, "counts 1000000 batches of epoch 0, which has 20"),
+                            ({"batches": -3}, "batches = -3: must be at least 0"),
+                            ({"epoch": -1}, "epoch = -1: must be at least 0")):
+        bad = {k: v for k, v in {**state, **change}.items() if v is not gone}
+        with pytest.raises(ValueError, match=message):
+            direct(dataset_root).load_state_dict(bad)
+    with pytest.raises(ValueError, match="lacks"):
+        direct(dataset_root).load_state_dict({"epoch": 0, "batches": 3})
+    with pytest.raises(TypeError, match="batches must be an integer"):
+        direct(dataset_root).load_state_dict({**state, "batches": 1.5})
+
+
 def test_a_state_of_another_dataset_is_refused(dataset_root, tmp_path):
     ds = direct(dataset_root)
     it = iter(ds)
@@ -243,18 +265,23 @@ def test_a_resume_with_another_number_of_workers_is_refused_once_batches_were_yi
     loader(root, 1).load_state_dict(zero.state_dict())
 
 
+def state_after(it, k, epoch=2):
+    """The state of loader `it` after `k` batches of epoch `epoch`."""
+    it.set_epoch(epoch)
+    batches = iter(it)
+    for _ in range(k):
+        next(batches)
+    state = it.state_dict()
+    del batches
+    return state
+
+
 def test_a_plain_dataloader_s_workers_refuse_the_rest_of_an_epoch_split_otherwise(root):
     """A plain DataLoader's number of workers is known only in its workers: a state counting batches of an epoch
     split among another number of workers is refused there (the error reaches the loop), not served as some other
     rest of the epoch; with as many workers (0 and 1 are one split) it is exactly the rest."""
     epoch, _ = uninterrupted(root, "loader, 0 workers")
-    zero = loader(root, 0)
-    zero.set_epoch(2)
-    it = iter(zero)
-    for _ in range(3):
-        next(it)
-    state = zero.state_dict()
-    del it
+    state = state_after(loader(root, 0), 3)
     again = direct(root)
     again.load_state_dict(state)
     with pytest.raises(ValueError, match="num_workers=2"):
@@ -270,6 +297,45 @@ def test_a_plain_dataloader_s_workers_refuse_the_rest_of_an_epoch_split_otherwis
     again.load_state_dict(end.state_dict())
     again.set_epoch(2)
     assert cells(torch.utils.data.DataLoader(again, batch_size=None, num_workers=2)) == []
+
+
+def test_a_state_saved_with_workers_resumes_in_a_plain_dataloader_with_as_many(root):
+    """The dataset a plain DataLoader iterates does not know its number of workers when it loads a state: it takes a
+    state of 2 workers' split, whose rest its 2 workers then serve exactly; iterated directly (one part) it refuses
+    it when the pass begins, naming the number."""
+    two = loader(root, 2, persistent_workers=False)
+    two.set_epoch(2)
+    epoch = cells(two)
+    state = state_after(two, 3)
+    again = direct(root)
+    again.load_state_dict(state)
+    assert cells(torch.utils.data.DataLoader(again, batch_size=None, num_workers=2)) == epoch[3:]
+    alone = direct(root)
+    alone.load_state_dict(state)
+    with pytest.raises(ValueError, match="use num_workers=2"):
+        next(iter(alone))
+
+
+@pytest.mark.parametrize("way", list(WAYS))
+def test_set_epoch_during_a_pass_sets_the_next_one_and_the_pass_ends_as_it_began(root, way):
+    """A loop that calls ``set_epoch`` for a later epoch before its pass is over: the pass finishes whole, in its
+    own epoch's order, its state until then is its own, and the next pass is the epoch set."""
+    epoch4, _ = uninterrupted(root, way, epoch=4)
+    epoch7, _ = uninterrupted(root, way, epoch=7)
+    it = WAYS[way](root)
+    holder(it).set_epoch(4)
+    got = []
+    for i, batch in enumerate(it):
+        got.append(batch["index"].tolist())
+        if i == 2:
+            holder(it).set_epoch(7)
+        if 2 <= i < len(epoch4) - 1:  # (a state after the last batch is that of the epoch after it, see above)
+            state = holder(it).state_dict()
+            assert (state["epoch"], state["batches"]) == (4, i + 1), "the pass under way keeps its own state"
+    assert got == epoch4
+    state = holder(it).state_dict()
+    assert (state["epoch"], state["batches"]) == (7, 0)
+    assert cells(it) == epoch7
 
 
 def test_in_order_false_and_a_batch_size_are_refused(dataset_root):

@@ -14,6 +14,8 @@ def int_argument(name: str, value: Any, low: int, high: int = MAX_COUNT) -> int:
     """``int(value)`` within ``[low, high]`` (a whole float is taken, as ``int`` takes it); ``TypeError`` naming
     ``name`` if it is not a number, ``ValueError`` naming it if it is out of range."""
     try:
+        if isinstance(value, float) and not value.is_integer():
+            raise TypeError  # 2.7 is no count; int() would take it as 2
         number = operator.index(value) if not isinstance(value, float) else int(value)
     except (TypeError, ValueError, OverflowError):
         raise TypeError(f"{name} must be an integer, not {value!r}") from None

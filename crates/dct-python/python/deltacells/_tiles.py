@@ -200,7 +200,9 @@ class Tile:
         core = data if isinstance(data, _core.Tile) else _core.Tile(data, verify is not False)
         self._core = core
         self.info: TileInfo = _tile_info(core.info())
+        # Read-only: every decode of the tile hands this array out, and an edit through one would change the rest.
         self.indptr: np.ndarray = core.indptr()
+        self.indptr.flags.writeable = False
 
     @classmethod
     def _from_core(cls, core: _core.Tile) -> Tile:

@@ -16,9 +16,11 @@ import torch.utils.data
 
 import deltacells
 from deltacells import _batch_slots, _core
+from deltacells._args import int_argument
 from deltacells._seeds import as_seed
 from deltacells._tiles import as_values_dtype
 from deltacells._torch_process import distributed_ranks, gathering_pool, gathering_thread, spawning, worker_count
+from deltacells.dataset import _changed
 
 if TYPE_CHECKING:  # pragma: no cover
     from deltacells._obs_store import ObsStore
@@ -37,6 +39,15 @@ _ORDER_KEYS = ("seed", "batch_size", "shuffle_tiles", "shuffle", "drop_last", "r
 
 #: The bytes a rank's loader holds unless told otherwise (``memory_budget``).
 DEFAULT_MEMORY_BUDGET = 2 << 30
+
+
+def _another_split(saved: int, parts: int, note: str) -> ValueError:
+    """The refusal of a resume point counting batches of an epoch split among `saved` workers by `parts`."""
+    return ValueError(
+        f"cannot resume: the state was saved by a loader with {saved} worker part(s) of the epoch, this one has "
+        f"num_workers={parts}; each worker serves its own windows, so the rest of the epoch is only defined for the "
+        f"same num_workers (use num_workers={saved}; {note})"
+    )
 
 
 class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
@@ -69,7 +80,10 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         shuffle_tiles: tiles per shuffling window; that many decoded tiles are held at once.
         seed: seed of the shuffles (with the epoch, :meth:`set_epoch`): an integer in -2**63..2**64, a negative one
             taken modulo 2**64 as ``torch.Generator.manual_seed`` does.
-        drop_last: every batch of ``batch_size`` cells: cells that would make a short batch are left out.
+        drop_last: every batch of ``batch_size`` cells: cells that would make a short batch are left out. With
+            ``W`` DataLoader workers each serves whole windows, so each worker's share ends in a short batch: a rank
+            of ``S`` cells serves ``S // batch_size - (W - 1)`` batches, up to ``W`` batches' cells fewer than
+            without workers. A loader whose epoch would have no batch is refused.
         remainder: ``"drop"`` (no cell goes to two ranks; up to ``world_size - 1`` cells left out) or ``"wrap"``
             (every cell served, a few twice) to give every rank the same number of batches.
         obs_columns: obs columns to return with each batch (localized at once): category columns as integer codes
@@ -135,16 +149,19 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         values_dtype = _torch_values_dtype(values_dtype)
         if remainder not in ("drop", "wrap"):
             raise ValueError(f'remainder must be "drop" or "wrap", not {remainder!r}')
-        if int(batch_size) < 1 or int(shuffle_tiles) < 1:
-            raise ValueError("batch_size and shuffle_tiles must be at least 1")
+        batch_size = int_argument("batch_size", batch_size, 1)
+        shuffle_tiles = int_argument("shuffle_tiles", shuffle_tiles, 1)
         if (rank is None) != (world_size is None):
             raise ValueError("give both rank and world_size, or neither (they then come from torch.distributed)")
-        if world_size is not None and not 0 <= int(rank) < int(world_size):  # type: ignore[arg-type]
-            raise ValueError(f"rank {rank} is outside 0..{world_size} (world_size)")
+        if world_size is not None:
+            world_size = int_argument("world_size", world_size, 1)
+            rank = int_argument("rank", rank, 0)
+            if rank >= world_size:
+                raise ValueError(f"rank {rank} is outside 0..{world_size} (world_size)")
         self.uri = uri
-        self.batch_size = int(batch_size)
+        self.batch_size = batch_size
         self.shuffle = bool(shuffle)
-        self.shuffle_tiles = int(shuffle_tiles)
+        self.shuffle_tiles = shuffle_tiles
         self.seed = as_seed(seed)
         self.drop_last = bool(drop_last)
         self.remainder = remainder
@@ -153,9 +170,9 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         self.values_dtype = values_dtype
         self._ranks: tuple[int, int] | None = None if rank is None else (int(rank), int(world_size))  # type: ignore[arg-type]
         self._resolve_ranks()
-        self.memory_budget = int(memory_budget)
-        self.decode_threads = decode_threads
-        self.io_threads = int(io_threads)
+        self.memory_budget = int_argument("memory_budget", memory_budget, 0)
+        self.decode_threads = None if decode_threads is None else int_argument("decode_threads", decode_threads, 1)
+        self.io_threads = int_argument("io_threads", io_threads, 1)
         self.verify = True if verify is None else bool(verify)
         self.cache_dir = cache_dir
         self.storage_options = storage_options
@@ -171,9 +188,13 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         # The pass under way in this process: [epoch, first batch, parts], and the batches it yielded.
         self._current: list[int] | None = None
         self._yielded = 0
-        # Set by a DeltaCellsDataLoader: its workers (1 without), the ticket of its pass, and shared memory through
-        # which persistent workers learn each pass's ticket.
-        self._parts = 1
+        # Passes under way in this process (iterations not yet finished or closed): set_epoch during one sets the
+        # next pass's epoch and leaves the state of the one under way.
+        self._running = 0
+        # Set by a DeltaCellsDataLoader: its workers (1 without; None until one takes the dataset, whose number of
+        # workers, a plain DataLoader's, is then known only when a pass begins), the ticket of its pass, and shared
+        # memory through which persistent workers learn each pass's ticket.
+        self._parts: int | None = None
         self._handoff: _Ticket | None = None
         self._shared: Any = None
         self._ds: Any = None
@@ -185,8 +206,11 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         self._strata: Any = None
         if (weights is not None or epoch_cells is not None) and not isinstance(uri, deltacells.Corpus):
             raise ValueError("weights and epoch_cells weigh the members of a Corpus; this is one dataset")
-        if epoch_cells is not None and (isinstance(epoch_cells, bool) or int(epoch_cells) < 1):
-            raise ValueError(f"epoch_cells must be a positive number of cells, not {epoch_cells!r}")
+        if epoch_cells is not None:
+            given = epoch_cells
+            epoch_cells = -1 if isinstance(given, bool) else int_argument("epoch_cells", given, -(2**63))
+            if epoch_cells < 1:
+                raise ValueError(f"epoch_cells must be a positive number of cells, not {given!r}")
         if stratify_by is not None and not isinstance(uri, deltacells.Corpus):
             raise ValueError("stratify_by draws the cells of a Corpus; open the dataset as one with "
                              "deltacells.open_corpus([uri])")
@@ -238,6 +262,7 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
                 "manifest": hashlib.sha256(manifests.encode()).hexdigest()[:16],
                 "selection": hashlib.sha256(chosen).hexdigest()[:16],
             }
+            self._check_batches(1)
             return
         probe = self._dataset(1)  # opened now: a bad URI fails here, not in a worker
         self.tile_cells = list(probe.manifest.tile_cells)
@@ -250,6 +275,21 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
             if probe.obs is None:
                 raise ValueError("obs_columns were given but the dataset has no obs")
             probe.obs.localize(self.obs_columns)
+        self._check_batches(1)
+
+    def _check_batches(self, parts: int) -> None:
+        """``ValueError`` if an epoch of this rank split among ``parts`` workers has no batch: every training loop
+        over it would end at once, silently."""
+        if self._rank_batches(self.epoch, parts) > 0:
+            return
+        rank, world = self._resolve_ranks()
+        cells = self.epoch_cells if self.epoch_cells is not None else sum(self.tile_cells)
+        raise ValueError(
+            f"an epoch of this loader has no batches on rank {rank} of {world}: {cells} cells in batches of "
+            f"{self.batch_size}{' with drop_last' if self.drop_last else ''}"
+            f"{f', split among {parts} workers' if parts > 1 else ''}; use a smaller batch_size"
+            f"{', drop_last=False' if self.drop_last else ''}{', fewer workers' if parts > 1 else ''} or more cells"
+        )
 
     # ------------------------------------------------------------------ the split
 
@@ -296,26 +336,27 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
 
     def __len__(self) -> int:
         """Batches per epoch of this rank (every rank has as many), for the workers of the loader it belongs to."""
-        return self._rank_batches(self.epoch, self._parts)
+        return self._rank_batches(self.epoch, self._parts or 1)
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch (which changes the order, deterministically). The next pass starts it from its first
         batch, unless a state of this same epoch was just loaded (:meth:`load_state_dict`): then it goes on from
         there, so a training loop may call ``set_epoch`` at the start of every epoch, resumed or not (a state saved
         at the end of epoch ``e`` then leaves nothing of ``set_epoch(e)`` to serve)."""
-        epoch = int(epoch)
+        epoch = int_argument("epoch", epoch, 0)
         finished = self._finished if self._fresh else None
         self._finished = None
         if finished is not None and epoch == finished:
             # The state loaded was saved after this epoch's last batch: its pass has nothing left to serve.
-            self._resume = self._rank_batches(epoch, self._parts)
+            self._resume = self._rank_batches(epoch, self._parts or 1)
             self._resume_parts = 0  # however many workers serve it
         elif not (self._resume and self._fresh and epoch == self.epoch):
             self._resume = 0
         self.epoch = epoch
         self._fresh = True
-        self._current = None
-        self._yielded = 0
+        if not self._running:
+            self._current = None
+            self._yielded = 0
 
     # ------------------------------------------------------------------ resumption
 
@@ -337,19 +378,27 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         """Where the epoch is: its number and the batches of this rank yielded so far (counted before each batch
         is handed over), with the settings that fix the order. For the dataset iterated directly, by a ``DataLoader``
         without workers, or by a :class:`DeltaCellsDataLoader` (which counts its workers' batches here too; a plain
-        ``DataLoader``'s workers count in their own copies)."""
-        if self._current is not None:
+        ``DataLoader``'s workers count in their own copies). During a pass, that pass's, even after ``set_epoch``
+        chose the next one."""
+        if self._current is not None and (self._running or not self._fresh):
             epoch, first, parts = self._current
             return self._state(epoch, first + self._yielded, parts)
-        return self._state(self.epoch, self._resume, self._parts)
+        return self._state(self.epoch, self._resume, self._parts or 1)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continues from ``state``: the next pass yields exactly the batches the interrupted epoch had not yielded
-        yet. ``ValueError`` if the order would differ (the setting is named)."""
+        yet. ``ValueError`` if the order would differ (the setting is named); a state of an epoch split among
+        another number of DataLoader workers is refused when that number is known: here for a dataset a
+        :class:`DeltaCellsDataLoader` took, else when the pass begins (in the workers of a plain ``DataLoader``)."""
         self._load(state, self._parts)
 
-    def _load(self, state: dict[str, Any], parts: int) -> None:
-        mine = self._state(0, 0, parts)
+    def _load(self, state: dict[str, Any], parts: int | None) -> None:
+        mine = self._state(0, 0, parts or 1)
+        missing = [k for k in ("epoch", "batches", *_ORDER_KEYS) if k in mine and k not in state]
+        if missing:
+            # Without them the order it was saved in is unknown: resuming could serve other batches silently.
+            raise ValueError(f"cannot resume: the state lacks {', '.join(missing)}; give a state_dict() of a "
+                             "deltacells loader whole")
         for key in _ORDER_KEYS:
             if key in state and state[key] != mine.get(key):
                 what = "dataset" if key in ("tiles", "manifest") else "cells" if key == "selection" else key
@@ -359,16 +408,15 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
                           f"{key}={state[key]!r}, this loader has {key}={mine[key]!r}")
                 raise ValueError(f"cannot resume: the state was saved with {detail}; the batches would differ "
                                  f"(resume with the same {what})")
-        done = int(state["batches"])
-        saved_parts = max(1, int(state.get("num_workers", 1)))
-        if done and saved_parts != parts:
-            raise ValueError(
-                f"cannot resume: the state was saved by a loader with {saved_parts} worker part(s) of the epoch "
-                f"(num_workers={state.get('num_workers')}), this one has {parts}; each worker serves its own windows, "
-                f"so the rest of the epoch is only defined for the same num_workers (use num_workers={saved_parts}; "
-                "0 and 1 are the same)"
-            )
-        self.epoch = int(state["epoch"])
+        done = int_argument("the state's batches", state["batches"], 0)
+        epoch = int_argument("the state's epoch", state["epoch"], 0)
+        saved_parts = int_argument("the state's num_workers", state.get("num_workers", 1), 0) or 1
+        if done and parts is not None and saved_parts != parts:
+            raise _another_split(saved_parts, parts, "0 and 1 are the same")
+        if done > self._rank_batches(epoch, saved_parts):
+            raise ValueError(f"cannot resume: the state counts {done} batches of epoch {epoch}, which has "
+                             f"{self._rank_batches(epoch, saved_parts)} on this rank; it is not a state of this loader")
+        self.epoch = epoch
         self._resume = done
         self._resume_parts = saved_parts
         after = state.get("after_epoch")
@@ -386,7 +434,12 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         if not self._fresh:
             self.epoch += 1
             self._resume = 0
-        ticket = (self.epoch, self._resume, *self._resolve_ranks(), int(lasting), int(slots))
+        first = self._resume
+        if first and not self._resume_parts:
+            first = self._rank_batches(self.epoch, parts)  # a finished epoch: nothing left, whatever the split
+        elif first and self._resume_parts != parts:
+            raise _another_split(self._resume_parts, parts, "0 and 1 are the same")
+        ticket = (self.epoch, first, *self._resolve_ranks(), int(lasting), int(slots))
         self._resume = 0
         self._finished = None
         self._fresh = False
@@ -418,12 +471,8 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
             if parts:
                 # The resume point counts batches of an epoch split in `parts`; this DataLoader splits it otherwise,
                 # so no batch count of its own is the rest of that epoch.
-                raise ValueError(
-                    f"cannot resume: the state was saved by a loader with {parts} worker part(s) of the epoch, and "
-                    f"this plain DataLoader has num_workers={worker_count()}; each worker serves its own windows, so "
-                    f"the rest of the epoch is only defined for the same num_workers (use num_workers={parts}, or "
-                    "deltacells.torch.make_loader, which checks this when the state is loaded)"
-                )
+                raise _another_split(parts, worker_count(), "or deltacells.torch.make_loader, which checks this "
+                                     "when the state is loaded")
             first = self._rank_batches(self.epoch, worker_count())  # a finished epoch: nothing left to serve
         return (self.epoch, first, *self._resolve_ranks(), 0, 0)
 
@@ -432,6 +481,7 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         # process, where the process group is; the shared ticket goes along only to a process being spawned.
         self._resolve_ranks()
         state = dict(self.__dict__)
+        state["_running"] = 0  # passes of this process
         if not spawning():
             state["_shared"] = None
         if isinstance(self.uri, deltacells.Corpus):
@@ -458,6 +508,11 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
             self.uri, decode_threads=threads, io_threads=self.io_threads, verify=self.verify,
             cache_dir=self.cache_dir, storage_options=self.storage_options,
         )
+        known = self.__dict__.get("_identity")
+        if known is not None and probe._manifest_digest[:16] != known["manifest"]:
+            # Opened again in a DataLoader worker (or after a fork): the dataset the loader was made on, or none.
+            probe.close()
+            raise _changed(self.uri if isinstance(self.uri, str) else repr(self.uri))
         # The reader's memory model (dct_dataset::TileBudget): the batches held, the window and one tile decoded
         # ahead, tiles fetched ahead, a next window decoded, the rest a cache; each worker takes an equal share.
         cached, self._ahead = probe._core.budget_split(self.memory_budget // max(1, workers), self.shuffle_tiles,
@@ -531,6 +586,8 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         epoch, first, rank, world, lasting, slots = ticket
         ds = self._dataset(workers)
         plan = self._plan(worker, workers, first, epoch, (rank, world))
+        if plan.rank_batches() == 0:
+            self._check_batches(workers)  # refused (a plain DataLoader's workers are known only here)
         values = np.float32 if self.values_dtype == torch.float32 else np.int32
         budget = self._ahead + self.shuffle_tiles
         next_epoch = None
@@ -594,6 +651,7 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         # step. Batches in order, one at a time: the plan, prefetches and slots see the calls they saw without it.
         gatherer = gathering_pool()
         pending: concurrent.futures.Future[Any] | None = gatherer.submit(make, 0)
+        self._running += 1
         try:
             for j in range(n):
                 assert pending is not None
@@ -602,6 +660,7 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
                 self._yielded += 1
                 yield out
         finally:
+            self._running -= 1
             # A caller that stops early: the batch gathered for it is dropped (not started, or finished first), so
             # no gather of this iteration runs once it has ended. (Not when the garbage collector ends the iteration
             # on the gathering thread itself, which would wait for its own work.)

@@ -79,6 +79,7 @@ class DeltaCellsDataLoader(torch.utils.data.DataLoader):
             # The DataLoader accepts this and fails at its first iteration.
             raise ValueError("timeout applies to batches from workers: with num_workers=0 leave it at 0")
         super().__init__(dataset, **kwargs)
+        dataset._check_batches(max(1, self.num_workers))
         dataset._parts = max(1, self.num_workers)
         if self.num_workers > 0:
             ctx = self.multiprocessing_context or multiprocessing.get_context()
@@ -99,7 +100,8 @@ class DeltaCellsDataLoader(torch.utils.data.DataLoader):
         if ds._shared is not None:
             ds._shared[1:7] = list(ticket)
             ds._shared[0] = 1
-        self._epoch, self._start, self._count = ticket[0], ticket[1], 0
+        epoch, start, count = ticket[0], ticket[1], 0
+        self._epoch, self._start, self._count = epoch, start, count
         if slots:
             _batch_slots.MAPS.forget_exited()
         if self.num_workers > 0 and (getattr(self, "_iterator", None) is None or not self.persistent_workers) \
@@ -118,6 +120,7 @@ class DeltaCellsDataLoader(torch.utils.data.DataLoader):
             # The one number the DataLoader's iterator draws from the loader's generator (or torch's global one)
             # as it starts, so that a training run's random numbers do not depend on this shortcut.
             torch.empty((), dtype=torch.int64).random_(generator=self.generator)
+        ds._running += 1  # set_epoch during the pass chooses the next pass's epoch
         try:
             for batch in (_pinned(iter(ds), pin, pin_device) if direct else super().__iter__()):
                 if isinstance(batch, _batch_slots.SharedBatch):
@@ -126,18 +129,20 @@ class DeltaCellsDataLoader(torch.utils.data.DataLoader):
                         # Every tensor of the batch (X, index, obs columns, members), as the DataLoader's pinning
                         # of a batch made in process does.
                         batch = _pin_memory(batch, pin_device)
-                self._count += 1
-                ds._yielded = self._count  # so that the dataset's own state_dict says what the loader's does
+                count += 1
+                self._count = count
+                ds._yielded = count  # so that the dataset's own state_dict says what the loader's does
                 yield batch
         finally:
+            ds._running -= 1
             ds._handoff = None
-        expected = ds._rank_batches(self._epoch, parts) - self._start
-        if self._count < expected:
+        expected = ds._rank_batches(epoch, parts) - start
+        if count < expected:
             # A worker that ended without its batches (an error it could not send, a process killed): the rank
             # would train on part of its epoch, and under DDP wait for the other ranks at a collective forever.
             raise RuntimeError(
-                f"the loader's workers ended after {self._count} of this pass's {expected} batches (epoch "
-                f"{self._epoch}): a worker stopped early; its error, if it had one, was printed above"
+                f"the loader's workers ended after {count} of this pass's {expected} batches (epoch "
+                f"{epoch}): a worker stopped early; its error, if it had one, was printed above"
             )
 
     def __len__(self) -> int:
@@ -154,17 +159,20 @@ class DeltaCellsDataLoader(torch.utils.data.DataLoader):
         self._epoch_sampler = _EpochSampler(value, self)
 
     def set_epoch(self, epoch: int) -> None:
-        """Sets the dataset's epoch (see :meth:`DeltaCellsIterableDataset.set_epoch`)."""
-        self.dataset.set_epoch(epoch)  # type: ignore[attr-defined]
-        self._start = self._count = 0
+        """Sets the dataset's epoch (see :meth:`DeltaCellsIterableDataset.set_epoch`): that of the next pass; a pass
+        running goes on to its end as it began."""
+        ds: DeltaCellsIterableDataset = self.dataset  # type: ignore[assignment]
+        ds.set_epoch(epoch)
+        if not ds._running:
+            self._start = self._count = 0
 
     def state_dict(self) -> dict[str, Any]:
         """The epoch and the batches yielded so far in it, with the settings that fix the order."""
         ds: DeltaCellsIterableDataset = self.dataset  # type: ignore[assignment]
         parts = max(1, self.num_workers)
-        if ds._current is None:
-            return ds._state(ds.epoch, ds._resume, parts)
-        return ds._state(self._epoch, self._start + self._count, parts)
+        if ds._running or (ds._current is not None and not ds._fresh):
+            return ds._state(self._epoch, self._start + self._count, parts)
+        return ds._state(ds.epoch, ds._resume, parts)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resumes from ``state`` (see :meth:`DeltaCellsIterableDataset.load_state_dict`); ``ValueError`` for a

@@ -170,12 +170,7 @@ class DeltaCellsDataset:
                 )
                 expected = self.__dict__.get("_manifest_digest")
                 if expected is not None and _manifest_digest(reader.manifest_json()) != expected:
-                    where = url if url is not None else repr(uri)
-                    raise _core.DatasetChangedError(
-                        f"dataset {where} changed since it was opened (its manifest is another now: it was "
-                        "appended to, merged into or written again), so its cells may sit under other indices; "
-                        "open it again to read it as it is now"
-                    )
+                    raise _changed(url if url is not None else repr(uri))
                 self._reader = reader
                 self._pid = os.getpid()
                 self._obs = None
@@ -279,6 +274,7 @@ class DeltaCellsDataset:
         return self._limits
 
     def __len__(self) -> int:
+        """The number of cells (``n_cells``)."""
         return self.n_cells
 
     def tile_bounds(self, i: int) -> tuple[int, int]:
@@ -362,7 +358,8 @@ class DeltaCellsDataset:
         else:
             with open(os.fspath(bench), encoding="utf-8") as f:
                 text = f.read()
-        return Report._from_core(_core.dataset_report(self._core, int(sample_tiles), text, title, self.cache_dir))
+        sample_tiles = int_argument("sample_tiles", sample_tiles, 1)
+        return Report._from_core(_core.dataset_report(self._core, sample_tiles, text, title, self.cache_dir))
 
     # ------------------------------------------------------------------ reading
 
@@ -417,6 +414,16 @@ class DeltaCellsDataset:
         return int(self._core.batch_nnz(self._as_indices(indices)))
 
     def __getitem__(self, key: Any) -> SparseBatch:
+        """``ds[i]`` (one cell; negative counts from the end), ``ds[a:b:c]``, or ``ds[cells]`` (integers or a
+        boolean mask, as :meth:`get_batch` takes them): a :class:`~deltacells.SparseBatch` in request order.
+        ``IndexError`` for what numpy reads otherwise (a boolean scalar, a tuple of axes, indices of two
+        dimensions)."""
+        if isinstance(key, (bool, np.bool_)) or (getattr(key, "ndim", None) == 0 and _is_bool(key)):
+            # numpy takes a boolean scalar as a new axis, not as cell 0 or 1.
+            raise IndexError(f"a boolean ({key!r}) is not a cell index; a mask selects with one entry per cell")
+        if isinstance(key, tuple):
+            raise IndexError(f"too many indices: a dataset is indexed by cells (ds[cells]), not by {len(key)} axes; "
+                             "select genes on the batch (ds[cells].to_scipy()[:, genes])")
         if isinstance(key, (int, np.integer)) or (getattr(key, "ndim", None) == 0 and _is_index(key)):
             # Negative keys count from the end, as in numpy (a 0-d integer array or tensor is a key too); the
             # reader checks the range.
@@ -467,10 +474,23 @@ def open_dataset(uri: str | os.PathLike[str] | Backend, **kwargs: Any) -> DeltaC
     return DeltaCellsDataset(uri, **kwargs)
 
 
+def _changed(where: str) -> Exception:
+    """The error for a dataset whose manifest is not the one it was opened with."""
+    return _core.DatasetChangedError(
+        f"dataset {where} changed since it was opened (its manifest is another now: it was appended to, merged "
+        "into or written again), so its cells may sit under other indices; open it again to read it as it is now"
+    )
+
+
+def _is_bool(key: Any) -> bool:
+    """Whether ``key`` has a boolean dtype (numpy's or torch's)."""
+    return getattr(key, "dtype", None) is not None and str(key.dtype).rsplit(".", 1)[-1] == "bool"
+
+
 def _is_index(key: Any) -> bool:
     """Whether ``key`` is an integer in Python's sense (``operator.index`` takes it): a 0-d integer numpy array or
     torch tensor is, a float or boolean one is not."""
-    if getattr(key, "dtype", None) is not None and str(key.dtype).rsplit(".", 1)[-1] == "bool":
+    if _is_bool(key):
         return False
     try:
         operator.index(key)
