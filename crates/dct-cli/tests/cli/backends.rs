@@ -564,6 +564,6 @@ fn a_dataset_is_written_to_a_web_server_that_lists_nothing() {
     let ds = Dataset::open(&url, ReadOptions { store: options.clone(), ..ReadOptions::default() }).unwrap();
     let got = ds.get_batch_as::<u32>(&[4, 0, 1]).unwrap();
     assert_eq!((got.indptr, got.indices, got.values), (vec![0, 2, 3, 5], vec![1, 2, 0, 0, 2], vec![3, 4, 5, 1, 2]));
-    let taken = DatasetWriter::create(&url, store(&options)).err().expect("the location holds a dataset");
+    let taken = DatasetWriter::create(&url, store(&options)).expect_err("the location holds a dataset");
     assert_eq!(taken.category(), Category::AlreadyExists, "{taken}");
 }
