@@ -184,8 +184,10 @@ def test_prefetch_counts_and_stats(built):
         "decoded_cache_hits",
     }
     assert ds.prefetch_cells([]) == 0
-    with pytest.raises(IndexError):
-        ds.prefetch_cells([N_CELLS])
+    with pytest.raises(IndexError, match=rf"cell {N_CELLS} \(position 1 of the request\) is out of range"):
+        ds.prefetch_cells([0, N_CELLS])
+    with pytest.raises(IndexError, match=r"cell -1 \(position 0"):
+        ds.prefetch_cells([-1])
 
 
 def test_get_tile_is_the_stored_tile(built):

@@ -187,3 +187,9 @@ def test_a_tile_s_row_offsets_are_read_only_so_no_decode_changes_another(blob):
     assert not t.indptr.flags.writeable
     np.testing.assert_array_equal(t.decode().indptr, before)
     assert (t.to_scipy() != make_counts(200, 80, seed=1)).nnz == 0
+
+
+def test_a_path_given_as_a_tile_is_a_type_error_that_says_how_to_read_one(tmp_path):
+    for path in ("tiles/tile_000000.dct", tmp_path / "t.dct"):
+        with pytest.raises(TypeError, match="read_tile"):
+            Tile(path)

@@ -277,6 +277,8 @@ def test_the_last_windows_prefetch_the_next_epoch(built):
         time.sleep(0.02)
     s = ds.stats()
     assert n == len(ds)
+    # The counters are an attribute too, as a dataset's are.
+    assert ds.stats["tiles_fetched"] == s["tiles_fetched"] and isinstance(ds.stats.get("stall_seconds"), float)
     # Without the prefetch across the boundary, the new epoch's first batch waits a whole fetch (>= 50 ms).
     stalled = s["stall_seconds"] - before["stall_seconds"]
     assert stalled < 0.025, (stalled, before, s)

@@ -197,6 +197,9 @@ class Tile:
     """
 
     def __init__(self, data: Any, *, verify: bool | None = None) -> None:
+        if isinstance(data, (str, os.PathLike)):
+            raise TypeError(f"a Tile is made of a tile's bytes, not of {type(data).__name__} {data!r}; read a tile "
+                            "file with deltacells.read_tile(path)")
         core = data if isinstance(data, _core.Tile) else _core.Tile(data, verify is not False)
         self._core = core
         self.info: TileInfo = _tile_info(core.info())

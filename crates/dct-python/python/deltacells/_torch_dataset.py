@@ -547,9 +547,11 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
             raise ValueError("the dataset has no obs")
         return obs.categories(column)
 
-    def stats(self) -> dict[str, float]:
-        """The reader's counters (see :attr:`deltacells.DeltaCellsDataset.stats`)."""
-        return self.dataset.stats
+    @property
+    def stats(self) -> _Stats:
+        """The reader's counters (see :attr:`deltacells.DeltaCellsDataset.stats`): an attribute as the dataset's,
+        and callable (``stats()``) as this loader's was."""
+        return _Stats(self.dataset.stats)
 
     def _tensor(self, batch: deltacells.SparseBatch) -> torch.Tensor:
         if self.output == "dense":
@@ -666,6 +668,14 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
             # on the gathering thread itself, which would wait for its own work.)
             if pending is not None and not pending.cancel() and threading.current_thread() is not gathering_thread():
                 concurrent.futures.wait([pending])
+
+
+class _Stats(dict[str, float]):
+    """A dict of counters that is also called for itself: ``loader.dataset.stats`` reads as a dataset's ``stats``
+    attribute does, and ``stats()``, how this dataset first gave them, still works."""
+
+    def __call__(self) -> dict[str, float]:
+        return dict(self)
 
 
 def _torch_values_dtype(dtype: Any) -> torch.dtype:

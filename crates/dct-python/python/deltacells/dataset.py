@@ -456,10 +456,15 @@ class DeltaCellsDataset:
         self._core.plan_passes([int(t) for t in this_pass], [int(t) for t in next_pass])
 
     def prefetch_cells(self, indices: Sequence[int] | np.ndarray) -> int:
-        """:meth:`prefetch` of the tiles holding the given global cells."""
+        """:meth:`prefetch` of the tiles holding the given global cells; ``IndexError`` naming a cell out of range."""
         idx = self._as_indices(indices)
         if len(idx) == 0:
             return 0
+        outside = np.flatnonzero((idx < 0) | (idx >= self.n_cells))
+        if len(outside):
+            at = int(outside[0])
+            raise IndexError(f"cell {int(idx[at])} (position {at} of the request) is out of range: there are "
+                             f"{self.n_cells} cells")
         return self.prefetch(self.tile_of(idx).tolist())
 
     def get_tile(self, i: int) -> Tile:

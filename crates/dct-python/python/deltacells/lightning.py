@@ -36,7 +36,8 @@ class DeltaCellsDataModule(pl.LightningDataModule):
             not shuffled (``shuffle=False``), keep short batches (``drop_last=False``) and give ranks equal batch
             counts by serving a few cells twice (``remainder="wrap"``, as PyTorch's ``DistributedSampler`` pads),
             and ``weights``, ``epoch_cells``, ``stratify_by`` and ``class_weights`` apply to training only:
-            evaluation serves every one of its cells (once, on one rank). ``memory_budget`` (default 2 GiB) is
+            evaluation serves every one of its cells (once, on one rank, but for the fewer than ``world_size``
+            cells the wrap serves on a second rank to even the ranks). ``memory_budget`` (default 2 GiB) is
             the module's: its loaders can be alive at once (the training loader keeps its cache and workers while
             validation runs), so it is split between the parts given, two shares for training and one each for
             validation and test (all of it for training alone).
