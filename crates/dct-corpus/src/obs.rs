@@ -29,6 +29,8 @@ pub struct CorpusObsColumn {
     pub data_type: DataType,
     /// Per member: whether it has the column, and how its values become the corpus's.
     members: Vec<Option<MemberValues>>,
+    /// Whether some cell of the corpus lacks a value, once known (see [`CorpusObs::has_nulls`]).
+    has_nulls: std::sync::OnceLock<bool>,
 }
 
 /// How a member's values of a column become the corpus's.
@@ -109,6 +111,7 @@ impl Corpus {
                             categories: (c.kind == ColumnKind::Category).then(Vec::new),
                             data_type: if c.kind == ColumnKind::Category { DataType::Int32 } else { data_type.clone() },
                             members: vec![None; n],
+                            has_nulls: std::sync::OnceLock::new(),
                         });
                         columns.len() - 1
                     }
@@ -192,6 +195,16 @@ impl CorpusObs {
     /// a member's value is missing somewhere (see `dct_obs::Obs::has_nulls`).
     pub fn has_nulls(&self, corpus: &Corpus, name: &str) -> Result<bool, CorpusError> {
         let column = self.column(name)?;
+        if let Some(&known) = column.has_nulls.get() {
+            return Ok(known);
+        }
+        let found = self.find_nulls(corpus, column)?;
+        Ok(*column.has_nulls.get_or_init(|| found))
+    }
+
+    /// [`CorpusObs::has_nulls`] looked up member by member (their cached columns know).
+    fn find_nulls(&self, corpus: &Corpus, column: &CorpusObsColumn) -> Result<bool, CorpusError> {
+        let name = column.name.as_str();
         for (m, (obs, part)) in self.members.iter().zip(&column.members).enumerate() {
             let Some(obs) = obs.as_ref().filter(|_| part.is_some()) else { return Ok(true) };
             if obs.has_nulls(name).map_err(|e| obs_error(corpus, m, e))? {

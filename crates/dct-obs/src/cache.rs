@@ -91,6 +91,8 @@ pub fn column_file_name(name: &str) -> String {
 #[derive(Debug, Clone)]
 pub(crate) struct CachedColumn {
     pub(crate) arrays: Vec<ArrayRef>,
+    /// Whether some cell's value is missing (read once, not at every take).
+    pub(crate) has_nulls: bool,
 }
 
 /// What was found at a cache path.
@@ -131,7 +133,10 @@ pub(crate) fn open_cached(path: &Path, column: &ObsColumn, tile_cells: &[u64]) -
     let buffer = Buffer::from(bytes::Bytes::from_owner(mmap));
     let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| decode_file(&buffer, column, tile_cells)));
     Ok(match decoded {
-        Ok(Ok(arrays)) => Cached::Valid(CachedColumn { arrays }),
+        Ok(Ok(arrays)) => {
+            let has_nulls = arrays.iter().any(|a| a.null_count() > 0);
+            Cached::Valid(CachedColumn { arrays, has_nulls })
+        }
         Ok(Err(msg)) => Cached::Invalid(msg),
         Err(_) => Cached::Invalid("the Arrow decoder failed on it".into()),
     })

@@ -263,7 +263,7 @@ impl Obs {
     /// Whether a localized column has a missing value in some cell: what decides how its values reach a caller
     /// whose arrays have no nulls (numbers as float64 with NaN, say) the same way for every batch of cells.
     pub fn has_nulls(&self, column: &str) -> Result<bool> {
-        Ok(self.cached(column)?.1.arrays.iter().any(|a| a.null_count() > 0))
+        Ok(self.cached(column)?.1.has_nulls)
     }
 
     /// A localized column, all cells in global order (one copy, into a vector a caller may take over).
