@@ -92,7 +92,7 @@ impl DatasetWriter {
         let pool = Arc::new(crate::rt::pool(threads, "dct-encode")?);
         let s = store.clone();
         let overwrite = options.overwrite;
-        rt.block_on(async move { prepare_destination(&s, overwrite).await })?;
+        rt.block_on(async move { prepare_destination(&s, overwrite).await })??;
         let encode = EncodeOptions {
             n_chunks: options.n_chunks,
             level: options.zstd_level,
@@ -289,7 +289,7 @@ impl DatasetWriter {
         self.side.add_stored(rel)?;
         let store = self.store.clone();
         let rel = rel.to_string();
-        let stored = self.rt.block_on(async move { store.put(&rel, bytes).await });
+        let stored = self.rt.block_on(async move { store.put(&rel, bytes).await }).and_then(|r| r);
         stored.map_err(|e| self.fail(e.into()))
     }
 
@@ -306,8 +306,16 @@ impl DatasetWriter {
     }
 
     fn wait_oldest(&mut self) -> Result<(), DatasetError> {
-        let Some(job) = self.pending.pop_front() else { return Ok(()) };
-        let result = match futures::executor::block_on(job) {
+        let Some(mut job) = self.pending.pop_front() else { return Ok(()) };
+        let waited = match dct_store::interrupt::wait(&mut job) {
+            Ok(waited) => waited,
+            Err(interrupted) => {
+                // Still pending: settled with the others when the writer is dropped.
+                self.pending.push_front(job);
+                return Err(self.fail(interrupted.into()));
+            }
+        };
+        let result = match waited {
             Ok(r) => r,
             Err(e) => Err(DatasetError::Internal(format!("a tile task of {} failed: {e}", self.store.root()))),
         };
@@ -487,7 +495,11 @@ impl DatasetWriter {
         let obs = self.finish_obs()?;
         let manifest = self.build_manifest(obs);
         let (store, side) = (self.store.clone(), std::mem::take(&mut self.side));
-        let finished = self.rt.block_on(async move { finish_dataset(&store, manifest, side).await });
+        let finished = self
+            .rt
+            .block_on(async move { finish_dataset(&store, manifest, side).await })
+            .map_err(DatasetError::from)
+            .and_then(|r| r);
         finished.map_err(|e| self.fail(e))
     }
 

@@ -3,6 +3,8 @@
 use std::sync::Arc;
 
 use dct_corpus::{Condition, Corpus, CorpusError, CorpusObs, GeneKey, GeneSpace, Member, ObsValue, Selection};
+use dct_dataset::DatasetError;
+use dct_store::StoreError;
 use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -17,6 +19,9 @@ use crate::process::ProcessBound;
 /// range `IndexError`, genes that cannot be placed and bad arguments `ValueError`.
 pub(crate) fn corpus_error(e: CorpusError) -> PyErr {
     match e {
+        CorpusError::Member { ref cause, .. } if matches!(**cause, DatasetError::Store(StoreError::Interrupted)) => {
+            crate::interrupt::interrupted()
+        }
         CorpusError::Member { ref cause, .. } => {
             let message = e.to_string();
             let typed = dataset_error((**cause).clone());

@@ -38,8 +38,12 @@ pub(crate) fn format_error(message: impl Into<String>) -> PyErr {
     FormatError::new_err(message.into())
 }
 
-/// The Python exception for a storage error: a missing object is `FileNotFoundError`, anything else `OSError`.
+/// The Python exception for a storage error: a missing object is `FileNotFoundError`, a wait given up at the
+/// user's request the exception its signal handler raised (`KeyboardInterrupt`), anything else `OSError`.
 pub(crate) fn store_error(e: &dct_store::StoreError) -> PyErr {
+    if matches!(e, dct_store::StoreError::Interrupted) {
+        return crate::interrupt::interrupted();
+    }
     if e.is_not_found() { PyFileNotFoundError::new_err(e.to_string()) } else { PyOSError::new_err(e.to_string()) }
 }
 

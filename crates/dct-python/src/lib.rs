@@ -20,7 +20,7 @@
 //!   * `corpus.rs`: corpora (`dct_corpus`): reads through a gene vocabulary, selections, obs across members,
 //!     weighted epochs.
 //!   * `cli.rs`: the command line, in-process.
-//!   * `errors.rs`: Rust errors as the API's exception classes.
+//!   * `errors.rs`: Rust errors as the API's exception classes; `interrupt.rs`: Ctrl-C during storage waits.
 //!   * `process.rs`: what survives `fork`.
 //! * The pure-Python modules of the original package's API, in `python/deltacells/`, hold the argument checks, the
 //!   pandas and scipy conversions and the dataclasses:
@@ -50,6 +50,7 @@ mod corpus;
 mod dataset;
 mod epoch;
 mod errors;
+mod interrupt;
 mod manifest;
 mod obs;
 mod process;
@@ -66,6 +67,7 @@ use pyo3::prelude::*;
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    interrupt::watch_main_thread(py)?;
     m.add("FormatError", py.get_type::<errors::FormatError>())?;
     m.add("DatasetChangedError", py.get_type::<errors::DatasetChangedError>())?;
     m.add("FORMAT_VERSION", dct_format::Version::V2.number())?;
@@ -107,6 +109,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<epoch::PyStrata>()?;
     m.add_function(wrap_pyfunction!(dataset::batch_slot_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(process::return_free_memory, m)?)?;
+    m.add_function(wrap_pyfunction!(interrupt::watch_gathering_thread, m)?)?;
+    m.add_function(wrap_pyfunction!(interrupt::stop_gathering, m)?)?;
     m.add_function(wrap_pyfunction!(slots::slot_layout, m)?)?;
     m.add("SLOT_HEADER", slots::HEADER)?;
     m.add_function(wrap_pyfunction!(tile::read_tile_file, m)?)?;

@@ -56,6 +56,9 @@ pub enum StoreError {
     /// The I/O threads could not be started.
     #[error("cannot start the storage I/O threads: {0}")]
     Runtime(String),
+    /// The caller asked to stop (Ctrl-C) while waiting for storage; what was waited for was abandoned.
+    #[error("interrupted while waiting for storage")]
+    Interrupted,
 }
 
 fn attempts_note(attempts: u32) -> String {
@@ -79,7 +82,7 @@ impl StoreError {
             | StoreError::WrongSize { url, .. }
             | StoreError::Request { url, .. }
             | StoreError::Url { url, .. } => url,
-            StoreError::Runtime(_) => "",
+            StoreError::Runtime(_) | StoreError::Interrupted => "",
         }
     }
 
@@ -101,6 +104,30 @@ impl StoreError {
 pub(crate) fn is_transient(e: &object_store::Error) -> bool {
     matches!(e, object_store::Error::Generic { .. })
         && !http_status(e).is_some_and(|s| (400..500).contains(&s) && s != 408 && s != 429)
+        && !is_final_file_error(e)
+}
+
+/// Whether `e` comes from a file system error that another attempt meets again: a path through a file, a
+/// directory where a file belongs, permissions, a read-only or full file system (local paths).
+fn is_final_file_error(e: &object_store::Error) -> bool {
+    use std::io::ErrorKind as K;
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                K::NotADirectory
+                    | K::IsADirectory
+                    | K::PermissionDenied
+                    | K::ReadOnlyFilesystem
+                    | K::StorageFull
+                    | K::InvalidFilename
+                    | K::InvalidInput
+            );
+        }
+        cause = c.source();
+    }
+    false
 }
 
 /// The HTTP status of a failed response as `object_store` reports it in its message ("... status code: 405 Method
@@ -158,6 +185,22 @@ fn backend_message_raw(e: &object_store::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn file_system_errors_that_recur_are_final() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("afile"), b"x").unwrap();
+        let store = crate::Store::from_url(dir.path().join("afile/ds").to_str().unwrap(), &Default::default()).unwrap();
+        let got = crate::runtime::block_on(async move { store.put("manifest.json", "{}".into()).await }).unwrap();
+        let e = got.unwrap_err();
+        assert!(!e.is_transient(), "{e}");
+        assert!(!e.to_string().contains("attempts") && !e.to_string().contains("network"), "{e}");
+        let io = object_store::Error::Generic {
+            store: "LocalFileSystem",
+            source: Box::new(std::io::Error::from(std::io::ErrorKind::ConnectionReset)),
+        };
+        assert!(is_transient(&io), "other failures are retried");
+    }
 
     #[test]
     fn a_refused_method_is_final_and_its_error_page_left_out() {

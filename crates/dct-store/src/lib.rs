@@ -52,6 +52,7 @@
 //! * `mapped.rs`: local tiles, memory-mapped; this is the crate's only unsafe code.
 //! * `StoreError`: what failed, the URL, the cause (once) and what to do; whether it is transient, and the attempts.
 //! * `runtime`: the shared, fork-aware tokio runtime and `block_on`.
+//! * `interrupt`: waits that an interactive caller (Python's Ctrl-C) can give up.
 //! * `ReadSource`: a read-only backend implemented outside this crate, e.g. a Python object.
 //! * Feature `testing`: the layers the tests and benchmarks share (`counted`, `faulty`, `throttled`); each
 //!   implements `ObjectStore` through `object_store_layer!`, which writes the methods it passes on unchanged.
@@ -65,6 +66,7 @@ mod body;
 mod cloud;
 mod error;
 mod get;
+pub mod interrupt;
 mod local;
 mod mapped;
 mod open;

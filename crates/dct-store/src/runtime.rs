@@ -37,7 +37,8 @@ impl Runtime {
     }
 
     /// Runs `f` on the runtime and blocks the calling thread until it finishes. A panic in `f` is resumed here.
-    pub fn block_on<F>(&self, f: F) -> F::Output
+    /// Fails only when the thread's caller asks to stop ([`interrupt`](crate::interrupt)): `f` is then aborted.
+    pub fn block_on<F>(&self, f: F) -> Result<F::Output, StoreError>
     where
         F: Future + Send + 'static,
         F::Output: Send + 'static,
@@ -63,9 +64,10 @@ fn build(threads: usize, name: &str) -> Result<tokio::runtime::Runtime, StoreErr
         .map_err(|e| StoreError::Runtime(e.to_string()))
 }
 
-fn wait<T>(handle: tokio::task::JoinHandle<T>) -> T {
-    match futures::executor::block_on(handle) {
-        Ok(v) => v,
+fn wait<T>(handle: tokio::task::JoinHandle<T>) -> Result<T, StoreError> {
+    let task = AbortOnDrop(handle);
+    match crate::interrupt::wait(task)? {
+        Ok(v) => Ok(v),
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
         // Tasks of a live runtime are cancelled only by its shutdown, which happens when its owner is dropped.
         Err(e) => panic!("a storage task was cancelled while its caller waited: {e}"),
@@ -88,19 +90,22 @@ pub fn shared() -> Result<&'static tokio::runtime::Handle, StoreError> {
 }
 
 /// Runs `f` on the [process-wide runtime](shared) and blocks until it finishes. A panic in `f` is resumed here.
+/// Fails when the runtime cannot start, or when the thread's caller asks to stop ([`interrupt`](crate::interrupt)):
+/// `f` is then aborted.
 pub fn block_on<F>(f: F) -> Result<F::Output, StoreError>
 where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    Ok(wait(shared()?.spawn(f)))
+    wait(shared()?.spawn(f))
 }
 
 /// Runs `f` to completion on the calling thread with the [process-wide runtime](shared)'s I/O and timers, for
 /// futures that borrow from the caller and so cannot be spawned. Blocks the thread: call it from synchronous code.
+/// Fails as [`block_on`] does; `f` is then dropped.
 pub fn block_on_here<F: Future>(f: F) -> Result<F::Output, StoreError> {
     let _context = shared()?.enter();
-    Ok(futures::executor::block_on(f))
+    crate::interrupt::wait(f)
 }
 
 /// A spawned task that is aborted when dropped (so an early error stops the requests still in flight).
@@ -128,7 +133,7 @@ mod tests {
     #[test]
     fn blocks_from_plain_threads_and_from_inside_another_runtime() {
         let rt = Runtime::new(1, "test-io").unwrap();
-        assert_eq!(rt.block_on(async { 7 }), 7);
+        assert_eq!(rt.block_on(async { 7 }).unwrap(), 7);
         assert_eq!(block_on(async { 8 }).unwrap(), 8);
         let borrowed = String::from("borrowed");
         let slept = block_on_here(async {
@@ -137,7 +142,7 @@ mod tests {
         });
         assert_eq!(slept.unwrap(), 8);
         let outer = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        let inner = outer.block_on(async { block_on(async { 9 }).unwrap() + rt.block_on(async { 1 }) });
+        let inner = outer.block_on(async { block_on(async { 9 }).unwrap() + rt.block_on(async { 1 }).unwrap() });
         assert_eq!(inner, 10);
         // Dropping an owned runtime inside another runtime does not panic.
         outer.block_on(async move { drop(rt) });

@@ -384,7 +384,8 @@ impl Core {
             Vec::new()
         } else {
             let start = Instant::now();
-            let r = futures::executor::block_on(futures::future::join_all(pending));
+            // Given up when an interactive caller asks to stop; the loads go on and fill the cache.
+            let r = dct_store::interrupt::wait(futures::future::join_all(pending))?;
             add(&self.counters.stall_nanos, nanos(start.elapsed()));
             r
         }

@@ -440,7 +440,7 @@ impl Dataset {
     pub fn fetch_tile_bytes(&self, tile: usize) -> Result<Bytes, DatasetError> {
         self.check_tile(tile)?;
         let core = self.core.clone();
-        self.rt.block_on(async move { core.fetch_checked(tile).await })
+        self.rt.block_on(async move { core.fetch_checked(tile).await })?
     }
 
     /// The gene names (`var_names.txt`, one per gene in stored column order), or `None` if the dataset has
@@ -488,7 +488,7 @@ impl Dataset {
             let got = core.store.get_limited(rel, limit).await;
             let change = if got.is_ok() { core.change_since_open(false).await } else { None };
             (got, change)
-        });
+        })?;
         if let Some(message) = change {
             return Err(DatasetError::FileChanged { url: self.core.store.url(rel), message });
         }

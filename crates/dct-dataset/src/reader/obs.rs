@@ -37,7 +37,7 @@ impl Dataset {
         }
         let store = self.core.store.clone();
         let manifest = obs_manifest(m);
-        let opened = self.rt.block_on(async move { dct_obs::Obs::open(store, manifest, options).await });
+        let opened = self.rt.block_on(async move { dct_obs::Obs::open(store, manifest, options).await })?;
         opened.map_err(|e| obs_error(self.url(), e))
     }
 }

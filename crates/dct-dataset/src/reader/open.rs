@@ -111,7 +111,7 @@ impl Dataset {
 /// `manifest.json` of `store`, at most `limit` bytes, parsed and validated.
 fn fetch_manifest(rt: &Rt, store: &Store, limit: u64) -> Result<Manifest, DatasetError> {
     let s = store.clone();
-    let got = rt.block_on(async move { s.get_limited(MANIFEST_NAME, limit).await });
+    let got = rt.block_on(async move { s.get_limited(MANIFEST_NAME, limit).await })?;
     let url = store.url(MANIFEST_NAME);
     let manifest_err = |category, message: String| DatasetError::Manifest {
         url: url.clone(),

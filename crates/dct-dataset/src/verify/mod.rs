@@ -46,6 +46,11 @@ impl Problem {
     fn from_error(e: &DatasetError) -> Self {
         Problem { category: e.category(), tile: e.tile(), message: e.to_string() }
     }
+
+    /// A wait for the store that failed (the caller asked to stop): the verification is incomplete.
+    fn from_store(e: StoreError) -> Self {
+        Problem::from_error(&DatasetError::from(e))
+    }
 }
 
 impl fmt::Display for Problem {
@@ -112,7 +117,9 @@ pub fn verify(ds: &Dataset, options: &VerifyOptions, mut progress: impl FnMut(u6
     // The obs schema first: shard layouts are checked against it.
     let obs = if check_obs {
         let c = core.clone();
-        let (schema, problems) = rt.block_on(async move { obs::read_schema(&c).await });
+        let (schema, problems) = rt
+            .block_on(async move { obs::read_schema(&c).await })
+            .unwrap_or_else(|e| (None, vec![Problem::from_store(e)]));
         report.problems.extend(problems);
         schema
     } else {
@@ -164,7 +171,9 @@ pub fn verify(ds: &Dataset, options: &VerifyOptions, mut progress: impl FnMut(u6
     let schema_problems = std::mem::replace(&mut report.problems, found);
     if options.check_side_files {
         let c = core.clone();
-        report.problems.extend(rt.block_on(async move { check_side_files(&c).await }));
+        report.problems.extend(
+            rt.block_on(async move { check_side_files(&c).await }).unwrap_or_else(|e| vec![Problem::from_store(e)]),
+        );
     }
     report.problems.extend(schema_problems);
     if check_obs {

@@ -147,17 +147,19 @@ mod obs_checks {
         let rt = ds.rt();
         let (schema, problems) = {
             let c = core.clone();
-            rt.block_on(async move { obs::read_schema(&c).await })
+            rt.block_on(async move { obs::read_schema(&c).await }).unwrap()
         };
         assert!(problems.is_empty());
         let schema = schema.unwrap();
         let size = core.manifest.obs.shard_bytes[0];
         let c = core.clone();
-        let found = rt.block_on(async move {
-            let shard = stream_shard(&c.store, "obs/obs_0000.parquet", size, 16).await.ok().unwrap();
-            assert!(shard.tail.len() < 64, "only a short tail was kept");
-            obs::check_layout(&c, 0, "obs_0000", &shard, &schema).await
-        });
+        let found = rt
+            .block_on(async move {
+                let shard = stream_shard(&c.store, "obs/obs_0000.parquet", size, 16).await.ok().unwrap();
+                assert!(shard.tail.len() < 64, "only a short tail was kept");
+                obs::check_layout(&c, 0, "obs_0000", &shard, &schema).await
+            })
+            .unwrap();
         assert!(found.is_empty(), "{found:?}");
     }
 }

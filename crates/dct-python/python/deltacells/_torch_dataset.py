@@ -19,7 +19,14 @@ from deltacells import _batch_slots, _core
 from deltacells._args import int_argument
 from deltacells._seeds import as_seed
 from deltacells._tiles import as_values_dtype
-from deltacells._torch_process import distributed_ranks, gathering_pool, gathering_thread, spawning, worker_count
+from deltacells._torch_process import (
+    distributed_ranks,
+    gathering_pool,
+    gathering_thread,
+    spawning,
+    stop_gathering,
+    worker_count,
+)
 from deltacells.dataset import _changed
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -661,6 +668,14 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
                 pending = gatherer.submit(make, j + 1) if j + 1 < n else None
                 self._yielded += 1
                 yield out
+        except BaseException as left:
+            # Left on an error or Ctrl-C (not a caller's early stop): the gather under way gives up its storage
+            # waits, so that leaving does not wait for a read from storage that has stopped answering.
+            if (not isinstance(left, GeneratorExit) and pending is not None and not pending.cancel()
+                    and threading.current_thread() is not gathering_thread()):
+                with stop_gathering():
+                    concurrent.futures.wait([pending])
+            raise
         finally:
             self._running -= 1
             # A caller that stops early: the batch gathered for it is dropped (not started, or finished first), so

@@ -5,13 +5,17 @@ gathers the next batch of every loader without workers."""
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import multiprocessing.context
 import os
 import threading
+from collections.abc import Iterator
 
 import torch.utils.data
 
-__all__ = ["distributed_ranks", "gathering_pool", "gathering_thread", "spawning", "worker_count"]
+from deltacells import _core
+
+__all__ = ["distributed_ranks", "gathering_pool", "gathering_thread", "spawning", "stop_gathering", "worker_count"]
 
 
 def distributed_ranks() -> tuple[int, int] | None:
@@ -48,6 +52,18 @@ _GATHERING: list[threading.Thread | None] = [None]
 
 def _mark_gathering_thread() -> None:
     _GATHERING[0] = threading.current_thread()
+    _core.watch_gathering_thread()  # its storage waits give up when a loop is left on Ctrl-C (stop_gathering)
+
+
+@contextlib.contextmanager
+def stop_gathering() -> Iterator[None]:
+    """Within: the gathering thread's storage waits give up (its gather fails), so that a loop left on an exception
+    (Ctrl-C) need not wait for a read from storage that has stopped answering."""
+    _core.stop_gathering(True)
+    try:
+        yield
+    finally:
+        _core.stop_gathering(False)
 
 
 def gathering_pool() -> concurrent.futures.ThreadPoolExecutor:
