@@ -64,6 +64,11 @@ fn member_name(url: &str) -> &str {
     trimmed.rsplit(['/', '\\']).next().unwrap_or(trimmed)
 }
 
+/// Where `member`'s aligned copy goes in `output_dir`.
+fn member_output(output_dir: &str, member: &str) -> String {
+    format!("{}/{}", output_dir.trim_end_matches('/'), member_name(member))
+}
+
 /// Writes each of `members` (paths or store URLs, read as one corpus with `opts.genes` and `opts.gene_key`) into
 /// `output_dir`, under its own last path component, holding every cell and obs column of the member and its genes
 /// in the vocabulary, in the vocabulary's order (genes of the member outside it are left out). Members are written
@@ -88,6 +93,9 @@ pub fn align_members(
             )));
         }
     }
+    for url in members {
+        crate::io::refuse_output_at_a_source(&member_output(output_dir, url), members, "alignment")?;
+    }
     let read = ReadOptions { store: opts.store.clone(), max_cached_tiles: 2, ..ReadOptions::default() };
     let opened = members
         .iter()
@@ -102,7 +110,7 @@ pub fn align_members(
     drop(corpus);
     let mut written = Vec::with_capacity(members.len());
     for url in members {
-        let output = format!("{}/{}", output_dir.trim_end_matches('/'), member_name(url));
+        let output = member_output(output_dir, url);
         let options = SubsetOptions {
             genes: Some(vocabulary.clone()),
             gene_key: opts.gene_key.clone(),

@@ -14,7 +14,7 @@ use crate::io::Output;
 use crate::obs::{InputObs, InputVar, SchemaPlan, TileCutter, combined_var_table, var_table};
 use crate::options::{GeneSort, sample_flags};
 use crate::output::{TileState, check_tile, finished_dataset};
-use crate::plan::{PLAN_MARKER, Plan};
+use crate::plan::{PLAN_MARKER, Plan, RECEIPTS_DIR};
 use crate::remap::NO_COLUMN;
 use crate::run::{RunOptions, check_input_files, reopen_input};
 use crate::scan::{matching_keys, open_gene_table};
@@ -152,6 +152,7 @@ pub fn finalize(plan: &Plan, opts: &RunOptions) -> Result<Manifest, ConvertError
         }
         None => {
             if let Some(manifest) = finished_dataset(&out, plan)? {
+                out.delete_prefix(RECEIPTS_DIR)?; // left by a finalize stopped just after the manifest
                 return Ok(manifest);
             }
             return Err(ConvertError::Output(format!(
@@ -231,6 +232,7 @@ pub fn finalize(plan: &Plan, opts: &RunOptions) -> Result<Manifest, ConvertError
     // re-run finds it finished).
     let manifest = out.block_on(finish_dataset(&out.store, manifest, side))??;
     out.delete(PLAN_MARKER)?;
+    out.delete_prefix(RECEIPTS_DIR)?;
     Ok(manifest)
 }
 

@@ -36,8 +36,11 @@ pub fn resolve_inputs<S: AsRef<str>>(patterns: &[S], sort: bool) -> Result<Vec<S
         let is_glob = pattern.contains(['*', '?', '[']);
         let mut matched: Vec<String> = if is_glob {
             let bad = |e: glob::PatternError| ConvertError::Inputs(format!("bad pattern {pattern:?}: {e}"));
-            let compiled = glob::Pattern::new(pattern).map_err(bad)?;
-            let paths = glob::glob_with(pattern, walk).map_err(bad)?;
+            // The walk gives paths without `.` components (`./d/*.h5ad` finds `d/a.h5ad`): the pattern they are
+            // matched against again is written without them too.
+            let walked = without_current_dir(pattern);
+            let compiled = glob::Pattern::new(&walked).map_err(bad)?;
+            let paths = glob::glob_with(&walked, walk).map_err(bad)?;
             let mut files = Vec::new();
             for entry in paths {
                 let path = entry.map_err(|e| ConvertError::Io {
@@ -69,6 +72,19 @@ pub fn resolve_inputs<S: AsRef<str>>(patterns: &[S], sort: bool) -> Result<Vec<S
         out.sort_by(|a, b| natural_cmp(a, b));
     }
     Ok(out)
+}
+
+/// `pattern` without its `.` components (`./d/*.h5ad` as `d/*.h5ad`, `d/./*.h5ad` as `d/*.h5ad`).
+fn without_current_dir(pattern: &str) -> String {
+    let mut rest = pattern;
+    while let Some(r) = rest.strip_prefix("./") {
+        rest = r.trim_start_matches('/');
+    }
+    let mut out = rest.to_string();
+    while out.contains("/./") {
+        out = out.replace("/./", "/");
+    }
+    out
 }
 
 /// Compares natural-sort keys: digit runs by value, so `part2` sorts before `part10`.
@@ -135,6 +151,8 @@ mod tests {
     fn patterns_match_in_natural_order_without_hidden_files() {
         assert_eq!(resolved(&["*.h5ad"], true).unwrap(), ["s1.h5ad", "s2.h5ad", "s10.h5ad"]);
         assert_eq!(resolved(&[".*.h5ad"], true).unwrap(), [".hidden.h5ad"]);
+        assert_eq!(resolved(&["./*.h5ad"], true).unwrap(), ["s1.h5ad", "s2.h5ad", "s10.h5ad"], "a `.` component");
+        assert_eq!(resolved(&["sub/./*.h5ad"], true).unwrap(), ["sub/s3.h5ad"]);
         assert_eq!(
             resolved(&["**/*.h5ad"], true).unwrap(),
             ["s1.h5ad", "s2.h5ad", "s10.h5ad", "sub/deeper/s0.h5ad", "sub/s3.h5ad"]

@@ -216,6 +216,7 @@ pub fn merge(sources: &[String], output: &str, opts: &MergeOptions) -> Result<Me
     if sources.len() < 2 {
         return Err(ConvertError::Inputs("merge takes two or more datasets".into()));
     }
+    crate::io::refuse_output_at_a_source(output, sources, "merge")?;
     // Each tile is read once, in order: the tile being read and one decoded ahead are all the cache needs.
     let read = ReadOptions { store: opts.store.clone(), max_cached_tiles: 2, ..ReadOptions::default() };
     let mut opened = Vec::with_capacity(sources.len());

@@ -9,7 +9,7 @@ use bytes::Bytes;
 
 use crate::error::ConvertError;
 use crate::io::Output;
-use crate::plan::{PLAN_MARKER, Plan};
+use crate::plan::{PLAN_MARKER, Plan, RECEIPTS_DIR};
 
 /// A tile already in the output, checked.
 pub(crate) enum TileState {
@@ -29,6 +29,11 @@ pub(crate) fn check_tile(out: &Output, plan: &Plan, t: usize) -> Result<TileStat
         return Ok(TileState::Invalid(e.to_string()));
     }
     let (first, end) = plan.tile_cells(t);
+    if out.get(&plan.receipt_path(t))?.as_deref() != Some(&receipt(&blob)[..]) {
+        return Ok(TileState::Invalid(
+            "it was not written by this conversion (no receipt of this plan for these bytes)".into(),
+        ));
+    }
     if h.version.number() != plan.format_version || h.n_cells != end - first || u64::from(h.n_genes) != plan.n_genes {
         return Ok(TileState::Invalid(format!(
             "holds {} cells x {} genes (version {}); the plan needs {} x {} (version {})",
@@ -41,6 +46,12 @@ pub(crate) fn check_tile(out: &Output, plan: &Plan, t: usize) -> Result<TileStat
         )));
     }
     Ok(TileState::Valid { nnz: h.nnz, bytes: blob.len() as u64 })
+}
+
+/// What a part records for a tile it wrote: the tile's CRC-32 and length (see [`crate::plan::RECEIPTS_DIR`]).
+pub(crate) fn receipt(blob: &[u8]) -> Bytes {
+    let crc = dct_format::TileHeader::parse(blob).map_or(0, |h| h.crc32);
+    Bytes::from(format!("crc32 {crc:08x} bytes {}\n", blob.len()))
 }
 
 /// Where an output stands for a plan (see [`claim_output`]).
@@ -73,8 +84,10 @@ pub(crate) fn claim_output(out: &Output, plan: &Plan) -> Result<Claim, ConvertEr
             if finished_dataset(out, plan)?.is_some() {
                 return Ok(Claim::Finished);
             }
-            out.put(PLAN_MARKER, Bytes::from(plan.to_json()))?;
-            Ok(Claim::Open)
+            // Created only if still absent: of two conversions starting at once, one takes the output and the
+            // other finds its marker.
+            let created = out.block_on(out.store.put_if_absent(PLAN_MARKER, Bytes::from(plan.to_json())))??;
+            if created { Ok(Claim::Open) } else { claim_output(out, plan) }
         }
     }
 }
@@ -100,6 +113,7 @@ pub fn clear_output(url: &str, store: &StoreOptions) -> Result<(), ConvertError>
     let out = Output::open(url, store)?;
     out.delete(MANIFEST_NAME)?;
     out.delete(PLAN_MARKER)?;
+    out.delete_prefix(RECEIPTS_DIR)?;
     out.delete_prefix("tiles")?;
     for rel in [GENE_ORDER_NAME, VAR_NAMES_NAME, VAR_TABLE_NAME] {
         out.delete(rel)?;

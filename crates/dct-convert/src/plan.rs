@@ -26,6 +26,10 @@ use crate::remap::NO_COLUMN;
 pub const PLAN_FORMAT: &str = "deltacells-convert-plan";
 /// Name of the copy of the plan kept in the output, which ties its tiles to one conversion.
 pub const PLAN_MARKER: &str = "convert-plan.json";
+/// Folder of the receipts a conversion's parts leave in the output, one per tile written (removed at finalize):
+/// a tile counts as done only with its plan's receipt for exactly its bytes, so tiles another plan wrote there
+/// (a part of an abandoned conversion still running, two plans started on one output) are written again.
+pub const RECEIPTS_DIR: &str = "convert-receipts";
 /// Largest plan file read.
 const MAX_PLAN_BYTES: u64 = 1 << 30;
 
@@ -226,8 +230,14 @@ impl Plan {
 
     /// Tiles written by part `part` of `parts` (contiguous, so each part reads its inputs in order).
     pub fn part_tiles(&self, part: usize, parts: usize) -> std::ops::Range<usize> {
-        let n = self.n_tiles;
-        (part * n / parts)..((part + 1) * n / parts)
+        // In 128 bits: `part * n` passes 64 bits for a huge `parts`.
+        let (n, part, parts) = (self.n_tiles as u128, part as u128, parts.max(1) as u128);
+        ((part * n / parts) as usize)..(((part + 1) * n / parts) as usize)
+    }
+
+    /// Where this plan's receipt for tile `t` goes (see [`RECEIPTS_DIR`]).
+    pub(crate) fn receipt_path(&self, t: usize) -> String {
+        format!("{RECEIPTS_DIR}/{}/tile_{t:06}", self.fingerprint)
     }
 
     /// The options this plan was made with (for re-opening its inputs).

@@ -432,7 +432,10 @@ pub(crate) fn run_part_in(
             }
             let stored = item.and_then(|mut w| {
                 let blob = std::mem::take(&mut w.blob);
-                out.put(&tile_path(w.tile), Bytes::from(blob)).map(|()| w)
+                let receipt = crate::output::receipt(&blob);
+                // The tile, then its receipt: a tile without one is written again.
+                out.put(&tile_path(w.tile), Bytes::from(blob))?;
+                out.put(&plan.receipt_path(w.tile), receipt).map(|()| w)
             });
             let w = match stored {
                 Ok(w) => w,

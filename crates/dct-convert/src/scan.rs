@@ -373,7 +373,9 @@ fn load_scan(
     if s.compute_checksum() != s.checksum {
         return Err(reject("its checksum does not match its contents (corrupt or edited)".into()));
     }
-    if s.index != index || s.path != path.display().to_string() {
+    // The same file however its path was spelled (relative or absolute).
+    let same_path = std::path::absolute(&s.path).ok().is_some_and(|a| std::path::absolute(path).ok() == Some(a));
+    if s.index != index || !same_path {
         return Err(reject(format!("it is the scan of input {} {:?}, not of this input", s.index, s.path)));
     }
     let now = input_stamp(path).map_err(|e| reject(format!("the input cannot be examined ({e})")))?;

@@ -144,6 +144,7 @@ fn corpus_err(e: dct_corpus::CorpusError) -> ConvertError {
 /// manifest's `metadata.subset` where they came from. Nothing is visible at `output` until its manifest is
 /// written, last; a run that stopped before it is replaced by running the same subset again.
 pub fn subset(source: &str, output: &str, opts: &SubsetOptions) -> Result<SubsetReport, ConvertError> {
+    crate::io::refuse_output_at_a_source(output, &[source.to_string()], "subset")?;
     // Each tile is read once, in order: the tile being read and one decoded ahead are all the cache needs.
     let read = ReadOptions { store: opts.store.clone(), max_cached_tiles: 2, ..ReadOptions::default() };
     let ds = Arc::new(Dataset::open(source, read).map_err(dataset_err(source))?);
@@ -227,6 +228,7 @@ pub fn subset(source: &str, output: &str, opts: &SubsetOptions) -> Result<Subset
             "tile_size": tile_size,
             "level": opts.level,
             "choice_sha256": choice_digest(&chosen.selection().ranges(), &kept),
+            "source_manifest_sha256": sha256_hex(&manifest.to_json_pretty()),
         }
     });
     if opts.listed_gene_order {
@@ -239,9 +241,10 @@ pub fn subset(source: &str, output: &str, opts: &SubsetOptions) -> Result<Subset
     let out = Output::open(output, &opts.store)?;
     let request = serde_json::to_vec(&json!({ "source": source, "metadata": writer_opts.metadata })).expect("json");
     let manifest = out.get(dct_dataset::manifest::MANIFEST_NAME)?;
-    if let Some(done) = manifest.as_deref().and_then(|m| Manifest::from_json(m).ok())
+    let done = manifest.as_deref().and_then(|m| Manifest::from_json(m).ok());
+    if let Some(done) = &done
         && !opts.overwrite
-        && done.metadata["subset"] == writer_opts.metadata["subset"]
+        && same_subset(&done.metadata["subset"], &writer_opts.metadata["subset"])
     {
         out.delete(SUBSET_MARKER)?;
         return Ok(SubsetReport {
@@ -250,6 +253,18 @@ pub fn subset(source: &str, output: &str, opts: &SubsetOptions) -> Result<Subset
             n_tiles: done.tile_cells.len(),
             already_done: true,
         });
+    }
+    if let Some(done) = &done
+        && !opts.overwrite
+        && same_subset(
+            &without_source_digest(&done.metadata["subset"]),
+            &without_source_digest(&writer_opts.metadata["subset"]),
+        )
+    {
+        return Err(ConvertError::Output(format!(
+            "{output} holds this subset of an earlier version of {source} (its manifest has changed since the copy \
+             was made): run it again with overwrite to replace the copy"
+        )));
     }
     let ours = manifest.is_none() && out.get(SUBSET_MARKER)?.as_deref() == Some(&request[..]);
     writer_opts.overwrite |= ours;
@@ -373,6 +388,25 @@ pub fn subset(source: &str, output: &str, opts: &SubsetOptions) -> Result<Subset
 
 /// A digest of the cells (as `(starts, ends)` ranges) and genes a subset keeps: what says that a dataset at the
 /// output is this subset.
+/// Whether a finished subset's `metadata.subset` (`done`) is the one asked for; one written before subsets recorded
+/// their source's manifest digest is compared without it.
+fn same_subset(done: &serde_json::Value, asked: &serde_json::Value) -> bool {
+    if done.get("source_manifest_sha256").is_some() { done == asked } else { *done == without_source_digest(asked) }
+}
+
+fn without_source_digest(subset: &serde_json::Value) -> serde_json::Value {
+    let mut v = subset.clone();
+    if let Some(m) = v.as_object_mut() {
+        m.remove("source_manifest_sha256");
+    }
+    v
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
 fn choice_digest((starts, ends): &(Vec<u64>, Vec<u64>), genes: &[usize]) -> String {
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();

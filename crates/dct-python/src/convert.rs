@@ -142,22 +142,26 @@ pub(crate) fn convert(
 }
 
 /// Makes the conversion plan of `inputs` into `output` and saves it at `plan_path` (reusing scan files of
-/// `scan_part` runs); returns `(n_cells, n_genes, n_tiles)`.
+/// `scan_part` runs); with `overwrite`, clears what the output holds first. Returns `(n_cells, n_genes, n_tiles)`.
 #[pyfunction]
-#[pyo3(signature = (inputs, output, plan_path, **kw))]
+#[pyo3(signature = (inputs, output, plan_path, overwrite = false, **kw))]
 pub(crate) fn make_plan(
     py: Python<'_>,
     inputs: Vec<PathBuf>,
     output: &str,
     plan_path: PathBuf,
+    overwrite: bool,
     kw: Option<Bound<'_, PyDict>>,
 ) -> PyResult<(u64, u64, usize)> {
     let kw = kw.ok_or_else(|| value_error("missing converter options"))?;
     let opts = options(output, &kw)?;
-    let threads = run_options(&kw)?.threads;
-    let plan = with_progress(py, threads, None, |_| -> Result<Plan, dct_convert::ConvertError> {
+    let run = run_options(&kw)?;
+    let plan = with_progress(py, run.threads, None, |_| -> Result<Plan, dct_convert::ConvertError> {
         let dir = dct_convert::scan_dir(&plan_path);
         let plan = dct_convert::make_plan_with_scans(&inputs, &opts, &dir, |_| {})?;
+        if overwrite {
+            dct_convert::clear_output(&plan.output, &run.store)?;
+        }
         plan.save(&plan_path)?;
         Ok(plan)
     })?

@@ -123,6 +123,24 @@ def test_split_form_gives_the_same_tiles(shards, tmp_path):
     assert not (Path(out) / "manifest.json").read_text() == ""
 
 
+def test_a_new_plan_with_overwrite_clears_the_output_another_plan_holds(shards, tmp_path):
+    d, _ = shards
+    out, first, second = str(tmp_path / "o"), str(tmp_path / "p1.json"), str(tmp_path / "p2.json")
+    plan(str(d / "*.h5ad"), out, first, tile_size=40, level=3)
+    run_part(first, 0, 1)
+    finalize(first)
+    plan(str(d / "*.h5ad"), out, second, tile_size=50, level=3)
+    with pytest.raises(FileExistsError, match="already holds a dataset"):
+        run_part(second, 0, 1)
+    plan(str(d / "*.h5ad"), out, second, tile_size=50, level=3, overwrite=True)
+    assert not (Path(out) / "manifest.json").exists()
+    assert run_part(second, 0, 1) == (4, 0)
+    m = finalize(second)
+    one = str(tmp_path / "one")
+    convert_h5ad(str(d / "*.h5ad"), one, tile_size=50, level=3, log=None)
+    assert m.tile_size == 50 and tile_bytes(out) == tile_bytes(one)
+
+
 def _part(plan_path, i, n):
     from deltacells.convert import run_part as rp
 

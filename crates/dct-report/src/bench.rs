@@ -55,6 +55,7 @@ pub(crate) fn section(page: &mut Page, bench: &Value) {
     }
     let f = |k: &str| bench.get(k).cloned().unwrap_or(Value::Null);
     page.facts(&[
+        ("bench.dataset", "measured on", f("dataset")),
         ("bench.batch_cells_per_second", "cells per second (batches)", f("batch_cells_per_second")),
         ("bench.decode_cells_per_second", "cells per second (decode alone)", f("decode_cells_per_second")),
         ("bench.stall_seconds", "seconds waiting for tiles", f("stall_seconds")),

@@ -50,7 +50,8 @@ pub fn sample(ds: &Dataset, tiles: &[usize]) -> Result<Sample, ReportError> {
     let per_tile: Vec<Sample> = tiles
         .par_iter()
         .map_init(
-            || (Decoder::new(DecodeOptions { verify_crc: true, threads: 1 }), DecodedTile::<f32>::default()),
+            // Counts as integers: a sum of float32 values is not exact beyond 2^24.
+            || (Decoder::new(DecodeOptions { verify_crc: true, threads: 1 }), DecodedTile::<u32>::default()),
             |(decoder, out), &t| -> Result<Sample, ReportError> {
                 let blob = ds.fetch_tile_bytes(t).map_err(|e| ReportError::Dataset(e.to_string()))?;
                 let bad = |e: String| ReportError::Tile {

@@ -36,7 +36,7 @@ pub struct Args {
     #[arg(long)]
     allow_repeat: bool,
     /// zstd level of the new tiles (default: the dataset's).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     level: Option<i32>,
     /// How zstd's parameters follow from the level (`tuned`, `plain` or `fast`; see `convert --help`).
     #[arg(long, default_value = "tuned", value_parser = crate::commands::convert::parse_preset)]

@@ -32,13 +32,14 @@ pub struct Args {
     #[arg(long, default_value_t = 0)]
     threads: usize,
     /// Cells per batch in the shuffled read.
-    #[arg(long, default_value_t = 5000)]
+    #[arg(long, default_value_t = 5000, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     batch_size: usize,
-    /// Tiles timed one by one in the fetch/decode part.
-    #[arg(long, default_value_t = 8)]
+    /// Tiles timed one by one in the fetch/decode part (not with `--corpus`).
+    #[arg(long, default_value_t = 8, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..), conflicts_with = "corpus")]
     sample_tiles: usize,
-    /// Time these tiles (comma separated, repeats allowed) in the fetch/decode part instead of a random sample.
-    #[arg(long, value_delimiter = ',')]
+    /// Time these tiles (comma separated, repeats allowed) in the fetch/decode part instead of a random sample
+    /// (not with `--corpus`).
+    #[arg(long, value_delimiter = ',', conflicts_with = "corpus")]
     tiles: Vec<usize>,
     /// Stop the shuffled read after this many cells.
     #[arg(long, default_value_t = 200_000)]
@@ -68,6 +69,12 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
         if args.threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { args.threads };
     let pattern = Pattern::parse(&args.pattern)?;
     if args.corpus {
+        if !matches!(pattern, Pattern::Window(_)) {
+            anyhow::bail!(
+                "--pattern {} with --corpus: a corpus is read in the training loader's order; give tiles or window:K",
+                args.pattern
+            );
+        }
         let bench = super::bench_corpus::CorpusBench {
             members: &args.datasets,
             genes: &args.genes,
@@ -98,6 +105,9 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
         ..ReadOptions::default()
     };
     let ds = Dataset::open(&dataset, options.clone())?;
+    if ds.n_tiles() == 0 {
+        anyhow::bail!("{dataset} holds no tile (0 cells): there is nothing to read");
+    }
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
 
     // Part 1: fetch and decode single tiles, one at a time.

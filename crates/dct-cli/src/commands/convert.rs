@@ -40,7 +40,7 @@ pub struct Args {
     #[arg(long, default_value_t = 10_000)]
     tile_size: u64,
     /// zstd level (default 19: smallest, and decodes fastest; 3 is fast to write).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     level: Option<i32>,
     /// How zstd's parameters follow from --level. `tuned` (the default): the level's parameters with the shortest
     /// match chosen for tile planes at levels 16-22; at level 19, 1.5% smaller than `plain` in 0.7-0.8x its time.
@@ -179,9 +179,18 @@ pub fn run(mut args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
     if let Some(mb) = args.spill_max_mb {
         run.spill.max_bytes = mb.saturating_mul(1_000_000);
     }
+    if !args.inputs.is_empty() && (args.part.is_some() || args.finalize) {
+        bail!(
+            "--part and --finalize read the plan file and take no inputs (inputs with --plan make a new plan): give \
+             `--plan PLAN --part I/N` or `--plan PLAN --finalize` alone"
+        );
+    }
     if let Some(plan_path) = &args.plan
         && args.inputs.is_empty()
     {
+        if let Some(output) = &args.output {
+            bail!("--output {output} with --plan and no inputs: the plan names its output; give no --output");
+        }
         let plan = Plan::load(plan_path)?;
         if args.finalize {
             let m = dct_convert::finalize(&plan, &run)?;
@@ -261,6 +270,10 @@ pub fn run(mut args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
     if let Some(plan_path) = &args.plan {
         let dir = dct_convert::scan_dir(plan_path);
         let plan = dct_convert::make_plan_with_scans(&inputs, &options, &dir, |note| errln!("note: {note}"))?;
+        if args.overwrite {
+            // What the output held (another dataset, another plan's tiles) goes now, so the plan's parts can write.
+            dct_convert::clear_output(&plan.output, store)?;
+        }
         plan.save(plan_path)?;
         outln!(
             "plan {}: {} cells x {} genes from {} input(s) -> {} tiles of {} at {}; run `deltacells convert --plan {} \

@@ -45,7 +45,7 @@ struct AlignArgs {
     #[arg(long = "gene-key", value_name = "COLUMN")]
     gene_key: Option<String>,
     /// zstd level of the new tiles.
-    #[arg(long, default_value_t = 19)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 19)]
     level: i32,
     /// Replace datasets already at the outputs.
     #[arg(long)]
@@ -196,7 +196,7 @@ fn info(a: InfoArgs, store: &StoreOptions) -> anyhow::Result<u8> {
         return Ok(0);
     }
     outln!(
-        "{} members, {} cells; vocabulary {} genes ({}), {} shared by every member",
+        "{} members, {} cells; vocabulary {} genes ({}); the members' own gene lists share {}",
         corpus.members().len(),
         corpus.n_cells(),
         vocabulary,

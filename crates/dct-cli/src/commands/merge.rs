@@ -24,7 +24,7 @@ pub struct Args {
     #[arg(long)]
     output: String,
     /// zstd level of the tiles encoded again (default: the first dataset's).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     level: Option<i32>,
     /// Put the cells of each dataset's partial last tile after all the full tiles, so that every full tile is
     /// copied and only those cells are encoded again; the cells are then not in the datasets' order

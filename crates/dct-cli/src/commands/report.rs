@@ -25,7 +25,7 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     bench: Option<std::path::PathBuf>,
     /// Tiles decoded at most for the cell, chunk and gene sections (an even spread, first and last included).
-    #[arg(long, default_value_t = 24)]
+    #[arg(long, default_value_t = 24, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     sample_tiles: usize,
     /// The page's title (default: the dataset's URL).
     #[arg(long)]
@@ -37,6 +37,9 @@ pub struct Args {
 
 /// Runs `report`.
 pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
+    if args.output.is_dir() {
+        anyhow::bail!("--output {} is a directory: give the page's file name", args.output.display());
+    }
     let bench = match &args.bench {
         None => None,
         Some(path) => {
@@ -54,9 +57,10 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
         ReportOptions { sample_tiles: args.sample_tiles.max(1), bench, title: args.title, ..Default::default() };
     let page = report(&ds, &options)?;
     let tmp = args.output.with_extension("html.tmp");
-    std::fs::write(&tmp, page.html.as_bytes())
-        .and_then(|()| std::fs::rename(&tmp, &args.output))
-        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", args.output.display()))?;
+    std::fs::write(&tmp, page.html.as_bytes()).and_then(|()| std::fs::rename(&tmp, &args.output)).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp); // nothing half-written is left
+        anyhow::anyhow!("cannot write {}: {e}", args.output.display())
+    })?;
     if args.json {
         let mut out = page.facts;
         out["output"] = json!(args.output.display().to_string());

@@ -42,7 +42,7 @@ pub struct Args {
     #[arg(long)]
     tile_size: Option<u64>,
     /// zstd level of the new tiles.
-    #[arg(long, default_value_t = 19)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 19)]
     level: i32,
     /// Replace a dataset already at the output.
     #[arg(long)]

@@ -89,3 +89,79 @@ fn scan_parts_then_plan_equals_the_one_shot_plan() {
     let o = run(&["convert", s(&inputs[0]), "--scan-part", "0/2"]);
     assert_eq!(o.status.code(), Some(2), "--scan-part requires --plan");
 }
+
+/// Scan parts run with absolute paths, the plan with the same files named relative to the working directory (or
+/// through `./` patterns): every scan file is used, none scanned again.
+#[test]
+fn scan_files_are_matched_to_their_inputs_however_the_paths_are_spelled() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir(tmp.path().join("in")).unwrap();
+    for name in ["a1.h5ad", "a2.h5ad"] {
+        std::fs::copy(testdata("inputs/pbmc200/pbmc200.h5ad"), tmp.path().join("in").join(name)).unwrap();
+    }
+    let absolute = [tmp.path().join("in/a1.h5ad"), tmp.path().join("in/a2.h5ad")];
+    for part in ["0/2", "1/2"] {
+        ok(
+            &run(&[
+                "convert",
+                s(&absolute[0]),
+                s(&absolute[1]),
+                "--plan",
+                s(&tmp.path().join("p.json")),
+                "--scan-part",
+                part,
+            ]),
+            "scan part",
+        );
+    }
+    let planned = Command::new(env!("CARGO_BIN_EXE_deltacells"))
+        .current_dir(tmp.path())
+        .args(["convert", "./in/*.h5ad", "--output", "out", "--plan", "p.json", "--level", "3"])
+        .output()
+        .unwrap();
+    ok(&planned, "plan from relative paths");
+    let stderr = String::from_utf8_lossy(&planned.stderr);
+    assert!(!stderr.contains("again"), "scan files were not used: {stderr}");
+}
+
+/// The split steps given options they do not take are refused (a Slurm task with the inputs left on its command
+/// line made a new plan and wrote nothing), and `--overwrite` with `--plan` clears the output for the new plan.
+#[test]
+fn split_steps_refuse_what_they_do_not_take_and_overwrite_clears_the_output_for_a_new_plan() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("inputs/pbmc200/pbmc200.h5ad");
+    let (plan, out) = (tmp.path().join("p.json"), tmp.path().join("out"));
+    ok(
+        &run(&["convert", s(&input), "--output", s(&out), "--plan", s(&plan), "--tile-size", "64", "--level", "3"]),
+        "plan",
+    );
+    let planned = std::fs::read(&plan).unwrap();
+    for (args, says) in [
+        (vec!["convert", s(&input), "--plan", s(&plan), "--part", "0/2"], "take no inputs"),
+        (vec!["convert", s(&input), "--plan", s(&plan), "--finalize"], "take no inputs"),
+        (vec!["convert", "--plan", s(&plan), "--part", "0/2", "--output", "elsewhere"], "the plan names its output"),
+    ] {
+        let o = run(&args);
+        assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains(says), "{args:?}: {o:?}");
+    }
+    assert_eq!(std::fs::read(&plan).unwrap(), planned, "the plan file is as it was");
+    ok(&run(&["convert", "--plan", s(&plan), "--part", "0/1"]), "part");
+    ok(&run(&["convert", "--plan", s(&plan), "--finalize"]), "finalize");
+    // Another plan for the same output: its parts are refused until the plan is made with --overwrite.
+    let other = tmp.path().join("q.json");
+    let new_plan = |extra: &[&str]| {
+        let mut args = vec!["convert", s(&input), "--output", s(&out), "--plan", s(&other), "--tile-size", "32"];
+        args.extend(extra);
+        ok(&run(&args), "another plan");
+    };
+    new_plan(&[]);
+    let refused = run(&["convert", "--plan", s(&other), "--part", "0/1"]);
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("already holds a dataset"), "{refused:?}");
+    new_plan(&["--overwrite"]);
+    assert!(!out.join("manifest.json").exists(), "the old dataset is gone");
+    ok(&run(&["convert", "--plan", s(&other), "--part", "0/1"]), "part of the new plan");
+    ok(&run(&["convert", "--plan", s(&other), "--finalize"]), "finalize of the new plan");
+    let info = run(&["info", s(&out), "--json"]);
+    let facts: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
+    assert_eq!(facts["tile_size"], 32);
+}

@@ -151,3 +151,53 @@ fn corpus_align_writes_each_member_in_the_vocabulary_order_that_corpus_info_then
     // Again: found written.
     assert!(align()["members"].as_array().unwrap().iter().all(|m| m["already_done"] == true));
 }
+
+#[test]
+fn corpus_align_refuses_to_write_over_a_member_and_does_not_keep_a_copy_of_a_changed_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let members = tmp.path().join("members");
+    let a = members.join("wu");
+    convert(&testdata("inputs/wu2020_200.h5ad"), &a);
+    let manifest = std::fs::read(a.join("manifest.json")).unwrap();
+    // The output folder holding the member itself: the member's copy would be written over the member.
+    for output in [members.clone(), members.join("."), tmp.path().join("x/../members")] {
+        std::fs::create_dir_all(tmp.path().join("x")).unwrap();
+        let o =
+            deltacells(&["corpus", "align", a.to_str().unwrap(), "--output", output.to_str().unwrap(), "--overwrite"]);
+        assert!(!o.status.success());
+        assert!(String::from_utf8_lossy(&o.stderr).contains("that this alignment reads"), "{o:?}");
+        assert_eq!(std::fs::read(a.join("manifest.json")).unwrap(), manifest, "the member is as it was");
+    }
+    let o = deltacells(&["subset", a.to_str().unwrap(), "--output", a.to_str().unwrap(), "--overwrite"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("that this subset reads"), "{o:?}");
+    let o = deltacells(&["verify", a.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+
+    // A member written again after its copy was made: its copy is not taken as done.
+    let out = tmp.path().join("aligned");
+    let align = |extra: &[&str]| {
+        let mut args = vec!["corpus", "align", a.to_str().unwrap(), "--output", out.to_str().unwrap(), "--json"];
+        args.extend(extra);
+        deltacells(&args)
+    };
+    let first = align(&[]);
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    let o = deltacells(&[
+        "convert",
+        testdata("inputs/wu2020_200.h5ad").to_str().unwrap(),
+        "--output",
+        a.to_str().unwrap(),
+        "--level",
+        "1",
+        "--overwrite",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let again = align(&[]);
+    assert!(!again.status.success(), "a copy of the earlier version is not reported as done");
+    assert!(String::from_utf8_lossy(&again.stderr).contains("an earlier version of"), "{again:?}");
+    let replaced = align(&["--overwrite"]);
+    assert!(replaced.status.success(), "{}", String::from_utf8_lossy(&replaced.stderr));
+    let written: serde_json::Value = serde_json::from_slice(&replaced.stdout).unwrap();
+    assert_eq!(written["members"][0]["already_done"], false);
+    assert!(align(&[]).status.success(), "and the new copy is found done");
+}

@@ -361,3 +361,62 @@ fn a_plan_records_absolute_locations() {
     url.output = "s3://bucket/atlas".into();
     assert_eq!(make_plan(std::slice::from_ref(&input), &url).unwrap().output, "s3://bucket/atlas");
 }
+
+#[test]
+fn tiles_another_plan_wrote_into_the_output_are_written_again_not_kept() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("o");
+    let input = testdata("inputs/pbmc200/mtx");
+    let inputs = std::slice::from_ref(&input);
+    // Two plans whose tiles have the same cells and genes, in other gene orders.
+    let unsorted = make_plan(inputs, &ConvertOptions { gene_sort: GeneSort::Keep, ..options(&out, 48) }).unwrap();
+    let sorted = make_plan(inputs, &options(&out, 48)).unwrap();
+    assert_ne!(unsorted.fingerprint, sorted.fingerprint);
+    let all = RunOptions::default();
+    assert_eq!(run_part(&unsorted, 0, 1, &all, |_| {}).unwrap().written, unsorted.n_tiles);
+    let stale = files(&out);
+    // The output emptied of its marker while the first plan's tiles stay (a part of it still running when the
+    // operator cleared the output and made the second plan): none of them counts as the second plan's.
+    std::fs::remove_file(out.join("convert-plan.json")).unwrap();
+    let report = run_part(&sorted, 0, 1, &all, |_| {}).unwrap();
+    assert_eq!((report.written, report.skipped), (sorted.n_tiles, 0));
+    // A late write of the first plan over one tile: finalize refuses it, the part writes it again.
+    std::fs::write(out.join("tiles/tile_000001.dct"), &stale["tiles/tile_000001.dct"]).unwrap();
+    let err = finalize(&sorted, &all).unwrap_err().to_string();
+    assert!(err.contains("tile 1 is invalid") && err.contains("not written by this conversion"), "{err}");
+    assert!(!out.join("manifest.json").exists());
+    assert_eq!(run_part(&sorted, 0, 1, &all, |_| {}).unwrap().written, 1);
+    finalize(&sorted, &all).unwrap();
+    let fresh = tmp.path().join("fresh");
+    run_one(inputs, &options(&fresh, 48));
+    let written = files(&out);
+    assert_eq!(tiles_only(&written), tiles_only(&files(&fresh)), "the tiles of a conversion that nothing disturbed");
+    assert!(written.keys().all(|k| !k.starts_with("convert-")), "no marker or receipt left: {:?}", written.keys());
+}
+
+#[test]
+fn two_plans_started_at_once_on_one_output_are_refused_but_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("o");
+    let input = testdata("inputs/pbmc200/mtx");
+    let inputs = std::slice::from_ref(&input);
+    let plans = [
+        make_plan(inputs, &ConvertOptions { gene_sort: GeneSort::Keep, ..options(&out, 48) }).unwrap(),
+        make_plan(inputs, &options(&out, 48)).unwrap(),
+    ];
+    let results: Vec<_> = std::thread::scope(|s| {
+        let running: Vec<_> = plans
+            .iter()
+            .map(|plan| {
+                s.spawn(move || run_part(plan, 0, 1, &RunOptions { threads: 1, ..RunOptions::default() }, |_| {}))
+            })
+            .collect();
+        running.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    let won: Vec<usize> = (0..2).filter(|&k| results[k].is_ok()).collect();
+    assert_eq!(won.len(), 1, "{results:?}");
+    let lost = results[1 - won[0]].as_ref().unwrap_err().to_string();
+    assert!(lost.contains("belongs to another conversion"), "{lost}");
+    let manifest = finalize(&plans[won[0]], &RunOptions::default()).unwrap();
+    assert_eq!(manifest.metadata["convert_plan"], plans[won[0]].fingerprint.as_str());
+}

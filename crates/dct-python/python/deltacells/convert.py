@@ -166,9 +166,13 @@ def plan(
     format_version: int = 2, layer: str | None = None, raw: bool = False,
     feature_type: str | None = "Gene Expression", storage_options: dict[str, str] | None = None,
     preset: str = "tuned", var: bool = True, genes: str | Sequence[str] | None = None, gene_key: str | None = None,
+    overwrite: bool = False,
 ) -> tuple[int, int, int]:
     """Makes the plan of a split conversion of ``paths`` into ``output`` and saves it at ``plan_path`` (reusing
-    the scan files of :func:`scan_part` runs); returns ``(n_cells, n_genes, n_tiles)``."""
+    the scan files of :func:`scan_part` runs); returns ``(n_cells, n_genes, n_tiles)``. ``overwrite=True`` first
+    clears what the output holds (another dataset, or tiles of another plan), as ``deltacells convert ... --plan P
+    --overwrite`` does. Genes are ordered by their totals over the first ``sort_genes_max_files`` inputs, as
+    :func:`convert_h5ad` orders them (the command line sums over all: pass ``None`` for the same tiles)."""
     files = resolve_files(paths, sort=sort_files)
     opts = _options(
         tile_size=tile_size, sort_genes=sort_genes, sort_genes_max_files=sort_genes_max_files, n_chunks=n_chunks,
@@ -177,7 +181,8 @@ def plan(
         layer=layer, raw=raw, feature_type=feature_type, storage_options=storage_options, preset=preset, var=var,
         genes=genes, gene_key=gene_key,
     )
-    return tuple(_core.make_plan(files, os.fspath(output), os.fspath(plan_path), **opts))  # type: ignore[return-value]
+    made = _core.make_plan(files, os.fspath(output), os.fspath(plan_path), overwrite=bool(overwrite), **opts)
+    return tuple(made)  # type: ignore[return-value]
 
 
 def _share(part: Any, parts: Any) -> tuple[int, int]:
