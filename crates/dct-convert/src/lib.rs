@@ -86,7 +86,9 @@ mod spill;
 mod subset;
 
 pub use align::{AlignOptions, AlignedMember, align_members};
-pub use append::{AppendJournal, AppendOptions, AppendReport, AppendRequest, AppendedInput, append, append_to};
+pub use append::{
+    AppendJournal, AppendOptions, AppendReport, AppendRequest, AppendRunner, AppendedInput, append, append_to,
+};
 pub use error::ConvertError;
 pub use finalize::finalize;
 pub use inputs::{natural_cmp, resolve_inputs};

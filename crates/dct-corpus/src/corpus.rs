@@ -70,7 +70,8 @@ impl Corpus {
         let mut seen = std::collections::HashSet::new();
         if let Some(m) = members.iter().find(|m| !seen.insert(m.name.as_str())) {
             return Err(CorpusError::InvalidArgument(format!(
-                "two members are named {:?}; give each a name of its own",
+                "two members are named {:?} (the same dataset given twice?): give each dataset once, or (in Python) \
+                 each member a name of its own in a mapping",
                 m.name
             )));
         }
@@ -584,7 +585,7 @@ pub fn member_genes(member: &Member, key: &GeneKey) -> Result<Vec<String>, Corpu
             let Some(t) = table()? else {
                 return Err(fail(format!(
                     "the dataset has no gene table (var.parquet), so it has no column {column:?}; identify genes by \
-                     var_names (gene_key=None) or convert it with its gene table"
+                     their names (no gene key) or convert it with its gene table"
                 )));
             };
             if t.index_name.as_deref() == Some(column.as_str()) {

@@ -23,8 +23,8 @@ pub enum CorpusError {
     },
     /// A member names one gene twice, so its columns cannot be placed in the vocabulary.
     #[error(
-        "corpus member {member:?} names gene {gene:?} twice; identify genes by a column that is unique \
-         (e.g. gene_key=\"gene_ids\")"
+        "corpus member {member:?} names gene {gene:?} twice; identify genes by a gene-table column whose values \
+         are unique (a gene key such as \"gene_ids\")"
     )]
     DuplicateGene {
         /// The member's name.

@@ -294,7 +294,7 @@ impl PyDataset {
         let ds = self.get()?.clone();
         let options = dct_dataset::dct_obs::ObsOptions { cache_dir, ..Default::default() };
         let obs = py.detach(|| ds.obs(options)).map_err(dataset_error)?;
-        Ok(PyObs::new(obs, ds.store().clone()))
+        Ok(PyObs::new(obs, ds.store().clone(), Some(ds)))
     }
 
     /// The gene table as `(columns, schema metadata)` (see `obs.batch_to_py`), or `None`.

@@ -28,11 +28,34 @@ use crate::errors::{format_error, obs_error, value_error};
 pub(crate) struct PyObs {
     obs: Obs,
     store: Store,
+    /// The dataset the obs are of, asked whether it changed when reading its shards fails.
+    dataset: Option<Arc<dct_dataset::Dataset>>,
 }
 
 impl PyObs {
-    pub(crate) fn new(obs: Obs, store: Store) -> Self {
-        PyObs { obs, store }
+    pub(crate) fn new(obs: Obs, store: Store, dataset: Option<Arc<dct_dataset::Dataset>>) -> Self {
+        PyObs { obs, store, dataset }
+    }
+
+    /// The exception for `e`; an error about the stored shards (missing, of another size, damaged) of a dataset
+    /// changed since it was opened (appended to, written again) is `DatasetChangedError`, not a damaged dataset.
+    fn failed(&self, py: Python<'_>, e: dct_obs::ObsError) -> PyErr {
+        use dct_obs::ObsError as E;
+        let about_shards = matches!(
+            e,
+            E::NotFound { .. } | E::Shard { .. } | E::Damaged { .. } | E::Fingerprint { .. } | E::Schema { .. }
+        );
+        if about_shards
+            && let Some(ds) = &self.dataset
+            && let Ok(Some(how)) = py.detach(|| ds.change_since_open())
+        {
+            return crate::errors::DatasetChangedError::new_err(format!(
+                "the obs of {} were read after the dataset changed since it was opened ({how}); open the dataset \
+                 again to read it as it is now",
+                ds.url()
+            ));
+        }
+        obs_error(e)
     }
 
     fn kind_of(&self, name: &str) -> PyResult<ColumnKind> {
@@ -93,7 +116,7 @@ impl PyObs {
     /// cached are mapped), the GIL released. Returns `(fetched, cached, rebuilt)` column lists.
     fn localize(&self, py: Python<'_>, columns: Vec<String>) -> PyResult<(Vec<String>, Vec<String>, Vec<String>)> {
         let refs: Vec<&str> = columns.iter().map(String::as_str).collect();
-        let report = py.detach(|| self.obs.localize_blocking(&refs)).map_err(obs_error)?;
+        let report = py.detach(|| self.obs.localize_blocking(&refs)).map_err(|e| self.failed(py, e))?;
         Ok((report.fetched, report.cached, report.rebuilt))
     }
 
@@ -106,20 +129,20 @@ impl PyObs {
     ) -> PyResult<Bound<'py, PyDict>> {
         let cells = cell_ids(&cells, self.obs.n_cells())?;
         let refs: Vec<&str> = columns.iter().map(String::as_str).collect();
-        let batch = py.detach(|| self.obs.take(&cells, &refs)).map_err(obs_error)?;
+        let batch = py.detach(|| self.obs.take(&cells, &refs)).map_err(|e| self.failed(py, e))?;
         self.columns_to_py(py, batch)
     }
 
     /// Every cell of localized `columns`.
     fn table<'py>(&self, py: Python<'py>, columns: Vec<String>) -> PyResult<Bound<'py, PyDict>> {
         let refs: Vec<&str> = columns.iter().map(String::as_str).collect();
-        let batch = py.detach(|| self.obs.table(&refs)).map_err(obs_error)?;
+        let batch = py.detach(|| self.obs.table(&refs)).map_err(|e| self.failed(py, e))?;
         self.columns_to_py(py, batch)
     }
 
     /// Stored bytes per column: `(name, compressed, uncompressed)` summed over the shards (reads their footers).
     fn column_sizes(&self, py: Python<'_>) -> PyResult<Vec<(String, u64, u64)>> {
-        let sizes = py.detach(|| self.obs.column_sizes_blocking()).map_err(obs_error)?;
+        let sizes = py.detach(|| self.obs.column_sizes_blocking()).map_err(|e| self.failed(py, e))?;
         Ok(sizes.into_iter().map(|s| (s.name, s.compressed_bytes, s.uncompressed_bytes)).collect())
     }
 

@@ -241,6 +241,20 @@ def test_a_dataset_opened_again_after_an_append_is_refused_not_read_under_other_
     assert open_dataset(str(base)).n_cells == 200
 
 
+def test_obs_read_by_a_handle_opened_before_an_append_are_refused_as_changed_not_called_damaged(parts, base, tmp_path):
+    """The obs of a dataset appended to since the handle was opened: their shards no longer match the manifest the
+    handle read. That is a changed dataset (``DatasetChangedError``), not a damaged one to convert again."""
+    d = parts[0]
+    ds = open_dataset(str(base), cache_dir=str(tmp_path / "cache"))
+    columns = ds.obs.columns
+    deltacells.append(str(base), str(d / "second.h5ad"))
+    with pytest.raises(deltacells.DatasetChangedError, match="appended to") as raised:
+        ds.obs.localize(columns)
+    assert "re-run the conversion" not in str(raised.value)
+    fresh = open_dataset(str(base), cache_dir=str(tmp_path / "cache"))
+    assert len(fresh.obs.take(np.arange(fresh.n_cells), columns[:1], warn=False)[columns[0]]) == 200
+
+
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_a_loader_s_workers_refuse_a_dataset_appended_to_after_the_loader_was_made(parts, base, context):
     """The loader's workers open the dataset again: one appended to since the loader was made is refused there

@@ -127,3 +127,30 @@ def test_a_store_backend_s_options_reach_the_reader(built, tmp_path):
         for b in make_loader(StoreBackend(url, options), 32, seed=1, num_workers=workers):
             rows.update(zip(b["index"].tolist(), b["X"].to_dense().numpy()))
         assert sorted(rows) == list(range(N)) and same(np.stack([rows[i] for i in range(N)]), full.toarray())
+
+
+def test_a_dataset_opened_by_a_relative_path_opens_the_same_folder_after_the_working_directory_changes(
+        built, tmp_path, monkeypatch):
+    """Opened by a path relative to the working directory, which then changes (as Hydra changes it): reopening
+    (after ``close()``, unpickled, in a loader) reads the same folder, not one under the new directory."""
+    import pickle
+
+    torch = require("torch")
+    from deltacells.torch import make_loader
+
+    root, full = built
+    monkeypatch.chdir(os.path.dirname(root))
+    relative = os.path.basename(root)
+    ds = open_dataset(relative)
+    pickled = pickle.dumps(ds)
+    loader = make_loader(relative, 7, shuffle=False)
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / relative).mkdir(parents=True)  # an empty folder of the same name
+    monkeypatch.chdir(elsewhere)
+    ds.close()
+    cells = np.arange(0, full.shape[0], 5)
+    assert same(ds.get_batch(cells).to_scipy(), full[cells])
+    assert same(pickle.loads(pickled).get_batch(cells).to_scipy(), full[cells])
+    assert ds.uri == relative, "the path as given"
+    rows = torch.cat([b["X"].to_dense() for b in loader]).numpy()
+    np.testing.assert_array_equal(rows, full.toarray())

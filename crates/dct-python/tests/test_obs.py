@@ -300,6 +300,50 @@ def test_take_matches_ground_truth_for_every_kind(built, cache):
     assert got["cell_type"].dtype == np.int8 and got["n_counts"].dtype == np.int64 and got["doublet"].dtype == bool
 
 
+def test_threads_taking_obs_at_once_while_another_closes_it_get_every_value(built, cache):
+    """Threads making their first ``take`` on a new handle at once, and reads while another thread closes the obs,
+    all get the values: each read keeps the reader it mapped the columns in."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    root, _, obs, *_ = built
+    open_dataset(root, cache_dir=cache).obs.localize(["cell_type", "n_counts"])  # in the cache, not mapped yet
+    idx = np.arange(5, 60, 4)
+    want = {name: expected_column(obs, name, idx) for name in ("cell_type", "n_counts")}
+
+    def check(got):
+        for name, values in want.items():
+            assert_column_equal(got[name], values, name)
+
+    for _ in range(15):
+        ds = open_dataset(root, cache_dir=cache)
+        start = threading.Barrier(6)
+
+        def first_take(ds=ds, start=start):
+            start.wait()
+            return ds.obs.take(idx, ["cell_type", "n_counts"], warn=False)
+
+        with ThreadPoolExecutor(6) as pool:
+            for got in [f.result() for f in [pool.submit(first_take) for _ in range(6)]]:
+                check(got)
+    ds = open_dataset(root, cache_dir=cache)
+    stop = threading.Event()
+
+    def close_again_and_again():
+        while not stop.is_set():
+            ds.obs.close()
+
+    closer = threading.Thread(target=close_again_and_again)
+    closer.start()
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            for got in pool.map(lambda _: ds.obs.take(idx, ["cell_type", "n_counts"], warn=False), range(400)):
+                check(got)
+    finally:
+        stop.set()
+        closer.join()
+
+
 def test_numbers_and_codes_reach_numpy_without_a_copy(built, cache, tmp_path):
     """Numbers without missing values and category codes come as the vectors the Rust reader built, handed to
     numpy (which owns no copy of its own; that they are handed over whole is checked in dct-obs); they are writable

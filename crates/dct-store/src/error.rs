@@ -195,10 +195,8 @@ mod tests {
         let e = got.unwrap_err();
         assert!(!e.is_transient(), "{e}");
         assert!(!e.to_string().contains("attempts") && !e.to_string().contains("network"), "{e}");
-        let io = object_store::Error::Generic {
-            store: "LocalFileSystem",
-            source: Box::new(std::io::Error::from(std::io::ErrorKind::ConnectionReset)),
-        };
+        let reset = Box::new(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        let io = object_store::Error::Generic { store: "LocalFileSystem", source: reset };
         assert!(is_transient(&io), "other failures are retried");
     }
 

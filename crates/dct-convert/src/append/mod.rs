@@ -3,6 +3,7 @@
 mod commit;
 mod obs;
 mod record;
+mod runner;
 mod site;
 mod stage;
 
@@ -19,6 +20,8 @@ use serde_json::Value;
 use commit::commit;
 pub(crate) use obs::merge_schemas;
 pub use record::{AppendJournal, AppendRequest, AppendedInput};
+pub use runner::AppendRunner;
+use runner::RunningHere;
 use site::{BASE_MANIFEST, Site};
 use stage::stage;
 
@@ -190,7 +193,21 @@ pub fn append_to(store: Store, inputs: &[PathBuf], opts: &AppendOptions) -> Resu
     };
 
     // The journal: take it, or find this same append interrupted.
-    let (base, resumed) = match site.journal()? {
+    let journal = site.journal()?;
+    if let Some(journal) = &journal
+        && let Some(runner) = &journal.runner
+        && runner.is_running(&url)
+    {
+        return Err(ConvertError::Output(format!(
+            "{url}: {} is running now (process {} on this machine): an append runs alone; wait for it to end. \
+             Nothing was written.",
+            journal.describe(),
+            runner.pid
+        )));
+    }
+    // From here on, this process's other threads see this append as running.
+    let _running = RunningHere::new(&url);
+    let (base, resumed) = match journal {
         Some(journal) => {
             let base = match site.staging.get(BASE_MANIFEST)? {
                 Some(b) => Manifest::from_json(&b).map_err(|cause| dct_dataset::DatasetError::Manifest {
@@ -230,6 +247,7 @@ pub fn append_to(store: Store, inputs: &[PathBuf], opts: &AppendOptions) -> Resu
             let records = recorded_appends(&current.metadata);
             if !opts.allow_repeat {
                 if let Some(record) = earlier_same(&records, &request) {
+                    tidy_staging(&site, AppendJournal::new(request.id(current.n_cells), request.clone()))?;
                     return Ok(done_report(&current, record, true, false));
                 }
                 if let Some((path, earlier, time)) = earlier_input(&records, &request) {
@@ -289,4 +307,17 @@ fn done_report(m: &Manifest, record: Value, already: bool, resumed: bool) -> App
         tile_bytes_written: 0,
         record,
     }
+}
+
+/// Removes a staging folder that a failed or refused run left behind, under a journal of its own (so that no
+/// append starting meanwhile has its staging removed), if no append holds the journal.
+fn tidy_staging(site: &Site, journal: AppendJournal) -> Result<(), ConvertError> {
+    if site.out.block_on(site.staging.store.list(""))??.is_empty() {
+        return Ok(());
+    }
+    let bytes = Bytes::from(serde_json::to_vec_pretty(&journal).expect("json"));
+    if site.out.block_on(site.out.store.put_if_absent(APPEND_JOURNAL_NAME, bytes))?? {
+        site.clear()?;
+    }
+    Ok(())
 }

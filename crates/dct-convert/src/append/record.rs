@@ -79,11 +79,15 @@ pub struct AppendJournal {
     pub started: String,
     /// The request.
     pub request: AppendRequest,
+    /// The process running it, where the system tells (journals written before runners were recorded have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner: Option<super::runner::AppendRunner>,
 }
 
 impl AppendJournal {
     pub(crate) fn new(id: String, request: AppendRequest) -> Self {
-        AppendJournal { format: "deltacells-append".into(), id, started: now_rfc3339(), request }
+        let runner = super::runner::AppendRunner::this_process();
+        AppendJournal { format: "deltacells-append".into(), id, started: now_rfc3339(), request, runner }
     }
 
     pub(crate) fn parse(bytes: &[u8], url: &str) -> Result<Self, ConvertError> {

@@ -159,3 +159,34 @@ fn same_files(got: &BTreeMap<String, Vec<u8>>, want: &BTreeMap<String, Vec<u8>>,
     }
     assert!(differ.is_empty(), "{what}: {differ:?} differ");
 }
+
+/// The journal of an append names the process running it: the same append started again while that process lives
+/// is refused (two runs would commit over each other), and completes the append once it has ended.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_same_append_started_while_another_process_runs_it_is_refused_until_that_process_ends() {
+    let tmp = tempfile::tempdir().unwrap();
+    let opts = AppendOptions { level: Some(1), ..AppendOptions::default() };
+    let url = base(tmp.path(), "ds");
+    let stopped = AppendOptions { stop_after_tiles: Some(2), ..opts.clone() };
+    assert!(append(&url, &more(), &stopped).is_err());
+    // The journal as another process, still running, would have left it.
+    let journal_path = Path::new(&url).join(dct_format::objects::APPEND_JOURNAL_NAME);
+    let mut journal: serde_json::Value = serde_json::from_slice(&std::fs::read(&journal_path).unwrap()).unwrap();
+    assert_eq!(journal["runner"]["pid"], std::process::id(), "{journal}");
+    let mut other = std::process::Command::new("sleep").arg("60").spawn().unwrap();
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", other.id())).unwrap();
+    let ticks: u64 = stat[stat.rfind(')').unwrap() + 1..].split_whitespace().nth(19).unwrap().parse().unwrap();
+    journal["runner"]["pid"] = other.id().into();
+    journal["runner"]["start_ticks"] = ticks.into();
+    std::fs::write(&journal_path, serde_json::to_vec(&journal).unwrap()).unwrap();
+    let refused = append(&url, &more(), &opts).unwrap_err().to_string();
+    assert!(refused.contains("is running now") && refused.contains(&other.id().to_string()), "{refused}");
+    other.kill().unwrap();
+    other.wait().unwrap();
+    let done = append(&url, &more(), &opts).unwrap();
+    assert!(done.resumed);
+    let clean = base(tmp.path(), "clean");
+    append(&clean, &more(), &opts).unwrap();
+    same_files(&comparable(Path::new(&url)), &comparable(Path::new(&clean)), "completed after the other ended");
+}

@@ -420,3 +420,23 @@ fn two_plans_started_at_once_on_one_output_are_refused_but_one() {
     let manifest = finalize(&plans[won[0]], &RunOptions::default()).unwrap();
     assert_eq!(manifest.metadata["convert_plan"], plans[won[0]].fingerprint.as_str());
 }
+
+#[test]
+fn parts_cover_the_tiles_once_for_any_number_of_parts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("inputs/pbmc200/mtx");
+    let plan = make_plan(std::slice::from_ref(&input), &options(&tmp.path().join("o"), 48)).unwrap();
+    let n = plan.n_tiles;
+    for parts in [1, 2, 3, n, n + 1, 1000, usize::MAX / 3, usize::MAX] {
+        let mut next = 0;
+        for part in [0, 1, parts / 2, parts.saturating_sub(2), parts - 1].into_iter().filter(|&p| p < parts) {
+            let tiles = plan.part_tiles(part, parts);
+            assert!(tiles.start <= tiles.end && tiles.end <= n, "{part}/{parts}: {tiles:?}");
+            next = next.max(tiles.end);
+        }
+        assert_eq!(plan.part_tiles(parts - 1, parts).end, n, "the last part ends at the last tile ({parts} parts)");
+        assert!(next <= n);
+    }
+    let covered: Vec<usize> = (0..7).flat_map(|p| plan.part_tiles(p, 7)).collect();
+    assert_eq!(covered, (0..n).collect::<Vec<_>>());
+}

@@ -479,6 +479,15 @@ impl Dataset {
         Ok(Some(order))
     }
 
+    /// How the dataset differs from the one this reader opened (its manifest read again now; an append under way
+    /// counts), or `None` if it does not. For a caller that failed to read an object of the dataset (an obs shard
+    /// whose size or contents disagree with the manifest) and wants to tell a dataset changed since it was opened
+    /// from a damaged one.
+    pub fn change_since_open(&self) -> Result<Option<String>, DatasetError> {
+        let core = self.core.clone();
+        Ok(self.rt.block_on(async move { core.change_since_open(true).await })?)
+    }
+
     /// Reads side file `rel` (at most `limit` bytes), then checks that the dataset is still the one this reader
     /// opened (its manifest read again): side files are read when first asked for, and a dataset written again
     /// since would give names or a table of other genes than its tiles. [`DatasetError::FileChanged`] if not.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -52,6 +53,7 @@ class ObsStore:
         self._cache = cache_dir if cache_dir is not None else dataset.cache_dir
         self._reader: Any = None
         self._pid = -1
+        self._opening = threading.Lock()
         self.manifest = dataset.manifest
         self.cache_root: Path = resolve_cache_dir(self._cache)
         self._schema: ObsSchema | None = None
@@ -61,11 +63,15 @@ class ObsStore:
         return cls(dataset)
 
     def _r(self) -> Any:
-        if self._reader is None or self._pid != os.getpid():
-            cache = os.fspath(self._cache) if self._cache is not None else None
-            self._reader = self._dataset._core.obs(cache)
-            self._pid = os.getpid()
-        return self._reader
+        """The reader of this process, opened once however many threads ask at once. A caller that needs one reader
+        for several steps (localize, then take) keeps what this returns: ``close()`` in another thread may drop it
+        from here meanwhile, and a reader opened again has none of the columns mapped."""
+        with self._opening:
+            if self._reader is None or self._pid != os.getpid():
+                cache = os.fspath(self._cache) if self._cache is not None else None
+                self._reader = self._dataset._core.obs(cache)
+                self._pid = os.getpid()
+            return self._reader
 
     @property
     def _readers(self) -> dict[str, bool]:
@@ -81,8 +87,10 @@ class ObsStore:
         self.__init__(state["_dataset"], cache_dir=state["_cache"])  # type: ignore[misc]
 
     def close(self) -> None:
-        """Releases the memory maps (they are reopened on demand)."""
-        self._reader = None
+        """Releases the memory maps (they are reopened on demand; a read under way in another thread keeps its
+        own until it ends)."""
+        with self._opening:
+            self._reader = None
 
     @property
     def backend(self) -> Any:
@@ -146,11 +154,12 @@ class ObsStore:
             log.info("localized obs columns %s to %s", fetched + rebuilt, self.cache_dir)
         return list(fetched) + list(rebuilt)
 
-    def _ensure_local(self, cols: list[str], warn: bool) -> None:
+    def _ensure_local(self, cols: list[str], warn: bool) -> Any:
+        """The reader, with ``cols`` mapped in it (fetched first if needed)."""
         r = self._r()
         missing = [c for c in cols if not r.is_localized(c)]
         if not missing:
-            return
+            return r
         absent = [c for c in missing if not self._path(c).exists()]
         if absent and warn:
             warnings.warn(
@@ -160,6 +169,7 @@ class ObsStore:
                 stacklevel=3,
             )
         r.localize(missing)
+        return r
 
     def take(
         self, indices: Sequence[int] | np.ndarray, columns: str | Sequence[str], *, warn: bool = True
@@ -177,8 +187,7 @@ class ObsStore:
         """
         cols = self._check_columns(columns)
         idx = cell_indices(indices, self.manifest.n_cells)
-        self._ensure_local(cols, warn)
-        got = self._r().take(idx, cols)
+        got = self._ensure_local(cols, warn).take(idx, cols)
         return {c: _as_numpy(got[c]) for c in cols}
 
     def take_pandas(
@@ -211,8 +220,7 @@ class ObsStore:
         import pandas as pd
 
         cols = self._check_columns(columns)
-        self._ensure_local(cols, warn=False)
-        got = self._r().table(cols)
+        got = self._ensure_local(cols, warn=False).table(cols)
         return pd.DataFrame({c: self._pandas_column(c, _as_numpy(got[c]), categorical) for c in cols})
 
     def column_nbytes(self) -> dict[str, int]:

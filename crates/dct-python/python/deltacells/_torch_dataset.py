@@ -27,7 +27,7 @@ from deltacells._torch_process import (
     stop_gathering,
     worker_count,
 )
-from deltacells.dataset import _changed
+from deltacells.dataset import _absolute_if_local, _changed
 
 if TYPE_CHECKING:  # pragma: no cover
     from deltacells._obs_store import ObsStore
@@ -166,6 +166,9 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
             if rank >= world_size:
                 raise ValueError(f"rank {rank} is outside 0..{world_size} (world_size)")
         self.uri = uri
+        # Where workers open it: a relative path made absolute now (a worker started after the working directory
+        # changed would open another folder).
+        self._location = _absolute_if_local(os.fspath(uri) if isinstance(uri, os.PathLike) else uri)
         self.batch_size = batch_size
         self.shuffle = bool(shuffle)
         self.shuffle_tiles = shuffle_tiles
@@ -512,8 +515,8 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
             self._pid = os.getpid()
             return self._ds
         probe = deltacells.DeltaCellsDataset(
-            self.uri, decode_threads=threads, io_threads=self.io_threads, verify=self.verify,
-            cache_dir=self.cache_dir, storage_options=self.storage_options,
+            self.__dict__.get("_location", self.uri), decode_threads=threads, io_threads=self.io_threads,
+            verify=self.verify, cache_dir=self.cache_dir, storage_options=self.storage_options,
         )
         known = self.__dict__.get("_identity")
         if known is not None and probe._manifest_digest[:16] != known["manifest"]:

@@ -53,6 +53,13 @@ def _check_reader_sizes(**sizes: int) -> None:
         int_argument(name, value, 1)
 
 
+
+def _absolute_if_local(uri: Backend | str) -> Backend | str:
+    """A local path made absolute; a URL or a backend as it is."""
+    if isinstance(uri, str) and "://" not in uri:
+        return os.path.abspath(uri)
+    return uri
+
 class DeltaCellsDataset:
     """Random access to the cells of a deltacells dataset (format version 1 or 2), for training loops and
     ``DataLoader`` workers.
@@ -111,6 +118,9 @@ class DeltaCellsDataset:
         _check_reader_sizes(max_cached_tiles=max_cached_tiles, max_prefetch_tiles=max_prefetch_tiles,
                             io_threads=io_threads, decode_threads=decode_threads)
         self._uri = backend_or_path(uri)  # a Backend (or an object with its methods), or a path or URL
+        # Where it is opened (again in a worker, after close()): a relative path made absolute now, so that the
+        # working directory changed since (as Hydra changes it) does not name another folder.
+        self._location = _absolute_if_local(self._uri)
         self.max_cached_tiles = int(max_cached_tiles)
         self.max_prefetch_tiles = int(max_prefetch_tiles)
         self.io_threads = int(io_threads)
@@ -152,7 +162,7 @@ class DeltaCellsDataset:
             return reader
         with self._lock:
             if self._reader is None or self._pid != os.getpid():
-                uri = self._uri
+                uri = self._location
                 native = (uri, None) if isinstance(uri, str) else _native(uri)
                 url, options = native if native is not None else (None, None)
                 # The backend's own options first; those given to the dataset win where both name a key.
@@ -177,7 +187,8 @@ class DeltaCellsDataset:
             return self._reader
 
     def __getstate__(self) -> dict[str, Any]:
-        keep = ("_uri", "manifest", "max_cached_tiles", "max_prefetch_tiles", "io_threads", "decode_threads")
+        keep = ("_uri", "_location", "manifest", "max_cached_tiles", "max_prefetch_tiles", "io_threads",
+                "decode_threads")
         state = {k: self.__dict__[k] for k in keep}
         state.update(verify=self.verify, cache_dir=self.cache_dir, storage_options=self.storage_options)
         state.update(_limits=self._limits, _starts=self._starts, _manifest_digest=self._manifest_digest)
@@ -245,7 +256,7 @@ class DeltaCellsDataset:
         """The :class:`~deltacells.backends.Backend` the dataset is read from (made from the URI when one was
         given)."""
         if self._backend is None:
-            self._backend = open_backend(self._uri, storage_options=self.storage_options)
+            self._backend = open_backend(self._location, storage_options=self.storage_options)
         return self._backend
 
     @property
