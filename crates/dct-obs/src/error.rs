@@ -168,6 +168,16 @@ pub enum ObsError {
         /// What is wrong.
         message: String,
     },
+    /// The cache directory, or files in it, went away while columns were being written to it, twice in a row.
+    #[error(
+        "obs cache {}: files being written there were removed meanwhile (by another process cleaning the cache?), \
+         twice; localize again when nothing removes them, or use another cache directory",
+        dir.display()
+    )]
+    CacheRemoved {
+        /// The dataset's cache directory.
+        dir: PathBuf,
+    },
     /// No cache directory could be chosen.
     #[error("no obs cache directory: pass cache_dir, or set DELTACELLS_CACHE, XDG_CACHE_HOME or HOME")]
     NoCacheDir,

@@ -199,7 +199,18 @@ impl Obs {
                 pending.push((pos, column.clone()));
             }
         }
-        let outcome = self.inner.clone().localize_columns(pending, &self.inner.columns).await?;
+        // Files removed while they were written (another process cleaning the cache): once more from the start.
+        let outcome = match self.inner.clone().localize_columns(pending.clone(), &self.inner.columns).await {
+            Err(e) if removed_meanwhile(&e) => {
+                match self.inner.clone().localize_columns(pending, &self.inner.columns).await {
+                    Err(e) if removed_meanwhile(&e) => {
+                        return Err(ObsError::CacheRemoved { dir: self.inner.dir.clone() });
+                    }
+                    other => other?,
+                }
+            }
+            other => other?,
+        };
         for (name, how) in outcome {
             match how {
                 How::Cached => report.cached.push(name),
@@ -540,6 +551,15 @@ impl Inner {
     }
 }
 
+/// Whether `e` says that cache files (or their directory) went away while a localize wrote them.
+fn removed_meanwhile(e: &ObsError) -> bool {
+    match e {
+        ObsError::Cache { cause, .. } => cause.kind() == std::io::ErrorKind::NotFound,
+        ObsError::CacheCorrupt { message, .. } => message.contains("vanished"),
+        _ => false,
+    }
+}
+
 /// Shard footers of one localize call, each fetched once and dropped when its tiles are done.
 #[derive(Default)]
 struct MetaCache {
@@ -602,5 +622,28 @@ mod tests {
         };
         assert!(vector(concat_or_empty(&tiles, &c).unwrap()));
         assert!(vector(take_located(&tiles, &[(1, 0), (0, 2), (0, 2)], &c).unwrap()));
+    }
+}
+
+#[cfg(test)]
+mod removed_tests {
+    use super::*;
+
+    #[test]
+    fn files_gone_while_written_are_told_from_other_cache_failures() {
+        let gone = |kind| ObsError::Cache { path: "/c/x.arrow".into(), message: "cannot lock".into(), cause: kind };
+        assert!(removed_meanwhile(&gone(std::io::Error::from(std::io::ErrorKind::NotFound))));
+        assert!(!removed_meanwhile(&gone(std::io::Error::from(std::io::ErrorKind::PermissionDenied))));
+        let vanished = ObsError::CacheCorrupt {
+            path: "/c/x.arrow".into(),
+            message: "it vanished right after being written".into(),
+        };
+        assert!(removed_meanwhile(&vanished));
+        assert!(!removed_meanwhile(&ObsError::CacheCorrupt {
+            path: "/c/x.arrow".into(),
+            message: "bad footer".into()
+        }));
+        let said = ObsError::CacheRemoved { dir: "/c".into() }.to_string();
+        assert!(said.contains("removed meanwhile") && !said.contains("writable"), "{said}");
     }
 }

@@ -97,7 +97,7 @@ pub(crate) fn obs_error(e: dct_obs::ObsError) -> PyErr {
         ObsError::CellOutOfRange(_) => PyIndexError::new_err(message),
         ObsError::NotFound { .. } => PyFileNotFoundError::new_err(message),
         ObsError::Store(e) => store_error(e),
-        ObsError::Cache { .. } | ObsError::NoCacheDir => PyOSError::new_err(message),
+        ObsError::Cache { .. } | ObsError::CacheRemoved { .. } | ObsError::NoCacheDir => PyOSError::new_err(message),
         ObsError::Internal(_) => PyRuntimeError::new_err(message),
         ObsError::Input { .. } | ObsError::NotLocalized(_) => PyValueError::new_err(message),
         _ => FormatError::new_err(message),

@@ -35,6 +35,8 @@ __all__ = [
     "obs_shard_tiles",
     "batch_slot_bytes",
     "return_free_memory",
+    "watch_gathering_thread",
+    "stop_gathering",
     "slot_layout",
     "SLOT_HEADER",
     "Tile",
