@@ -58,8 +58,8 @@ pub(crate) fn receipt(blob: &[u8]) -> Bytes {
 pub(crate) enum Claim {
     /// The plan's conversion is under way there (its marker is there): tiles may be written.
     Open,
-    /// The plan's dataset is finished there: its manifest names the plan and the marker is gone.
-    Finished,
+    /// The plan's dataset is finished there: its manifest (this one) names the plan and the marker is gone.
+    Finished(Box<Manifest>),
 }
 
 /// Ties the output to `plan`: writes the plan marker, checks that the one there is this plan's, or finds the
@@ -81,8 +81,8 @@ pub(crate) fn claim_output(out: &Output, plan: &Plan) -> Result<Claim, ConvertEr
             Ok(Claim::Open)
         }
         None => {
-            if finished_dataset(out, plan)?.is_some() {
-                return Ok(Claim::Finished);
+            if let Some(manifest) = finished_dataset(out, plan)? {
+                return Ok(Claim::Finished(Box::new(manifest)));
             }
             // Created only if still absent: of two conversions starting at once, one takes the output and the
             // other finds its marker.

@@ -369,8 +369,26 @@ pub(crate) fn run_part_in(
     let claim = claim_output(out, plan)?;
     let tiles = plan.part_tiles(part, parts);
     let mut report = PartReport { tiles: tiles.clone(), ..Default::default() };
-    if let Claim::Finished = claim {
-        // The dataset is finished: every tile of the part is there and was checked by finalize.
+    if let Claim::Finished(manifest) = claim {
+        // The dataset is finished: finalize checked every tile. Each is still there with its size, or the dataset
+        // was damaged since (a part would not mend it: the receipts went with finalize).
+        for t in tiles.clone() {
+            let rel = tile_path(t);
+            let size = match out.block_on(out.store.size(&rel))? {
+                Ok(size) => Some(size),
+                Err(e) if e.is_not_found() => None,
+                Err(e) => return Err(e.into()),
+            };
+            if size != manifest.tile_bytes.get(t).copied() {
+                return Err(ConvertError::Output(format!(
+                    "{}: the finished dataset's tile {t} is {} where its manifest says {} bytes: it was damaged after \
+                     the conversion finished; restore the tile, or convert again with --overwrite",
+                    out.store.url(&rel),
+                    size.map_or("missing".to_string(), |s| format!("{s} bytes")),
+                    manifest.tile_bytes.get(t).copied().unwrap_or(0)
+                )));
+            }
+        }
         report.skipped = tiles.len();
         return Ok(report);
     }

@@ -22,6 +22,10 @@ import json, os, signal, sys, threading
 import numpy as np
 import deltacells
 
+# Ctrl-C as an interactive interpreter takes it (a process started in the background inherits SIGINT ignored).
+signal.signal(signal.SIGINT, signal.default_int_handler)
+import faulthandler
+faulthandler.dump_traceback_later(30)  # where it waits, should it wait (the test's timeout is 50 s)
 root, how = sys.argv[1], sys.argv[2]
 released = threading.Event()
 blocked, finished = [], []
@@ -83,7 +87,11 @@ def test_ctrl_c_stops_a_read_waiting_for_storage_and_the_reader_reads_on(dataset
     if how == "loader":
         require("torch")
     root, full = dataset
-    done = subprocess.run([sys.executable, "-c", CHILD, str(root), how], capture_output=True, text=True, timeout=50)
+    try:
+        done = subprocess.run([sys.executable, "-c", CHILD, str(root), how], capture_output=True, text=True,
+                              timeout=50)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"{how}: the child still waited after 50 s:\n{e.stderr}")
     assert done.returncode == 0, done.stderr[-3000:]
     said = json.loads(done.stdout.splitlines()[-1])
     assert said["interrupted"], f"{how}: no KeyboardInterrupt while the read waited"

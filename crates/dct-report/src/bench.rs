@@ -17,6 +17,14 @@ fn from_loader(bench: &Value) -> bool {
 /// Refuses JSON that is neither a `deltacells bench --json` output nor a loader's timeline (`batch_timeline`, as
 /// `deltacells.Timeline` saves it), naming what it lacks.
 pub(crate) fn check(bench: &Value) -> Result<(), ReportError> {
+    if let Some(rows) = bench.get("batch_timeline") {
+        let row_ok = |r: &Value| r.as_array().is_some_and(|r| r.len() >= 3 && r[..3].iter().all(Value::is_number));
+        if !rows.as_array().is_some_and(|rows| rows.iter().all(row_ok)) {
+            return Err(ReportError::Bench(
+                "have a batch_timeline that is not a list of [end seconds, seconds, cells] rows".into(),
+            ));
+        }
+    }
     if from_loader(bench) {
         return match bench.get("batch_timeline") {
             Some(Value::Array(_)) => Ok(()),
@@ -102,5 +110,11 @@ mod tests {
         assert!(check(&json!({"source": "loader"})).is_err());
         let e = check(&json!({"tile_fetch_seconds": 1})).unwrap_err().to_string();
         assert!(e.contains("tile_decode_seconds") && e.contains("deltacells bench"), "{e}");
+        for timeline in [json!("x"), json!([[1, 2]]), json!([[1, "a", 3]]), json!([1, 2, 3])] {
+            let mut bad = ok.clone();
+            bad["batch_timeline"] = timeline.clone();
+            let e = check(&bad).expect_err("a malformed timeline").to_string();
+            assert!(e.contains("[end seconds, seconds, cells]"), "{timeline}: {e}");
+        }
     }
 }

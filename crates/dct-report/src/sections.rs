@@ -40,7 +40,12 @@ pub(crate) fn build(
     let how = if sample.tiles.len() == m.n_tiles() {
         format!("every tile ({}) decoded", m.n_tiles())
     } else {
-        format!("{} of {} tiles decoded, evenly spread (first and last included)", sample.tiles.len(), m.n_tiles())
+        match sample.tiles.as_slice() {
+            [only] => format!("1 of {} tiles decoded (tile {only})", m.n_tiles()),
+            tiles => {
+                format!("{} of {} tiles decoded, evenly spread (first and last included)", tiles.len(), m.n_tiles())
+            }
+        }
     };
     let sample_facts = json!({"tiles": sample.tiles.len(), "cells": sample.n_cells(), "how": how});
 

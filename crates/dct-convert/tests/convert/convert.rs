@@ -283,6 +283,10 @@ fn a_finished_conversion_leaves_no_plan_marker_and_is_found_finished() {
     assert_eq!(finalize(&plan, &RunOptions::default()).unwrap().to_json_pretty(), first.to_json_pretty());
     assert_eq!(files(&out), before, "a finished dataset was rewritten");
     assert!(!out.join("convert-plan.json").exists());
+    // A tile lost after the conversion finished: the part says so rather than report it complete.
+    std::fs::remove_file(out.join("tiles/tile_000001.dct")).unwrap();
+    let err = run_part(&plan, 0, 1, &RunOptions::default(), |_| {}).unwrap_err().to_string();
+    assert!(err.contains("tile 1 is missing") && err.contains("damaged after the conversion finished"), "{err}");
 }
 
 #[test]
