@@ -65,16 +65,19 @@ pub fn wait<F: Future>(f: F) -> Result<F::Output, StoreError> {
     let mut f = pin!(f);
     let waker = Arc::new(Unpark(std::thread::current())).into();
     let mut cx = Context::from_waker(&waker);
+    let mut asked = std::time::Instant::now();
     loop {
         if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
             return Ok(v);
         }
-        // A wake-up (or a spurious one) polls again; a quiet interval asks the check. Asking only after a quiet
-        // interval keeps the check (which takes the GIL in Python) off waits that end within it.
-        let before = std::time::Instant::now();
+        // A wake-up (or a spurious one) polls again; the check is asked once every interval of waiting, however
+        // often the future wakes (a wait that ends within one interval never asks it: in Python it takes the GIL).
         std::thread::park_timeout(CHECK_EVERY);
-        if before.elapsed() >= CHECK_EVERY && check() {
-            return Err(StoreError::Interrupted);
+        if asked.elapsed() >= CHECK_EVERY {
+            asked = std::time::Instant::now();
+            if check() {
+                return Err(StoreError::Interrupted);
+            }
         }
     }
 }
@@ -107,13 +110,23 @@ mod tests {
             first_done.send(()).unwrap();
             // A future that never ends: given up once asked.
             let never = wait(std::future::pending::<()>());
+            // Nor one that wakes its waiter more often than the interval without ending.
+            let busy = wait(std::future::poll_fn(|cx: &mut Context<'_>| {
+                let waker = cx.waker().clone();
+                std::thread::spawn(move || {
+                    std::thread::sleep(CHECK_EVERY / 5);
+                    waker.wake();
+                });
+                Poll::<()>::Pending
+            }));
             watch_this_thread(None);
-            (woken, never)
+            (woken, never, busy)
         });
         first_ended.recv().unwrap();
         STOP.store(true, Ordering::SeqCst);
-        let (woken, never) = waiter.join().unwrap();
+        let (woken, never, busy) = waiter.join().unwrap();
         assert_eq!(woken.unwrap(), Some(4));
         assert!(matches!(never, Err(StoreError::Interrupted)), "{never:?}");
+        assert!(matches!(busy, Err(StoreError::Interrupted)), "{busy:?}");
     }
 }
