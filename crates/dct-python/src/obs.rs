@@ -49,11 +49,8 @@ impl PyObs {
             && let Some(ds) = &self.dataset
             && let Ok(Some(how)) = py.detach(|| ds.change_since_open())
         {
-            return crate::errors::DatasetChangedError::new_err(format!(
-                "the obs of {} were read after the dataset changed since it was opened ({how}); open the dataset \
-                 again to read it as it is now",
-                ds.url()
-            ));
+            let url = format!("{}/obs", ds.url().trim_end_matches('/'));
+            return crate::errors::dataset_error(dct_dataset::DatasetError::FileChanged { url, message: how });
         }
         obs_error(e)
     }
