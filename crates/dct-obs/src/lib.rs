@@ -63,8 +63,8 @@ pub use schema::{
 };
 pub use shard::{CHUNK_CRC32_KEY, MAX_CHUNK_UNCOMPRESSED_BYTES, MAX_FOOTER_BYTES, footer_crc32};
 pub use var::{
-    MAX_VAR_BYTES, PANDAS_METADATA_KEY, VarTable, categorical_array, categorical_parts, decode_var_parquet,
-    encode_var_parquet, index_column, read_var_table, write_var_table,
+    CATEGORIES_METADATA_KEY, MAX_VAR_BYTES, PANDAS_METADATA_KEY, VarTable, categorical_array, categorical_parts,
+    decode_var_parquet, encode_var_parquet, index_column, read_var_table, write_var_table,
 };
 pub use verify::{
     ObsProblem, ObsProblemKind, ObsVerifyReport, check_fingerprint, check_shard_bytes, check_shard_tail, verify_obs,

@@ -20,6 +20,10 @@ use crate::pyjson;
 pub const MAX_VAR_BYTES: u64 = 512 << 20;
 /// The Arrow schema metadata key holding the pandas metadata.
 pub const PANDAS_METADATA_KEY: &str = "pandas";
+/// The Arrow schema metadata key holding each categorical column's categories in their order, unused ones
+/// included (a JSON object of column name to list): parquet keeps only the labels a column uses, in the order it
+/// meets them, so without this a reader would see other categories (and other codes) than were written.
+pub const CATEGORIES_METADATA_KEY: &str = "deltacells.categories";
 
 /// A gene table: the pandas index (gene ids) and named columns, one row per gene in output order.
 #[derive(Debug, Clone)]
@@ -31,6 +35,8 @@ pub struct VarTable {
     /// The columns: strings, booleans, integers, float32 or float64 (nulls allowed), and categoricals as
     /// dictionaries of strings with 8-, 16- or 32-bit keys ([`categorical_array`]).
     pub columns: Vec<(String, ArrayRef)>,
+    /// The categorical columns whose categories are ordered (pandas `ordered=True`).
+    pub ordered: Vec<String>,
 }
 
 /// A categorical var column: `codes` index `categories` (-1 is missing), as an Arrow dictionary of strings,
@@ -43,10 +49,16 @@ pub fn categorical_array(codes: &[i32], categories: &[String]) -> Result<ArrayRe
     Ok(Arc::new(array))
 }
 
-/// The codes (-1 for missing) and categories of a dictionary-of-strings column; `None` for another type.
+/// The codes (-1 for missing) and categories of a dictionary-of-strings column (of any string type: pyarrow writes
+/// pandas 3's as large strings); `None` for another type.
 pub fn categorical_parts(a: &dyn Array) -> Option<(Vec<i32>, Vec<String>)> {
     let dict = a.as_any_dictionary_opt()?;
-    let values = dict.values().as_string_opt::<i32>()?;
+    let values = match dict.values().data_type() {
+        DataType::Utf8 => dict.values().clone(),
+        DataType::LargeUtf8 | DataType::Utf8View => arrow_cast::cast(dict.values(), &DataType::Utf8).ok()?,
+        _ => return None,
+    };
+    let values = values.as_string_opt::<i32>()?;
     let categories = values.iter().map(|v| v.unwrap_or_default().to_string()).collect();
     let keys = arrow_cast::cast(dict.keys(), &DataType::Int32).ok()?;
     let keys = keys.as_primitive::<arrow_array::types::Int32Type>();
@@ -110,7 +122,11 @@ impl VarTable {
             out.push_str(", \"field_name\": ");
             pyjson::write_str(&mut out, field);
             let metadata = match array.and_then(|a| a.as_any_dictionary_opt()) {
-                Some(d) => format!("{{\"num_categories\": {}, \"ordered\": false}}", d.values().len()),
+                Some(d) => format!(
+                    "{{\"num_categories\": {}, \"ordered\": {}}}",
+                    d.values().len(),
+                    self.ordered.iter().any(|o| o == field)
+                ),
                 None => "null".to_string(),
             };
             out.push_str(&format!(", \"pandas_type\": \"{pt}\", \"numpy_type\": \"{nt}\", \"metadata\": {metadata}}}"));
@@ -127,6 +143,7 @@ impl VarTable {
         let idx = self.index_field_name();
         let mut fields = Vec::with_capacity(self.columns.len() + 1);
         let mut arrays: Vec<ArrayRef> = Vec::with_capacity(self.columns.len() + 1);
+        let mut categories_of = serde_json::Map::new();
         for (name, a) in &self.columns {
             if name == idx {
                 return Err(ObsError::input(Some(name), "a var column has the index's name"));
@@ -137,15 +154,21 @@ impl VarTable {
             if pandas_types(a.data_type()).is_none() {
                 return Err(ObsError::input(Some(name), format!("type {} is not supported in var", a.data_type())));
             }
-            fields.push(Field::new(name, a.data_type().clone(), a.null_count() > 0));
+            let mut field = Field::new(name, a.data_type().clone(), a.null_count() > 0);
+            if let Some((_, categories)) = categorical_parts(a.as_ref()) {
+                field = field.with_dict_is_ordered(self.ordered.contains(name));
+                categories_of.insert(name.clone(), serde_json::Value::from(categories));
+            }
+            fields.push(field);
             arrays.push(a.clone());
         }
         fields.push(Field::new(idx, DataType::Utf8, false));
         arrays.push(Arc::new(StringArray::from_iter_values(&self.index)));
-        let schema = Schema::new(fields).with_metadata(std::collections::HashMap::from([(
-            PANDAS_METADATA_KEY.to_string(),
-            self.pandas_metadata(),
-        )]));
+        let mut metadata = std::collections::HashMap::from([(PANDAS_METADATA_KEY.to_string(), self.pandas_metadata())]);
+        if !categories_of.is_empty() {
+            metadata.insert(CATEGORIES_METADATA_KEY.to_string(), serde_json::Value::Object(categories_of).to_string());
+        }
+        let schema = Schema::new(fields).with_metadata(metadata);
         RecordBatch::try_new(Arc::new(schema), arrays).map_err(|e| ObsError::arrow("assembling the var table", e))
     }
 
@@ -175,7 +198,14 @@ impl VarTable {
             .map(|(n, a)| (n.clone(), a.clone()))
             .collect();
         let index_name = if idx == "__index_level_0__" { None } else { Some(idx) };
-        Ok(VarTable { index_name, index, columns })
+        let ordered = batch
+            .schema()
+            .fields()
+            .iter()
+            .filter(|f| f.dict_is_ordered() == Some(true))
+            .map(|f| f.name().clone())
+            .collect();
+        Ok(VarTable { index_name, index, columns, ordered })
     }
 }
 
@@ -222,8 +252,82 @@ fn decode_var_inner(bytes: Bytes, url: &str) -> Result<RecordBatch> {
     for b in reader {
         batches.push(b.map_err(|e| ObsError::arrow(format!("{url}: reading the var table"), e))?);
     }
-    arrow_select::concat::concat_batches(&schema, &batches)
-        .map_err(|e| ObsError::arrow(format!("{url}: joining the var table"), e))
+    let batch = arrow_select::concat::concat_batches(&schema, &batches)
+        .map_err(|e| ObsError::arrow(format!("{url}: joining the var table"), e))?;
+    normalized(&batch).map_err(|e| ObsError::arrow(format!("{url}: reading the var table"), e))
+}
+
+/// A decoded gene table in the forms the rest of the library reads: strings of every Arrow string type as `Utf8`
+/// (pyarrow writes pandas 3's strings as large strings), categoricals as dictionaries of `Utf8` with 32-bit keys
+/// holding the categories as written ([`CATEGORIES_METADATA_KEY`], when the file has it and it covers the labels
+/// used) and marked ordered when the field or the pandas metadata says so.
+fn normalized(batch: &RecordBatch) -> std::result::Result<RecordBatch, arrow_schema::ArrowError> {
+    let schema = batch.schema();
+    let written: serde_json::Map<String, serde_json::Value> =
+        schema.metadata().get(CATEGORIES_METADATA_KEY).and_then(|s| serde_json::from_str(s).ok()).unwrap_or_default();
+    let pandas_ordered = pandas_ordered_columns(&schema);
+    let mut fields = Vec::with_capacity(batch.num_columns());
+    let mut arrays = Vec::with_capacity(batch.num_columns());
+    for (field, array) in schema.fields().iter().zip(batch.columns()) {
+        let name = field.name();
+        let (array, ordered) = match field.data_type() {
+            DataType::LargeUtf8 | DataType::Utf8View => (arrow_cast::cast(array, &DataType::Utf8)?, false),
+            DataType::Dictionary(..) => match categorical_parts(array.as_ref()) {
+                Some((codes, used)) => {
+                    let (codes, categories) = with_written_categories(codes, used, written.get(name));
+                    let a = categorical_array(&codes, &categories)
+                        .map_err(|e| arrow_schema::ArrowError::InvalidArgumentError(e.to_string()))?;
+                    (a, field.dict_is_ordered() == Some(true) || pandas_ordered.contains(name))
+                }
+                None => (array.clone(), false),
+            },
+            _ => (array.clone(), false),
+        };
+        let mut f = Field::new(name, array.data_type().clone(), field.is_nullable() || array.null_count() > 0)
+            .with_metadata(field.metadata().clone());
+        if ordered {
+            f = f.with_dict_is_ordered(true);
+        }
+        fields.push(f);
+        arrays.push(array);
+    }
+    let schema = Schema::new(fields).with_metadata(schema.metadata().clone());
+    RecordBatch::try_new(Arc::new(schema), arrays)
+}
+
+/// Codes and categories re-expressed in the categories a column was written with (`written`: a JSON list of
+/// distinct strings holding every label used); as they are when there is no such list.
+fn with_written_categories(
+    codes: Vec<i32>,
+    used: Vec<String>,
+    written: Option<&serde_json::Value>,
+) -> (Vec<i32>, Vec<String>) {
+    let Some(list) = written.and_then(|w| w.as_array()) else { return (codes, used) };
+    let Some(all) = list.iter().map(|v| v.as_str().map(str::to_string)).collect::<Option<Vec<String>>>() else {
+        return (codes, used);
+    };
+    let at: std::collections::HashMap<&str, i32> =
+        all.iter().enumerate().filter_map(|(i, c)| Some((c.as_str(), i32::try_from(i).ok()?))).collect();
+    if at.len() != all.len() {
+        return (codes, used); // duplicates: not a list of categories
+    }
+    let Some(moved) = used.iter().map(|c| at.get(c.as_str()).copied()).collect::<Option<Vec<i32>>>() else {
+        return (codes, used);
+    };
+    let codes = codes.into_iter().map(|c| if c < 0 { -1 } else { moved.get(c as usize).copied().unwrap_or(-1) });
+    (codes.collect(), all)
+}
+
+/// The columns the pandas metadata marks as ordered categoricals.
+fn pandas_ordered_columns(schema: &Schema) -> Vec<String> {
+    let Some(meta) = schema.metadata().get(PANDAS_METADATA_KEY) else { return Vec::new() };
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(meta) else { return Vec::new() };
+    let Some(columns) = v.get("columns").and_then(|c| c.as_array()) else { return Vec::new() };
+    columns
+        .iter()
+        .filter(|c| c.get("metadata").and_then(|m| m.get("ordered")).and_then(|o| o.as_bool()) == Some(true))
+        .filter_map(|c| c.get("field_name").or_else(|| c.get("name")).and_then(|n| n.as_str()).map(str::to_string))
+        .collect()
 }
 
 /// Reads `var.parquet` of the dataset at `store`.
@@ -260,5 +364,60 @@ mod tests {
         assert!(matches!(&e, ObsError::VarTable { column: Some(c), .. } if c == "id"), "{e:?}");
         assert!(e.to_string().contains("its index is Int64, not strings"), "{e}");
         assert!(!e.to_string().contains("invalid obs input"), "{e}");
+    }
+
+    #[test]
+    fn categories_come_back_as_written_unused_and_ordered_included() {
+        // Parquet keeps only the labels a column uses, in the order it meets them: "high" before "low", no "mid".
+        let cats: Vec<String> = ["low", "mid", "high"].map(String::from).to_vec();
+        let columns = vec![
+            ("level".to_string(), categorical_array(&[2, 0, 2, -1], &cats).unwrap()),
+            ("kind".to_string(), categorical_array(&[1, 1, 0, 0], &["b".into(), "a".into()]).unwrap()),
+        ];
+        let table = VarTable {
+            index_name: Some("gene".into()),
+            index: (0..4).map(|i| format!("g{i}")).collect(),
+            columns,
+            ordered: vec!["level".into()],
+        };
+        let back = decode_var_parquet(encode_var_parquet(&table).unwrap(), "var.parquet").unwrap();
+        let back = VarTable::from_record_batch(&back).unwrap();
+        assert_eq!(categorical_parts(back.columns[0].1.as_ref()), Some((vec![2, 0, 2, -1], cats)));
+        assert_eq!(
+            categorical_parts(back.columns[1].1.as_ref()),
+            Some((vec![1, 1, 0, 0], vec!["b".into(), "a".into()]))
+        );
+        assert_eq!(back.ordered, ["level"]);
+        assert!(back.pandas_metadata().contains(r#""field_name": "level", "pandas_type": "categorical", "numpy_type": "int32", "metadata": {"num_categories": 3, "ordered": true}"#), "{}", back.pandas_metadata());
+    }
+
+    #[test]
+    fn large_strings_and_small_keys_as_pyarrow_writes_pandas_3_tables_read_as_strings() {
+        let keys = arrow_array::Int8Array::from(vec![Some(1), Some(0), None]);
+        let values: ArrayRef = Arc::new(arrow_array::LargeStringArray::from(vec!["x", "y"]));
+        let dict: ArrayRef =
+            Arc::new(arrow_array::DictionaryArray::<arrow_array::types::Int8Type>::try_new(keys, values).unwrap());
+        let index: ArrayRef = Arc::new(arrow_array::LargeStringArray::from(vec!["a", "b", "c"]));
+        let pandas = r#"{"index_columns": ["gene"], "columns": [{"name": "t", "field_name": "t",
+            "pandas_type": "categorical", "metadata": {"num_categories": 2, "ordered": true}}]}"#;
+        let schema = Schema::new(vec![
+            Field::new("t", dict.data_type().clone(), true),
+            Field::new("gene", DataType::LargeUtf8, false),
+        ])
+        .with_metadata([(PANDAS_METADATA_KEY.to_string(), pandas.to_string())]);
+        let batch = RecordBatch::try_new(Arc::new(schema), vec![dict, index]).unwrap();
+        let mut w = ArrowWriter::try_new(Vec::new(), batch.schema(), None).unwrap();
+        w.write(&batch).unwrap();
+        let bytes = Bytes::from(w.into_inner().unwrap());
+        let back = VarTable::from_record_batch(&decode_var_parquet(bytes, "var.parquet").unwrap()).unwrap();
+        assert_eq!(back.index, ["a", "b", "c"]);
+        assert_eq!(back.index_name.as_deref(), Some("gene"));
+        // Labels, not codes: a writer other than pyarrow may order the labels as it meets them.
+        let (codes, cats) = categorical_parts(back.columns[0].1.as_ref()).unwrap();
+        let labels: Vec<Option<&str>> = codes.iter().map(|&c| (c >= 0).then(|| cats[c as usize].as_str())).collect();
+        assert_eq!(labels, [Some("y"), Some("x"), None]);
+        assert_eq!(back.ordered, ["t"]);
+        // And it can be written again as it was read.
+        encode_var_parquet(&back).unwrap();
     }
 }

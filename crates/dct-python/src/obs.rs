@@ -393,9 +393,11 @@ pub(crate) fn column_file_name(name: &str) -> String {
 pub(crate) fn batch_to_py<'py>(py: Python<'py>, batch: &RecordBatch) -> PyResult<Bound<'py, PyTuple>> {
     let columns = PyList::empty(py);
     for (field, array) in batch.schema().fields().iter().zip(batch.columns()) {
-        // A categorical: ("categorical", codes with -1 for missing, categories), for pandas.Categorical.from_codes.
+        // A categorical: ("categorical", codes with -1 for missing, categories, ordered), for
+        // pandas.Categorical.from_codes.
         if let Some((codes, categories)) = dct_obs::categorical_parts(array.as_ref()) {
-            let parts = ("categorical", owned(py, codes), categories).into_pyobject(py)?;
+            let ordered = field.dict_is_ordered() == Some(true);
+            let parts = ("categorical", owned(py, codes), categories, ordered).into_pyobject(py)?;
             columns.append((field.name(), parts))?;
             continue;
         }
@@ -404,7 +406,15 @@ pub(crate) fn batch_to_py<'py>(py: Python<'py>, batch: &RecordBatch) -> PyResult
             DataType::Boolean => ColumnKind::Bool,
             _ => ColumnKind::Numeric,
         };
-        columns.append((field.name(), array_to_py(py, Arc::clone(array), kind, false)?))?;
+        let values = array_to_py(py, Arc::clone(array), kind, false).map_err(|_| {
+            format_error(format!(
+                "var.parquet: column {:?} is of Arrow type {}, which a gene table cannot hold (strings, numbers, \
+                 booleans and categoricals); write the gene table without it",
+                field.name(),
+                field.data_type()
+            ))
+        })?;
+        columns.append((field.name(), values))?;
     }
     let metadata = PyDict::new(py);
     for (k, v) in batch.schema().metadata() {
@@ -413,14 +423,16 @@ pub(crate) fn batch_to_py<'py>(py: Python<'py>, batch: &RecordBatch) -> PyResult
     PyTuple::new(py, [columns.into_any(), metadata.into_any()])
 }
 
-/// A gene table from Python: the index name (`None`: unnamed), the index values and `(kind, name, values,
-/// mask)` columns (a frame), encoded as `var.parquet` bytes.
+/// A gene table from Python: the index name (`None`: unnamed), the index values, `(kind, name, values, mask)`
+/// columns (a frame) and the names of its ordered categorical columns, encoded as `var.parquet` bytes.
 #[pyfunction]
+#[pyo3(signature = (index_name, index, columns, ordered = Vec::new()))]
 pub(crate) fn encode_var_table<'py>(
     py: Python<'py>,
     index_name: Option<String>,
     index: Vec<String>,
     columns: Bound<'py, PyList>,
+    ordered: Vec<String>,
 ) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
     let frame = tile_obs(&columns)?;
     let mut cols = Vec::with_capacity(frame.columns.len());
@@ -432,7 +444,7 @@ pub(crate) fn encode_var_table<'py>(
             }
         }
     }
-    let table = dct_obs::VarTable { index_name, index, columns: cols };
+    let table = dct_obs::VarTable { index_name, index, columns: cols, ordered };
     let bytes = dct_obs::encode_var_parquet(&table).map_err(obs_error)?;
     Ok(pyo3::types::PyBytes::new(py, &bytes))
 }

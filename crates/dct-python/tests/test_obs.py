@@ -210,6 +210,14 @@ def test_schema_constructor_validation():
         ObsSchema.from_json(json.dumps({"format": "other"}))
 
 
+def test_a_schema_iterates_and_counts_its_column_names_as_a_mapping_does():
+    obs = pd.DataFrame({"b": [1.0, 2.0], "a": pd.Categorical(["x", "y"]), "c": ["p", "q"]})
+    schema = ObsSchema.infer(obs)
+    assert list(schema) == schema.names == ["b", "a", "c"] and len(schema) == 3
+    assert {name: schema[name].kind for name in schema} == {"b": "numeric", "a": "category", "c": "string"}
+    assert len(ObsSchema([])) == 0 and list(ObsSchema([])) == []
+
+
 def test_shards_row_groups_manifest(built):
     root, *_ = built
     m = Manifest.from_json(Path(root, "manifest.json").read_text())
@@ -602,26 +610,56 @@ def test_parquet_through_a_range_file(built):
 
 
 def test_var_keeps_categorical_columns_and_is_read_once(tmp_path):
-    """As the original's ``ds.var``: categorical gene-table columns come back categorical (pyarrow, reading the file
-    on its own, agrees), with the categories the genes use (parquet stores those); the table is read once (still
-    there after ``var.parquet`` is gone)."""
+    """As the original's ``ds.var``: categorical gene-table columns come back categorical with the categories
+    written, in their order, unused ones and ``ordered`` included (pyarrow, reading the file on its own, sees the
+    labels the genes use, which is what parquet stores); the table is read once (still there after
+    ``var.parquet`` is gone)."""
     var = make_var(12)
     var["feature_types"] = pd.Categorical(["Gene Expression"] * 10 + [None, "Antibody Capture"],
-                                          categories=["Gene Expression", "Antibody Capture", "Unused"])
+                                          categories=["Unused", "Gene Expression", "Antibody Capture"])
+    var["level"] = pd.Categorical(["high", "low"] * 6, categories=["low", "mid", "high"], ordered=True)
     root = str(tmp_path / "ds")
     with DatasetWriter(root, n_genes=12, tile_size=10, level=3, var=var, var_names=list(var.index)) as w:
         w.add_tile(make_counts(10, 12, seed=3))
     by_pyarrow = pd.read_parquet(os.path.join(root, "var.parquet"))
     ds = open_dataset(root)
     got = ds.var
+    for name in ("feature_types", "level"):
+        assert got[name].dtype == var[name].dtype, name  # categories in order, and ordered
+        assert got[name].cat.codes.tolist() == var[name].cat.codes.tolist(), name
+        assert by_pyarrow[name].astype(str).tolist() == var[name].astype(str).tolist(), name
+    assert by_pyarrow["level"].cat.ordered
     for frame in (got, by_pyarrow):
-        assert isinstance(frame["feature_types"].dtype, pd.CategoricalDtype)
-        assert set(frame["feature_types"].cat.categories) == {"Gene Expression", "Antibody Capture"}
-        assert frame["feature_types"].tolist()[:10] == ["Gene Expression"] * 10
-        assert pd.isna(frame["feature_types"].iloc[10]) and frame["feature_types"].iloc[11] == "Antibody Capture"
         assert frame.index.tolist() == var.index.tolist() and frame["gene_name"].tolist() == var["gene_name"].tolist()
     os.remove(os.path.join(root, "var.parquet"))
     assert ds.var is got
+
+
+def test_a_gene_table_of_large_strings_as_pandas_3_writes_it_reads(tmp_path):
+    """pyarrow writes pandas 3's strings as large strings, categoricals as dictionaries of them with 8-bit codes:
+    ``ds.var`` reads such a table as pandas does (the table written by pyarrow itself, whatever pandas is here)."""
+    import pyarrow.parquet as pq
+
+    var = make_var(12)
+    root = tmp_path / "ds"
+    with DatasetWriter(str(root), n_genes=12, tile_size=10, level=3, var=var) as w:
+        w.add_tile(make_counts(10, 12, seed=5))
+    codes = pa.array([i % 3 for i in range(11)] + [None], pa.int8())
+    kinds = pa.DictionaryArray.from_arrays(codes, pa.array(["c", "a", "b"], pa.large_string()), ordered=True)
+    table = pa.table({"kind": kinds, "name": pa.array(var["gene_name"].tolist(), pa.large_string()),
+                      "gene": pa.array(var.index.tolist(), pa.large_string())})
+    meta = {"index_columns": ["gene"], "column_indexes": [], "columns": [
+        {"name": "kind", "field_name": "kind", "pandas_type": "categorical", "numpy_type": "int8",
+         "metadata": {"num_categories": 3, "ordered": True}},
+        {"name": "name", "field_name": "name", "pandas_type": "unicode", "numpy_type": "object", "metadata": None},
+        {"name": "gene", "field_name": "gene", "pandas_type": "unicode", "numpy_type": "object", "metadata": None}]}
+    pq.write_table(table.replace_schema_metadata({"pandas": json.dumps(meta)}), root / "var.parquet")
+    want = pd.read_parquet(root / "var.parquet")
+    got = open_dataset(str(root)).var
+    assert got.index.tolist() == want.index.tolist() == var.index.tolist() and got.index.name == "gene"
+    assert got["name"].tolist() == want["name"].tolist()
+    assert got["kind"].dtype == want["kind"].dtype == pd.CategoricalDtype(["c", "a", "b"], ordered=True)
+    assert got["kind"].cat.codes.tolist() == want["kind"].cat.codes.tolist()
 
 
 def test_a_gene_table_written_by_pandas_reads_and_a_wrong_one_is_named(tmp_path):
@@ -664,14 +702,15 @@ def test_a_column_with_a_long_name_is_localized_and_read(tmp_path, cache):
 
 
 def test_converted_var_keeps_the_input_s_categoricals(tmp_path):
-    """The converter keeps an h5ad's categorical var columns categorical: ``ds.var`` equals the source's var,
-    read with anndata, in the dataset's gene order."""
+    """The converter keeps an h5ad's categorical var columns categorical, with their categories in order (unused
+    ones too) and ``ordered``: ``ds.var`` equals the source's var, read with anndata, in the dataset's gene order."""
     import anndata as ad
     from deltacells.convert import convert_h5ad
 
     x = make_counts(30, 12, seed=8)
     var = make_var(12).drop(columns=["gene_id"])  # anndata writes no pandas string arrays by default
     var["feature_types"] = pd.Categorical(["b", "a"] * 6, categories=["b", "a"])
+    var["level"] = pd.Categorical(["hi", "lo", "lo"] * 4, categories=["lo", "mid", "hi"], ordered=True)
     src = tmp_path / "in.h5ad"
     ad.AnnData(X=x, var=var).write_h5ad(src)
     out = str(tmp_path / "ds")
@@ -680,9 +719,9 @@ def test_converted_var_keeps_the_input_s_categoricals(tmp_path):
     ds = open_dataset(out)
     order = ds.gene_order if ds.gene_order is not None else np.arange(12)
     got = ds.var
-    assert isinstance(got["feature_types"].dtype, pd.CategoricalDtype)
-    assert set(got["feature_types"].cat.categories) == set(want["feature_types"].cat.categories)
-    assert got["feature_types"].tolist() == want["feature_types"].iloc[order].tolist()
+    for name in ("feature_types", "level"):
+        assert got[name].dtype == want[name].dtype, name  # the categories in their order, and ordered
+        assert got[name].tolist() == want[name].iloc[order].tolist(), name
 
 
 def test_take_gives_missing_values_the_documented_types(tmp_path):

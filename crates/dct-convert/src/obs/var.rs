@@ -30,6 +30,7 @@ pub(crate) fn var_table(
     let take = gene_order.map(|order| UInt32Array::from(order.to_vec()));
     let mut skipped = genes.skipped.clone();
     let mut columns = Vec::with_capacity(genes.columns.len());
+    let mut ordered_columns = Vec::new();
     let index_field = index_name.as_deref().unwrap_or("__index_level_0__");
     for c in &genes.columns {
         if c.name == index_field {
@@ -41,7 +42,10 @@ pub(crate) fn var_table(
             continue;
         }
         let stored = match &c.data {
-            InputData::Categorical { codes, categories, .. } => {
+            InputData::Categorical { codes, categories, ordered } => {
+                if *ordered {
+                    ordered_columns.push(c.name.clone());
+                }
                 let bad =
                     || ConvertError::Inputs(format!("{}: var column {:?}: codes out of range", path.display(), c.name));
                 let codes: Vec<i32> =
@@ -58,7 +62,7 @@ pub(crate) fn var_table(
         };
         columns.push((c.name.clone(), ordered));
     }
-    Ok((VarTable { index_name, index, columns }, skipped))
+    Ok((VarTable { index_name, index, columns, ordered: ordered_columns }, skipped))
 }
 
 /// One input's part in a gene space's table: its gene table in its own gene order, and the output column of each of
@@ -168,5 +172,12 @@ pub(crate) fn combined_var_table(inputs: &[InputVar], names: Vec<String>) -> Res
     }
     let index_name = inputs.first().and_then(|i| i.table.index_name.clone());
     let disagreeing = disagree.iter().filter(|&&d| d).count() as u64;
-    Ok((VarTable { index_name, index: names, columns }, disagreeing))
+    // Ordered as the first input that has the column says (whose type the column took).
+    let first_with = |name: &str| inputs.iter().find(|i| i.table.columns.iter().any(|(c, _)| c == name));
+    let ordered = columns
+        .iter()
+        .filter(|(name, _)| first_with(name).is_some_and(|i| i.table.ordered.contains(name)))
+        .map(|(name, _)| name.clone())
+        .collect();
+    Ok((VarTable { index_name, index: names, columns, ordered }, disagreeing))
 }

@@ -56,7 +56,12 @@ fn member(dir: &Path, symbols: &[&str], n_cells: usize, version: Version, seed: 
     let ids: Vec<String> = symbols.iter().map(|s| format!("ENSG{s}")).collect();
     w.set_var_names(symbols.clone()).unwrap();
     let ids_column = Arc::new(arrow_array::StringArray::from(ids.clone())) as arrow_array::ArrayRef;
-    let table = VarTable { index_name: None, index: symbols.clone(), columns: vec![("gene_ids".into(), ids_column)] };
+    let table = VarTable {
+        index_name: None,
+        index: symbols.clone(),
+        columns: vec![("gene_ids".into(), ids_column)],
+        ordered: vec![],
+    };
     w.put_file("var.parquet", encode_var_parquet(&table).unwrap()).unwrap();
     w.finish().unwrap();
     Truth { symbols, ids, dense }

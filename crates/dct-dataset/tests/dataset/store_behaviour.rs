@@ -269,7 +269,13 @@ fn verify_decodes_the_gene_table() {
         let ids: Vec<String> = (0..n).map(|g| format!("ENSG{g:08}")).collect();
         let column: dct_obs::arrow::array::ArrayRef = Arc::new(dct_obs::arrow::array::StringArray::from(ids));
         let index = (0..n).map(|g| format!("g{g}")).collect();
-        encode_var_parquet(&VarTable { index_name: None, index, columns: vec![("gene_ids".into(), column)] }).unwrap()
+        encode_var_parquet(&VarTable {
+            index_name: None,
+            index,
+            columns: vec![("gene_ids".into(), column)],
+            ordered: vec![],
+        })
+        .unwrap()
     };
     let whole = table(N_GENES as usize);
     let cases: [(&str, Bytes, &str); 3] = [

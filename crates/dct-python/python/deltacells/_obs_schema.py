@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -231,6 +231,14 @@ class ObsSchema:
     def __contains__(self, name: object) -> bool:
         return name in self.names
 
+    def __iter__(self) -> Iterator[str]:
+        """The column names, in order (as iterating a mapping gives its keys)."""
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        """The number of columns."""
+        return len(self.columns)
+
     def __getitem__(self, name: str) -> ColumnSpec:
         for c in self.columns:
             if c.name == name:
@@ -386,9 +394,9 @@ def _var_frame(got: Any, url: str = "var.parquet") -> pd.DataFrame | None:
     data: dict[str, Any] = {}
     index = None
     for name, values in columns:
-        if isinstance(values, tuple):  # ("categorical", codes, categories)
-            _, codes, categories = values
-            data[name] = pd.Categorical.from_codes(codes, categories=categories)
+        if isinstance(values, tuple):  # ("categorical", codes, categories, ordered)
+            _, codes, categories, ordered = values
+            data[name] = pd.Categorical.from_codes(codes, categories=categories, ordered=ordered)
             continue
         arr = np.asarray(values, dtype=object) if isinstance(values, list) else values
         if name == index_field:
@@ -414,12 +422,14 @@ def _var_bytes(var: pd.DataFrame) -> bytes:
         raise ValueError("var must have a single-level index")
     index = [str(v) for v in var.index]
     columns = []
+    ordered = []
     for name in var.columns:
         s = var[name]
         columns.append(_column_tuple(str(name), s, _kind_of(str(name), s)))
+        if isinstance(s.dtype, pd.CategoricalDtype) and s.dtype.ordered:
+            ordered.append(str(name))
     index_name = var.index.name if isinstance(var.index.name, str) else None
-    del pd
-    return bytes(_core.encode_var_table(index_name, index, columns))
+    return bytes(_core.encode_var_table(index_name, index, columns, ordered))
 
 
 # Public under `deltacells.obs`: help() and pickles name them there.

@@ -280,13 +280,15 @@ class Tile:
             ok = isinstance(scratch, np.ndarray) and scratch.dtype == np.uint8 and scratch.flags.writeable
             if not ok or scratch.nbytes < need:
                 raise ValueError(f"scratch must be a writable uint8 array of at least {need} bytes")
+        # Each decode's indptr is its own copy (n_cells + 1 integers), writable as its indices and values are: the
+        # tile's own stays read-only for every later decode.
         if oi is None and ov is None:
             idx, vals = self._core.decode(str(dt), int(threads))
-            return DecodedTile(self.indptr, idx, vals, self.n_genes)
+            return DecodedTile(self.indptr.copy(), idx, vals, self.n_genes)
         oi = np.empty(nnz, np.int32) if oi is None else oi
         ov = np.empty(nnz, dt) if ov is None else ov
         n = self._core.decode(str(dt), int(threads), oi, ov)
-        return DecodedTile(self.indptr, oi[:n], ov[:n], self.n_genes)
+        return DecodedTile(self.indptr.copy(), oi[:n], ov[:n], self.n_genes)
 
     def to_scipy(self, values: Any = np.float32, threads: int = 1) -> scipy.sparse.csr_matrix:
         """The decoded tile as a ``scipy.sparse.csr_matrix`` (float32 values by default)."""
