@@ -231,8 +231,14 @@ pub fn finalize(plan: &Plan, opts: &RunOptions) -> Result<Manifest, ConvertError
     // dataset holds only the spec's files, and its manifest's `metadata.convert_plan` still ties it to the plan (a
     // re-run finds it finished).
     let manifest = out.block_on(finish_dataset(&out.store, manifest, side))??;
-    out.delete(PLAN_MARKER)?;
-    out.delete_prefix(RECEIPTS_DIR)?;
+    out.delete(PLAN_MARKER).and_then(|()| out.delete_prefix(RECEIPTS_DIR)).map_err(|e| {
+        ConvertError::Output(format!(
+            "{} is complete (readers and verify read it), but the conversion's own files ({PLAN_MARKER}, \
+             {RECEIPTS_DIR}/) could not be removed ({e}); run the conversion again where objects may be deleted, or \
+             remove them",
+            out.store.root()
+        ))
+    })?;
     Ok(manifest)
 }
 

@@ -162,15 +162,15 @@ pub enum DatasetError {
         /// What is wrong.
         message: String,
     },
-    /// A tile no longer matches the manifest this reader opened because the dataset changed since (an append
-    /// rewrote its last tile, or is doing so): reopen the dataset.
-    #[error("tile {tile} ({url}) changed after the dataset was opened: {message}; open it again to read it")]
+    /// A tile no longer matches the manifest this reader opened because the dataset changed since (reopen it), or
+    /// because an append is rewriting its last tile, or stopped before its manifest (run it again to complete it).
+    #[error("tile {tile} ({url}) no longer matches the manifest the dataset was opened with: {message}")]
     Changed {
         /// Tile index.
         tile: usize,
         /// URL of the tile object.
         url: String,
-        /// What differs, or that an append is in progress.
+        /// What differs, or that an append is under way, and what to do.
         message: String,
     },
     /// A side file (`var_names.txt`, `gene_order.npy`, `var.parquet`) was read after the dataset changed since this

@@ -35,9 +35,18 @@ pub(crate) fn open(url: &url::Url, config: &[(String, String)]) -> Result<(Arc<d
         ObjectStoreScheme::AmazonS3 => {
             use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
             let mut b = AmazonS3Builder::from_env().with_url(url.as_str());
+            let mut http_said = std::env::var_os("AWS_ALLOW_HTTP").is_some();
             for (k, v) in config {
                 let key: AmazonS3ConfigKey = k.parse().map_err(|_| format!("unknown S3 option {k:?}"))?;
+                http_said |= key == AmazonS3ConfigKey::Client(object_store::ClientConfigKey::AllowHttp);
                 b = b.with_config(key, v.clone());
+            }
+            // An endpoint given as http:// (MinIO, a local server) is plain HTTP by the caller's own choice: allowed,
+            // unless allow_http is set either way. Otherwise every request would fail with the client's "builder
+            // error", which says nothing of the cause.
+            if !http_said && b.get_config_value(&AmazonS3ConfigKey::Endpoint).is_some_and(|e| e.starts_with("http://"))
+            {
+                b = b.with_allow_http(true);
             }
             Arc::new(b.with_retry(client_retries()).build().map_err(|e| format!("S3 configuration: {e}"))?)
         }

@@ -105,6 +105,8 @@ pub(crate) fn is_transient(e: &object_store::Error) -> bool {
     matches!(e, object_store::Error::Generic { .. })
         && !http_status(e).is_some_and(|s| (400..500).contains(&s) && s != 408 && s != 429)
         && !is_final_file_error(e)
+        // The HTTP client refused to build the request (a plain http:// endpoint without allow_http, say).
+        && !backend_message_raw(e).contains("builder error")
 }
 
 /// Whether `e` comes from a file system error that another attempt meets again: a path through a file, a
@@ -135,8 +137,17 @@ fn is_final_file_error(e: &object_store::Error) -> bool {
 /// a server that refuses a method (WebDAV's PROPFIND, say) refuses it again.
 pub(crate) fn http_status(e: &object_store::Error) -> Option<u16> {
     let message = backend_message_raw(e);
-    let at = message.find("status code: ")? + "status code: ".len();
-    message.get(at..at + 3)?.parse().ok()
+    // Azure's bulk delete reports each object's refusal as "... (code: 403)".
+    ["status code: ", "(code: "].iter().find_map(|marker| {
+        let at = message.find(marker)? + marker.len();
+        message.get(at..at + 3)?.parse().ok()
+    })
+}
+
+/// Whether an error is the service saying the bucket (container) itself does not exist.
+fn is_missing_bucket(e: &object_store::Error) -> bool {
+    let message = backend_message_raw(e);
+    ["NoSuchBucket", "ContainerNotFound", "The specified bucket does not exist"].iter().any(|m| message.contains(m))
 }
 
 /// Whether `e` says the server does not offer the operation at all (405 Method Not Allowed, 501 Not Implemented,
@@ -158,9 +169,23 @@ pub(crate) fn short_or_long_body(expected: u64, got: u64) -> object_store::Error
 /// The [`StoreError`] for `e`, the last error of `attempts` attempts of `op` on `url`.
 pub(crate) fn request_error(op: &'static str, url: String, e: object_store::Error, attempts: u32) -> StoreError {
     match e {
+        // A missing bucket is a 404 on reads and on writes alike (S3's PUT says NoSuchBucket in its error page).
+        e if is_missing_bucket(&e) => StoreError::Request {
+            op,
+            message: format!("its bucket (container) {} does not exist", bucket_of(&url)),
+            url,
+            transient: false,
+            attempts,
+        },
         object_store::Error::NotFound { .. } => StoreError::NotFound { url },
         e => StoreError::Request { op, url, transient: is_transient(&e), message: backend_message(&e), attempts },
     }
+}
+
+/// The bucket (container) part of an object URL: `s3://b/x/y` gives `s3://b`.
+fn bucket_of(url: &str) -> &str {
+    let after = url.find("://").map_or(0, |i| i + 3);
+    url[after..].find('/').map_or(url, |i| &url[..after + i])
 }
 
 /// The backend's message without `object_store`'s wrapping ("Generic X error: ..."), which names the store type
@@ -251,5 +276,29 @@ mod tests {
         assert!(!denied.is_transient());
         assert!(denied.to_string().contains("check the URL, the credentials"), "{denied}");
         assert_eq!(denied.url(), "az://c/x");
+    }
+
+    #[test]
+    fn refusals_in_other_words_are_final_too() {
+        // Azure's bulk delete, refused for lack of the delete permission.
+        let bulk = "Bulk delete request failed for key ds/convert-plan.json: This request is not authorized to \
+                    perform this operation using this permission. (code: 403)";
+        let e = object_store::Error::Generic { store: "MicrosoftAzure", source: bulk.into() };
+        assert_eq!(http_status(&e), Some(403));
+        assert!(!is_transient(&e));
+        // The HTTP client refusing to build a request (a plain http:// endpoint without allow_http).
+        let built = "Error performing GET http://127.0.0.1:9/b/x in 0ms - HTTP error: builder error";
+        assert!(!is_transient(&object_store::Error::Generic { store: "S3", source: built.into() }));
+        let bucket = object_store::Error::NotFound {
+            path: "x/convert-plan.json".into(),
+            source: "Client error with status 404 Not Found: <Error><Code>NoSuchBucket</Code></Error>".into(),
+        };
+        let e = request_error("PUT", "s3://nosuch/x/convert-plan.json".into(), bucket, 1);
+        assert!(!e.is_not_found() && !e.is_transient(), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "PUT s3://nosuch/x/convert-plan.json failed: its bucket (container) s3://nosuch does not exist; check \
+             the URL, the credentials and the permissions"
+        );
     }
 }

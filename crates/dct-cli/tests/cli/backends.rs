@@ -495,6 +495,43 @@ fn s3_moto() {
     conformance(&b);
 }
 
+/// An S3 endpoint given as http:// is used without `aws_allow_http` (the request reaches the server, which says the
+/// dataset is not there), and a bucket that does not exist is named as such, after one attempt.
+#[test]
+fn s3_plain_http_endpoints_and_missing_buckets() {
+    let Some(v) = backend(&["DCT_S3_ENDPOINT", "DCT_S3_BUCKET"], |v| Backend {
+        name: "s3",
+        base: v[0].clone(),
+        options: opts(&[("aws_bucket_name", &v[1])]),
+        writes: Writes::Store,
+    }) else {
+        return;
+    };
+    let (endpoint, bucket) = (v.base, &v.options[0].1);
+    let args = |url: String| -> Vec<String> {
+        let mut a = vec!["info".to_string(), url];
+        for (k, val) in [
+            ("aws_endpoint", endpoint.as_str()),
+            ("aws_region", "us-east-1"),
+            ("aws_access_key_id", "test"),
+            ("aws_secret_access_key", "test"),
+        ] {
+            a.extend(["--store-option".to_string(), format!("{k}={val}")]);
+        }
+        a
+    };
+    let o = deltacells(&args(format!("s3://{bucket}/{}/absent", unique())));
+    let text = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{text}");
+    assert!(text.contains("there is no manifest.json"), "{text}");
+    assert!(!text.contains("builder error") && !text.contains("attempts"), "{text}");
+    let o = deltacells(&args(format!("s3://no-such-bucket-{}/ds", unique())));
+    let text = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{text}");
+    assert!(text.contains("does not exist") && text.contains("bucket (container) s3://no-such-bucket-"), "{text}");
+    assert!(!text.contains("attempts"), "{text}");
+}
+
 #[test]
 fn gcs_fake_gcs_server() {
     let staging = tempfile::tempdir().unwrap();

@@ -19,14 +19,30 @@ pub(super) fn commit(
 ) -> Result<AppendReport, ConvertError> {
     let Staged { n_staged, lead, first_changed, n_base_tiles, obs_written, schema_json, after, report } = staged;
     let base_shards = site.base_shards;
+    let url = site.out.store.root();
     let mut steps = 0usize;
+    let manifest_written = std::cell::Cell::new(false);
     let mut step = |f: &dyn Fn() -> Result<(), ConvertError>| -> Result<(), ConvertError> {
-        if opts.stop_after_commit_steps.is_some_and(|n| steps >= n) {
-            return Err(ConvertError::Output(format!("stopped after {steps} commit steps, as asked")));
-        }
-        f()?;
+        let done = if opts.stop_after_commit_steps.is_some_and(|n| steps >= n) {
+            Err(ConvertError::Output(format!("stopped after {steps} commit steps, as asked")))
+        } else {
+            f()
+        };
         steps += 1;
-        Ok(())
+        done.map_err(|e| {
+            ConvertError::Output(if manifest_written.get() {
+                format!(
+                    "{url}: the append is complete (readers see the new cells), but its staging could not be \
+                     removed ({e}); another append is refused until it is: run the same append again (where \
+                     objects may be deleted) to remove it"
+                )
+            } else {
+                format!(
+                    "{url}: the append stopped while moving its tiles into place ({e}); run the same append again \
+                     to complete it (readers see an error, never wrong rows, until then)"
+                )
+            })
+        })
     };
     let move_in = |from: String, to: String| {
         let store = site.out.store.clone();
@@ -61,6 +77,7 @@ pub(super) fn commit(
         step(&move_in(JOINED_TILE.into(), tile_path(n_base_tiles - 1)))?;
     }
     step(&|| site.out.put(MANIFEST_NAME, Bytes::from(after.to_json_pretty())))?;
+    manifest_written.set(true);
     step(&|| site.clear())?;
 
     Ok(report)

@@ -282,12 +282,7 @@ pub fn append_to(store: Store, inputs: &[PathBuf], opts: &AppendOptions) -> Resu
             return Err(e);
         }
     };
-    commit(&site, staged, opts, resumed).map_err(|e| {
-        ConvertError::Output(format!(
-            "{url}: the append stopped while moving its tiles into place ({e}); run the same append again to \
-             complete it (readers see an error, never wrong rows, until then)"
-        ))
-    })
+    commit(&site, staged, opts, resumed)
 }
 
 /// The report of an append found complete (nothing written now).

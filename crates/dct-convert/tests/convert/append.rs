@@ -95,8 +95,23 @@ fn an_append_stopped_at_any_step_is_completed_by_running_it_again() {
         let before = Dataset::open(&url, ReadOptions::default()).unwrap();
         let unread = Dataset::open(&url, ReadOptions::default()).unwrap();
         let stopped = AppendOptions { stop_after_commit_steps: Some(stop), ..opts.clone() };
-        let got = append(&url, &more(), &stopped);
-        assert!(got.unwrap_err().to_string().contains("run the same append again"), "stop {stop}");
+        let got = append(&url, &more(), &stopped).unwrap_err().to_string();
+        assert!(got.contains("run the same append again"), "stop {stop}: {got}");
+        // Stopped in the clean-up, after the manifest: the cells are in, and the message says so.
+        let says = if stop == steps { "the append is complete" } else { "stopped while moving its tiles into place" };
+        assert!(got.contains(says), "stop {stop}: {got}");
+        if stop == steps - 1 {
+            // Stopped before its manifest: a reader opened now, and verify, meet the rewritten last tile, and are
+            // told to run the append again, not to open the dataset again.
+            let after = Dataset::open(&url, ReadOptions::default()).unwrap();
+            let e = after.get_batch_as::<u32>(&[199]).unwrap_err();
+            assert!(matches!(e, DatasetError::Changed { tile: 3, .. }), "{e}");
+            assert!(e.to_string().contains("if none is running, run the same append again"), "{e}");
+            assert!(!e.to_string().contains("open it again"), "{e}");
+            let report = after.verify(&Default::default(), |_, _| {});
+            let last = report.problems.last().expect("verify finds the rewritten tile");
+            assert!(last.message.contains("run the same append again to complete it"), "{:?}", report.problems);
+        }
         // Meanwhile another append is kept out, and a reader opened before never reads new rows as old ones.
         let other = append(&url, &[testdata("inputs/pbmc200/pbmc200.h5ad")], &opts).unwrap_err().to_string();
         assert!(other.contains("an append runs alone"), "{other}");

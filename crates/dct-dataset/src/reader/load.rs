@@ -93,6 +93,9 @@ pub(crate) struct Core {
     pub(super) gene_order: Mutex<Option<Arc<Vec<i32>>>>,
 }
 
+/// How [`Core::change_since_open`]'s message for an append's journal begins.
+const APPEND_UNDER_WAY: &str = "an append is under way, or stopped before its manifest,";
+
 impl Core {
     pub(super) fn lock_cache(&self) -> MutexGuard<'_, Cache> {
         self.cache.lock().unwrap_or_else(|e| e.into_inner())
@@ -260,7 +263,11 @@ impl Core {
     async fn changed_since_open(&self, t: usize, e: DatasetError) -> DatasetError {
         let url = self.store.url(&tile_path(t));
         match self.change_since_open(true).await {
-            Some(message) => DatasetError::Changed { tile: t, url, message },
+            // Opening again reads the dataset as it is now, unless an append is still half done.
+            Some(message) if message.starts_with(APPEND_UNDER_WAY) => DatasetError::Changed { tile: t, url, message },
+            Some(message) => {
+                DatasetError::Changed { tile: t, url, message: format!("{message}; open it again to read it") }
+            }
             None => e,
         }
     }
@@ -295,7 +302,12 @@ impl Core {
             ));
         }
         if append_counts && matches!(self.store.exists(APPEND_JOURNAL_NAME).await, Ok(true)) {
-            return Some(format!("an append is in progress ({})", self.store.url(APPEND_JOURNAL_NAME)));
+            // Also what a reader opened after an append stopped between its tiles and its manifest meets.
+            return Some(format!(
+                "{APPEND_UNDER_WAY} ({}): read it once the append ends; if none is running, run the same append \
+                 again to complete it",
+                self.store.url(APPEND_JOURNAL_NAME)
+            ));
         }
         None
     }

@@ -7,7 +7,7 @@ use futures::StreamExt;
 use sha2::{Digest, Sha256};
 
 use crate::error::{Category, DatasetError};
-use crate::manifest::{GENE_ORDER_NAME, VAR_NAMES_NAME, VAR_TABLE_NAME, obs_shard_path};
+use crate::manifest::{APPEND_JOURNAL_NAME, GENE_ORDER_NAME, VAR_NAMES_NAME, VAR_TABLE_NAME, obs_shard_path};
 use crate::reader::{Core, Dataset, ReadOptions};
 use crate::rt::on_pool;
 use crate::side_files::{gene_order_limit, parse_gene_order, parse_var_names, side_file_result};
@@ -178,6 +178,22 @@ pub fn verify(ds: &Dataset, options: &VerifyOptions, mut progress: impl FnMut(u6
     report.problems.extend(schema_problems);
     if check_obs {
         report.problems.extend(obs::check_fingerprint(&core, obs.as_deref(), shard_hashes));
+    }
+    if !report.problems.is_empty() {
+        // An append rewrites the last tile and obs shard before its manifest: one that stopped there (or is
+        // running) explains such problems, and running it again completes the dataset.
+        let c = core.clone();
+        if let Ok(Ok(true)) = rt.block_on(async move { c.store.exists(APPEND_JOURNAL_NAME).await }) {
+            report.problems.push(Problem {
+                category: Category::DatasetChanged,
+                tile: None,
+                message: format!(
+                    "an append is under way, or stopped before its manifest ({}): the problems above may be the \
+                     tiles it rewrote; if no append is running, run the same append again to complete it",
+                    core.store.url(APPEND_JOURNAL_NAME)
+                ),
+            });
+        }
     }
     report
 }
