@@ -56,3 +56,4 @@ pub use interner::GeneInterner;
 pub use obs::{CorpusObs, CorpusObsColumn};
 pub use selection::{Selection, SelectionBuilder};
 pub use strata::Strata;
+pub use weights::MAX_EPOCH_UNITS;

@@ -132,7 +132,7 @@ impl Corpus {
         let mut units = Vec::new();
         for (s, groups) in tiles.tiles_by_stratum().iter().enumerate() {
             let rng = |pass| stratum_rng(seed, epoch, s as u64, pass);
-            draw(groups, cells[s], quotas[s], Some(s as u32), rng, &mut units);
+            draw(groups, cells[s], quotas[s], Some(s as u32), rng, &mut units)?;
         }
         units.sort_unstable_by_key(|u| (u.tile, u.pass, u.stratum));
         Ok(units)

@@ -53,7 +53,7 @@ impl Corpus {
         for (m, &quota) in quotas.iter().enumerate() {
             let tiles: Vec<(usize, u64)> =
                 self.member_tiles(m).filter(|&t| tile_cells[t] > 0).map(|t| (t, tile_cells[t])).collect();
-            draw(&tiles, member_cells[m], quota, None, |pass| member_rng(seed, epoch, m as u64, pass), &mut units);
+            draw(&tiles, member_cells[m], quota, None, |pass| member_rng(seed, epoch, m as u64, pass), &mut units)?;
         }
         Ok(units)
     }
@@ -63,6 +63,10 @@ impl Corpus {
 /// of any): whole passes over every group, then for the rest the groups whole in a seeded order (`rng` of the pass)
 /// and a sample of the next one, so the rest stays as local as a pass (a tile is fetched only if cells of it are
 /// drawn).
+///
+/// An epoch is planned whole, a unit per tile per pass: an `epoch_cells` that draws cells thousands of times over
+/// (10^12 of a few thousand cells, say) would take memory in proportion, so more than [`MAX_EPOCH_UNITS`] units
+/// are refused, before any is made.
 pub(crate) fn draw(
     groups: &[(usize, u64)],
     total: u64,
@@ -70,11 +74,19 @@ pub(crate) fn draw(
     stratum: Option<u32>,
     rng: impl Fn(u64) -> ChaCha8Rng,
     units: &mut Vec<EpochUnit>,
-) {
+) -> Result<(), CorpusError> {
     if quota == 0 || total == 0 {
-        return;
+        return Ok(());
     }
     let passes = quota / total;
+    let planned = units.len() as u128 + (u128::from(passes) + 1) * groups.len() as u128;
+    if planned > MAX_EPOCH_UNITS as u128 {
+        return Err(CorpusError::InvalidArgument(format!(
+            "epoch_cells draws some cells {passes} times over in one epoch, which takes {planned} tile draws to \
+             plan, more than the {MAX_EPOCH_UNITS} an epoch is planned with; ask for fewer cells an epoch (more \
+             epochs draw the same)"
+        )));
+    }
     for pass in 0..passes {
         units.extend(groups.iter().map(|&(tile, take)| EpochUnit { tile, take, pass, stratum }));
     }
@@ -91,7 +103,12 @@ pub(crate) fn draw(
             }
         }
     }
+    Ok(())
 }
+
+/// The most tile draws ([`EpochUnit`]s) a weighted or stratified epoch is planned with: 20 passes over a corpus of
+/// 100,000 tiles (10^9 cells in tiles of 10,000).
+pub const MAX_EPOCH_UNITS: u64 = 2_000_000;
 
 /// `total_cells` split in proportion to `weights` (summing to `total`), rounded by largest remainders.
 pub(crate) fn largest_remainder(weights: &[f64], total: f64, total_cells: u64) -> Vec<u64> {

@@ -234,6 +234,12 @@ def test_one_uri_for_the_members_and_a_non_positive_epoch_size_are_refused_with_
     for bad in (-5, 0, True):
         with pytest.raises(ValueError, match="epoch_cells must be a positive number"):
             DeltaCellsIterableDataset(corpus, 8, weights=[1] * len(corpus.members), epoch_cells=bad)
+    # An epoch drawing the cells millions of times over would be planned in memory in proportion: refused, not
+    # left to exhaust the machine.
+    huge = {"epoch_cells": 10**12}
+    for drawing in ({"weights": [1] * len(corpus.members)}, {"stratify_by": "donor"}):
+        with pytest.raises(ValueError, match="ask for fewer cells an epoch"):
+            DeltaCellsIterableDataset(corpus, 8, **drawing, **huge)
     assert torch is not None
 
 

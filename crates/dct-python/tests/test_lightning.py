@@ -112,6 +112,31 @@ def test_the_loaders_share_the_module_s_memory_budget(corpus, budget):
     assert DeltaCellsDataModule(corpus, batch_size=16, **given).train_dataloader().dataset.memory_budget == whole
 
 
+@pytest.mark.parametrize(("options", "error", "says"), [
+    ({"batch_size": 0}, ValueError, "batch_size"),
+    ({"batch_size": 16, "weights": {"nobody": 1.0}}, ValueError, "members the corpus does not have"),
+    ({"batch_size": 16, "stratify_by": "no_such_column"}, KeyError, "no_such_column"),
+    ({"batch_size": 16, "shufle": False}, TypeError, "shufle"),
+    ({"batch_size": 10_000}, ValueError, "no batches"),
+])
+def test_options_the_data_cannot_take_are_refused_when_the_module_is_made(corpus, options, error, says):
+    """Not when the trainer first asks for a loader (after its setup, and in every rank)."""
+    with pytest.raises(error, match=says):
+        DeltaCellsDataModule(corpus, **{"drop_last": True, **options})
+
+
+def test_len_plans_a_weighted_epoch_once(corpus):
+    """Trainers ask len() several times an epoch; a weighted epoch's plan is made once for it."""
+    loader = DeltaCellsDataModule(corpus, batch_size=16, weights=[1, 2]).train_dataloader()
+    ds = loader.dataset
+    made, plan = [], ds._plan
+    ds._plan = lambda *a, **k: (made.append(a), plan(*a, **k))[1]
+    ds.set_epoch(1)
+    assert len(loader) == len(loader) == len(ds) > 0 and len(made) == 1, "another epoch: planned once"
+    ds.set_epoch(0)
+    assert len(loader) == len(ds) > 0 and len(made) == 1, "the epoch before: its count kept"
+
+
 def test_the_trainer_s_epoch_reaches_the_loader_through_its_sampler(corpus):
     from lightning.fabric.utilities.data import _set_sampler_epoch
 

@@ -345,7 +345,15 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         return cast("_core.Strata", self._strata[1])
 
     def _rank_batches(self, epoch: int, parts: int) -> int:
-        return int(self._plan(0, parts, 0, epoch).rank_batches())
+        # Planning a weighted or stratified epoch takes a while, and trainers ask len() several times an epoch: the
+        # count of the epochs asked last is kept (the plan is a function of the epoch, the parts and the ranks).
+        counts = self.__dict__.setdefault("_rank_batches_of", {})
+        key = (epoch, parts, self._resolve_ranks())
+        if key not in counts:
+            if len(counts) >= 4:
+                counts.clear()
+            counts[key] = int(self._plan(0, parts, 0, epoch).rank_batches())
+        return int(counts[key])
 
     def __len__(self) -> int:
         """Batches per epoch of this rank (every rank has as many), for the workers of the loader it belongs to."""

@@ -18,7 +18,9 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from deltacells._torch_dataset import DEFAULT_MEMORY_BUDGET
+from deltacells._args import int_argument
+from deltacells._torch_dataset import DEFAULT_MEMORY_BUDGET, DeltaCellsIterableDataset
+from deltacells._torch_loader import _LOADER_OPTIONS
 from deltacells.torch import DeltaCellsDataLoader, make_loader
 
 __all__ = ["DeltaCellsDataModule"]
@@ -47,32 +49,44 @@ class DeltaCellsDataModule(pl.LightningDataModule):
                  ) -> None:
         super().__init__()
         self.sources = {"train": train, "val": val, "test": test}
-        self.batch_size = int(batch_size)
+        self.batch_size = int_argument("batch_size", batch_size, 1)
         self.loader_options = loader_options
         self._loaders: dict[str, DeltaCellsDataLoader] = {}
         self._pending: dict[str, Any] = {}
+        # Options are checked now, against each part's data, rather than when the trainer first asks for a loader
+        # (after its setup, in every rank): a misspelled option, a member or column the data lacks, a batch too
+        # large for the cells. The datasets made for that are dropped; the ranks are left to the loaders.
+        for part, source in self.sources.items():
+            if source is not None:
+                options = self._options(part)
+                for name in ("num_workers", "pin_memory", *(k for k in list(options) if k in _LOADER_OPTIONS)):
+                    options.pop(name, None)
+                DeltaCellsIterableDataset(source, self.batch_size, **options)
+
+    def _options(self, part: str) -> dict[str, Any]:
+        """The options of ``part``'s loader."""
+        options = dict(self.loader_options)
+        # Each loader's share of the module's budget, so that loaders alive together stay within it.
+        shares = {"train": 2, "val": 1, "test": 1}
+        given = sum(shares[p] for p, s in self.sources.items() if s is not None)
+        budget = int(options.get("memory_budget", DEFAULT_MEMORY_BUDGET))
+        options["memory_budget"] = budget * shares[part] // given
+        if part != "train":
+            options["shuffle"] = False
+            # Every evaluation cell: none left out of a short batch or a rank's share (a few served twice so that
+            # ranks have as many batches); the training draws (member weights, balanced categories) are training's.
+            options["drop_last"] = False
+            options["remainder"] = "wrap"
+            for drawing in ("weights", "epoch_cells", "stratify_by", "class_weights"):
+                options.pop(drawing, None)
+        return options
 
     def _loader(self, part: str) -> DeltaCellsDataLoader:
         if part not in self._loaders:
             source = self.sources[part]
             if source is None:
                 raise ValueError(f"this data module has no {part} data")
-            options = dict(self.loader_options)
-            # Each loader's share of the module's budget, so that loaders alive together stay within it.
-            shares = {"train": 2, "val": 1, "test": 1}
-            given = sum(shares[p] for p, s in self.sources.items() if s is not None)
-            budget = int(options.get("memory_budget", DEFAULT_MEMORY_BUDGET))
-            options["memory_budget"] = budget * shares[part] // given
-            if part != "train":
-                options["shuffle"] = False
-                # Every evaluation cell: none left out of a short batch or a rank's share (a few served twice so
-                # that ranks have as many batches); the training draws (member weights, balanced categories) are
-                # training's.
-                options["drop_last"] = False
-                options["remainder"] = "wrap"
-                for drawing in ("weights", "epoch_cells", "stratify_by", "class_weights"):
-                    options.pop(drawing, None)
-            self._loaders[part] = make_loader(source, self.batch_size, **options)
+            self._loaders[part] = make_loader(source, self.batch_size, **self._options(part))
         loader = self._loaders[part]
         if part in self._pending:
             loader.load_state_dict(self._pending.pop(part))
