@@ -16,9 +16,9 @@ impl CellSelection {
         let mut ranges = Vec::new();
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let num = |s: &str, what: &str| -> anyhow::Result<u64> {
-                s.trim()
-                    .parse::<u64>()
-                    .map_err(|_| anyhow::anyhow!("--cells: {what} `{s}` in `{part}` is not a cell index"))
+                s.trim().parse::<u64>().map_err(|_| {
+                    crate::output::Usage(format!("--cells: {what} `{s}` in `{part}` is not a cell index")).into()
+                })
             };
             let (lo, hi) = match part.split_once(':') {
                 Some((a, b)) => {

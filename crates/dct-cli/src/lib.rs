@@ -36,6 +36,13 @@ macro_rules! errln {
     };
 }
 
+/// Returns an [`output::Usage`] error (exit status 2) from the enclosing function: `usage!("--part {s}: ...")`.
+macro_rules! usage {
+    ($($arg:tt)*) => {
+        return Err($crate::output::Usage(format!($($arg)*)).into())
+    };
+}
+
 mod cells;
 mod commands;
 mod output;
@@ -139,6 +146,10 @@ where
         Ok(code) => code,
         // What reads the output stopped reading (`| head`): the command is done, as a pipeline expects.
         Err(e) if e.downcast_ref::<output::StdoutClosed>().is_some() => 0,
+        Err(e) if e.downcast_ref::<output::Usage>().is_some() => {
+            errln!("error: {e}");
+            2
+        }
         Err(e) => {
             // `{:#}` joins the error and its causes with ": ". The library errors say their cause in their own message
             // and return none from `source()`, so nothing is said twice (see the xtask test

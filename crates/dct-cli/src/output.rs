@@ -16,6 +16,19 @@ impl std::fmt::Display for StdoutClosed {
 
 impl std::error::Error for StdoutClosed {}
 
+/// A command line a subcommand cannot run as given, found after clap's own checks (options that exclude each
+/// other, a value of the wrong form): exit status 2, as clap's own usage errors.
+#[derive(Debug)]
+pub struct Usage(pub String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
+
 /// Writes `text` to stdout ([`outln!`]): a closed pipe is [`StdoutClosed`], any other failure an error naming
 /// stdout.
 pub fn write_stdout(text: std::fmt::Arguments<'_>) -> anyhow::Result<()> {

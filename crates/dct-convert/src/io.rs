@@ -44,6 +44,16 @@ impl Output {
     /// Deletes every object under the folder `rel` (e.g. `obs`), if any.
     pub(crate) fn delete_prefix(&self, rel: &str) -> Result<(), ConvertError> {
         self.block_on(self.store.delete_all(rel))??;
+        if let Some(dir) = self.store.local_dir().filter(|_| !rel.is_empty()) {
+            // Local files leave their emptied folders behind, which object stores do not have.
+            let folder = dir.join(rel.trim_end_matches('/'));
+            match std::fs::remove_dir_all(&folder) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(ConvertError::Io { path: folder.display().to_string(), cause: e });
+                }
+                _ => {}
+            }
+        }
         Ok(())
     }
 

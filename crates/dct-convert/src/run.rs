@@ -274,8 +274,18 @@ impl<'a> TileReader<'a> {
         let (first, end) = self.plan.tile_cells(t);
         let input = self.read(first, end)?;
         let encode_err = |source| ConvertError::Encode { tile: t, first, end, cause: source };
-        // Names the global cell and gene of a count version 1 cannot hold, before compressing anything.
-        self.csr.check_version(encode.version, first).map_err(encode_err)?;
+        // Names the global cell and gene of a count version 1 cannot hold, before compressing anything; the gene
+        // by its name too, since its column is the output's (after sorting), not the input's.
+        self.csr.check_version(encode.version, first).map_err(|e| {
+            let column = self.csr.values.iter().position(|&v| v > 65_535).map(|k| self.csr.indices[k] as usize);
+            match column.and_then(|c| self.plan.var_names.get(c)) {
+                Some(name) => ConvertError::Inputs(format!(
+                    "tile {t} (cells {first}..{end}): {e} (gene {name:?}, output column {})",
+                    column.unwrap_or_default()
+                )),
+                None => encode_err(e),
+            }
+        })?;
         let blob = encode_canonical(&self.csr, encode).map_err(|source| ConvertError::Encode {
             tile: t,
             first,

@@ -17,7 +17,8 @@ pub enum ColumnData {
     Float(Vec<f64>),
     /// Booleans.
     Bool(Vec<bool>),
-    /// Categorical: `codes[i]` indexes `categories`, `-1` means missing. Non-string categories are formatted.
+    /// Categorical: `codes[i]` indexes `categories`, `-1` means missing. Non-string categories are written as
+    /// Python's `str()` writes them (`True`, `1`, `2.5`).
     Categorical {
         /// One code per row.
         codes: Vec<i64>,
@@ -30,6 +31,13 @@ pub enum ColumnData {
     NullableInt {
         /// Values (meaningless where not valid).
         values: Vec<i64>,
+        /// Validity per row.
+        valid: Vec<bool>,
+    },
+    /// Nullable unsigned integers (pandas `UInt64` etc.): `valid[i]` is false where the value is missing.
+    NullableUInt {
+        /// Values (meaningless where not valid).
+        values: Vec<u64>,
         /// Validity per row.
         valid: Vec<bool>,
     },
@@ -61,6 +69,7 @@ impl ColumnData {
             ColumnData::Bool(v) => v.len(),
             ColumnData::Categorical { codes, .. } => codes.len(),
             ColumnData::NullableInt { values, .. } => values.len(),
+            ColumnData::NullableUInt { values, .. } => values.len(),
             ColumnData::NullableBool { values, .. } => values.len(),
             ColumnData::NullableStr { values, .. } => values.len(),
         }
@@ -239,16 +248,49 @@ fn read_categorical(h5: &H5, obj: &str, n_rows: Option<u64>) -> Result<ColumnDat
     Ok(ColumnData::Categorical { codes, categories, ordered })
 }
 
+/// Categories as text, spelled as Python's `str()` spells them (`True`, `1`, `2.5`, `1.0`), which is how a
+/// categorical of the same values written from pandas (`DatasetWriter`, `ObsSchema.infer`) names them: one
+/// vocabulary whichever way a dataset was made.
 fn categories_as_strings(h5: &H5, obj: &str) -> Result<Vec<String>, InputError> {
     let (dt, _) = dtype_name(h5, obj)?;
     match dt {
         DType::VariableLengthString | DType::String => h5.read_strings(obj, None),
+        DType::Enum(_) => Ok(match h5.read_values(obj, None)? {
+            Values::Unsigned(v) => v.iter().map(|&x| python_bool(x != 0)).collect(),
+            Values::Signed(v) => v.iter().map(|&x| python_bool(x != 0)).collect(),
+            Values::Float(v) => v.iter().map(|&x| python_bool(x != 0.0)).collect(),
+        }),
         _ => Ok(match h5.read_values(obj, None)? {
-            Values::Float(v) => v.iter().map(|x| x.to_string()).collect(),
+            Values::Float(v) => v.iter().map(|&x| python_float(x)).collect(),
             Values::Signed(v) => v.iter().map(|x| x.to_string()).collect(),
             Values::Unsigned(v) => v.iter().map(|x| x.to_string()).collect(),
         }),
     }
+}
+
+fn python_bool(b: bool) -> String {
+    if b { "True" } else { "False" }.to_string()
+}
+
+/// A float as Python's `str()` writes it for the values categories hold: `1.0` (not `1`), `2.5`, `nan`, `inf`,
+/// `1e+16` from 10^16 on.
+fn python_float(x: f64) -> String {
+    if x.is_nan() {
+        return "nan".into();
+    }
+    if x.is_infinite() {
+        return if x > 0.0 { "inf" } else { "-inf" }.into();
+    }
+    let magnitude = x.abs();
+    if magnitude != 0.0 && !(1e-4..1e16).contains(&magnitude) {
+        // Python's exponent form: mantissa as short as round-trips, exponent signed and at least two digits.
+        let text = format!("{x:e}");
+        let (mantissa, exponent) = text.split_once('e').unwrap_or((&text, "0"));
+        let exponent: i32 = exponent.parse().unwrap_or(0);
+        return format!("{mantissa}e{}{:02}", if exponent < 0 { '-' } else { '+' }, exponent.abs());
+    }
+    let text = x.to_string();
+    if text.contains('.') { text } else { format!("{text}.0") }
 }
 
 fn bools(h5: &H5, obj: &str, n: u64) -> Result<Vec<bool>, InputError> {
@@ -291,13 +333,17 @@ pub(crate) fn read_column(h5: &H5, group: &str, obj: &str, name: &str, n: u64) -
             Some("nullable-integer") => {
                 let values_obj = join(obj, "values");
                 let (_, tname) = dtype_name(h5, &values_obj)?;
-                let values = match h5.read_values(&values_obj, Some(n))? {
-                    Values::Signed(v) => v,
-                    Values::Unsigned(v) => v.into_iter().map(|x| i64::try_from(x).unwrap_or(i64::MAX)).collect(),
-                    Values::Float(_) => return Ok(None),
-                };
-                let mask = bools(h5, &join(obj, "mask"), n)?;
-                Ok(col(tname, ColumnData::NullableInt { values, valid: mask.into_iter().map(|m| !m).collect() }))
+                let values = h5.read_values(&values_obj, Some(n))?;
+                let valid = bools(h5, &join(obj, "mask"), n)?.into_iter().map(|m| !m).collect();
+                Ok(col(
+                    tname,
+                    match values {
+                        Values::Signed(values) => ColumnData::NullableInt { values, valid },
+                        // Kept unsigned: pandas' UInt64 holds values past i64's.
+                        Values::Unsigned(values) => ColumnData::NullableUInt { values, valid },
+                        Values::Float(_) => return Ok(None),
+                    },
+                ))
             }
             Some("nullable-boolean") => {
                 let values = bools(h5, &join(obj, "values"), n)?;
@@ -322,5 +368,28 @@ pub(crate) fn read_column(h5: &H5, group: &str, obj: &str, name: &str, n: u64) -
             }
             _ => Ok(None),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn non_string_categories_are_spelled_as_python_spells_them() {
+        let cases = [
+            (1.0, "1.0"),
+            (2.5, "2.5"),
+            (-0.0, "-0.0"),
+            (0.0001, "0.0001"),
+            (1.5e-5, "1.5e-05"),
+            (1e16, "1e+16"),
+            (1.25e300, "1.25e+300"),
+            (0.1 + 0.2, "0.30000000000000004"),
+            (f64::NAN, "nan"),
+            (f64::NEG_INFINITY, "-inf"),
+        ];
+        for (x, python) in cases {
+            assert_eq!(super::python_float(x), python, "{x}");
+        }
+        assert_eq!((super::python_bool(true), super::python_bool(false)), ("True".into(), "False".into()));
     }
 }

@@ -401,6 +401,13 @@ pub(crate) fn batch_to_py<'py>(py: Python<'py>, batch: &RecordBatch) -> PyResult
             columns.append((field.name(), parts))?;
             continue;
         }
+        if let Some(floats) = array.as_primitive_opt::<Float32Type>().filter(|a| a.null_count() > 0) {
+            // float32 with gaps stays float32, NaN for missing, as pandas reads the file (obs take's rule of float64
+            // for numbers with missing values is for integers, which have no NaN).
+            let v: Vec<f32> = floats.iter().map(|x| x.unwrap_or(f32::NAN)).collect();
+            columns.append((field.name(), owned(py, v)))?;
+            continue;
+        }
         let kind = match field.data_type() {
             DataType::Utf8 | DataType::LargeUtf8 => ColumnKind::String,
             DataType::Boolean => ColumnKind::Bool,

@@ -47,6 +47,7 @@ def test_rows_obs_and_var_match_anndata(shards, tmp_path):
     assert (m.n_cells, m.n_genes, m.tile_cells) == (200, 2500, [64, 64, 64, 8]) and m.version == 2
     x = sp.csr_matrix(a.X)
     assert same(ds[:].to_scipy(), x[:, ds.gene_order])
+    assert same(ds[:].to_scipy()[:, np.argsort(ds.gene_order)], x), "the source order, as get_batch says"
     totals = np.asarray(x.sum(axis=0)).ravel()[ds.gene_order]
     assert (np.diff(totals) <= 0).all(), "genes ordered by decreasing totals"
     assert ds.var_names == list(a.var_names[ds.gene_order])
@@ -313,6 +314,62 @@ def test_an_index_stored_as_a_nullable_string_array_is_read(tmp_path):
     assert ds.var_names == list(a.var_names)
     assert list(ds.obs.to_pandas()["obs_names"]) == list(a.obs_names)
     assert same(ds[:].to_scipy(), sp.csr_matrix(a.X))
+
+
+def test_nullable_unsigned_obs_keep_values_past_the_signed_range(tmp_path):
+    """pandas' UInt64 holds values up to 2**64 - 1: converted, they read back as anndata reads them (not capped at
+    2**63 - 1), missing values missing; UInt8 stays unsigned too."""
+    obs = pd.DataFrame({
+        "big": pd.array([2**63 + 5, None, 2**64 - 1, 7], dtype="UInt64"),
+        "small": pd.array([255, 0, None, 1], dtype="UInt8"),
+    }, index=list("abcd"))
+    src = tmp_path / "u.h5ad"
+    ad.AnnData(X=np.ones((4, 2), np.float32), obs=obs).write_h5ad(src)
+    want = ad.read_h5ad(src).obs
+    out = str(tmp_path / "out")
+    convert_h5ad(str(src), out, log=None)
+    ds = open_dataset(out)
+    assert [ds.obs.schema[c].arrow_type for c in ("big", "small")] == ["uint64", "uint8"]
+    got = ds.obs.to_pandas()
+    for c in ("big", "small"):
+        assert _arrow_column(out, c) == [None if pd.isna(v) else int(v) for v in want[c]], c
+        assert got[c].isna().tolist() == want[c].isna().tolist(), c
+
+
+def test_categories_of_numbers_and_booleans_are_named_alike_however_the_dataset_was_written(tmp_path):
+    """Converted from an h5ad or written from pandas, a categorical of booleans or numbers gets the categories
+    ``str()`` gives its values, so a corpus over both has one vocabulary."""
+    obs = pd.DataFrame({
+        "flag": pd.Categorical([True, False, True]),
+        "dose": pd.Categorical([1.0, 2.5, 1.0]),
+        "n": pd.Categorical([3, 1, 3]),
+    }, index=list("abc"))
+    src = tmp_path / "c.h5ad"
+    ad.AnnData(X=np.ones((3, 2), np.float32), obs=obs).write_h5ad(src)
+    converted = str(tmp_path / "converted")
+    convert_h5ad(str(src), converted, log=None)
+    written = str(tmp_path / "written")
+    back = ad.read_h5ad(src).obs
+    schema = deltacells.obs.ObsSchema.infer(back)
+    genes = list(open_dataset(converted).var_names)
+    with DatasetWriter(written, n_genes=2, tile_size=8, obs_schema=schema, var_names=genes) as w:
+        w.add_tile(sp.csr_matrix(np.ones((3, 2), np.float32)), obs=back)
+    for c in ("flag", "dose", "n"):
+        want = [str(v) for v in back[c].cat.categories]
+        assert open_dataset(converted).obs.schema[c].categories == want, c
+        assert open_dataset(written).obs.schema[c].categories == want, c
+    corpus = deltacells.open_corpus([converted, written])
+    assert sorted(corpus.obs.take_pandas(range(6), "flag")["flag"].cat.categories) == ["False", "True"]
+
+
+def _arrow_column(root, column):
+    """A column of a dataset's obs as the parquet shards hold it (read by pyarrow, not by deltacells)."""
+    import glob
+
+    import pyarrow.parquet as pq
+
+    return [v for f in sorted(glob.glob(os.path.join(root, "obs", "*.parquet")))
+            for v in pq.read_table(f, columns=[column]).column(column).to_pylist()]
 
 
 def test_obs_options_threads_and_workers_of_convert_h5ad(shards, tmp_path):

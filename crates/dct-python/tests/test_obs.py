@@ -218,6 +218,39 @@ def test_a_schema_iterates_and_counts_its_column_names_as_a_mapping_does():
     assert len(ObsSchema([])) == 0 and list(ObsSchema([])) == []
 
 
+def test_columns_of_no_value_in_a_frame_take_the_kind_the_other_frames_give():
+    """A float column of NaN (how pandas and anndata hold an empty column), all-NA nullable numbers or strings:
+    no kind of their own, whatever their dtype; the stored values are missing."""
+    full = pd.DataFrame({"donor": ["d1", "d2"], "n": [1, 2]})
+    for empty in (pd.DataFrame({"donor": [np.nan, np.nan], "n": pd.array([None, None], dtype="Int64")}),
+                  pd.DataFrame({"donor": pd.array([None, None], dtype="Float64"), "n": [np.nan, np.nan]})):
+        for frames in ([full, empty], [empty, full]):
+            schema = ObsSchema.infer(frames)
+            assert (schema["donor"].kind, schema["n"].kind) == ("string", "numeric")
+            stored = schema.encode(empty)
+            assert stored.column("donor").null_count == 2 and stored.column("n").null_count == 2
+
+
+def test_values_a_column_cannot_hold_are_refused_naming_it_not_turned_into_text():
+    """As anndata refuses to write them: numbers, dates or lists in an object column, values of another kind for a
+    string or bool column, column names that are not strings or that repeat."""
+    for values in ([1, None, 3], [[1], [2], None], [pd.Timestamp("2020-01-01"), None, pd.Timestamp("2021-01-01")]):
+        with pytest.raises(ValueError, match="obs column 'x' is an object column of .* not strings"):
+            ObsSchema.infer(pd.DataFrame({"x": pd.Series(values, dtype=object)}))
+    schema = ObsSchema.infer(pd.DataFrame({"s": ["a", "b"], "b": [True, False]}))
+    with pytest.raises(ValueError, match="obs column 's' is a string column in the schema but holds numeric"):
+        schema.encode(pd.DataFrame({"s": [7, 8.5], "b": [True, False]}))
+    with pytest.raises(ValueError, match="obs column 'b' is a bool column in the schema but holds numeric"):
+        schema.encode(pd.DataFrame({"s": ["a", "b"], "b": [2, 0]}))
+    with pytest.raises(ValueError, match="must be strings, not \\[0\\]"):
+        ObsSchema.infer(pd.DataFrame({0: [1.0], "a": [2.0]}))
+    twice = pd.DataFrame([[1.0, 2.0]], columns=["a", "a"])
+    with pytest.raises(ValueError, match="'a'.* more than once"):
+        ObsSchema.infer(twice)
+    with pytest.raises(ValueError, match="'a'.* more than once"):
+        ObsSchema.infer(pd.DataFrame({"a": [1.0]})).encode(twice)
+
+
 def test_shards_row_groups_manifest(built):
     root, *_ = built
     m = Manifest.from_json(Path(root, "manifest.json").read_text())
@@ -618,6 +651,7 @@ def test_var_keeps_categorical_columns_and_is_read_once(tmp_path):
     var["feature_types"] = pd.Categorical(["Gene Expression"] * 10 + [None, "Antibody Capture"],
                                           categories=["Unused", "Gene Expression", "Antibody Capture"])
     var["level"] = pd.Categorical(["high", "low"] * 6, categories=["low", "mid", "high"], ordered=True)
+    var["score"] = np.array([np.nan] + [1.5] * 11, dtype=np.float32)
     root = str(tmp_path / "ds")
     with DatasetWriter(root, n_genes=12, tile_size=10, level=3, var=var, var_names=list(var.index)) as w:
         w.add_tile(make_counts(10, 12, seed=3))
@@ -629,6 +663,8 @@ def test_var_keeps_categorical_columns_and_is_read_once(tmp_path):
         assert got[name].cat.codes.tolist() == var[name].cat.codes.tolist(), name
         assert by_pyarrow[name].astype(str).tolist() == var[name].astype(str).tolist(), name
     assert by_pyarrow["level"].cat.ordered
+    assert got["score"].dtype == by_pyarrow["score"].dtype == np.float32, "float32 with a gap stays float32"
+    assert np.isnan(got["score"].iloc[0]) and (got["score"].iloc[1:] == 1.5).all()
     for frame in (got, by_pyarrow):
         assert frame.index.tolist() == var.index.tolist() and frame["gene_name"].tolist() == var["gene_name"].tolist()
     os.remove(os.path.join(root, "var.parquet"))

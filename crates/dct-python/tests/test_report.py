@@ -254,7 +254,7 @@ def test_reports_of_both_format_versions_match_the_conformance_files(name):
 
 def test_a_loader_timeline_is_drawn_as_the_reading_section(dataset, tmp_path):
     """``deltacells.Timeline`` over the training loader: every batch recorded with its cells, and the report
-    (from the dict in Python, from the saved file on the command line) shows its throughput."""
+    (from the Timeline or its dict in Python, from the saved file on the command line) shows its throughput."""
     require("torch")
     from deltacells import Timeline
     from deltacells.torch import make_loader
@@ -269,6 +269,8 @@ def test_a_loader_timeline_is_drawn_as_the_reading_section(dataset, tmp_path):
     f = figures(report.html)
     assert "bench" in f.sections and float(f.values["bench.batch_cells_per_second"]) == t["batch_cells_per_second"]
     assert "deltacells.Timeline" in report.html
+    given = open_dataset(str(ds_path)).report(bench=timeline)  # the Timeline itself, as the README says
+    assert figures(given.html).values == f.values
     saved = timeline.save(tmp_path / "timeline.json")
     r = run_module("report", str(ds_path), "--output", str(tmp_path / "t.html"), "--bench", saved)
     assert r.returncode == 0, r.stderr

@@ -360,7 +360,7 @@ impl Pattern {
             "global" => Pattern::Global,
             _ => match s.strip_prefix("window:").and_then(|k| k.parse::<usize>().ok()) {
                 Some(k) if k >= 1 => Pattern::Window(k),
-                _ => anyhow::bail!("--pattern {s}: give cells, tiles, window:K (K >= 1) or global"),
+                _ => usage!("--pattern {s}: give cells, tiles, window:K (K >= 1) or global"),
             },
         })
     }

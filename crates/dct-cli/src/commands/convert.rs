@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use dct_codec::Preset;
 use dct_convert::{ConvertOptions, GeneSort, Plan, Progress, RunOptions, Stage, resolve_inputs};
 use dct_dataset::StoreOptions;
@@ -43,7 +43,7 @@ pub struct Args {
     #[arg(long, allow_negative_numbers = true)]
     level: Option<i32>,
     /// How zstd's parameters follow from --level. `tuned` (the default): the level's parameters with the shortest
-    /// match chosen for tile planes at levels 16-22; at level 19, 1.5% smaller than `plain` in 0.7-0.8x its time.
+    /// match chosen for tile planes at levels 16-22; at level 19, 1.5% smaller than `plain` in about 0.8x its time.
     /// `plain`: the level's own parameters (`zstd -19`, what the original implementation writes). `fast`: 0.5%
     /// smaller than plain level 19 in 0.42-0.45x its time (ignores --level). All decode alike (README's table).
     #[arg(long, default_value = "tuned", value_parser = parse_preset)]
@@ -142,13 +142,12 @@ fn parse_part(s: &str) -> anyhow::Result<(usize, usize)> {
 }
 
 fn parse_share(s: &str, flag: &str) -> anyhow::Result<(usize, usize)> {
-    let (i, n) = s.split_once('/').with_context(|| format!("{flag} takes I/N, e.g. 3/100"))?;
-    let number = |x: &str| -> anyhow::Result<usize> {
-        x.trim().parse().with_context(|| format!("{flag} {s}: I and N are whole numbers, e.g. 3/100"))
+    let Some((i, n)) = s.split_once('/') else { usage!("{flag} takes I/N, e.g. 3/100") };
+    let (Ok(i), Ok(n)) = (i.trim().parse::<usize>(), n.trim().parse::<usize>()) else {
+        usage!("{flag} {s}: I and N are whole numbers, e.g. 3/100")
     };
-    let (i, n) = (number(i)?, number(n)?);
     if n == 0 || i >= n {
-        bail!("{flag} {s}: parts are numbered 0..N-1");
+        usage!("{flag} {s}: parts are numbered 0..N-1");
     }
     Ok((i, n))
 }
@@ -180,7 +179,7 @@ pub fn run(mut args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
         run.spill.max_bytes = mb.saturating_mul(1_000_000);
     }
     if !args.inputs.is_empty() && (args.part.is_some() || args.finalize) {
-        bail!(
+        usage!(
             "--part and --finalize read the plan file and take no inputs (inputs with --plan make a new plan): give \
              `--plan PLAN --part I/N` or `--plan PLAN --finalize` alone"
         );
@@ -189,7 +188,7 @@ pub fn run(mut args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
         && args.inputs.is_empty()
     {
         if let Some(output) = &args.output {
-            bail!("--output {output} with --plan and no inputs: the plan names its output; give no --output");
+            usage!("--output {output} with --plan and no inputs: the plan names its output; give no --output");
         }
         let plan = Plan::load(plan_path)?;
         if args.finalize {
@@ -197,8 +196,10 @@ pub fn run(mut args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
             outln!("finalized {}: {} cells in {} tiles", plan.output, m.n_cells, m.n_tiles());
             return Ok(0);
         }
-        let (i, n) =
-            parse_part(args.part.as_deref().context("with --plan and no inputs, give --part I/N or --finalize")?)?;
+        let Some(part) = args.part.as_deref() else {
+            usage!("with --plan and no inputs, give --part I/N or --finalize")
+        };
+        let (i, n) = parse_part(part)?;
         let tiles = plan.part_tiles(i, n);
         let report = dct_convert::run_part(&plan, i, n, &run, reporter(tiles.len(), &format!("part {i}/{n}")))?;
         outln!(
@@ -212,16 +213,16 @@ pub fn run(mut args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
         return Ok(0);
     }
     if args.inputs.is_empty() {
-        bail!("give input files, or --plan with --part or --finalize");
+        usage!("give input files, or --plan with --part or --finalize");
     }
     // A scan part needs no output; the plan made later names it.
     let output = match (&args.output, &args.scan_part) {
         (Some(o), _) => o.clone(),
         (None, Some(_)) => String::new(),
-        (None, None) => bail!("--output is required with inputs"),
+        (None, None) => usage!("--output is required with inputs"),
     };
     if let (Preset::Fast, Some(level)) = (args.preset, args.level) {
-        bail!("--preset fast sets its own parameters and ignores --level {level}: give one of them");
+        usage!("--preset fast sets its own parameters and ignores --level {level}: give one of them");
     }
     let inputs: Vec<PathBuf> =
         resolve_inputs(&args.inputs, !args.no_sort_files)?.into_iter().map(PathBuf::from).collect();

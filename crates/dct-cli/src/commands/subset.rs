@@ -1,7 +1,6 @@
 //! `deltacells subset DATASET --output OUT [--cells SPEC] [--where COND]... [--genes FILE [--listed-order]
 //! [--skip-missing-genes]] [--json]`.
 
-use anyhow::Context;
 use dct_convert::{SubsetOptions, subset};
 use dct_corpus::GeneKey;
 use dct_dataset::StoreOptions;
@@ -56,7 +55,11 @@ pub struct Args {
 fn parse_cells(spec: &str) -> anyhow::Result<Vec<u64>> {
     let mut cells = Vec::new();
     for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let number = |s: &str| s.trim().parse::<u64>().with_context(|| format!("--cells: {s:?} is not a cell index"));
+        let number = |s: &str| -> anyhow::Result<u64> {
+            s.trim()
+                .parse::<u64>()
+                .map_err(|_| crate::output::Usage(format!("--cells: {s:?} is not a cell index")).into())
+        };
         match part.split_once(':') {
             Some((a, b)) => {
                 let (a, b) = (number(a)?, number(b)?);

@@ -405,6 +405,6 @@ fn bench_patterns_read_every_cell_and_a_global_order_decodes_more_tiles() {
     let o = run(&["bench", ds, "--no-crc", "--json", "--threads", "1"]);
     assert_eq!(code(&o), 0, "--no-crc: {}", String::from_utf8_lossy(&o.stderr));
     let o = run(&["bench", ds, "--pattern", "window:0"]);
-    assert_eq!(code(&o), 1);
+    assert_eq!(code(&o), 2, "a usage error");
     assert!(String::from_utf8_lossy(&o.stderr).contains("window:K"));
 }

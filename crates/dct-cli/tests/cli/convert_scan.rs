@@ -88,6 +88,22 @@ fn scan_parts_then_plan_equals_the_one_shot_plan() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("0..N-1"));
     let o = run(&["convert", s(&inputs[0]), "--scan-part", "0/2"]);
     assert_eq!(o.status.code(), Some(2), "--scan-part requires --plan");
+    // And those found after parsing the command line: options that exclude each other, values of the wrong form.
+    let (ds, csv) = (s(&out), tmp.path().join("cells.csv"));
+    for args in [
+        vec!["convert"],
+        vec!["convert", s(&inputs[0])],
+        vec!["convert", "--plan", s(&split)],
+        vec!["convert", "--plan", s(&split), "--part", "1/x"],
+        vec!["convert", "--plan", s(&split), "--part", "0/1", "--output", ds],
+        vec!["export", ds, "--cells", "5:abc", "--format", "csv", "--output", s(&csv)],
+        vec!["bench", ds, "--pattern", "bogus"],
+    ] {
+        let o = run(&args);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.starts_with("error: ") && stderr.lines().count() == 1, "{args:?}: {stderr}");
+    }
 }
 
 /// Scan parts run with absolute paths, the plan with the same files named relative to the working directory (or

@@ -44,6 +44,9 @@ fn source_json(data: &ColumnData) -> Vec<Value> {
         ColumnData::NullableInt { values, valid } => {
             values.iter().zip(valid).map(|(x, &v)| if v { serde_json::json!(x) } else { Value::Null }).collect()
         }
+        ColumnData::NullableUInt { values, valid } => {
+            values.iter().zip(valid).map(|(x, &v)| if v { serde_json::json!(x) } else { Value::Null }).collect()
+        }
         ColumnData::NullableBool { values, valid } => {
             values.iter().zip(valid).map(|(x, &v)| if v { serde_json::json!(x) } else { Value::Null }).collect()
         }

@@ -122,6 +122,9 @@ pub(super) fn natural_array(data: InputData) -> ArrayRef {
         InputData::NullableInt { values, valid } => {
             Arc::new(values.into_iter().zip(valid).map(|(v, ok)| ok.then_some(v)).collect::<Int64Array>())
         }
+        InputData::NullableUInt { values, valid } => {
+            Arc::new(values.into_iter().zip(valid).map(|(v, ok)| ok.then_some(v)).collect::<UInt64Array>())
+        }
         InputData::NullableBool { values, valid } => {
             Arc::new(values.into_iter().zip(valid).map(|(v, ok)| ok.then_some(v)).collect::<BooleanArray>())
         }
@@ -203,7 +206,7 @@ impl InputObs {
                 (ColumnKind::Numeric, d @ (InputData::Int(_) | InputData::UInt(_) | InputData::Float(_))) => {
                     Piece::Array(cast_to(natural_array(d), column.arrow_type, path, name)?)
                 }
-                (ColumnKind::Numeric, d @ InputData::NullableInt { .. }) => {
+                (ColumnKind::Numeric, d @ (InputData::NullableInt { .. } | InputData::NullableUInt { .. })) => {
                     Piece::Array(cast_to(natural_array(d), column.arrow_type, path, name)?)
                 }
                 (ColumnKind::Bool, d @ (InputData::Bool(_) | InputData::NullableBool { .. })) => {
@@ -232,7 +235,7 @@ fn kind_name(d: &InputData) -> &'static str {
     match d {
         InputData::Str(_) | InputData::NullableStr { .. } => "strings",
         InputData::Int(_) | InputData::NullableInt { .. } => "integers",
-        InputData::UInt(_) => "unsigned integers",
+        InputData::UInt(_) | InputData::NullableUInt { .. } => "unsigned integers",
         InputData::Float(_) => "floats",
         InputData::Bool(_) | InputData::NullableBool { .. } => "booleans",
         InputData::Categorical { .. } => "categorical",

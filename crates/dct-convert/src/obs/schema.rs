@@ -77,17 +77,19 @@ pub(super) fn plain_type(column: &Column) -> ArrowType {
                 ArrowType::Double
             }
         }
-        InputData::Int(_) | InputData::NullableInt { .. } | InputData::UInt(_) => match t {
-            "i8" => ArrowType::Int8,
-            "i16" => ArrowType::Int16,
-            "i32" => ArrowType::Int32,
-            "u8" => ArrowType::UInt8,
-            "u16" => ArrowType::UInt16,
-            "u32" => ArrowType::UInt32,
-            "u64" => ArrowType::UInt64,
-            _ if matches!(column.data, InputData::UInt(_)) => ArrowType::UInt64,
-            _ => ArrowType::Int64,
-        },
+        InputData::Int(_) | InputData::NullableInt { .. } | InputData::UInt(_) | InputData::NullableUInt { .. } => {
+            match t {
+                "i8" => ArrowType::Int8,
+                "i16" => ArrowType::Int16,
+                "i32" => ArrowType::Int32,
+                "u8" => ArrowType::UInt8,
+                "u16" => ArrowType::UInt16,
+                "u32" => ArrowType::UInt32,
+                "u64" => ArrowType::UInt64,
+                _ if matches!(column.data, InputData::UInt(_) | InputData::NullableUInt { .. }) => ArrowType::UInt64,
+                _ => ArrowType::Int64,
+            }
+        }
     }
 }
 

@@ -274,6 +274,7 @@ fn a_finished_conversion_leaves_no_plan_marker_and_is_found_finished() {
     let opts = options(&out, 64);
     let first = convert(std::slice::from_ref(&input), &opts, &RunOptions::default(), false, |_| {}).unwrap();
     assert!(!out.join("convert-plan.json").exists(), "the plan marker outlived finalize");
+    assert!(!out.join("convert-receipts").exists(), "the receipts' folder outlived finalize");
     let before = files(&out);
     let again = convert(std::slice::from_ref(&input), &opts, &RunOptions::default(), false, |_| {}).unwrap();
     assert_eq!(again.to_json_pretty(), first.to_json_pretty());

@@ -50,6 +50,9 @@ fn source_values(data: &ColumnData) -> Vec<V> {
         ColumnData::NullableInt { values, valid } => {
             values.iter().zip(valid).map(|(&x, &ok)| if ok { V::Int(x.into()) } else { V::Null }).collect()
         }
+        ColumnData::NullableUInt { values, valid } => {
+            values.iter().zip(valid).map(|(&x, &ok)| if ok { V::Int(x.into()) } else { V::Null }).collect()
+        }
         ColumnData::NullableBool { values, valid } => {
             values.iter().zip(valid).map(|(&x, &ok)| if ok { V::Bool(x) } else { V::Null }).collect()
         }
@@ -337,7 +340,12 @@ fn var_parquet_keeps_typed_columns_and_the_index_name() {
                 "i8" => DataType::Int8,
                 _ => DataType::Int64,
             },
-            ColumnData::UInt(_) => DataType::UInt64,
+            ColumnData::UInt(_) | ColumnData::NullableUInt { .. } => match c.stored_type.as_str() {
+                "u32" => DataType::UInt32,
+                "u16" => DataType::UInt16,
+                "u8" => DataType::UInt8,
+                _ => DataType::UInt64,
+            },
         };
         assert_eq!(t, &want, "var column {} keeps its stored type", c.name);
     }

@@ -44,9 +44,20 @@ def _kind_of(name: str, s: Any) -> str:
     if pt.is_numeric_dtype(dt) and not pt.is_complex_dtype(dt) and not pt.is_timedelta64_dtype(dt):
         return "numeric"
     if pt.is_string_dtype(dt) or dt == object:  # noqa: E721 (dtype equality: numpy dtypes compare equal to `object`)
-        # Booleans with gaps: pandas holds True/False with None or NaN as objects.
-        if dt == object and pd.api.types.infer_dtype(s, skipna=True) == "boolean":  # noqa: E721
-            return "bool"
+        if dt == object:  # noqa: E721
+            held = pd.api.types.infer_dtype(s, skipna=True)
+            # Booleans with gaps: pandas holds True/False with None or NaN as objects.
+            if held == "boolean":
+                return "bool"
+            if held == "bytes":
+                _text(name, next(v for v in s if isinstance(v, (bytes, np.bytes_))))  # says how to decode them
+            if held not in ("string", "empty"):
+                # Numbers, dates or lists held as objects are not text: storing their str() would change them
+                # silently (anndata refuses to write such a column too).
+                raise ValueError(
+                    f"obs column {name!r} is an object column of {held} values, not strings: convert it (numbers "
+                    "with pd.to_numeric, text with .astype(str)) or exclude it"
+                )
         return "string"
     raise ValueError(
         f"obs column {name!r} has unsupported dtype {dt}; exclude it (supported: categorical, numeric, bool, string)"
@@ -69,7 +80,15 @@ def _column_tuple(
 
     if kind is not None and _all_missing(s):  # no values to take a type from: the schema's
         return _missing_column(name, len(s), kind, _NUMPY_OF_ARROW.get(arrow_type or "", np.float64))
-    kind = kind or _kind_of(name, s)
+    own = _kind_of(name, s)
+    if kind in ("string", "bool") and own != kind and not (kind == "string" and own == "category"):
+        # Values of another kind for a string or bool column would be turned into text, or into truth values,
+        # silently (a numeric column refuses them in the Rust core).
+        raise ValueError(
+            f"obs column {name!r} is a {kind} column in the schema but holds {own} values (dtype {s.dtype}); "
+            f"convert them first"
+        )
+    kind = kind or own
     if kind == "category":
         if isinstance(s.dtype, pd.CategoricalDtype):
             codes = np.ascontiguousarray(s.cat.codes.to_numpy(), dtype=np.int32)
@@ -108,8 +127,11 @@ def _column_tuple(
 
 
 def _all_missing(s: Any) -> bool:
-    """Whether a series is objects that are all missing (None, NaN): a column of no kind in this frame."""
-    return bool(s.dtype == object and s.isna().all())  # noqa: E721
+    """Whether a series holds no value at all (None, NaN, NA; a float column of NaN is how pandas and anndata hold
+    an empty column): a column of no kind in this frame. A categorical keeps its kind from its categories."""
+    import pandas as pd
+
+    return bool(not isinstance(s.dtype, pd.CategoricalDtype) and s.isna().all())
 
 
 def _missing_column(name: str, n: int, kind: str, dtype: Any) -> tuple[str, str, Any, Any]:
@@ -158,9 +180,21 @@ def _missing(v: Any) -> bool:
         return False
 
 
+def _check_column_names(df: Any) -> None:
+    """Obs column names are distinct strings (``ValueError`` naming those that are not)."""
+    others = [c for c in df.columns if not isinstance(c, str)]
+    if others:
+        raise ValueError(f"obs column names must be strings, not {others[:5]!r}: rename them, e.g. "
+                         "df.columns = df.columns.astype(str)")
+    twice = sorted(set(df.columns[df.columns.duplicated()]))
+    if twice:
+        raise ValueError(f"obs columns {twice!r} appear more than once: rename or drop the copies")
+
+
 def _frame(df: Any, names: Sequence[str], schema: ObsSchema | None = None) -> list[tuple[str, str, Any, Any]]:
     """The columns ``names`` of a pandas frame as a frame for the Rust core (in the stored kinds and types of
     ``schema`` when given)."""
+    _check_column_names(df)
     if schema is None:
         return [_column_tuple(n, df[n]) for n in names]
     return [_column_tuple(n, df[n], schema[n].kind, schema[n].arrow_type) for n in names]
@@ -293,6 +327,7 @@ class ObsSchema:
         kinds: dict[str, str] = {}
         typed: dict[str, Any] = {}  # each column's first series with values
         for k, df in enumerate(frames):
+            _check_column_names(df)
             wanted = [c for c in (columns if columns is not None else list(df.columns)) if c not in set(exclude)]
             if columns is not None:
                 missing = [c for c in wanted if c not in df.columns]

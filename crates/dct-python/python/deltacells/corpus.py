@@ -495,7 +495,9 @@ def open_corpus(
         genes: the vocabulary, in column order: ``None`` or ``"union"`` (every gene of any member, in order of first
             appearance), ``"intersection"`` (genes every member has, in member 0's order), or a sequence of
             identifiers (a model's vocabulary: genes no member has are all-zero columns; member genes outside it are
-            dropped when rows are read).
+            dropped when rows are read). A member that keeps no gene of the vocabulary is refused (``ValueError``
+            naming it): its cells would be empty rows, which means the identifiers do not match (symbols against
+            Ensembl IDs), not data.
         gene_key: how genes are identified across members: ``None`` uses each member's ``var_names``; a string
             names a column of each member's gene table (``var.parquet``), e.g. ``"gene_ids"`` for Ensembl IDs. A
             member that lacks it, or names one gene twice, is refused with ``ValueError`` naming the member (and

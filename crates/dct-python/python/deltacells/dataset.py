@@ -20,6 +20,7 @@ from deltacells._obs_store import ObsStore
 from deltacells._tiles import SparseBatch, Tile, _check_out, as_values_dtype
 from deltacells.backends import Backend, GCSBackend, LocalBackend, StoreBackend, backend_or_path, open_backend
 from deltacells.manifest import Manifest
+from deltacells.timeline import Timeline
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -348,15 +349,20 @@ class DeltaCellsDataset:
             self._obs = ObsStore._of_dataset(self)
         return self._obs
 
-    def report(self, *, sample_tiles: int = 24, bench: str | os.PathLike[str] | dict[str, Any] | None = None,
-               title: str | None = None) -> Report:
+    def report(
+        self,
+        *,
+        sample_tiles: int = 24,
+        bench: str | os.PathLike[str] | dict[str, Any] | Timeline | None = None,
+        title: str | None = None,
+    ) -> Report:
         """The dataset's report, as ``deltacells report`` writes it: a :class:`deltacells.report.Report` that
         shows inline in Jupyter and ``.save(path)`` writes as one self-contained HTML page.
 
         The page holds the manifest's facts; histograms of nonzeros and counts per cell; tile bytes and bytes per
         nonzero per tile; chunk balance within tiles; gene totals by rank; per obs column its categories (top 30)
         or a histogram, and its missing fraction; and, given ``bench`` (the output of ``deltacells bench --json``,
-        or a loader's :class:`deltacells.Timeline`'s ``to_json()``: a file, or the dict), the read's throughput
+        or a loader's :class:`deltacells.Timeline`, its ``to_json()``: a file, or the dict), the read's throughput
         and batch times. At most ``sample_tiles`` tiles, evenly
         spread, are decoded (the page says how many). Runs without the GIL."""
         from deltacells.report import Report
@@ -366,6 +372,8 @@ class DeltaCellsDataset:
             text = None
         elif isinstance(bench, dict):
             text = json.dumps(bench)
+        elif isinstance(bench, Timeline):
+            text = json.dumps(bench.to_json())
         else:
             with open(os.fspath(bench), encoding="utf-8") as f:
                 text = f.read()
@@ -386,8 +394,9 @@ class DeltaCellsDataset:
         out_values: np.ndarray | None = None,
     ) -> SparseBatch:
         """The cells ``indices`` (global, any order, repeats allowed, across tiles) as a CSR :class:`SparseBatch`
-        in that order; columns in stored order (source order: ``X[idx][:, ds.gene_order]``). ``indices`` may also be a
-        boolean mask with one entry per cell, as in numpy; floats are a ``TypeError``.
+        in that order; columns in stored order: stored column ``j`` is source column ``ds.gene_order[j]``, so the
+        source's order is ``X[idx][:, np.argsort(ds.gene_order)]``. ``indices`` may also be a boolean mask with one
+        entry per cell, as in numpy; floats are a ``TypeError``.
 
         ``values_dtype`` is float32 (default) or int32. With ``out_indices`` / ``out_values`` (writable contiguous
         1-D arrays of at least nnz elements, e.g. shared-memory or pinned tensors' ``.numpy()``) the batch's arrays
