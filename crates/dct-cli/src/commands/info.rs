@@ -23,9 +23,14 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
     let nnz = m.nnz();
     let kb_per_cell = bytes as f64 / 1000.0 / m.n_cells.max(1) as f64;
     let obs_bytes: u64 = m.obs.shard_bytes.iter().sum();
+    // The manifest alone says nothing of an append that stopped before writing it.
+    let journal = ds.append_journal()?;
     if args.json {
         let mut facts = dataset_facts(m);
         facts["dataset"] = json!(args.dataset);
+        if let Some(url) = &journal {
+            facts["append_journal"] = json!(url);
+        }
         print_json(&facts)?;
         return Ok(0);
     }
@@ -55,6 +60,12 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
         );
     } else {
         outln!("obs       none");
+    }
+    if let Some(url) = journal {
+        outln!(
+            "append    under way, or stopped before its manifest ({url}): the figures above are from before it; if \
+             no append is running, run the same append again to complete it"
+        );
     }
     Ok(0)
 }

@@ -111,6 +111,8 @@ fn an_append_stopped_at_any_step_is_completed_by_running_it_again() {
             let report = after.verify(&Default::default(), |_, _| {});
             let last = report.problems.last().expect("verify finds the rewritten tile");
             assert!(last.message.contains("run the same append again to complete it"), "{:?}", report.problems);
+            let journal = after.append_journal().unwrap().expect("the journal is there, for `info` to say so");
+            assert!(journal.ends_with(dct_format::objects::APPEND_JOURNAL_NAME), "{journal}");
         }
         // Meanwhile another append is kept out, and a reader opened before never reads new rows as old ones.
         let other = append(&url, &[testdata("inputs/pbmc200/pbmc200.h5ad")], &opts).unwrap_err().to_string();
@@ -121,6 +123,7 @@ fn an_append_stopped_at_any_step_is_completed_by_running_it_again() {
         }
         let done = append(&url, &more(), &opts).unwrap();
         assert!(done.resumed, "stop {stop}");
+        assert_eq!(Dataset::open(&url, ReadOptions::default()).unwrap().append_journal().unwrap(), None);
         same_files(&comparable(Path::new(&url)), &want, &format!("stop {stop}"));
         // A reader opened before that reads the last tile only now: the typed error (one that read it before keeps
         // the old rows it decoded, which are its dataset's).

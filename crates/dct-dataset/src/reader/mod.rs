@@ -488,6 +488,14 @@ impl Dataset {
         Ok(self.rt.block_on(async move { core.change_since_open(true).await })?)
     }
 
+    /// The URL of the journal of an append under way, or stopped before its manifest (one HEAD request), if there
+    /// is one: until that append ends, or is run again to completion, its last tile may not match the manifest.
+    pub fn append_journal(&self) -> Result<Option<String>, DatasetError> {
+        let core = self.core.clone();
+        let found = self.rt.block_on(async move { core.store.exists(crate::manifest::APPEND_JOURNAL_NAME).await })?;
+        Ok(found?.then(|| self.core.store.url(crate::manifest::APPEND_JOURNAL_NAME)))
+    }
+
     /// Reads side file `rel` (at most `limit` bytes), then checks that the dataset is still the one this reader
     /// opened (its manifest read again): side files are read when first asked for, and a dataset written again
     /// since would give names or a table of other genes than its tiles. [`DatasetError::FileChanged`] if not.
