@@ -25,7 +25,8 @@ pub struct CorpusObsColumn {
     /// Codes refer to it.
     pub categories: Option<Vec<String>>,
     /// The Arrow type values come in: `Int32` codes for categories; a number column whose members store
-    /// different types comes as `Float64`.
+    /// different types comes in a type that holds every member's values ([`common_number_type`]: `Int16` for
+    /// `Int8` and `Int16`, `Float64` where no integer type does).
     pub data_type: DataType,
     /// Per member: whether it has the column, and how its values become the corpus's.
     members: Vec<Option<MemberValues>>,
@@ -141,7 +142,7 @@ impl Corpus {
                     continue;
                 }
                 if column.kind == ColumnKind::Numeric && column.data_type != data_type {
-                    column.data_type = DataType::Float64;
+                    column.data_type = common_number_type(&column.data_type, &data_type);
                 }
                 let codes = column.categories.as_mut().map(|vocabulary| {
                     let mut index: HashMap<String, i32> =
@@ -316,4 +317,65 @@ impl CorpusObs {
 
 fn obs_error(corpus: &Corpus, m: usize, e: dct_dataset::dct_obs::ObsError) -> CorpusError {
     CorpusError::Obs { member: corpus.members()[m].name.clone(), message: e.to_string() }
+}
+
+/// The narrowest Arrow number type holding every value of `a` and of `b` (as pandas and numpy promote them):
+/// integers of one signedness the wider; signed and unsigned the signed type wider than the unsigned one, up to
+/// 64 bits; `Float32` for two of them; `Float64` otherwise.
+pub(crate) fn common_number_type(a: &DataType, b: &DataType) -> DataType {
+    use DataType::*;
+    let int = |t: &DataType| -> Option<(bool, u32)> {
+        Some(match t {
+            Int8 => (true, 8),
+            Int16 => (true, 16),
+            Int32 => (true, 32),
+            Int64 => (true, 64),
+            UInt8 => (false, 8),
+            UInt16 => (false, 16),
+            UInt32 => (false, 32),
+            UInt64 => (false, 64),
+            _ => return None,
+        })
+    };
+    let signed = |bits: u32| match bits {
+        8 => Int8,
+        16 => Int16,
+        32 => Int32,
+        _ => Int64,
+    };
+    match (int(a), int(b)) {
+        _ if a == b => a.clone(),
+        (Some((true, x)), Some((true, y))) => signed(x.max(y)),
+        (Some((false, x)), Some((false, y))) => match x.max(y) {
+            8 => UInt8,
+            16 => UInt16,
+            32 => UInt32,
+            _ => UInt64,
+        },
+        (Some((true, s)), Some((false, u))) | (Some((false, u)), Some((true, s))) if u < 64 => signed(s.max(2 * u)),
+        _ => Float64,
+    }
+}
+
+#[cfg(test)]
+mod number_tests {
+    use super::common_number_type;
+    use arrow_schema::DataType::*;
+
+    #[test]
+    fn members_numbers_meet_in_the_narrowest_type_holding_both() {
+        for (a, b, want) in [
+            (Int8, Int16, Int16),
+            (UInt8, UInt32, UInt32),
+            (Int8, UInt8, Int16),
+            (Int64, UInt32, Int64),
+            (Int64, UInt64, Float64),
+            (Float32, Float32, Float32),
+            (Float32, Int8, Float64),
+            (Float64, Int64, Float64),
+        ] {
+            assert_eq!(common_number_type(&a, &b), want, "{a} and {b}");
+            assert_eq!(common_number_type(&b, &a), want, "{b} and {a}");
+        }
+    }
 }
