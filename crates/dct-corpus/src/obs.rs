@@ -7,7 +7,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::Int32Type;
 use arrow_array::{Array, ArrayRef, Int32Array, StringArray, new_null_array};
 use arrow_schema::DataType;
-use dct_dataset::dct_obs::{ColumnKind, Obs, ObsOptions};
+use dct_dataset::dct_obs::{ArrowType, ColumnKind, Obs, ObsOptions, promote};
 
 use crate::concurrent::on_each;
 use crate::corpus::Corpus;
@@ -319,42 +319,13 @@ fn obs_error(corpus: &Corpus, m: usize, e: dct_dataset::dct_obs::ObsError) -> Co
     CorpusError::Obs { member: corpus.members()[m].name.clone(), message: e.to_string() }
 }
 
-/// The narrowest Arrow number type holding every value of `a` and of `b` (as pandas and numpy promote them):
-/// integers of one signedness the wider; signed and unsigned the signed type wider than the unsigned one, up to
-/// 64 bits; `Float32` for two of them; `Float64` otherwise.
+/// The type of a number column whose members store `a` and `b`: the one holding every value of both
+/// ([`promote`], the rule the converter and `ObsSchema.infer` follow), `Float64` where none does.
 pub(crate) fn common_number_type(a: &DataType, b: &DataType) -> DataType {
-    use DataType::*;
-    let int = |t: &DataType| -> Option<(bool, u32)> {
-        Some(match t {
-            Int8 => (true, 8),
-            Int16 => (true, 16),
-            Int32 => (true, 32),
-            Int64 => (true, 64),
-            UInt8 => (false, 8),
-            UInt16 => (false, 16),
-            UInt32 => (false, 32),
-            UInt64 => (false, 64),
-            _ => return None,
-        })
+    let (Some(x), Some(y)) = (ArrowType::from_data_type(a), ArrowType::from_data_type(b)) else {
+        return DataType::Float64;
     };
-    let signed = |bits: u32| match bits {
-        8 => Int8,
-        16 => Int16,
-        32 => Int32,
-        _ => Int64,
-    };
-    match (int(a), int(b)) {
-        _ if a == b => a.clone(),
-        (Some((true, x)), Some((true, y))) => signed(x.max(y)),
-        (Some((false, x)), Some((false, y))) => match x.max(y) {
-            8 => UInt8,
-            16 => UInt16,
-            32 => UInt32,
-            _ => UInt64,
-        },
-        (Some((true, s)), Some((false, u))) | (Some((false, u)), Some((true, s))) if u < 64 => signed(s.max(2 * u)),
-        _ => Float64,
-    }
+    promote(x, y).map_or(DataType::Float64, |t| t.data_type())
 }
 
 #[cfg(test)]
@@ -371,7 +342,6 @@ mod number_tests {
             (Int64, UInt32, Int64),
             (Int64, UInt64, Float64),
             (Float32, Float32, Float32),
-            (Float32, Int8, Float64),
             (Float64, Int64, Float64),
         ] {
             assert_eq!(common_number_type(&a, &b), want, "{a} and {b}");
