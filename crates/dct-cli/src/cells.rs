@@ -31,7 +31,10 @@ impl CellSelection {
                     (c, c.saturating_add(1))
                 }
             };
-            if lo > hi || hi > n_cells {
+            if lo > hi {
+                return Err(crate::output::Usage(format!("--cells: `{part}` ends before it starts (START:END)")).into());
+            }
+            if hi > n_cells {
                 anyhow::bail!("--cells: `{part}` is outside the dataset's {n_cells} cells (0:{n_cells})");
             }
             if lo < hi {

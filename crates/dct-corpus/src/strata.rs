@@ -12,7 +12,7 @@ use rand_chacha::ChaCha8Rng;
 use crate::corpus::Corpus;
 use crate::error::CorpusError;
 use crate::obs::CorpusObs;
-use crate::weights::{draw, largest_remainder};
+use crate::weights::{draw, epoch_allowance, largest_remainder};
 
 /// Cells whose category is read at once while grouping.
 const BLOCK: u64 = 1 << 20;
@@ -130,9 +130,11 @@ impl Corpus {
         }
         let quotas = largest_remainder(&weights, total, epoch_cells);
         let mut units = Vec::new();
-        for (s, groups) in tiles.tiles_by_stratum().iter().enumerate() {
+        let by_stratum = tiles.tiles_by_stratum();
+        let allowance = epoch_allowance(by_stratum.iter().map(Vec::len).sum());
+        for (s, groups) in by_stratum.iter().enumerate() {
             let rng = |pass| stratum_rng(seed, epoch, s as u64, pass);
-            draw(groups, cells[s], quotas[s], Some(s as u32), rng, &mut units)?;
+            draw(groups, cells[s], quotas[s], Some(s as u32), rng, &mut units, allowance)?;
         }
         units.sort_unstable_by_key(|u| (u.tile, u.pass, u.stratum));
         Ok(units)

@@ -49,11 +49,13 @@ impl Corpus {
         }
         let quotas = largest_remainder(weights, total, epoch_cells);
         let tile_cells = self.tile_cells();
+        let allowance = epoch_allowance(tile_cells.len());
         let mut units = Vec::new();
         for (m, &quota) in quotas.iter().enumerate() {
             let tiles: Vec<(usize, u64)> =
                 self.member_tiles(m).filter(|&t| tile_cells[t] > 0).map(|t| (t, tile_cells[t])).collect();
-            draw(&tiles, member_cells[m], quota, None, |pass| member_rng(seed, epoch, m as u64, pass), &mut units)?;
+            let rng = |pass| member_rng(seed, epoch, m as u64, pass);
+            draw(&tiles, member_cells[m], quota, None, rng, &mut units, allowance)?;
         }
         Ok(units)
     }
@@ -64,9 +66,9 @@ impl Corpus {
 /// and a sample of the next one, so the rest stays as local as a pass (a tile is fetched only if cells of it are
 /// drawn).
 ///
-/// An epoch is planned whole, a unit per tile per pass: an `epoch_cells` that draws cells thousands of times over
-/// (10^12 of a few thousand cells, say) would take memory in proportion, so more than [`MAX_EPOCH_UNITS`] units
-/// are refused, before any is made.
+/// An epoch is planned whole, a unit per group per pass: an `epoch_cells` that draws cells thousands of times over
+/// (10^12 of a few thousand cells, say) would take memory in proportion, so more than `allowance` units in all
+/// ([`epoch_allowance`]) are refused, before any is made.
 pub(crate) fn draw(
     groups: &[(usize, u64)],
     total: u64,
@@ -74,17 +76,17 @@ pub(crate) fn draw(
     stratum: Option<u32>,
     rng: impl Fn(u64) -> ChaCha8Rng,
     units: &mut Vec<EpochUnit>,
+    allowance: u64,
 ) -> Result<(), CorpusError> {
     if quota == 0 || total == 0 {
         return Ok(());
     }
     let passes = quota / total;
     let planned = units.len() as u128 + (u128::from(passes) + 1) * groups.len() as u128;
-    if planned > MAX_EPOCH_UNITS as u128 {
+    if planned > u128::from(allowance) {
         return Err(CorpusError::InvalidArgument(format!(
-            "epoch_cells draws some cells {passes} times over in one epoch, which takes {planned} tile draws to \
-             plan, more than the {MAX_EPOCH_UNITS} an epoch is planned with; ask for fewer cells an epoch (more \
-             epochs draw the same)"
+            "the epoch draws some cells {passes} times over, which takes more than {allowance} tile draws to \
+             plan; ask for fewer cells an epoch (epoch_cells: more epochs draw the same)"
         )));
     }
     for pass in 0..passes {
@@ -106,9 +108,15 @@ pub(crate) fn draw(
     Ok(())
 }
 
-/// The most tile draws ([`EpochUnit`]s) a weighted or stratified epoch is planned with: 20 passes over a corpus of
-/// 100,000 tiles (10^9 cells in tiles of 10,000).
+/// The most tile draws ([`EpochUnit`]s) a weighted or stratified epoch of many passes is planned with: 20 passes
+/// over a corpus of 100,000 tiles (10^9 cells in tiles of 10,000). An epoch may always take 4 passes over its
+/// groups (tiles, or tiles by category), however many there are ([`epoch_allowance`]).
 pub const MAX_EPOCH_UNITS: u64 = 2_000_000;
+
+/// The units an epoch drawing from `groups` groups (a member's tiles, or a stratum's tiles) may be planned with.
+pub(crate) fn epoch_allowance(groups: usize) -> u64 {
+    MAX_EPOCH_UNITS.max(4 * groups as u64)
+}
 
 /// `total_cells` split in proportion to `weights` (summing to `total`), rounded by largest remainders.
 pub(crate) fn largest_remainder(weights: &[f64], total: f64, total_cells: u64) -> Vec<u64> {

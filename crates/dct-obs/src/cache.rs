@@ -290,6 +290,17 @@ pub(crate) struct CacheFileWriter {
     dest: PathBuf,
     schema: SchemaRef,
     writer: Option<FileWriter<CrcWriter<BufWriter<File>>>>,
+    /// Whether the file was moved into place (else dropping the writer removes the temporary file).
+    committed: bool,
+}
+
+/// A write of the cache file failing: the file system's error as such (a full disk is an `OSError` naming the file,
+/// with what to do), Arrow's own as Arrow's.
+fn write_error(tmp: &std::path::Path, doing: &str, e: arrow_schema::ArrowError) -> ObsError {
+    match e {
+        arrow_schema::ArrowError::IoError(_, cause) => ObsError::cache(tmp, "cannot write", cause),
+        other => ObsError::arrow(format!("{doing} {}", tmp.display()), other),
+    }
 }
 
 impl CacheFileWriter {
@@ -314,9 +325,14 @@ impl CacheFileWriter {
         let schema: SchemaRef = Arc::new(Schema::new(vec![column.field()]));
         let out =
             CrcWriter { inner: BufWriter::with_capacity(1 << 20, file), hasher: crc32fast::Hasher::new(), written: 0 };
-        let writer =
-            FileWriter::try_new(out, &schema).map_err(|e| ObsError::arrow(format!("writing {}", tmp.display()), e))?;
-        Ok(CacheFileWriter { tmp, dest: dir.join(file_name), schema, writer: Some(writer) })
+        let writer = match FileWriter::try_new(out, &schema) {
+            Ok(w) => w,
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(write_error(&tmp, "writing", e));
+            }
+        };
+        Ok(CacheFileWriter { tmp, dest: dir.join(file_name), schema, writer: Some(writer), committed: false })
     }
 
     /// Appends one tile.
@@ -324,7 +340,7 @@ impl CacheFileWriter {
         let batch = RecordBatch::try_new(self.schema.clone(), vec![array])
             .map_err(|e| ObsError::arrow(format!("writing {}", self.tmp.display()), e))?;
         let w = self.writer.as_mut().expect("writer open until commit");
-        w.write(&batch).map_err(|e| ObsError::arrow(format!("writing {}", self.tmp.display()), e))
+        w.write(&batch).map_err(|e| write_error(&self.tmp, "writing", e))
     }
 
     /// Finishes the file, syncs it and renames it into place.
@@ -333,15 +349,15 @@ impl CacheFileWriter {
         let out = w.get_ref();
         let checksum = format!("{}:{:08x}", out.written, out.hasher.clone().finalize());
         w.write_metadata(CHECKSUM_KEY, checksum);
-        w.finish().map_err(|e| ObsError::arrow(format!("finishing {}", self.tmp.display()), e))?;
-        let mut buf =
-            w.into_inner().map_err(|e| ObsError::arrow(format!("finishing {}", self.tmp.display()), e))?.inner;
+        w.finish().map_err(|e| write_error(&self.tmp, "finishing", e))?;
+        let mut buf = w.into_inner().map_err(|e| write_error(&self.tmp, "finishing", e))?.inner;
         buf.flush().map_err(|e| ObsError::cache(&self.tmp, "cannot write", e))?;
         let file = buf.into_inner().map_err(|e| ObsError::cache(&self.tmp, "cannot write", e.into_error()))?;
         file.sync_all().map_err(|e| ObsError::cache(&self.tmp, "cannot sync", e))?;
         drop(file);
         std::fs::rename(&self.tmp, &self.dest)
             .map_err(|e| ObsError::cache(&self.dest, "cannot move the new cache file into place", e))?;
+        self.committed = true;
         if let Some(dir) = self.dest.parent()
             && let Ok(d) = File::open(dir)
         {
@@ -353,7 +369,7 @@ impl CacheFileWriter {
 
 impl Drop for CacheFileWriter {
     fn drop(&mut self) {
-        if self.writer.is_some() {
+        if !self.committed {
             self.writer = None;
             let _ = std::fs::remove_file(&self.tmp);
         }
@@ -416,6 +432,30 @@ fn map_file(file: &std::fs::File) -> std::io::Result<memmap2::Mmap> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A cache file that cannot be finished (here: its place is taken by a folder) leaves no temporary file, and
+    /// a file system's error on writing is the cache's I/O error (an `OSError` in Python), not Arrow's.
+    #[test]
+    fn a_cache_file_that_fails_leaves_nothing_and_says_what_the_file_system_said() {
+        let dir = tempfile::tempdir().unwrap();
+        let column = crate::ObsColumn::plain("n", crate::ArrowType::Int64);
+        std::fs::create_dir_all(dir.path().join("n.arrow/in-the-way")).unwrap();
+        let mut w = CacheFileWriter::create(dir.path(), "n.arrow", &column).unwrap();
+        w.write(Arc::new(arrow_array::Int64Array::from(vec![1, 2, 3]))).unwrap();
+        let e = w.commit().unwrap_err();
+        assert!(matches!(e, ObsError::Cache { .. }), "{e:?}");
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left, ["n.arrow"], "the temporary file is gone");
+        let full = arrow_schema::ArrowError::IoError(
+            "No space left on device".into(),
+            std::io::Error::from(std::io::ErrorKind::StorageFull),
+        );
+        let e = write_error(Path::new("/c/.n.arrow.tmp.1.0"), "finishing", full);
+        assert!(
+            matches!(&e, ObsError::Cache { cause, .. } if cause.kind() == std::io::ErrorKind::StorageFull),
+            "{e:?}"
+        );
+    }
 
     #[test]
     fn quotes_like_python() {

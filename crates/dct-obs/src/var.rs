@@ -311,9 +311,21 @@ fn with_written_categories(
     if at.len() != all.len() {
         return (codes, used); // duplicates: not a list of categories
     }
-    let Some(moved) = used.iter().map(|c| at.get(c.as_str()).copied()).collect::<Option<Vec<i32>>>() else {
-        return (codes, used);
-    };
+    // Labels no code refers to (what a reader makes of a column with no value) need not be in the list.
+    let mut referenced = vec![false; used.len()];
+    for c in codes.iter().filter_map(|&c| usize::try_from(c).ok()) {
+        if let Some(r) = referenced.get_mut(c) {
+            *r = true;
+        }
+    }
+    let mut moved = Vec::with_capacity(used.len());
+    for (label, &needed) in used.iter().zip(&referenced) {
+        match at.get(label.as_str()) {
+            Some(&i) => moved.push(i),
+            None if !needed => moved.push(-1),
+            None => return (codes, used),
+        }
+    }
     let codes = codes.into_iter().map(|c| if c < 0 { -1 } else { moved.get(c as usize).copied().unwrap_or(-1) });
     (codes.collect(), all)
 }
@@ -373,6 +385,7 @@ mod tests {
         let columns = vec![
             ("level".to_string(), categorical_array(&[2, 0, 2, -1], &cats).unwrap()),
             ("kind".to_string(), categorical_array(&[1, 1, 0, 0], &["b".into(), "a".into()]).unwrap()),
+            ("none".to_string(), categorical_array(&[-1, -1, -1, -1], &["x".into(), "y".into()]).unwrap()),
         ];
         let table = VarTable {
             index_name: Some("gene".into()),
@@ -387,6 +400,7 @@ mod tests {
             categorical_parts(back.columns[1].1.as_ref()),
             Some((vec![1, 1, 0, 0], vec!["b".into(), "a".into()]))
         );
+        assert_eq!(categorical_parts(back.columns[2].1.as_ref()), Some((vec![-1; 4], vec!["x".into(), "y".into()])));
         assert_eq!(back.ordered, ["level"]);
         assert!(back.pandas_metadata().contains(r#""field_name": "level", "pandas_type": "categorical", "numpy_type": "int32", "metadata": {"num_categories": 3, "ordered": true}"#), "{}", back.pandas_metadata());
     }

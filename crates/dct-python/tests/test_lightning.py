@@ -125,6 +125,17 @@ def test_options_the_data_cannot_take_are_refused_when_the_module_is_made(corpus
         DeltaCellsDataModule(corpus, **{"drop_last": True, **options})
 
 
+def test_data_made_later_or_evaluation_parts_without_cells_do_not_stop_the_module_being_made(corpus, tmp_path):
+    """Lightning's prepare_data makes data after the module: a dataset named by a location that does not exist yet
+    is checked when its loader is made; an empty validation part, when validation asks for it."""
+    later = DeltaCellsDataModule(str(tmp_path / "made-by-prepare-data"), batch_size=16)
+    with pytest.raises(FileNotFoundError):
+        later.train_dataloader()
+    with pytest.raises(TypeError, match="shufle"):
+        DeltaCellsDataModule(str(tmp_path / "made-by-prepare-data"), batch_size=16, shufle=False)
+    DeltaCellsDataModule(corpus, val=corpus.select([]), batch_size=16)
+
+
 def test_len_plans_a_weighted_epoch_once(corpus):
     """Trainers ask len() several times an epoch; a weighted epoch's plan is made once for it."""
     loader = DeltaCellsDataModule(corpus, batch_size=16, weights=[1, 2]).train_dataloader()

@@ -251,6 +251,45 @@ def test_values_a_column_cannot_hold_are_refused_naming_it_not_turned_into_text(
         ObsSchema.infer(pd.DataFrame({"a": [1.0]})).encode(twice)
 
 
+def test_verify_finds_gene_names_and_a_gene_table_of_one_set_in_two_orders(tmp_path, capsys):
+    """A ``var_names.txt`` copied from a dataset of the same genes in another order would put counts under the
+    wrong names: verify says so (names of another kind, symbols against IDs, are left alone)."""
+    from deltacells.cli import main
+
+    var = make_var(6)
+    root = tmp_path / "ds"
+    with DatasetWriter(str(root), n_genes=6, tile_size=10, level=3, var=var, var_names=list(var.index)) as w:
+        w.add_tile(make_counts(4, 6, seed=2))
+    assert main(["verify", str(root)]) == 0
+    (root / "var_names.txt").write_text("\n".join(reversed(list(var.index))) + "\n")
+    capsys.readouterr()
+    assert main(["verify", str(root)]) == 1
+    assert "holds the genes of var_names.txt in another order" in capsys.readouterr().out
+    (root / "var_names.txt").write_text("\n".join(f"SYM{i}" for i in range(6)) + "\n")
+    assert main(["verify", str(root)]) == 0
+
+
+def test_gene_tables_keep_what_they_always_stored_and_unselected_columns_are_not_checked(tmp_path):
+    """A gene table's object column of mixed values is stored as text, as it always was; columns with no value
+    keep their dtype (float32, Int64); obs columns left out of a schema are not looked at."""
+    var = make_var(4)
+    var["chrom"] = np.array([1, "X", 2, None], dtype=object)
+    var["empty32"] = np.full(4, np.nan, dtype=np.float32)
+    var["empty_int"] = pd.array([None] * 4, dtype="Int64")
+    root = str(tmp_path / "ds")
+    with DatasetWriter(root, n_genes=4, tile_size=10, level=3, var=var) as w:
+        w.add_tile(make_counts(3, 4, seed=1))
+    got = open_dataset(root).var
+    assert got["chrom"].tolist()[:3] == ["1", "X", "2"] and pd.isna(got["chrom"].iloc[3])
+    assert got["empty32"].dtype == np.float32 and got["empty32"].isna().all()
+    assert got["empty_int"].isna().all()
+    frame = pd.DataFrame([[1.0, 2.0, 3.0]], columns=[0, "a", "a"])
+    with pytest.raises(ValueError, match="must be strings"):
+        ObsSchema.infer(frame, columns=[0])
+    assert ObsSchema.infer(pd.DataFrame([[1.0, 2.0]], columns=[0, "b"]), exclude=[0]).names == ["b"]
+    assert ObsSchema.infer(frame.iloc[:, :1].assign(b=1.0), columns=["b"]).names == ["b"]
+
+
 def test_shards_row_groups_manifest(built):
     root, *_ = built
     m = Manifest.from_json(Path(root, "manifest.json").read_text())

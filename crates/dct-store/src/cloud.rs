@@ -21,9 +21,40 @@ fn client_retries() -> object_store::RetryConfig {
     }
 }
 
+/// An option this backend does not know: left out if another backend knows it (the options of a corpus, or of a
+/// command, reach members on every store: `aws_endpoint` is for the S3 members, not an HTTP one), refused
+/// otherwise (a misspelling).
+#[allow(dead_code)]
+fn skip_other_backends_option(key: &str, backend: &str) -> Result<(), String> {
+    #[cfg(feature = "aws")]
+    let aws = key.parse::<object_store::aws::AmazonS3ConfigKey>().is_ok();
+    #[cfg(not(feature = "aws"))]
+    let aws = false;
+    #[cfg(feature = "gcp")]
+    let gcp = key.parse::<object_store::gcp::GoogleConfigKey>().is_ok();
+    #[cfg(not(feature = "gcp"))]
+    let gcp = false;
+    #[cfg(feature = "azure")]
+    let azure = key.parse::<object_store::azure::AzureConfigKey>().is_ok();
+    #[cfg(not(feature = "azure"))]
+    let azure = false;
+    let known = aws || gcp || azure;
+    if known { Ok(()) } else { Err(format!("unknown {backend} option {key:?}")) }
+}
+
 // With no cloud feature every arm returns early, hence the allows.
 #[allow(unreachable_code, unused_variables)]
 pub(crate) fn open(url: &url::Url, config: &[(String, String)]) -> Result<(Arc<dyn ObjectStore>, Path), String> {
+    if url.query().is_some() || url.fragment().is_some() {
+        // Objects are requested by their paths under the URL's: a query (a signature, a version) would not go
+        // with them.
+        return Err("the URL has a query or fragment (?... or #...), which the requests for the dataset's objects \
+                    would not carry: give the dataset's location without it (credentials go in store options)"
+            .into());
+    }
+    if url.path().contains("//") {
+        return Err("its path has an empty segment (//): remove the extra slash".into());
+    }
     let (scheme, path) = ObjectStoreScheme::parse(url).map_err(|e| {
         format!(
             "{e}: use a local path, file://, s3://, gs://, az:// (or abfs://), http:// or https:// \
@@ -37,14 +68,22 @@ pub(crate) fn open(url: &url::Url, config: &[(String, String)]) -> Result<(Arc<d
             let mut b = AmazonS3Builder::from_env().with_url(url.as_str());
             let mut http_said = std::env::var_os("AWS_ALLOW_HTTP").is_some();
             for (k, v) in config {
-                let key: AmazonS3ConfigKey = k.parse().map_err(|_| format!("unknown S3 option {k:?}"))?;
+                let Ok(key) = k.parse::<AmazonS3ConfigKey>() else {
+                    skip_other_backends_option(k, "S3")?;
+                    continue;
+                };
                 http_said |= key == AmazonS3ConfigKey::Client(object_store::ClientConfigKey::AllowHttp);
                 b = b.with_config(key, v.clone());
             }
             // An endpoint given as http:// (MinIO, a local server) is plain HTTP by the caller's own choice: allowed,
             // unless allow_http is set either way. Otherwise every request would fail with the client's "builder
             // error", which says nothing of the cause.
-            if !http_said && b.get_config_value(&AmazonS3ConfigKey::Endpoint).is_some_and(|e| e.starts_with("http://"))
+            // (The S3-only endpoint variable counts too: object_store may take it over the others.)
+            let plain = |e: &str| e.starts_with("http://");
+            let endpoint = b.get_config_value(&AmazonS3ConfigKey::Endpoint);
+            if !http_said
+                && (endpoint.is_some_and(|e| plain(&e))
+                    || std::env::var("AWS_ENDPOINT_URL_S3").is_ok_and(|e| plain(&e)))
             {
                 b = b.with_allow_http(true);
             }
@@ -55,7 +94,10 @@ pub(crate) fn open(url: &url::Url, config: &[(String, String)]) -> Result<(Arc<d
             use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
             let mut b = GoogleCloudStorageBuilder::from_env().with_url(url.as_str());
             for (k, v) in config {
-                let key: GoogleConfigKey = k.parse().map_err(|_| format!("unknown GCS option {k:?}"))?;
+                let Ok(key) = k.parse::<GoogleConfigKey>() else {
+                    skip_other_backends_option(k, "GCS")?;
+                    continue;
+                };
                 b = b.with_config(key, v.clone());
             }
             Arc::new(b.with_retry(client_retries()).build().map_err(|e| format!("GCS configuration: {e}"))?)
@@ -65,7 +107,10 @@ pub(crate) fn open(url: &url::Url, config: &[(String, String)]) -> Result<(Arc<d
             use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
             let mut b = MicrosoftAzureBuilder::from_env().with_url(url.as_str());
             for (k, v) in config {
-                let key: AzureConfigKey = k.parse().map_err(|_| format!("unknown Azure option {k:?}"))?;
+                let Ok(key) = k.parse::<AzureConfigKey>() else {
+                    skip_other_backends_option(k, "Azure")?;
+                    continue;
+                };
                 b = b.with_config(key, v.clone());
             }
             Arc::new(b.with_retry(client_retries()).build().map_err(|e| format!("Azure configuration: {e}"))?)
@@ -80,7 +125,10 @@ pub(crate) fn open(url: &url::Url, config: &[(String, String)]) -> Result<(Arc<d
                 b = b.with_config(ClientConfigKey::AllowHttp, "true");
             }
             for (k, v) in config {
-                let key: ClientConfigKey = k.parse().map_err(|_| format!("unknown HTTP client option {k:?}"))?;
+                let Ok(key) = k.parse::<ClientConfigKey>() else {
+                    skip_other_backends_option(k, "HTTP client")?;
+                    continue;
+                };
                 b = b.with_config(key, v.clone());
             }
             Arc::new(b.with_retry(client_retries()).build().map_err(|e| format!("HTTP configuration: {e}"))?)

@@ -187,4 +187,36 @@ mod tests {
             assert!(e.to_string().contains("`aws` feature"), "{e}");
         }
     }
+
+    /// A query (a signature) would not go with the requests for the objects under the URL; an empty segment is
+    /// named as such, not taken for a wrong scheme.
+    #[test]
+    fn urls_whose_parts_would_not_reach_the_requests_are_refused() {
+        for (url, says) in [
+            ("https://host/ds?sig=secret", "query or fragment"),
+            ("https://host/ds#v2", "query or fragment"),
+            ("https://host/ds//", "empty segment"),
+            ("s3://bucket/a//b", "empty segment"),
+        ] {
+            let e = Store::from_url(url, &StoreOptions::default()).unwrap_err();
+            assert!(matches!(e, StoreError::Url { .. }) && e.to_string().contains(says), "{url}: {e}");
+            assert!(!e.to_string().contains("use a local path"), "{url}: {e}");
+        }
+    }
+
+    /// One set of options reaches members on every store (a corpus, a command): options of another backend are
+    /// left out, options no backend knows are refused.
+    #[cfg(all(feature = "http", feature = "aws", feature = "azure"))]
+    #[test]
+    fn options_of_other_backends_are_left_out_and_unknown_ones_refused() {
+        let mixed = StoreOptions::default()
+            .with_option("aws_endpoint", "http://127.0.0.1:9")
+            .with_option("azure_storage_use_emulator", "true")
+            .with_option("timeout", "5s");
+        for url in ["http://127.0.0.1:9/ds", "s3://bucket/ds", "az://container/ds"] {
+            Store::from_url(url, &mixed).unwrap_or_else(|e| panic!("{url}: {e}"));
+            let e = Store::from_url(url, &mixed.clone().with_option("aws_endpont", "x")).unwrap_err();
+            assert!(e.to_string().contains("unknown") && e.to_string().contains("aws_endpont"), "{url}: {e}");
+        }
+    }
 }

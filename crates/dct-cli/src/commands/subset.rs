@@ -63,7 +63,10 @@ fn parse_cells(spec: &str) -> anyhow::Result<Vec<u64>> {
         match part.split_once(':') {
             Some((a, b)) => {
                 let (a, b) = (number(a)?, number(b)?);
-                anyhow::ensure!(a < b, "--cells: the range {part:?} is empty (write START:END with START < END)");
+                if a >= b {
+                    let why = format!("--cells: the range {part:?} is empty (write START:END with START < END)");
+                    return Err(crate::output::Usage(why).into());
+                }
                 cells.extend(a..b);
             }
             None => cells.push(number(part)?),

@@ -301,6 +301,7 @@ fn a_weighted_epoch_gives_each_member_its_share_in_whole_passes() {
     let e = corpus.weighted_units(&weights, 1_000_000_000_000, 9, 0).unwrap_err();
     assert!(matches!(e, CorpusError::InvalidArgument(_)), "{e:?}");
     assert!(e.to_string().contains("ask for fewer cells an epoch"), "{e}");
+    assert!(e.to_string().contains("more than 2000000 tile draws"), "{e}");
     let per_pass = tile_cells.iter().filter(|&&c| c > 0).count() as u64;
     let most = dct_corpus::MAX_EPOCH_UNITS / per_pass * 100; // about as many passes as the limit allows
     assert!(corpus.weighted_units(&weights, most / 10, 9, 0).is_ok(), "an epoch of many passes within it");

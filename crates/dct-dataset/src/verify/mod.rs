@@ -350,32 +350,56 @@ async fn check_side_files(core: &Core) -> Vec<Problem> {
                 .map_err(|message| DatasetError::SideFile { url: store.url(GENE_ORDER_NAME), message })
         }));
     }
+    let mut names = None;
     if m.has_var_names {
         let limit = core.max_side_file_bytes;
         let got = side_file_result(store, VAR_NAMES_NAME, limit, store.get_limited(VAR_NAMES_NAME, limit).await);
         side(got.and_then(|b| {
-            parse_var_names(&b, m.n_genes)
-                .map(|_| ())
-                .map_err(|message| DatasetError::SideFile { url: store.url(VAR_NAMES_NAME), message })
+            names = Some(
+                parse_var_names(&b, m.n_genes)
+                    .map_err(|message| DatasetError::SideFile { url: store.url(VAR_NAMES_NAME), message })?,
+            );
+            Ok(())
         }));
     }
     if m.has_var_table {
-        side(check_var_table(core).await);
+        side(check_var_table(core, names.as_deref()).await);
     }
     problems
 }
 
-/// `var.parquet`: decodes, with one row per gene.
+/// `var.parquet`: decodes, with one row per gene, and an index that does not hold `var_names`'s names in another
+/// order (a gene table and a names file may name genes differently, symbols and IDs, but the same names in two
+/// orders mean one of the files belongs to another gene order, and rows would be read under the wrong names).
 #[cfg(feature = "obs")]
-async fn check_var_table(core: &Core) -> Result<(), DatasetError> {
+async fn check_var_table(core: &Core, var_names: Option<&[String]>) -> Result<(), DatasetError> {
     let (store, limit) = (&core.store, dct_obs::MAX_VAR_BYTES);
     let bytes = side_file_result(store, VAR_TABLE_NAME, limit, store.get_limited(VAR_TABLE_NAME, limit).await)?;
-    crate::reader::decode_var_table(bytes, &store.url(VAR_TABLE_NAME), core.manifest.n_genes).map(|_| ())
+    let url = store.url(VAR_TABLE_NAME);
+    let batch = crate::reader::decode_var_table(bytes, &url, core.manifest.n_genes)?;
+    let (Some(names), Ok(table)) = (var_names, dct_obs::VarTable::from_record_batch(&batch)) else { return Ok(()) };
+    if table.index.as_slice() != names {
+        let (mut a, mut b) = (table.index.clone(), names.to_vec());
+        a.sort_unstable();
+        b.sort_unstable();
+        if a == b {
+            let j = names.iter().zip(&table.index).position(|(x, y)| x != y).unwrap_or_default();
+            return Err(DatasetError::SideFile {
+                url,
+                message: format!(
+                    "its index holds the genes of {VAR_NAMES_NAME} in another order (column {j}: {:?} here, {:?} \
+                     there): one of the two belongs to another gene order; write both again from one gene table",
+                    table.index[j], names[j]
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// `var.parquet` exists (decoding it needs the `obs` feature's parquet reader).
 #[cfg(not(feature = "obs"))]
-async fn check_var_table(core: &Core) -> Result<(), DatasetError> {
+async fn check_var_table(core: &Core, _var_names: Option<&[String]>) -> Result<(), DatasetError> {
     let r = core.store.size(VAR_TABLE_NAME).await;
     side_file_result(&core.store, VAR_TABLE_NAME, 0, r.map(|_| bytes::Bytes::new())).map(|_| ())
 }

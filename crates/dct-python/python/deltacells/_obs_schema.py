@@ -31,8 +31,9 @@ KINDS = ("category", "numeric", "bool", "string")
 # ---------------------------------------------------------------------------------------------- frames
 
 
-def _kind_of(name: str, s: Any) -> str:
-    """The obs kind of a pandas Series (categorical, bool, numeric, string), or ``ValueError``."""
+def _kind_of(name: str, s: Any, strict: bool = True) -> str:
+    """The obs kind of a pandas Series (categorical, bool, numeric, string), or ``ValueError``. ``strict=False``
+    (gene tables, which have always stored them so) takes an object column of non-strings as strings."""
     import pandas as pd
     from pandas.api import types as pt
 
@@ -51,7 +52,7 @@ def _kind_of(name: str, s: Any) -> str:
                 return "bool"
             if held == "bytes":
                 _text(name, next(v for v in s if isinstance(v, (bytes, np.bytes_))))  # says how to decode them
-            if held not in ("string", "empty"):
+            if strict and held not in ("string", "empty"):
                 # Numbers, dates or lists held as objects are not text: storing their str() would change them
                 # silently (anndata refuses to write such a column too).
                 raise ValueError(
@@ -71,16 +72,17 @@ _NUMPY_OF_ARROW = {
 
 
 def _column_tuple(
-    name: str, s: Any, kind: str | None = None, arrow_type: str | None = None
+    name: str, s: Any, kind: str | None = None, arrow_type: str | None = None, strict: bool = True
 ) -> tuple[str, str, Any, Any]:
     """One pandas Series as a frame item for the Rust core: ``(kind, name, values, extra)``. With the stored
     ``arrow_type`` of a numeric column, integral floats (integers that pandas holds as float64 with NaN for
     missing values) are given as that integer type."""
     import pandas as pd
 
-    if kind is not None and _all_missing(s):  # no values to take a type from: the schema's
+    if kind is not None and _all_missing(s) and (s.dtype == object or _kind_of(name, s, strict) != kind):  # noqa: E721
+        # No values to take a type from: the schema's (a column of this kind keeps its own dtype, float32 say).
         return _missing_column(name, len(s), kind, _NUMPY_OF_ARROW.get(arrow_type or "", np.float64))
-    own = _kind_of(name, s)
+    own = _kind_of(name, s, strict)
     if kind in ("string", "bool") and own != kind and not (kind == "string" and own == "category"):
         # Values of another kind for a string or bool column would be turned into text, or into truth values,
         # silently (a numeric column refuses them in the Rust core).
@@ -180,13 +182,15 @@ def _missing(v: Any) -> bool:
         return False
 
 
-def _check_column_names(df: Any) -> None:
-    """Obs column names are distinct strings (``ValueError`` naming those that are not)."""
-    others = [c for c in df.columns if not isinstance(c, str)]
+def _check_column_names(df: Any, names: Sequence[Any]) -> None:
+    """The obs columns ``names`` of ``df`` are strings, each one column of it (``ValueError`` naming those that are
+    not); other columns of the frame are not looked at."""
+    others = [c for c in names if not isinstance(c, str)]
     if others:
         raise ValueError(f"obs column names must be strings, not {others[:5]!r}: rename them, e.g. "
                          "df.columns = df.columns.astype(str)")
-    twice = sorted(set(df.columns[df.columns.duplicated()]))
+    wanted = set(names)
+    twice = sorted({c for c in df.columns[df.columns.duplicated()] if c in wanted})
     if twice:
         raise ValueError(f"obs columns {twice!r} appear more than once: rename or drop the copies")
 
@@ -194,7 +198,7 @@ def _check_column_names(df: Any) -> None:
 def _frame(df: Any, names: Sequence[str], schema: ObsSchema | None = None) -> list[tuple[str, str, Any, Any]]:
     """The columns ``names`` of a pandas frame as a frame for the Rust core (in the stored kinds and types of
     ``schema`` when given)."""
-    _check_column_names(df)
+    _check_column_names(df, names)
     if schema is None:
         return [_column_tuple(n, df[n]) for n in names]
     return [_column_tuple(n, df[n], schema[n].kind, schema[n].arrow_type) for n in names]
@@ -327,8 +331,8 @@ class ObsSchema:
         kinds: dict[str, str] = {}
         typed: dict[str, Any] = {}  # each column's first series with values
         for k, df in enumerate(frames):
-            _check_column_names(df)
             wanted = [c for c in (columns if columns is not None else list(df.columns)) if c not in set(exclude)]
+            _check_column_names(df, wanted)
             if columns is not None:
                 missing = [c for c in wanted if c not in df.columns]
                 if missing:
@@ -351,7 +355,9 @@ class ObsSchema:
         items = [
             [
                 _missing_column(n, len(df), kinds[n], _numbers_dtype(typed[n]) if kinds[n] == "numeric" else None)
-                if n in kinds and _all_missing(df[n])
+                # A frame of no value whose dtype is of the column's kind still brings its type (all-NaN float64
+                # next to integers makes a double column, as the original package infers).
+                if n in kinds and _all_missing(df[n]) and _kind_of(n, df[n]) != kinds[n]
                 else _column_tuple(n, df[n])
                 for n in names
             ]
@@ -460,7 +466,7 @@ def _var_bytes(var: pd.DataFrame) -> bytes:
     ordered = []
     for name in var.columns:
         s = var[name]
-        columns.append(_column_tuple(str(name), s, _kind_of(str(name), s)))
+        columns.append(_column_tuple(str(name), s, _kind_of(str(name), s, strict=False), strict=False))
         if isinstance(s.dtype, pd.CategoricalDtype) and s.dtype.ordered:
             ordered.append(str(name))
     index_name = var.index.name if isinstance(var.index.name, str) else None

@@ -346,9 +346,13 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
 
     def _rank_batches(self, epoch: int, parts: int) -> int:
         # Planning a weighted or stratified epoch takes a while, and trainers ask len() several times an epoch: the
-        # count of the epochs asked last is kept (the plan is a function of the epoch, the parts and the ranks).
+        # counts of the plans asked last are kept, keyed by everything _plan reads (its settings are attributes a
+        # caller may change).
         counts = self.__dict__.setdefault("_rank_batches_of", {})
-        key = (epoch, parts, self._resolve_ranks())
+        key = (epoch, parts, self._resolve_ranks(), self.batch_size, self.shuffle, self.shuffle_tiles, self.seed,
+               self.drop_last, self.remainder, None if self.weights is None else tuple(self.weights),
+               self.epoch_cells, self.stratify_by,
+               None if self.class_weights is None else tuple(self.class_weights))
         if key not in counts:
             if len(counts) >= 4:
                 counts.clear()

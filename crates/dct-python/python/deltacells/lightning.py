@@ -14,10 +14,12 @@ The module's own ``state_dict`` holds the same, for trainers that save data modu
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import lightning.pytorch as pl
 
+import deltacells
 from deltacells._args import int_argument
 from deltacells._torch_dataset import DEFAULT_MEMORY_BUDGET, DeltaCellsIterableDataset
 from deltacells._torch_loader import _LOADER_OPTIONS
@@ -53,15 +55,20 @@ class DeltaCellsDataModule(pl.LightningDataModule):
         self.loader_options = loader_options
         self._loaders: dict[str, DeltaCellsDataLoader] = {}
         self._pending: dict[str, Any] = {}
-        # Options are checked now, against each part's data, rather than when the trainer first asks for a loader
-        # (after its setup, in every rank): a misspelled option, a member or column the data lacks, a batch too
-        # large for the cells. The datasets made for that are dropped; the ranks are left to the loaders.
-        for part, source in self.sources.items():
-            if source is not None:
-                options = self._options(part)
-                for name in ("num_workers", "pin_memory", *(k for k in list(options) if k in _LOADER_OPTIONS)):
-                    options.pop(name, None)
-                DeltaCellsIterableDataset(source, self.batch_size, **options)
+        # Options are checked now rather than when the trainer first asks for a loader (after its setup, in every
+        # rank): a misspelled one always; against the training data (a member or column it lacks, a batch too large
+        # for its cells) when that is an open Corpus. A dataset named by its location is left to be made, by
+        # prepare_data say. The dataset made for the check is dropped; the ranks are left to the loaders.
+        known = set(inspect.signature(DeltaCellsIterableDataset.__init__).parameters) - {"self", "uri", "batch_size"}
+        unknown = sorted(set(loader_options) - known - _LOADER_OPTIONS - {"num_workers", "pin_memory"})
+        if unknown:
+            raise TypeError(f"DeltaCellsDataModule got options no loader takes: {unknown}; see "
+                            "help(deltacells.torch.make_loader)")
+        if isinstance(train, deltacells.Corpus):
+            options = self._options("train")
+            for name in ("num_workers", "pin_memory", *(k for k in list(options) if k in _LOADER_OPTIONS)):
+                options.pop(name, None)
+            DeltaCellsIterableDataset(train, self.batch_size, **options)
 
     def _options(self, part: str) -> dict[str, Any]:
         """The options of ``part``'s loader."""
