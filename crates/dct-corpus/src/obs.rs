@@ -25,7 +25,7 @@ pub struct CorpusObsColumn {
     /// Codes refer to it.
     pub categories: Option<Vec<String>>,
     /// The Arrow type values come in: `Int32` codes for categories; a number column whose members store
-    /// different types comes in a type that holds every member's values ([`common_number_type`]: `Int16` for
+    /// different types comes in a type that holds every member's values (as [`promote`] says: `Int16` for
     /// `Int8` and `Int16`, `Float64` where no integer type does).
     pub data_type: DataType,
     /// Per member: whether it has the column, and how its values become the corpus's.

@@ -110,7 +110,7 @@ pub(crate) fn draw(
 
 /// The most tile draws ([`EpochUnit`]s) a weighted or stratified epoch of many passes is planned with: 20 passes
 /// over a corpus of 100,000 tiles (10^9 cells in tiles of 10,000). An epoch may always take 4 passes over its
-/// groups (tiles, or tiles by category), however many there are ([`epoch_allowance`]).
+/// groups (tiles, or tiles by category), however many there are.
 pub const MAX_EPOCH_UNITS: u64 = 2_000_000;
 
 /// The units an epoch drawing from `groups` groups (a member's tiles, or a stratum's tiles) may be planned with.
