@@ -42,18 +42,9 @@ impl Site {
     /// Removes the staging folder and temporary files that writes of an interrupted run left (an append runs
     /// alone), then the journal.
     pub(super) fn clear(&self) -> Result<(), ConvertError> {
-        self.staging.delete_prefix("")?;
+        // The objects, and locally the emptied folder too.
+        self.out.delete_prefix(APPEND_STAGING_DIR.trim_end_matches('/'))?;
         self.out.block_on(self.out.store.remove_leftovers("", dct_format::objects::is_dataset_object))??;
-        if let Some(dir) = self.out.store.local_dir() {
-            // Local files leave the emptied folders behind.
-            let staging = dir.join(APPEND_STAGING_DIR.trim_end_matches('/'));
-            match std::fs::remove_dir_all(&staging) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    return Err(ConvertError::Io { path: staging.display().to_string(), cause: e });
-                }
-                _ => {}
-            }
-        }
         self.out.delete(APPEND_JOURNAL_NAME)
     }
 }

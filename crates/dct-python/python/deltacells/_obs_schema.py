@@ -79,10 +79,10 @@ def _column_tuple(
     missing values) are given as that integer type."""
     import pandas as pd
 
-    if kind is not None and _all_missing(s) and (s.dtype == object or _kind_of(name, s, strict) != kind):  # noqa: E721
+    own = _kind_of(name, s, strict)
+    if kind is not None and _all_missing(s) and (s.dtype == object or own != kind):  # noqa: E721
         # No values to take a type from: the schema's (a column of this kind keeps its own dtype, float32 say).
         return _missing_column(name, len(s), kind, _NUMPY_OF_ARROW.get(arrow_type or "", np.float64))
-    own = _kind_of(name, s, strict)
     if kind in ("string", "bool") and own != kind and not (kind == "string" and own == "category"):
         # Values of another kind for a string or bool column would be turned into text, or into truth values,
         # silently (a numeric column refuses them in the Rust core).
