@@ -1,6 +1,15 @@
 use dct_dataset::DatasetError;
 use dct_input::InputError;
 
+/// A dataset error about `url` as an output error: the URL put first unless the message names it already (most
+/// do), so that it is said once.
+pub(crate) fn dataset_err(url: &str) -> impl Fn(DatasetError) -> ConvertError + '_ {
+    move |e| {
+        let message = e.to_string();
+        ConvertError::Output(if message.contains(url) { message } else { format!("{url}: {message}") })
+    }
+}
+
 impl From<dct_store::StoreError> for ConvertError {
     fn from(e: dct_store::StoreError) -> Self {
         ConvertError::Dataset(e.into())

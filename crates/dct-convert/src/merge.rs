@@ -18,7 +18,7 @@ use dct_store::StoreOptions;
 use serde_json::json;
 
 use crate::append::merge_schemas;
-use crate::error::ConvertError;
+use crate::error::{ConvertError, dataset_err};
 use crate::io::Output;
 
 /// Written at the output while a merge runs (the request it runs), removed once its manifest is written.
@@ -57,10 +57,6 @@ pub struct MergeReport {
     pub tiles_encoded: usize,
     /// The output already held this merge, finished (by an earlier run): nothing was written.
     pub already_done: bool,
-}
-
-fn dataset_err(url: &str) -> impl Fn(dct_dataset::DatasetError) -> ConvertError + '_ {
-    move |e| ConvertError::Output(format!("{url}: {e}"))
 }
 
 fn obs_err(url: &str) -> impl Fn(dct_dataset::dct_obs::ObsError) -> ConvertError + '_ {

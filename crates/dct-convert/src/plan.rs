@@ -580,8 +580,10 @@ fn plan_from(
     let obs = if opts.write_obs {
         let inputs: Vec<(&str, Option<&InputSummary>)> =
             scanned.iter().map(|s| (s.path.as_str(), s.obs.as_ref())).collect();
-        build_schema(&inputs, selection, opts.max_categories)?
-            .map(|schema| PlanObs { tiles_per_file: opts.obs_tiles_per_file, schema: schema.to_json() })
+        build_schema(&inputs, selection, opts.max_categories)?.map(|schema| {
+            let schema = if opts.format_version == Version::V1 { schema.without_order() } else { schema };
+            PlanObs { tiles_per_file: opts.obs_tiles_per_file, schema: schema.to_json() }
+        })
     } else {
         None
     };

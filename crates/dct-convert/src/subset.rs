@@ -18,7 +18,7 @@ use dct_dataset::{Dataset, DatasetWriter, Manifest, ReadOptions, WriterOptions};
 use dct_store::StoreOptions;
 use serde_json::json;
 
-use crate::error::ConvertError;
+use crate::error::{ConvertError, dataset_err};
 use crate::io::Output;
 use crate::remap::{GeneRemap, NO_COLUMN};
 
@@ -130,10 +130,6 @@ const SUBSET_MARKER: &str = "subset-in-progress.json";
 
 /// An obs column copied: its name, kind and (for a category column) its vocabulary.
 type ObsColumn = (String, ColumnKind, Option<Arc<[String]>>);
-
-fn dataset_err(url: &str) -> impl Fn(dct_dataset::DatasetError) -> ConvertError + '_ {
-    move |e| ConvertError::Output(format!("{url}: {e}"))
-}
 
 fn corpus_err(e: dct_corpus::CorpusError) -> ConvertError {
     ConvertError::Inputs(e.to_string())

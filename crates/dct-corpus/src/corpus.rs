@@ -77,7 +77,16 @@ impl Corpus {
         }
         let genes = all_member_genes(&members, key)?;
         let names: Vec<String> = members.iter().map(|m| m.name.clone()).collect();
-        let map = GeneMap::build(&names, &genes, space)?;
+        let map = GeneMap::build(&names, &genes, space).map_err(|e| match (e, key) {
+            // The advice of DuplicateGene is a unique gene-table column: the one in use is not.
+            (CorpusError::DuplicateGene { member, gene }, GeneKey::Column(column)) => CorpusError::GeneKey {
+                member,
+                message: format!(
+                    "its gene-table column {column:?} (var.parquet) lists gene {gene:?} in two rows: each gene must                      appear once there to be placed in the corpus's genes; write the member again from its source, or                      identify genes by another column (or by their names: no gene key)"
+                ),
+            },
+            (e, _) => e,
+        })?;
         let mut starts = Vec::with_capacity(members.len() + 1);
         let mut tile_starts = Vec::with_capacity(members.len() + 1);
         let (mut total, mut tiles) = (0u64, 0usize);

@@ -24,6 +24,9 @@ pub struct CorpusObsColumn {
     /// For a category column, the corpus's vocabulary: every member's categories, in order of first appearance.
     /// Codes refer to it.
     pub categories: Option<Vec<String>>,
+    /// Whether a category column's categories are ordered: every member that has categories for it stores it
+    /// ordered, with the same categories in the same order.
+    pub ordered: bool,
     /// The Arrow type values come in: `Int32` codes for categories; a number column whose members store
     /// different types comes in a type that holds every member's values (as [`promote`] says: `Int16` for
     /// `Int8` and `Int16`, `Float64` where no integer type does).
@@ -52,6 +55,7 @@ impl CorpusObsColumn {
     fn as_strings(&mut self, data_type: DataType) {
         let Some(vocabulary) = self.categories.take() else { return };
         self.kind = ColumnKind::String;
+        self.ordered = false;
         self.data_type = data_type;
         for part in self.members.iter_mut().flatten() {
             if let MemberValues::Codes(codes) = part {
@@ -110,6 +114,7 @@ impl Corpus {
                             name: c.name.clone(),
                             kind: c.kind,
                             categories: (c.kind == ColumnKind::Category).then(Vec::new),
+                            ordered: c.ordered,
                             data_type: if c.kind == ColumnKind::Category { DataType::Int32 } else { data_type.clone() },
                             members: vec![None; n],
                             has_nulls: std::sync::OnceLock::new(),
@@ -143,6 +148,15 @@ impl Corpus {
                 }
                 if column.kind == ColumnKind::Numeric && column.data_type != data_type {
                     column.data_type = common_number_type(&column.data_type, &data_type);
+                }
+                if let (Some(vocabulary), Some(own)) = (&column.categories, &c.categories) {
+                    // A member of no category (every value missing) says nothing of the order; the first with
+                    // categories sets the vocabulary, so the others must list it as it is.
+                    if !own.is_empty() && !vocabulary.is_empty() {
+                        column.ordered &= c.ordered && own == vocabulary;
+                    } else if !own.is_empty() {
+                        column.ordered = c.ordered;
+                    }
                 }
                 let codes = column.categories.as_mut().map(|vocabulary| {
                     let mut index: HashMap<String, i32> =

@@ -209,8 +209,9 @@ pub enum DatasetError {
         /// What is wrong.
         message: String,
     },
-    /// An obs file (shard or schema) is missing, has the wrong size or hash.
-    #[error("{url}: {message}")]
+    /// An obs file (shard or schema) is missing, has the wrong size or hash. The URL comes first unless the
+    /// message names it already (the obs reader's messages name the file, which is under it).
+    #[error("{}", if message.contains(url.as_str()) { message.clone() } else { format!("{url}: {message}") })]
     Obs {
         /// [`Category::ObsShard`], [`Category::ObsSha256`] or [`Category::ObsFields`].
         category: Category,
@@ -252,7 +253,10 @@ pub enum DatasetError {
         cause: EncodeError,
     },
     /// The destination of a writer already holds files.
-    #[error("{url} already holds files ({example}); pass overwrite to replace the dataset there")]
+    #[error(
+        "{url} already holds files ({example}); pass overwrite (--overwrite on the command line) to replace the \
+         dataset there"
+    )]
     AlreadyExists {
         /// The destination.
         url: String,

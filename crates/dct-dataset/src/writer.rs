@@ -373,6 +373,7 @@ impl DatasetWriter {
                 "obs for {root}: the obs schema must be set before the first tile"
             )));
         }
+        let schema = if self.version() == Version::V1 { schema.without_order() } else { schema };
         self.obs = Some(ObsShards::new(schema, options).map_err(|e| crate::reader::obs_error(&root, e))?);
         Ok(())
     }

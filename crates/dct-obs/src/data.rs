@@ -13,6 +13,9 @@ pub struct CategoryData {
     /// The input's categories (local vocabulary). Share one `Arc` between the tiles of an input: the writer
     /// remembers the translation of the last vocabulary it saw.
     pub categories: Arc<[String]>,
+    /// Whether the categories are ordered (pandas `ordered=True`). The schema keeps a column ordered when every
+    /// input gives it ordered, with the same categories.
+    pub ordered: bool,
 }
 
 /// The values of one column for some cells.
@@ -28,7 +31,12 @@ pub enum ColumnData {
 impl ColumnData {
     /// A categorical column from codes (-1 = missing) and the categories they index.
     pub fn category(codes: Vec<i32>, categories: Arc<[String]>) -> Self {
-        ColumnData::Category(CategoryData { codes, categories })
+        ColumnData::Category(CategoryData { codes, categories, ordered: false })
+    }
+
+    /// A categorical column whose categories are ordered (or not: `ordered`).
+    pub fn category_ordered(codes: Vec<i32>, categories: Arc<[String]>, ordered: bool) -> Self {
+        ColumnData::Category(CategoryData { codes, categories, ordered })
     }
 
     /// The number of cells.
@@ -53,6 +61,7 @@ impl ColumnData {
             ColumnData::Category(c) => ColumnData::Category(CategoryData {
                 codes: c.codes[offset..offset + len].to_vec(),
                 categories: c.categories.clone(),
+                ordered: c.ordered,
             }),
             ColumnData::Array(a) => ColumnData::Array(a.slice(offset, len)),
         }

@@ -97,9 +97,10 @@ pub enum ObsError {
         message: String,
     },
     /// The parquet library could not decode (or encode) a file (an obs shard, `var.parquet`).
-    #[error("{url}{}{}: parquet error: {cause}; the file is corrupt or not written by a compatible writer",
+    #[error("{url}{}{}: parquet error: {}; the file is corrupt or not written by a compatible writer",
         tile.map(|t| format!(" (tile {t})")).unwrap_or_default(),
-        column.as_ref().map(|c| format!(" (column {c:?})")).unwrap_or_default())]
+        column.as_ref().map(|c| format!(" (column {c:?})")).unwrap_or_default(),
+        parquet_cause(cause))]
     Parquet {
         /// The file's URL.
         url: String,
@@ -238,3 +239,13 @@ impl From<StoreError> for ObsError {
 
 /// Shorthand for results of this crate.
 pub type Result<T, E = ObsError> = std::result::Result<T, E>;
+
+/// A parquet error's text without the "Parquet error: " its general errors start with (the message says
+/// "parquet error" once).
+fn parquet_cause(cause: &parquet::errors::ParquetError) -> String {
+    let text = cause.to_string();
+    match text.strip_prefix("Parquet error: ") {
+        Some(rest) => rest.to_string(),
+        None => text,
+    }
+}

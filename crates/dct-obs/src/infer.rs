@@ -166,14 +166,18 @@ pub fn arrow_type_of(data_type: &DataType) -> Option<ArrowType> {
 
 #[derive(Debug, Clone)]
 enum Acc {
-    Category(VocabularyBuilder),
+    /// The vocabulary so far, and whether the column stays ordered: every input so far that has categories gave
+    /// it ordered, with the same categories (`None` until one has categories).
+    Category(VocabularyBuilder, Option<bool>),
     Plain(ArrowType),
 }
 
 /// Infers an [`ObsSchema`] from one or more inputs: columns in order of first appearance, one global vocabulary
 /// per categorical column (the union over inputs, in order of first appearance), code widths by vocabulary size,
 /// vocabularies above `max_categories` turned into string columns, numeric types widened across inputs
-/// (see [`promote`]), and a categorical column that is a string column in another input stored as strings.
+/// (see [`promote`]), and a categorical column that is a string column in another input stored as strings. A
+/// category column is ordered when every input gives it ordered with the same categories in the same order (a
+/// union of orders is no order).
 #[derive(Debug, Clone)]
 pub struct ObsSchemaBuilder {
     max_categories: usize,
@@ -209,10 +213,27 @@ impl ObsSchemaBuilder {
 
     /// Records a categorical column with these (local) categories.
     pub fn add_category<S: AsRef<str>>(&mut self, name: &str, categories: &[S]) -> Result<()> {
+        self.add_category_ordered(name, categories, false)
+    }
+
+    /// Records a categorical column with these (local) categories, ordered or not.
+    pub fn add_category_ordered<S: AsRef<str>>(&mut self, name: &str, categories: &[S], ordered: bool) -> Result<()> {
         let max = self.max_categories;
-        let (acc, _) = self.slot(name, Acc::Category(VocabularyBuilder::with_limit(max)));
+        let (acc, _) = self.slot(name, Acc::Category(VocabularyBuilder::with_limit(max), None));
         match acc {
-            Acc::Category(v) => v.add(categories),
+            // An input without categories (no value at all) says nothing of the order.
+            Acc::Category(_, _) if categories.is_empty() => {}
+            Acc::Category(v, order) => {
+                *order = Some(match *order {
+                    None => ordered,
+                    Some(before) => {
+                        let same = v.len() == categories.len()
+                            && v.categories().iter().zip(categories).all(|(a, b)| a == b.as_ref());
+                        before && ordered && same
+                    }
+                });
+                v.add(categories);
+            }
             Acc::Plain(ArrowType::String) => {}
             Acc::Plain(t) => {
                 return Err(ObsError::input(
@@ -228,8 +249,8 @@ impl ObsSchemaBuilder {
     pub fn add_plain(&mut self, name: &str, arrow_type: ArrowType) -> Result<()> {
         let (acc, _) = self.slot(name, Acc::Plain(arrow_type));
         match acc {
-            Acc::Category(_) if arrow_type == ArrowType::String => *acc = Acc::Plain(ArrowType::String),
-            Acc::Category(_) => {
+            Acc::Category(..) if arrow_type == ArrowType::String => *acc = Acc::Plain(ArrowType::String),
+            Acc::Category(..) => {
                 return Err(ObsError::input(
                     Some(name),
                     format!("categorical in one input but {arrow_type} in another; convert it to one kind everywhere"),
@@ -250,7 +271,7 @@ impl ObsSchemaBuilder {
     /// Records a column of values (its kind and type, and a category's vocabulary).
     pub fn add_column(&mut self, name: &str, data: &ColumnData) -> Result<()> {
         match data {
-            ColumnData::Category(c) => self.add_category(name, &c.categories),
+            ColumnData::Category(c) => self.add_category_ordered(name, &c.categories, c.ordered),
             ColumnData::Array(a) => {
                 let t = arrow_type_of(a.data_type()).ok_or_else(|| {
                     ObsError::input(
@@ -281,8 +302,8 @@ impl ObsSchemaBuilder {
             .columns
             .into_iter()
             .map(|(name, acc)| match acc {
-                Acc::Category(v) => match v.finish() {
-                    Some(cats) => ObsColumn::category(name, cats),
+                Acc::Category(v, ordered) => match v.finish() {
+                    Some(cats) => ObsColumn::category(name, cats).with_ordered(ordered == Some(true)),
                     None => ObsColumn::plain(name, ArrowType::String),
                 },
                 Acc::Plain(t) => ObsColumn::plain(name, t),
@@ -298,8 +319,8 @@ impl ObsSchemaBuilder {
             .iter()
             .map(|(n, a)| {
                 let k = match a {
-                    Acc::Category(v) if !v.overflowed() => ColumnKind::Category,
-                    Acc::Category(_) => ColumnKind::String,
+                    Acc::Category(v, _) if !v.overflowed() => ColumnKind::Category,
+                    Acc::Category(..) => ColumnKind::String,
                     Acc::Plain(t) => ObsColumn::plain("", *t).kind,
                 };
                 (n.clone(), k)

@@ -614,6 +614,7 @@ mod tests {
             kind: ColumnKind::Numeric,
             arrow_type: crate::schema::ArrowType::Int16,
             categories: None,
+            ordered: false,
         };
         let vector = |a: ArrayRef| {
             let values = a.as_primitive::<Int16Type>().values().clone();

@@ -196,6 +196,10 @@ pub struct ObsColumn {
     pub arrow_type: ArrowType,
     /// The global vocabulary of a category column (code `i` means `categories[i]`); `None` for other kinds.
     pub categories: Option<Vec<String>>,
+    /// Whether a category column's categories are ordered (pandas `ordered=True`: `categories[0] <
+    /// categories[1] < ...`). Stored as `"ordered": true` after `categories`, and left out when false, so a
+    /// schema without ordered columns is byte-equal to the original package's.
+    pub ordered: bool,
 }
 
 impl ObsColumn {
@@ -206,7 +210,14 @@ impl ObsColumn {
             kind: ColumnKind::Category,
             arrow_type: code_type_for(categories.len()),
             categories: Some(categories),
+            ordered: false,
         }
+    }
+
+    /// This column with its categories ordered (or not).
+    pub fn with_ordered(mut self, ordered: bool) -> Self {
+        self.ordered = ordered;
+        self
     }
 
     /// A numeric, bool or string column of Arrow type `arrow_type` (its kind follows from the type).
@@ -216,7 +227,7 @@ impl ObsColumn {
             ArrowType::String => ColumnKind::String,
             _ => ColumnKind::Numeric,
         };
-        ObsColumn { name: name.into(), kind, arrow_type, categories: None }
+        ObsColumn { name: name.into(), kind, arrow_type, categories: None, ordered: false }
     }
 
     /// The Arrow field of this column in the shards and in the cache (always nullable).
@@ -232,6 +243,9 @@ impl ObsColumn {
             (ColumnKind::Category, Some(_)) => {}
             (kind, Some(_)) => return Err(format!("column {name:?} of kind {kind} has categories (must be null)")),
             (_, None) => {}
+        }
+        if self.ordered && self.kind != ColumnKind::Category {
+            return Err(format!("column {name:?} of kind {} is ordered (only category columns are)", self.kind));
         }
         let ok = match self.kind {
             ColumnKind::Category => self.arrow_type.max_categories().is_some(),
@@ -285,6 +299,15 @@ impl ObsSchema {
         Ok(())
     }
 
+    /// This schema with no column ordered: what a dataset of format version 1 stores, so that the original
+    /// package (which knows only the four keys of version 1's columns) reads it as it reads its own.
+    pub fn without_order(mut self) -> Self {
+        for c in &mut self.columns {
+            c.ordered = false;
+        }
+        self
+    }
+
     /// The column called `name`.
     pub fn column(&self, name: &str) -> Option<&ObsColumn> {
         self.columns.iter().find(|c| c.name == name)
@@ -309,8 +332,9 @@ impl ObsSchema {
     }
 
     /// `schema.json` text, byte for byte what Python's `json.dumps(obj)` gives for the same content: keys in the
-    /// order format, version, columns and, per column, name, kind, arrow_type, categories; separators `", "` and
-    /// `": "`; non-ASCII characters as `\uXXXX` escapes; no trailing newline.
+    /// order format, version, columns and, per column, name, kind, arrow_type, categories and (only for an
+    /// ordered category column) `"ordered": true`; separators `", "` and `": "`; non-ASCII characters as
+    /// `\uXXXX` escapes; no trailing newline.
     pub fn to_json(&self) -> String {
         let mut out = String::with_capacity(256);
         out.push_str("{\"format\": ");
@@ -332,6 +356,9 @@ impl ObsSchema {
             match &c.categories {
                 Some(cats) => pyjson::write_str_list(&mut out, cats),
                 None => out.push_str("null"),
+            }
+            if c.ordered {
+                out.push_str(", \"ordered\": true");
             }
             out.push('}');
         }
@@ -396,7 +423,14 @@ impl ObsSchema {
                 ),
                 other => return Err(err(format!("column {name:?} categories is {}", describe(other)))),
             };
-            columns.push(ObsColumn { name, kind, arrow_type, categories });
+            let ordered = match c.get("ordered") {
+                None | Some(Value::Null) => false,
+                Some(Value::Bool(b)) => *b,
+                other => {
+                    return Err(err(format!("column {name:?} ordered is {}, expected true or false", describe(other))));
+                }
+            };
+            columns.push(ObsColumn { name, kind, arrow_type, categories, ordered });
         }
         let schema = ObsSchema { columns };
         schema.check().map_err(err)?;
@@ -447,6 +481,25 @@ mod tests {
     }
 
     #[test]
+    fn an_ordered_category_says_so_and_reads_back_ordered() {
+        let s = ObsSchema::new(vec![
+            ObsColumn::category("stage", vec!["low".into(), "mid".into(), "high".into()]).with_ordered(true),
+            ObsColumn::category("t", vec!["a".into()]),
+        ])
+        .unwrap();
+        assert_eq!(
+            s.to_json(),
+            r#"{"format": "deltacells-obs", "version": 1, "columns": [{"name": "stage", "kind": "category", "arrow_type": "int8", "categories": ["low", "mid", "high"], "ordered": true}, {"name": "t", "kind": "category", "arrow_type": "int8", "categories": ["a"]}]}"#
+        );
+        let back = ObsSchema::parse(s.to_json().as_bytes(), "x").unwrap();
+        assert_eq!(back, s);
+        assert!(back.columns[0].ordered && !back.columns[1].ordered);
+        // "ordered": false, as other writers may say it, reads as unordered.
+        let unordered = r#"{"format": "deltacells-obs", "version": 1, "columns": [{"name": "a", "kind": "category", "arrow_type": "int8", "categories": ["x"], "ordered": false}]}"#;
+        assert!(!ObsSchema::parse(unordered.as_bytes(), "s").unwrap().columns[0].ordered);
+    }
+
+    #[test]
     fn rejects_bad_schemas() {
         let bad: &[&str] = &[
             "",
@@ -463,6 +516,8 @@ mod tests {
             r#"{"format": "deltacells-obs", "version": 1, "columns": [{"name": "a", "kind": "bool", "arrow_type": "bool", "categories": null}, {"name": "a", "kind": "bool", "arrow_type": "bool", "categories": null}]}"#,
             r#"{"format": "deltacells-obs", "version": 1, "columns": [{"name": "a", "kind": "string", "arrow_type": "int8", "categories": null}]}"#,
             r#"{"format": "deltacells-obs", "version": 1, "columns": [{"name": "a", "kind": "category", "arrow_type": "int8", "categories": [1]}]}"#,
+            r#"{"format": "deltacells-obs", "version": 1, "columns": [{"name": "a", "kind": "category", "arrow_type": "int8", "categories": ["x"], "ordered": "yes"}]}"#,
+            r#"{"format": "deltacells-obs", "version": 1, "columns": [{"name": "a", "kind": "numeric", "arrow_type": "int8", "categories": null, "ordered": true}]}"#,
         ];
         for b in bad {
             assert!(ObsSchema::parse(b.as_bytes(), "s").is_err(), "accepted {b}");

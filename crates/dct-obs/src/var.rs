@@ -250,7 +250,8 @@ fn decode_var_inner(bytes: Bytes, url: &str) -> Result<RecordBatch> {
     let reader = builder.with_batch_size(64 << 10).build().map_err(perr)?;
     let mut batches = Vec::new();
     for b in reader {
-        batches.push(b.map_err(|e| ObsError::arrow(format!("{url}: reading the var table"), e))?);
+        // A damaged column chunk surfaces here, as an Arrow error: said as the corrupt file it is.
+        batches.push(b.map_err(|e| perr(parquet::errors::ParquetError::General(e.to_string())))?);
     }
     let batch = arrow_select::concat::concat_batches(&schema, &batches)
         .map_err(|e| ObsError::arrow(format!("{url}: joining the var table"), e))?;

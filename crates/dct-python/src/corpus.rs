@@ -444,6 +444,12 @@ impl PyCorpusObs {
         Ok(c.categories.clone())
     }
 
+    /// Whether a category column's categories are ordered in every member that has it (`False` for other kinds);
+    /// `KeyError` for an unknown column.
+    fn ordered(&self, column: &str) -> PyResult<bool> {
+        Ok(self.get()?.1.column(column).map_err(corpus_error)?.ordered)
+    }
+
     /// Makes `columns` local in every member that has them (the GIL released); returns those some member fetched
     /// from its shards.
     fn localize(&self, py: Python<'_>, columns: Vec<String>) -> PyResult<Vec<String>> {

@@ -2,7 +2,8 @@
 //! `deltacells.obs.ObsStore`, schema inference and encoding for writers, and Arrow columns handed to numpy.
 //!
 //! Columns cross the boundary as plain pieces, so the package needs neither pyarrow nor Arrow's C interface:
-//! Python → Rust as `(kind, name, values, extra)` tuples (a *frame*), Rust → Python as numpy arrays (numbers, codes,
+//! Python → Rust as `(kind, name, values, extra)` tuples (a *frame*; a category's tuple may add a fifth item, whether
+//! its categories are ordered), Rust → Python as numpy arrays (numbers, codes,
 //! booleans without missing values) or lists (strings, booleans with missing values).
 
 use std::sync::Arc;
@@ -277,7 +278,9 @@ pub(crate) fn tile_obs(frame: &Bound<'_, PyList>) -> PyResult<TileObs> {
             "category" => {
                 let codes: PyReadonlyArray1<'_, i32> = values.extract()?;
                 let categories: Vec<String> = extra.extract()?;
-                ColumnData::category(codes.as_slice()?.to_vec(), categories.into())
+                // An optional fifth item says whether the categories are ordered.
+                let ordered = if t.len() > 4 { t.get_item(4)?.extract()? } else { false };
+                ColumnData::category_ordered(codes.as_slice()?.to_vec(), categories.into(), ordered)
             }
             "numeric" | "bool" => {
                 let mask: Option<PyReadonlyArray1<'_, bool>> = extra.extract()?;
@@ -316,27 +319,27 @@ pub(crate) fn infer_schema(frames: Vec<Bound<'_, PyList>>, max_categories: usize
     Ok(builder.finish().to_json())
 }
 
-/// A schema column as Python sees it: `(name, kind, arrow_type, categories)`.
-type ColumnTuple = (String, String, String, Option<Vec<String>>);
+/// A schema column as Python sees it: `(name, kind, arrow_type, categories, ordered)`.
+type ColumnTuple = (String, String, String, Option<Vec<String>>, bool);
 
 /// Checks an obs schema's JSON text; returns it re-serialized canonically and its columns as `(name, kind,
-/// arrow_type, categories)` tuples.
+/// arrow_type, categories, ordered)` tuples.
 #[pyfunction]
 pub(crate) fn parse_schema(text: &str) -> PyResult<(String, Vec<ColumnTuple>)> {
     let schema = ObsSchema::parse(text.as_bytes(), "obs schema").map_err(|e| value_error(e.to_string()))?;
     Ok((schema.to_json(), schema_columns(&schema)))
 }
 
-/// A schema from `(name, kind, arrow_type, categories)` tuples, as its JSON text (`ValueError` if invalid).
+/// A schema from `(name, kind, arrow_type, categories, ordered)` tuples, as its JSON text (`ValueError` if invalid).
 #[pyfunction]
 pub(crate) fn schema_json(columns: Vec<ColumnTuple>) -> PyResult<String> {
     let cols = columns
         .into_iter()
-        .map(|(name, kind, arrow_type, categories)| {
+        .map(|(name, kind, arrow_type, categories, ordered)| {
             let kind = ColumnKind::parse(&kind).ok_or_else(|| value_error(format!("unknown column kind {kind:?}")))?;
             let arrow_type = dct_obs::ArrowType::parse(&arrow_type)
                 .ok_or_else(|| value_error(format!("column {name:?}: unknown arrow type {arrow_type:?}")))?;
-            Ok(dct_obs::ObsColumn { name, kind, arrow_type, categories })
+            Ok(dct_obs::ObsColumn { name, kind, arrow_type, categories, ordered })
         })
         .collect::<PyResult<Vec<_>>>()?;
     let schema = ObsSchema::new(cols).map_err(|e| value_error(e.to_string()))?;
@@ -347,7 +350,10 @@ fn schema_columns(schema: &ObsSchema) -> Vec<ColumnTuple> {
     schema
         .columns
         .iter()
-        .map(|c| (c.name.clone(), c.kind.as_str().to_string(), c.arrow_type.as_str().to_string(), c.categories.clone()))
+        .map(|c| {
+            let (kind, arrow_type) = (c.kind.as_str().to_string(), c.arrow_type.as_str().to_string());
+            (c.name.clone(), kind, arrow_type, c.categories.clone(), c.ordered)
+        })
         .collect()
 }
 

@@ -275,6 +275,10 @@ def test_the_loader_serves_a_corpus_s_obs(members, tmp_path):
         assert seen == corpus.n_cells
     with pytest.raises(KeyError):
         make_loader(corpus, 32, obs_columns=["nope"])
+    # None, as open_dataset and open_corpus take it, is no columns: batches without obs.
+    for uri in (corpus, roots[0]):
+        batch = next(iter(make_loader(uri, 32, seed=4, obs_columns=None)))
+        assert "obs" not in batch or not batch["obs"]
 
 
 def test_a_corpus_with_no_cells_is_refused_when_its_loader_is_made(members):

@@ -914,3 +914,75 @@ def test_the_cache_s_place_and_the_compatibility_calls(built, tmp_path):
     shutil.copytree(root, copy)
     again = open_dataset(str(copy), cache_dir=str(cache)).obs
     assert again.cache_dir == store.cache_dir and again.localized_columns() == ["age"], "copies share the cache"
+
+
+def test_ordered_obs_categories_stay_ordered_through_every_way_of_writing(tmp_path):
+    """An obs categorical with ``ordered=True`` reads back ordered (and its categories in their order) from the
+    converter, the Python writer, an append and a corpus, against the source read with anndata; a column stays
+    ordered only while every input agrees on its order, and a version 1 dataset stores no order (the original
+    package's schema)."""
+    import anndata as ad
+    from deltacells import convert
+    from deltacells.corpus import open_corpus
+
+    stages = ["low", "mid", "high"]
+    rng = np.random.default_rng(31)
+
+    def source(name, n, categories=stages, ordered=True):
+        obs = pd.DataFrame(
+            {
+                "stage": pd.Categorical(rng.choice(categories, n), categories=categories, ordered=ordered),
+                "kind": pd.Categorical(rng.choice(["b", "a"], n), categories=["b", "a"]),
+            },
+            index=[f"{name}{i}" for i in range(n)],
+        )
+        path = tmp_path / f"{name}.h5ad"
+        ad.AnnData(X=make_counts(n, 8, seed=n), obs=obs).write_h5ad(path)
+        return str(path)
+
+    def obs_of(root):
+        return open_dataset(root, cache_dir=str(tmp_path / "cache")).obs.to_pandas()
+
+    first = source("a", 40)
+    want = ad.read_h5ad(first).obs
+    convert.convert_h5ad(first, str(tmp_path / "v2"), tile_size=16, level=3, log=None)
+    got = obs_of(str(tmp_path / "v2"))
+    assert got["stage"].dtype == want["stage"].dtype == pd.CategoricalDtype(stages, ordered=True)
+    assert got["stage"].tolist() == want["stage"].tolist()
+    assert got["stage"].max() == want["stage"].max()  # comparisons work as on the source
+    assert got["kind"].dtype == want["kind"].dtype  # unordered stays unordered
+
+    convert.convert_h5ad(first, str(tmp_path / "v1"), tile_size=16, level=3, log=None, format_version=1)
+    assert "ordered" not in (tmp_path / "v1" / "obs" / "schema.json").read_text()
+    assert not obs_of(str(tmp_path / "v1"))["stage"].cat.ordered
+
+    # The Python writer, with a schema inferred from the frame.
+    schema = ObsSchema.infer([want])
+    assert schema["stage"].ordered and not schema["kind"].ordered
+    assert ObsSchema.from_json(schema.to_json()) == schema
+    names = [str(j) for j in range(8)]  # anndata's default gene names, as the h5ad members have
+    with DatasetWriter(str(tmp_path / "w"), n_genes=8, tile_size=40, level=3, obs_schema=schema, var_names=names) as w:
+        w.add_tile(make_counts(40, 8, seed=40), obs=want)
+    assert obs_of(str(tmp_path / "w"))["stage"].dtype == want["stage"].dtype
+    # Frames that disagree on the order (or on ordering at all) make no order.
+    unordered = want.assign(stage=want["stage"].cat.as_unordered())
+    assert not ObsSchema.infer([want, unordered])["stage"].ordered
+    assert not ObsSchema.infer([want, want.assign(stage=want["stage"].cat.reorder_categories(stages[::-1]))])[
+        "stage"
+    ].ordered
+
+    # Appending the same order keeps it; a new category has no place in it.
+    convert.append(str(tmp_path / "v2"), source("b", 20))
+    assert obs_of(str(tmp_path / "v2"))["stage"].cat.ordered
+    convert.append(str(tmp_path / "v2"), source("c", 20, categories=[*stages, "top"]))
+    grown = obs_of(str(tmp_path / "v2"))["stage"]
+    assert not grown.cat.ordered and list(grown.cat.categories) == [*stages, "top"]
+
+    # A corpus: ordered when every member is.
+    convert.convert_h5ad(source("d", 30), str(tmp_path / "d"), tile_size=16, level=3, log=None)
+    convert.convert_h5ad(source("e", 30, ordered=False), str(tmp_path / "e"), tile_size=16, level=3, log=None)
+    both = open_corpus([str(tmp_path / "w"), str(tmp_path / "d")], cache_dir=str(tmp_path / "cache"))
+    assert both.obs.ordered("stage")
+    assert both.obs.take_pandas(np.arange(both.n_cells), "stage", warn=False)["stage"].cat.ordered
+    mixed = open_corpus([str(tmp_path / "w"), str(tmp_path / "e")], cache_dir=str(tmp_path / "cache"))
+    assert not mixed.obs.ordered("stage")

@@ -106,8 +106,14 @@ pub(crate) fn merge_schemas(
                 if !added.is_empty() {
                     merged.categories_added.push((b.name.clone(), added.len()));
                 }
+                // An ordered column stays ordered when the inputs give it ordered too, in the same order, and add no
+                // category (where new ones would go in the order, nothing says).
+                let position: std::collections::HashMap<&String, usize> =
+                    cats.iter().enumerate().map(|(i, c)| (c, i)).collect();
+                let in_order = n.categories.iter().flatten().map(|c| position.get(c)).is_sorted();
+                let ordered = b.ordered && n.ordered && added.is_empty() && in_order;
                 cats.extend(added);
-                let mut column = ObsColumn::category(b.name.clone(), cats);
+                let mut column = ObsColumn::category(b.name.clone(), cats).with_ordered(ordered);
                 if column.arrow_type.max_categories() < b.arrow_type.max_categories() {
                     column.arrow_type = b.arrow_type;
                 }

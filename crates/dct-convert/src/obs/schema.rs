@@ -31,6 +31,8 @@ impl Selection<'_> {
 enum Contribution {
     /// A categorical column with these categories.
     Category(Vec<String>),
+    /// A categorical column with these categories, ordered.
+    OrderedCategory(Vec<String>),
     /// A categorical column with more categories than `max_categories`: stored as strings.
     Overflow,
     /// A numeric, boolean or string column.
@@ -99,6 +101,9 @@ pub(crate) fn summarize(frame: &Frame, selection: Selection<'_>, max_categories:
     for c in frame.columns.iter().filter(|c| selection.keeps(&c.name)) {
         let contribution = match &c.data {
             InputData::Categorical { categories, .. } if categories.len() > max_categories => Contribution::Overflow,
+            InputData::Categorical { categories, ordered: true, .. } => {
+                Contribution::OrderedCategory(categories.clone())
+            }
             InputData::Categorical { categories, .. } => Contribution::Category(categories.clone()),
             _ => Contribution::Plain(plain_type(c)),
         };
@@ -157,6 +162,7 @@ pub(crate) fn build_schema(
                     )));
                 }
                 Contribution::Category(categories) => builder.add_category(name, categories),
+                Contribution::OrderedCategory(categories) => builder.add_category_ordered(name, categories, true),
                 Contribution::Overflow => builder.add_plain(name, ArrowType::String),
                 Contribution::Plain(t) => builder.add_plain(name, *t),
             };

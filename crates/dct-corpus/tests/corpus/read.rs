@@ -233,8 +233,15 @@ fn members_that_cannot_be_placed_are_refused_by_name() {
     member(&twice, &["A", "B", "A"], 5, Version::V2, 9);
     let mut members = s.members.clone();
     members.push(open(&twice, "twice"));
-    let e = Corpus::open(members, &GeneKey::VarNames, &GeneSpace::Union).unwrap_err();
+    let e = Corpus::open(members.clone(), &GeneKey::VarNames, &GeneSpace::Union).unwrap_err();
     assert!(matches!(&e, CorpusError::DuplicateGene { member, gene } if member == "twice" && gene == "A"), "{e}");
+    assert!(e.to_string().contains("a gene key such as"), "{e}");
+    // By a gene-table column, the advice is not that column's kind again: the table lists one gene twice.
+    let e = Corpus::open(members.clone(), &GeneKey::Column("gene_ids".into()), &GeneSpace::Union).unwrap_err();
+    let text = e.to_string();
+    assert!(matches!(&e, CorpusError::GeneKey { member, .. } if member == "twice"), "{e}");
+    assert!(text.contains("\"gene_ids\"") && text.contains("\"ENSGA\" in two rows"), "{e}");
+    assert!(!text.contains("a gene key such as"), "{e}");
     let mut same_name = s.members.clone();
     same_name.push(s.members[0].clone());
     let e = Corpus::open(same_name, &GeneKey::VarNames, &GeneSpace::Union).unwrap_err();

@@ -155,6 +155,34 @@ async fn vocabulary_union_in_order_of_first_appearance() {
     assert_eq!(raw, [3, 1, 2, -1].map(V::I));
 }
 
+/// A column is ordered when every input with categories gives it ordered, with the same categories in the same
+/// order; an input of no value says nothing.
+#[tokio::test]
+async fn an_ordered_category_stays_ordered_only_when_every_input_agrees() {
+    let stages: Arc<[String]> = vec!["low".to_string(), "mid".to_string(), "high".to_string()].into();
+    let other: Arc<[String]> = vec!["high".to_string(), "low".to_string()].into();
+    let none: Arc<[String]> = Vec::<String>::new().into();
+    let ordered = |codes: Vec<i32>, c: &Arc<[String]>| {
+        TileObs::new().with("stage", ColumnData::category_ordered(codes, c.clone(), true))
+    };
+    let plain =
+        |codes: Vec<i32>, c: &Arc<[String]>| TileObs::new().with("stage", ColumnData::category(codes, c.clone()));
+    let is_ordered = |inputs: &[TileObs]| infer(inputs, 100).columns[0].ordered;
+    assert!(is_ordered(&[ordered(vec![0, 2], &stages), ordered(vec![1], &stages)]));
+    assert!(is_ordered(&[ordered(vec![-1], &none), ordered(vec![1], &stages), plain(vec![-1], &none)]));
+    assert!(!is_ordered(&[ordered(vec![0], &stages), plain(vec![1], &stages)]));
+    assert!(!is_ordered(&[plain(vec![0], &stages), ordered(vec![1], &stages)]));
+    assert!(!is_ordered(&[ordered(vec![0], &stages), ordered(vec![1], &other)]));
+    assert!(!is_ordered(&[plain(vec![0], &stages)]));
+    // Written and read back, the schema keeps the order.
+    let tiles = [ordered(vec![0, 2], &stages), ordered(vec![1, -1], &stages)];
+    let s = infer(&tiles, 100);
+    let (obs, vals, _d) = round_trip(&s, &tiles, 2).await;
+    assert!(obs.schema().columns[0].ordered);
+    assert_eq!(obs.schema().columns[0].categories.as_deref().unwrap(), ["low", "mid", "high"]);
+    assert_eq!(vals[0].1, [V::S("low".into()), V::S("high".into()), V::S("mid".into()), V::Null]);
+}
+
 #[tokio::test]
 async fn missing_values_of_every_kind() {
     let t = TileObs::new()

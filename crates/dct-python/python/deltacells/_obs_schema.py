@@ -94,7 +94,8 @@ def _column_tuple(
     if kind == "category":
         if isinstance(s.dtype, pd.CategoricalDtype):
             codes = np.ascontiguousarray(s.cat.codes.to_numpy(), dtype=np.int32)
-            return ("category", name, codes, [_text(name, c) for c in s.cat.categories])
+            categories = [_text(name, c) for c in s.cat.categories]
+            return ("category", name, codes, categories, bool(s.cat.ordered))  # type: ignore[return-value]
         # Plain labels for a category column: sent as strings, the schema's vocabulary codes them.
         kind = "string"
     if kind == "string":
@@ -213,7 +214,8 @@ def _table_frame(table: Any, schema: ObsSchema) -> list[tuple[str, str, Any, Any
         mask = missing if missing.any() else None
         if c.kind == "category":
             codes = np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.int32)
-            out.append(("category", c.name, np.ascontiguousarray(codes), list(c.categories or [])))
+            item = ("category", c.name, np.ascontiguousarray(codes), list(c.categories or []), c.ordered)
+            out.append(item)  # type: ignore[arg-type]
         elif c.kind == "string":
             out.append(("string", c.name, col.to_pylist(), None))
         elif c.kind == "bool":
@@ -232,12 +234,13 @@ def _table_frame(table: Any, schema: ObsSchema) -> list[tuple[str, str, Any, Any
 class ColumnSpec:
     """One obs column: its name, kind (``category``, ``numeric``, ``bool``, ``string``), stored Arrow type
     (``int8``/``int16``/``int32`` codes for categories, ``int64``, ``double``, ``float``, ``bool``, ``string``,
-    ...) and, for categories, the global vocabulary."""
+    ...) and, for categories, the global vocabulary and whether it is ordered (pandas ``ordered=True``)."""
 
     name: str
     kind: str
     arrow_type: str
     categories: list[str] | None = None
+    ordered: bool = False
 
     def pa_type(self) -> pa.DataType:
         """The Arrow type (needs pyarrow)."""
@@ -259,7 +262,9 @@ class ObsSchema:
                 raise ValueError(f"unknown column kind {c.kind!r}")
             if (c.kind == "category") != (c.categories is not None):
                 raise ValueError(f"column {c.name!r}: categories are required for (and only for) kind 'category'")
-        self._json = _core.schema_json([(c.name, c.kind, c.arrow_type, c.categories) for c in self.columns])
+        self._json = _core.schema_json(
+            [(c.name, c.kind, c.arrow_type, c.categories, bool(c.ordered)) for c in self.columns]
+        )
 
     @property
     def names(self) -> list[str]:
@@ -301,7 +306,7 @@ class ObsSchema:
             _, columns = _core.parse_schema(raw)
         except ValueError as e:
             raise ValueError(f"not a deltacells obs schema (or an unsupported version): {e}") from None
-        return cls([ColumnSpec(n, k, t, c) for n, k, t, c in columns])
+        return cls([ColumnSpec(n, k, t, c, o) for n, k, t, c, o in columns])
 
     def arrow_schema(self) -> pa.Schema:
         """The Arrow schema of the stored columns (needs pyarrow)."""

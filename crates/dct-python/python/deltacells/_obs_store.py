@@ -207,7 +207,7 @@ class ObsStore:
         spec = self.schema[c]
         if spec.kind != "category":
             return values
-        dtype = pd.CategoricalDtype(list(spec.categories or []), ordered=False)
+        dtype = pd.CategoricalDtype(list(spec.categories or []), ordered=spec.ordered)
         cat = pd.Categorical.from_codes(values.astype(np.int64), dtype=dtype)
         if categorical:
             return cat

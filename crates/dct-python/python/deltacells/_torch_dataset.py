@@ -137,7 +137,7 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         seed: int = 0,
         drop_last: bool = False,
         remainder: str = "drop",
-        obs_columns: Sequence[str] = (),
+        obs_columns: Sequence[str] | None = (),
         output: str = "csr",
         values_dtype: Any = torch.float32,
         rank: int | None = None,
@@ -178,7 +178,8 @@ class DeltaCellsIterableDataset(torch.utils.data.IterableDataset):
         self.seed = as_seed(seed)
         self.drop_last = bool(drop_last)
         self.remainder = remainder
-        self.obs_columns = [obs_columns] if isinstance(obs_columns, str) else list(obs_columns)
+        # None (as open_dataset and open_corpus take it) is no columns.
+        self.obs_columns = [obs_columns] if isinstance(obs_columns, str) else list(obs_columns or ())
         self.output = output
         self.values_dtype = values_dtype
         self._ranks: tuple[int, int] | None = None if rank is None else (int(rank), int(world_size))  # type: ignore[arg-type]

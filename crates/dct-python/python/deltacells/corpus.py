@@ -362,6 +362,11 @@ class CorpusObs:
             raise ValueError(f"obs column {column!r} is not categorical (it is {self.kind(column)})")
         return list(cats)
 
+    def ordered(self, column: str) -> bool:
+        """Whether a category column's categories are ordered (pandas ``ordered=True``): every member that has
+        categories for it stores it ordered, with the same categories in the same order."""
+        return bool(self._core.ordered(column))
+
     def localize(self, columns: str | Sequence[str]) -> list[str]:
         """Makes ``columns`` local in every member that has them (once per node); returns those some member
         fetched from its shards rather than found in the node's cache."""
@@ -407,7 +412,7 @@ class CorpusObs:
         frame: dict[str, Any] = {}
         for c in cols:
             if self.kind(c) == "category":
-                dtype = pd.CategoricalDtype(self.categories(c), ordered=False)
+                dtype = pd.CategoricalDtype(self.categories(c), ordered=self.ordered(c))
                 frame[c] = pd.Categorical.from_codes(np.asarray(got[c]).astype(np.int64), dtype=dtype)
             else:
                 frame[c] = got[c]
