@@ -384,6 +384,10 @@ pub fn merge(sources: &[String], output: &str, opts: &MergeOptions) -> Result<Me
     if first.has_var_table {
         let out = Output { store: lead.ds.store().clone() };
         if let Some(bytes) = out.get(VAR_TABLE_NAME)? {
+            // Copied as stored, so checked as a reader checks it: a damaged table is not passed on as sound.
+            lead.ds.manifest().check_side_file(VAR_TABLE_NAME, &bytes).map_err(|message| {
+                ConvertError::Output(format!("{}: {message}", lead.ds.store().url(VAR_TABLE_NAME)))
+            })?;
             writer.put_file(VAR_TABLE_NAME, bytes).map_err(dataset_err(output))?;
         }
     }

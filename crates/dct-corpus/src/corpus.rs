@@ -82,7 +82,9 @@ impl Corpus {
             (CorpusError::DuplicateGene { member, gene }, GeneKey::Column(column)) => CorpusError::GeneKey {
                 member,
                 message: format!(
-                    "its gene-table column {column:?} (var.parquet) lists gene {gene:?} in two rows: each gene must                      appear once there to be placed in the corpus's genes; write the member again from its source, or                      identify genes by another column (or by their names: no gene key)"
+                    "its gene-table column {column:?} (var.parquet) lists gene {gene:?} in two rows: each gene must \
+                     appear once there to be placed in the corpus's genes; write the member again from its source, \
+                     or identify genes by another column (or by their names: no gene key)"
                 ),
             },
             (e, _) => e,

@@ -125,7 +125,7 @@ fn check_path(rel: &str) -> Result<(), DatasetError> {
 }
 
 /// Finishes the dataset at `store` whose tiles are stored: sets the manifest's `has_gene_order`, `has_var_names`
-/// and `has_var_table` from `side`, validates it, stores the side files and then `manifest.json`, last, so that a
+/// and `has_var_table` from `side` and records the side files' digests (`side_file_sha256`), validates it, stores the side files and then `manifest.json`, last, so that a
 /// dataset interrupted before the end has no manifest and never looks complete. Returns the manifest stored.
 pub async fn finish_dataset(store: &Store, mut manifest: Manifest, side: SideFiles) -> Result<Manifest, DatasetError> {
     if side.n_genes != manifest.n_genes {
@@ -137,8 +137,13 @@ pub async fn finish_dataset(store: &Store, mut manifest: Manifest, side: SideFil
     manifest.has_gene_order = side.has_gene_order();
     manifest.has_var_names = side.has_var_names();
     manifest.has_var_table = side.has_var_table();
+    let files = side.encoded();
+    manifest.side_file_sha256.clear();
+    for (rel, bytes) in &files {
+        manifest.record_side_file(rel, bytes);
+    }
     manifest.validate().map_err(|source| DatasetError::Manifest { url: store.url(MANIFEST_NAME), cause: source })?;
-    for (rel, bytes) in side.encoded() {
+    for (rel, bytes) in files {
         store.put(&rel, bytes).await?;
     }
     // Every object is written: temporary files that writes of an interrupted earlier run left go before the

@@ -3,6 +3,8 @@
 use dct_format::{CellIndex, Version};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use std::collections::BTreeMap;
+
 use serde_json::{Map, Value};
 
 use crate::error::{Category, ManifestError};
@@ -14,6 +16,14 @@ pub const WRITE_VERSION: u32 = 2;
 /// Largest `manifest.json` [`crate::Dataset::open`] reads by default (256 MiB; a manifest is about 30 bytes per
 /// tile, so this is millions of tiles).
 pub const DEFAULT_MAX_MANIFEST_BYTES: u64 = 256 << 20;
+
+/// The manifest key recording the side files' digests (an extension; see [`Manifest::side_file_sha256`]).
+pub const SIDE_FILE_SHA256: &str = "side_file_sha256";
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
 // The dataset's object names are defined in `dct_format::objects`, for every layer.
 pub use dct_format::objects::{
     APPEND_JOURNAL_NAME, APPEND_STAGING_DIR, GENE_ORDER_NAME, MANIFEST_NAME, OBS_SCHEMA_NAME, ObsFields,
@@ -60,6 +70,11 @@ pub struct Manifest {
     pub has_obs: bool,
     /// The `obs_*` keys (see [`ObsFields`]); the default when there is no obs.
     pub obs: ObsFields,
+    /// Extension (`side_file_sha256`, version 2 only): the SHA-256 (lowercase hex) of each side file
+    /// (`gene_order.npy`, `var_names.txt`, `var.parquet`) as written, so that readers and `verify` tell a damaged
+    /// or replaced file (two gene names swapped, say) from the one the tiles were written with. Empty when the
+    /// writer recorded none (the original package, version 1).
+    pub side_file_sha256: BTreeMap<String, String>,
     /// Keys this crate does not know, preserved on rewrite.
     pub extra: Map<String, Value>,
 }
@@ -90,6 +105,8 @@ struct ManifestKeys<'a> {
     obs_shard_sha256: &'a [String],
     #[serde(skip_serializing_if = "Option::is_none")]
     obs_shard_footer_crc32: Option<&'a [u32]>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    side_file_sha256: &'a BTreeMap<String, String>,
     #[serde(flatten)]
     extra: &'a Map<String, Value>,
 }
@@ -118,6 +135,7 @@ impl Serialize for Manifest {
             obs_shard_bytes: &obs.shard_bytes,
             obs_shard_sha256: &obs.shard_sha256,
             obs_shard_footer_crc32: obs.shard_footer_crc32.as_deref(),
+            side_file_sha256: &self.side_file_sha256,
             extra: &self.extra,
         }
         .serialize(serializer)
@@ -210,6 +228,7 @@ impl Manifest {
             metadata: Value::Object(Map::new()),
             has_obs: false,
             obs: ObsFields::default(),
+            side_file_sha256: BTreeMap::new(),
             extra: Map::new(),
         }
     }
@@ -341,6 +360,16 @@ impl Manifest {
             })?),
             _ => None,
         };
+        let side_file_sha256 = match m.remove(SIDE_FILE_SHA256) {
+            None => BTreeMap::new(),
+            Some(v) => serde_json::from_value::<BTreeMap<String, String>>(v).map_err(|_| {
+                ManifestError::new(
+                    Category::ManifestInvalid,
+                    Some(SIDE_FILE_SHA256),
+                    format!("manifest key `{SIDE_FILE_SHA256}` must map file names to SHA-256 digests (hex strings)"),
+                )
+            })?,
+        };
         let manifest = Manifest {
             format,
             version: version.number(),
@@ -364,6 +393,7 @@ impl Manifest {
                 shard_sha256: shard_sha.and_then(|v| serde_json::from_value(v).ok()).unwrap_or_default(),
                 shard_footer_crc32: footer_crc,
             },
+            side_file_sha256,
             extra: map,
         };
         manifest.validate()?;
@@ -473,7 +503,56 @@ impl Manifest {
         if self.has_obs {
             self.validate_obs()?;
         }
+        self.validate_side_file_digests()
+    }
+
+    /// `side_file_sha256` names only side files the manifest says exist, each with a SHA-256 digest.
+    fn validate_side_file_digests(&self) -> Result<(), ManifestError> {
+        for (name, digest) in &self.side_file_sha256 {
+            let exists = match name.as_str() {
+                GENE_ORDER_NAME => self.has_gene_order,
+                VAR_NAMES_NAME => self.has_var_names,
+                VAR_TABLE_NAME => self.has_var_table,
+                _ => false,
+            };
+            let message = if !exists {
+                format!("{SIDE_FILE_SHA256} names {name:?}, which is not a side file the dataset has")
+            } else if digest.len() != 64 || !digest.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+                format!("{SIDE_FILE_SHA256}[{name:?}] is not a SHA-256 digest (64 lowercase hex digits)")
+            } else {
+                continue;
+            };
+            return Err(ManifestError::new(Category::ManifestInvalid, Some(SIDE_FILE_SHA256), message));
+        }
         Ok(())
+    }
+
+    /// Records the SHA-256 of side file `rel` as stored (`bytes`), for a version 2 manifest: the original package
+    /// reads only the keys it knows in version 1, so version 1 manifests record none.
+    pub fn record_side_file(&mut self, rel: &str, bytes: &[u8]) {
+        if self.version >= 2 && [GENE_ORDER_NAME, VAR_NAMES_NAME, VAR_TABLE_NAME].contains(&rel) {
+            self.side_file_sha256.insert(rel.to_string(), sha256_hex(bytes));
+        }
+    }
+
+    /// Checks side file `rel` (read as `bytes`) against the digest the manifest records for it, if any:
+    /// `Err(message)` saying how it differs and what to do.
+    pub fn check_side_file(&self, rel: &str, bytes: &[u8]) -> Result<(), String> {
+        let Some(want) = self.side_file_sha256.get(rel) else { return Ok(()) };
+        let got = sha256_hex(bytes);
+        if &got == want {
+            return Ok(());
+        }
+        let rewrite = if rel == VAR_TABLE_NAME {
+            "restore it, write the dataset again, or write a new gene table with deltacells.obs.write_var_table \
+             (which records it in the manifest)"
+        } else {
+            "restore it, or write the dataset again"
+        };
+        Err(format!(
+            "its SHA-256 is {got} but the manifest records {want}: the file was changed or damaged after the \
+             dataset was written, so genes could be read under other names; {rewrite}"
+        ))
     }
 
     fn validate_obs(&self) -> Result<(), ManifestError> {

@@ -28,6 +28,19 @@ pub(crate) fn side_file_result(
     }
 }
 
+/// [`side_file_result`], then the bytes checked against the digest `manifest` records for `rel` (if any).
+pub(crate) fn checked_side_file(
+    store: &Store,
+    manifest: &crate::manifest::Manifest,
+    rel: &str,
+    limit: u64,
+    got: Result<Bytes, StoreError>,
+) -> Result<Bytes, DatasetError> {
+    let bytes = side_file_result(store, rel, limit, got)?;
+    manifest.check_side_file(rel, &bytes).map_err(|message| DatasetError::SideFile { url: store.url(rel), message })?;
+    Ok(bytes)
+}
+
 /// Parses `var_names.txt`: UTF-8, one name per line (`\n`, an optional `\r` before it is dropped), exactly
 /// `n_genes` lines.
 pub(crate) fn parse_var_names(bytes: &[u8], n_genes: u64) -> Result<Vec<String>, String> {

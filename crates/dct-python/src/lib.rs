@@ -120,6 +120,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(writer::encode_tile, m)?)?;
     m.add_function(wrap_pyfunction!(writer::check_gene_order, m)?)?;
     m.add_function(wrap_pyfunction!(manifest::normalize_manifest, m)?)?;
+    m.add_function(wrap_pyfunction!(manifest::record_side_file, m)?)?;
     m.add_function(wrap_pyfunction!(obs::infer_schema, m)?)?;
     m.add_function(wrap_pyfunction!(obs::parse_schema, m)?)?;
     m.add_function(wrap_pyfunction!(obs::schema_json, m)?)?;

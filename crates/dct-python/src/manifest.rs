@@ -15,6 +15,17 @@ pub(crate) fn normalize_manifest(text: &[u8]) -> PyResult<String> {
     String::from_utf8(m.to_json_pretty()).map_err(|e| value_error(e.to_string()))
 }
 
+/// The manifest `text` with side file `rel`'s digest recorded as `data` (`side_file_sha256`; version 2 only), in
+/// canonical form: what a caller that replaces a side file of a finished dataset writes next.
+#[pyfunction]
+pub(crate) fn record_side_file(text: &[u8], rel: &str, data: &[u8]) -> PyResult<String> {
+    let mut m = Manifest::from_json(text).map_err(|source| {
+        dataset_error(dct_dataset::DatasetError::Manifest { url: "manifest.json".into(), cause: source })
+    })?;
+    m.record_side_file(rel, data);
+    String::from_utf8(m.to_json_pretty()).map_err(|e| value_error(e.to_string()))
+}
+
 /// The name of tile `tile` (`tiles/tile_000003.dct`).
 #[pyfunction]
 pub(crate) fn tile_name(tile: usize) -> String {

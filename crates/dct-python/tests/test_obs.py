@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import make_counts, require
+from conftest import forget_side_file_digests, make_counts, require
 
 pd = require("pandas")
 pa = require("pyarrow")
@@ -263,6 +263,10 @@ def test_verify_finds_gene_names_and_a_gene_table_of_one_set_in_two_orders(tmp_p
     assert main(["verify", str(root)]) == 0
     (root / "var_names.txt").write_text("\n".join(reversed(list(var.index))) + "\n")
     capsys.readouterr()
+    assert main(["verify", str(root)]) == 1
+    assert "var_names.txt: its SHA-256 is" in capsys.readouterr().out, "the digest the manifest records"
+    # Without digests (the original package records none), the two files are held against each other.
+    forget_side_file_digests(root)
     assert main(["verify", str(root)]) == 1
     assert "holds the genes of var_names.txt in another order" in capsys.readouterr().out
     (root / "var_names.txt").write_text("\n".join(f"SYM{i}" for i in range(6)) + "\n")
@@ -729,6 +733,7 @@ def test_a_gene_table_of_large_strings_as_pandas_3_writes_it_reads(tmp_path):
         {"name": "name", "field_name": "name", "pandas_type": "unicode", "numpy_type": "object", "metadata": None},
         {"name": "gene", "field_name": "gene", "pandas_type": "unicode", "numpy_type": "object", "metadata": None}]}
     pq.write_table(table.replace_schema_metadata({"pandas": json.dumps(meta)}), root / "var.parquet")
+    forget_side_file_digests(root)
     want = pd.read_parquet(root / "var.parquet")
     got = open_dataset(str(root)).var
     assert got.index.tolist() == want.index.tolist() == var.index.tolist() and got.index.name == "gene"
@@ -747,6 +752,9 @@ def test_a_gene_table_written_by_pandas_reads_and_a_wrong_one_is_named(tmp_path)
     root = tmp_path / "ds"
     with DatasetWriter(str(root), n_genes=20, tile_size=10, level=3, var=var) as w:
         w.add_tile(make_counts(10, 20, seed=4))
+    # Tables put in place by other tools are read as in a dataset whose manifest records no digest of them (the
+    # original package's); with one, a replaced table is refused first (test_the_gene_table_written_and_read_...).
+    forget_side_file_digests(root)
     var.to_parquet(root / "var.parquet")  # snappy
     pd.testing.assert_frame_equal(open_dataset(str(root)).var, pd.read_parquet(root / "var.parquet"),
                                   check_dtype=False)
@@ -896,6 +904,15 @@ def test_the_gene_table_written_and_read_by_path_and_backend(tmp_path):
     ds = open_dataset(root)
     assert ds.manifest.has_var_table and ds.var_names == genes
     assert deltacells.cli.main(["verify", root]) == 0, "the dataset stays valid"
+    # Written again over a table the manifest records: its new digest is recorded, and it reads.
+    write_var_table(root, var.assign(length=var["length"] + 1))
+    assert set(open_dataset(root).manifest.side_file_sha256) == {"var.parquet", "var_names.txt"}
+    assert (read_var_table(root)["length"] == var["length"] + 1).all()
+    assert deltacells.cli.main(["verify", root]) == 0
+    # Replaced by other means (pandas writing the file), the table is refused as changed, naming it.
+    var.to_parquet(os.path.join(root, "var.parquet"))
+    with pytest.raises(deltacells.FormatError, match=r"var\.parquet.*SHA-256.*write_var_table"):
+        read_var_table(root)
 
 
 def test_the_cache_s_place_and_the_compatibility_calls(built, tmp_path):

@@ -41,7 +41,7 @@ use dct_format::{CellIndex, CellOutOfRange};
 
 use crate::error::DatasetError;
 use crate::manifest::{GENE_ORDER_NAME, Manifest, VAR_NAMES_NAME};
-use crate::side_files::{gene_order_limit, parse_gene_order, parse_var_names, side_file_result};
+use crate::side_files::{checked_side_file, gene_order_limit, parse_gene_order, parse_var_names};
 use dct_store::Store;
 use dct_store::runtime::Runtime as Rt;
 use load::{Acquired, Keep, Requester};
@@ -509,7 +509,7 @@ impl Dataset {
         if let Some(message) = change {
             return Err(DatasetError::FileChanged { url: self.core.store.url(rel), message });
         }
-        side_file_result(&self.core.store, rel, limit, got)
+        checked_side_file(&self.core.store, &self.core.manifest, rel, limit, got)
     }
 
     fn check_tile(&self, tile: usize) -> Result<(), DatasetError> {

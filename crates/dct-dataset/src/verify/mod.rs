@@ -10,7 +10,7 @@ use crate::error::{Category, DatasetError};
 use crate::manifest::{APPEND_JOURNAL_NAME, GENE_ORDER_NAME, VAR_NAMES_NAME, VAR_TABLE_NAME, obs_shard_path};
 use crate::reader::{Core, Dataset, ReadOptions};
 use crate::rt::on_pool;
-use crate::side_files::{gene_order_limit, parse_gene_order, parse_var_names, side_file_result};
+use crate::side_files::{checked_side_file, gene_order_limit, parse_gene_order, parse_var_names};
 use dct_store::{Store, StoreError};
 
 /// Settings of [`verify`].
@@ -343,7 +343,7 @@ async fn check_side_files(core: &Core) -> Vec<Problem> {
     };
     if m.has_gene_order {
         let limit = gene_order_limit(m.n_genes);
-        let got = side_file_result(store, GENE_ORDER_NAME, limit, store.get_limited(GENE_ORDER_NAME, limit).await);
+        let got = checked_side_file(store, m, GENE_ORDER_NAME, limit, store.get_limited(GENE_ORDER_NAME, limit).await);
         side(got.and_then(|b| {
             parse_gene_order(&b, m.n_genes)
                 .map(|_| ())
@@ -353,7 +353,7 @@ async fn check_side_files(core: &Core) -> Vec<Problem> {
     let mut names = None;
     if m.has_var_names {
         let limit = core.max_side_file_bytes;
-        let got = side_file_result(store, VAR_NAMES_NAME, limit, store.get_limited(VAR_NAMES_NAME, limit).await);
+        let got = checked_side_file(store, m, VAR_NAMES_NAME, limit, store.get_limited(VAR_NAMES_NAME, limit).await);
         side(got.and_then(|b| {
             names = Some(
                 parse_var_names(&b, m.n_genes)
@@ -374,7 +374,8 @@ async fn check_side_files(core: &Core) -> Vec<Problem> {
 #[cfg(feature = "obs")]
 async fn check_var_table(core: &Core, var_names: Option<&[String]>) -> Result<(), DatasetError> {
     let (store, limit) = (&core.store, dct_obs::MAX_VAR_BYTES);
-    let bytes = side_file_result(store, VAR_TABLE_NAME, limit, store.get_limited(VAR_TABLE_NAME, limit).await)?;
+    let got = store.get_limited(VAR_TABLE_NAME, limit).await;
+    let bytes = checked_side_file(store, &core.manifest, VAR_TABLE_NAME, limit, got)?;
     let url = store.url(VAR_TABLE_NAME);
     let batch = crate::reader::decode_var_table(bytes, &url, core.manifest.n_genes)?;
     let (Some(names), Ok(table)) = (var_names, dct_obs::VarTable::from_record_batch(&batch)) else { return Ok(()) };
@@ -401,7 +402,7 @@ async fn check_var_table(core: &Core, var_names: Option<&[String]>) -> Result<()
 #[cfg(not(feature = "obs"))]
 async fn check_var_table(core: &Core, _var_names: Option<&[String]>) -> Result<(), DatasetError> {
     let r = core.store.size(VAR_TABLE_NAME).await;
-    side_file_result(&core.store, VAR_TABLE_NAME, 0, r.map(|_| bytes::Bytes::new())).map(|_| ())
+    crate::side_files::side_file_result(&core.store, VAR_TABLE_NAME, 0, r.map(|_| bytes::Bytes::new())).map(|_| ())
 }
 
 /// The obs checks done with `dct-obs` (feature `obs`).

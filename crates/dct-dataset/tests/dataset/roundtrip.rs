@@ -70,6 +70,69 @@ fn local_round_trip_with_short_last_tile_and_side_files() {
     files.sort();
     assert_eq!(files.len(), 11 + 3, "{files:?}");
     assert!(files.iter().all(|f| !f.contains('#')), "{files:?}");
+    // The side files' digests are recorded, as computed from the files stored.
+    let digest = |rel: &str| -> String {
+        use sha2::Digest;
+        let bytes = std::fs::read(dir.path().join("nested/ds").join(rel)).unwrap();
+        sha2::Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect()
+    };
+    let recorded: Vec<(&str, &str)> = m.side_file_sha256.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    assert_eq!(
+        recorded,
+        [("gene_order.npy", digest("gene_order.npy").as_str()), ("var_names.txt", digest("var_names.txt").as_str())]
+    );
+}
+
+/// A side file changed after the dataset was written (two gene names swapped: every count then read under the
+/// other's name) is refused by readers and by `verify`, naming the file; a version 1 dataset records no digest.
+#[test]
+fn side_files_changed_after_writing_are_refused_by_readers_and_verify() {
+    let truth = random_truth(5, 120, 30, 0.1, false);
+    for version in [dct_format::Version::V2, dct_format::Version::V1] {
+        let dir = tempfile::tempdir().unwrap();
+        let url = dir.path().to_str().unwrap();
+        let mut w = DatasetWriter::create(url, WriterOptions { version, ..opts(30, 50) }).unwrap();
+        append_all(&mut w, &truth, 1, 50);
+        let names: Vec<String> = (0..30).map(|g| format!("G{g}")).collect();
+        w.set_var_names(names.clone()).unwrap();
+        w.set_gene_order((0..30).rev().collect()).unwrap();
+        let m = w.finish().unwrap();
+        assert_eq!(m.side_file_sha256.len(), if version == dct_format::Version::V2 { 2 } else { 0 });
+        assert!(
+            !std::fs::read_to_string(dir.path().join("manifest.json")).unwrap().contains("side_file_sha256")
+                || version == dct_format::Version::V2
+        );
+        let mut swapped = names.clone();
+        swapped.swap(3, 4);
+        std::fs::write(dir.path().join("var_names.txt"), swapped.join("\n") + "\n").unwrap();
+        let ds = Dataset::open(url, ReadOptions::default()).unwrap();
+        let verified = ds.verify(&VerifyOptions::default(), |_, _| {});
+        if version == dct_format::Version::V1 {
+            assert_eq!(*ds.var_names().unwrap().unwrap(), swapped, "nothing to check it against");
+            continue;
+        }
+        let e = ds.var_names().unwrap_err();
+        assert_eq!(e.category(), Category::SideFile, "{e}");
+        let text = e.to_string();
+        assert!(text.contains("var_names.txt") && text.contains("SHA-256") && text.contains("write the dataset again"));
+        assert!(!verified.is_ok());
+        let problems = format!("{:?}", verified.problems);
+        assert!(problems.contains("var_names.txt") && problems.contains("SHA-256"), "{problems}");
+        // The gene order, unchanged, still reads.
+        assert_eq!(ds.gene_order().unwrap().unwrap().len(), 30);
+    }
+    // A digest for a file the dataset does not have, or not a digest: the manifest is invalid.
+    let mut m = dct_dataset::Manifest::new(10, 5);
+    m.tile_cells = vec![5];
+    m.tile_nnz = vec![0];
+    m.tile_bytes = vec![200];
+    m.n_cells = 5;
+    m.record_side_file("var_names.txt", b"x");
+    assert!(m.validate().is_err(), "has_var_names is false");
+    m.has_var_names = true;
+    assert!(m.validate().is_ok());
+    m.side_file_sha256.insert("var_names.txt".into(), "xyz".into());
+    assert!(m.validate().is_err());
 }
 
 #[test]

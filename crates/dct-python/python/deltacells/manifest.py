@@ -67,6 +67,9 @@ class Manifest:
     format: str = FORMAT_NAME
     version: int = FORMAT_VERSION
     obs_shard_footer_crc32: list[int] | None = None
+    #: SHA-256 (hex) of each side file as written (``gene_order.npy``, ``var_names.txt``, ``var.parquet``;
+    #: version 2), checked when they are read.
+    side_file_sha256: dict[str, str] = field(default_factory=dict)
     #: Keys this reader does not know, kept as they were (a newer writer's additions).
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -113,6 +116,8 @@ class Manifest:
         extra = d.pop("extra")
         if d["obs_shard_footer_crc32"] is None:
             del d["obs_shard_footer_crc32"]
+        if not d["side_file_sha256"]:
+            del d["side_file_sha256"]
         for k in ("n_chunks", "zstd_level"):
             if d[k] is None:
                 del d[k]

@@ -48,8 +48,8 @@ __all__ = [
 def write_var_table(root: str | os.PathLike[str], var: pd.DataFrame) -> None:
     """Writes ``var.parquet`` (the gene table, with its pandas index) into the dataset directory ``root``
     atomically. In a complete dataset (one with ``manifest.json``) the table needs one row per gene, in stored
-    column order (``ValueError`` otherwise), and the manifest is then rewritten to record it, last and atomically,
-    so that readers see the table."""
+    column order (``ValueError`` otherwise), and the manifest is then rewritten to record it (and its SHA-256),
+    last and atomically, so that readers see the table."""
     root = os.fspath(root)
     manifest_path = os.path.join(root, _core.MANIFEST_NAME)
     manifest = None
@@ -59,10 +59,13 @@ def write_var_table(root: str | os.PathLike[str], var: pd.DataFrame) -> None:
         if len(var) != manifest.n_genes:
             raise ValueError(f"the gene table has {len(var)} rows but the dataset at {root} has {manifest.n_genes} "
                              "genes: give one row per gene, in stored column order")
-    write_atomic(os.path.join(root, _core.VAR_TABLE_NAME), _var_bytes(var))
-    if manifest is not None and not manifest.has_var_table:
+    data = _var_bytes(var)
+    write_atomic(os.path.join(root, _core.VAR_TABLE_NAME), data)
+    if manifest is not None:
         manifest.has_var_table = True
-        write_atomic(manifest_path, manifest.to_json().encode())
+        # The table's digest recorded, so that readers take the new table as the dataset's own.
+        text = _core.record_side_file(manifest.to_json().encode(), _core.VAR_TABLE_NAME, data)
+        write_atomic(manifest_path, text.encode())
 
 
 def read_var_table(backend: Any) -> pd.DataFrame | None:
