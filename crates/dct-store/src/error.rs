@@ -177,6 +177,19 @@ pub(crate) fn request_error(op: &'static str, url: String, e: object_store::Erro
             transient: false,
             attempts,
         },
+        // A write cannot miss its object: a 404 to a PUT is the bucket's (services that say no more than 404).
+        object_store::Error::NotFound { .. } if op == "PUT" && url.contains("://") && !url.starts_with("file:") => {
+            StoreError::Request {
+                op,
+                message: format!(
+                    "its bucket (container) {} does not exist (the service answered 404)",
+                    bucket_of(&url)
+                ),
+                url,
+                transient: false,
+                attempts,
+            }
+        }
         object_store::Error::NotFound { .. } => StoreError::NotFound { url },
         e => StoreError::Request { op, url, transient: is_transient(&e), message: backend_message(&e), attempts },
     }
@@ -192,6 +205,14 @@ fn bucket_of(url: &str) -> &str {
 /// rather than the object.
 fn backend_message(e: &object_store::Error) -> String {
     let message = backend_message_raw(e);
+    if message.contains("token request") || message.contains("169.254.169.254") {
+        // No credentials given, so the client asked the cloud's metadata server for a token, which is not there.
+        return format!(
+            "{message}; no credentials could be found: give the store a key (GCS: a service-account JSON file, \
+             option google_service_account or GOOGLE_APPLICATION_CREDENTIALS; S3: aws_access_key_id and \
+             aws_secret_access_key or the AWS_* variables; Azure: azure_storage_account_key or a SAS token)"
+        );
+    }
     // A web server's error page is HTML: its markup says nothing the status does not.
     let lower = message.to_ascii_lowercase();
     match ["<html", "<!doctype", "<?xml version"].iter().filter_map(|m| lower.find(m)).min() {
@@ -200,10 +221,29 @@ fn backend_message(e: &object_store::Error) -> String {
     }
 }
 
+/// The backend's message for `e`: without the retry layer's wrapping ("Error performing PUT <url> in 102ms, after
+/// 1 retries, max_retries: 1, retry_timeout: 30s - ", whose URL and attempts the [`StoreError`] says itself), and
+/// with the innermost cause of its chain when the message leaves it out ("error sending request" says nothing of a
+/// refused connection).
 fn backend_message_raw(e: &object_store::Error) -> String {
-    match e {
-        object_store::Error::Generic { source, .. } => source.to_string(),
-        other => other.to_string(),
+    let (text, mut cause) = match e {
+        object_store::Error::Generic { source, .. } => (source.to_string(), source.source()),
+        other => (other.to_string(), std::error::Error::source(other)),
+    };
+    // Only a request's wrapping (a method, then its URL): "Error performing token request: ..." says what failed.
+    let request = |rest: &str| rest.split_once(' ').is_some_and(|(m, _)| m.bytes().all(|b| b.is_ascii_uppercase()));
+    let text = match text.strip_prefix("Error performing ").filter(|rest| request(rest)) {
+        Some(rest) => rest.split_once(" - ").map_or_else(|| text.clone(), |(_, inner)| inner.to_string()),
+        None => text,
+    };
+    let mut innermost = None;
+    while let Some(c) = cause {
+        innermost = Some(c.to_string());
+        cause = c.source();
+    }
+    match innermost {
+        Some(inner) if !inner.is_empty() && !text.contains(&inner) => format!("{text} ({inner})"),
+        _ => text,
     }
 }
 
@@ -300,5 +340,47 @@ mod tests {
             "PUT s3://nosuch/x/convert-plan.json failed: its bucket (container) s3://nosuch does not exist; check \
              the URL, the credentials and the permissions"
         );
+        // A bare 404 to a write (an emulator's) is the bucket's too; to a read, the object's.
+        let bare = || object_store::Error::NotFound { path: "x/p".into(), source: "404 Not Found".into() };
+        let e = request_error("PUT", "gs://nosuch/x/p".into(), bare(), 1);
+        assert!(e.to_string().contains("its bucket (container) gs://nosuch does not exist"), "{e}");
+        assert!(request_error("GET", "gs://nosuch/x/p".into(), bare(), 1).is_not_found());
+    }
+
+    /// An error the retry layer wraps is said without its wrapping, with its innermost cause.
+    #[derive(Debug)]
+    struct Wrapped(&'static str, std::io::Error);
+    impl std::fmt::Display for Wrapped {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+    impl std::error::Error for Wrapped {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.1)
+        }
+    }
+
+    #[test]
+    fn a_refused_connection_is_named_and_the_retry_layer_s_counts_left_out() {
+        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused (os error 111)");
+        let wrapped = Wrapped(
+            "Error performing PUT http://127.0.0.1:4543/upload in 102ms, after 1 retries, max_retries: 1, \
+             retry_timeout: 30s - HTTP error: error sending request",
+            refused,
+        );
+        let e = object_store::Error::Generic { store: "GCS", source: Box::new(wrapped) };
+        let text = request_error("PUT", "gs://b/k/tiles/tile_000001.dct".into(), e, 4).to_string();
+        assert!(
+            text.contains("failed after 4 attempts: HTTP error: error sending request (Connection refused"),
+            "{text}"
+        );
+        assert!(!text.contains("max_retries") && !text.contains("after 1 retries"), "{text}");
+        // No credentials: the token request to the metadata server fails, and the message says what to give.
+        let token = "Error performing token request: Error performing POST http://169.254.169.254/token in 2ms - \
+                     Server returned non-2xx status code: 403 Forbidden";
+        let e = object_store::Error::Generic { store: "GCS", source: token.into() };
+        let text = request_error("GET", "gs://b/ds/manifest.json".into(), e, 1).to_string();
+        assert!(text.contains("no credentials could be found") && text.contains("google_service_account"), "{text}");
     }
 }
