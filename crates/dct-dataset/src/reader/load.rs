@@ -94,7 +94,7 @@ pub(crate) struct Core {
 }
 
 /// How [`Core::change_since_open`]'s message for an append's journal begins.
-const APPEND_UNDER_WAY: &str = "an append is under way, or stopped before its manifest,";
+const APPEND_UNDER_WAY: &str = "an append is under way, or stopped before its manifest";
 
 impl Core {
     pub(super) fn lock_cache(&self) -> MutexGuard<'_, Cache> {

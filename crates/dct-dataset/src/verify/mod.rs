@@ -189,7 +189,8 @@ pub fn verify(ds: &Dataset, options: &VerifyOptions, mut progress: impl FnMut(u6
                 tile: None,
                 message: format!(
                     "an append is under way, or stopped before its manifest ({}): the problems above may be the \
-                     tiles it rewrote; if no append is running, run the same append again to complete it",
+                     tiles it rewrote rather than damage; if no append is running, run the same append again to \
+                     complete it before re-creating anything",
                     core.store.url(APPEND_JOURNAL_NAME)
                 ),
             });
