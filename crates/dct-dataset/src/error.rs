@@ -337,4 +337,17 @@ mod tests {
         }
         assert_eq!(Category::from_name("nope"), None);
     }
+
+    /// An obs error names its file, under the dataset: the dataset's URL is not put before it again.
+    #[cfg(feature = "obs")]
+    #[test]
+    fn an_obs_error_says_its_location_once() {
+        let ds = "/data/ds";
+        let schema = dct_obs::ObsError::Schema { url: format!("{ds}/obs/schema.json"), message: "not JSON".into() };
+        let text = crate::reader::obs_error(ds, schema).to_string();
+        assert_eq!(text.matches(ds).count(), 1, "{text}");
+        assert!(text.starts_with("/data/ds/obs/schema.json: invalid obs schema"), "{text}");
+        let bare = DatasetError::Obs { category: Category::ObsFields, url: ds.into(), message: "no shards".into() };
+        assert_eq!(bare.to_string(), "/data/ds: no shards");
+    }
 }

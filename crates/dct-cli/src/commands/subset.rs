@@ -78,6 +78,10 @@ fn parse_cells(spec: &str) -> anyhow::Result<Vec<u64>> {
 
 /// Runs `subset`.
 pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<u8> {
+    // A condition's form is the command line's to check (exit 2); its column and values are the dataset's.
+    if let Some(c) = args.conditions.iter().find(|c| !c.contains('=')) {
+        usage!("--where {c:?}: write COLUMN=VALUE,... or COLUMN=LOW:HIGH");
+    }
     let genes = args.genes.as_deref().map(super::corpus::read_gene_list).transpose()?;
     let options = SubsetOptions {
         cells: args.cells.as_deref().map(parse_cells).transpose()?,

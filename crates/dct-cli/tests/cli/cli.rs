@@ -206,6 +206,11 @@ fn usage_errors_exit_2_and_json_output_parses() {
     assert_eq!(code(&run(&["no-such-command"])), 2);
     assert_eq!(code(&run(&["export"])), 2);
     let ds = conformance().join("datasets/v2_with_obs");
+    // A --where without COLUMN=...: the command line's form, refused before the dataset is read.
+    let out = tempfile::tempdir().unwrap();
+    let o = run(&["subset", ds.to_str().unwrap(), "--output", out.path().join("s").to_str().unwrap(), "--where", "x"]);
+    assert_eq!(code(&o), 2, "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("COLUMN=VALUE"));
     let o = run(&["info", ds.to_str().unwrap(), "--json"]);
     assert_eq!(code(&o), 0);
     let info: Value = serde_json::from_slice(&o.stdout).unwrap();

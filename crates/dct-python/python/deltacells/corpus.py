@@ -170,6 +170,8 @@ class Corpus:
         return list(self._datasets)
 
     def __repr__(self) -> str:
+        if "members" not in self.__dict__:  # a corpus whose opening failed (as a traceback's locals show it)
+            return "Corpus(not opened)"
         shown = ", ".join(repr(n) for n in self.members[:3]) + (", ..." if len(self.members) > 3 else "")
         return (
             f"Corpus({len(self.members)} members [{shown}], {self.n_cells} cells, {self.n_genes} genes, "
