@@ -1,12 +1,16 @@
 use dct_dataset::DatasetError;
 use dct_input::InputError;
 
-/// A dataset error about `url` as an output error: the URL put first unless the message names it already (most
-/// do), so that it is said once.
+/// A dataset error about `url`: as it is (its kind kept) when its message names `url` already, as most do;
+/// otherwise with `url` put first, so that the location is said once.
 pub(crate) fn dataset_err(url: &str) -> impl Fn(DatasetError) -> ConvertError + '_ {
     move |e| {
         let message = e.to_string();
-        ConvertError::Output(if message.contains(url) { message } else { format!("{url}: {message}") })
+        if dct_dataset::names_location(&message, url) {
+            ConvertError::Dataset(e)
+        } else {
+            ConvertError::Output(format!("{url}: {message}"))
+        }
     }
 }
 

@@ -386,7 +386,10 @@ pub fn merge(sources: &[String], output: &str, opts: &MergeOptions) -> Result<Me
         if let Some(bytes) = out.get(VAR_TABLE_NAME)? {
             // Copied as stored, so checked as a reader checks it: a damaged table is not passed on as sound.
             lead.ds.manifest().check_side_file(VAR_TABLE_NAME, &bytes).map_err(|message| {
-                ConvertError::Output(format!("{}: {message}", lead.ds.store().url(VAR_TABLE_NAME)))
+                ConvertError::Dataset(dct_dataset::DatasetError::SideFile {
+                    url: lead.ds.store().url(VAR_TABLE_NAME),
+                    message,
+                })
             })?;
             writer.put_file(VAR_TABLE_NAME, bytes).map_err(dataset_err(output))?;
         }

@@ -162,6 +162,8 @@ fn options_fingerprint(opts: &ConvertOptions) -> String {
         "obs_columns": opts.obs_columns,
         "obs_exclude": opts.obs_exclude,
         "max_categories": opts.max_categories,
+        // Scans record whether categoricals are ordered: one made by a build that did not is made again.
+        "ordered_categories": true,
     });
     // Only in a gene space, so scan files made without one stay valid.
     if opts.genes.is_some() {

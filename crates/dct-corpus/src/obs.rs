@@ -7,7 +7,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::Int32Type;
 use arrow_array::{Array, ArrayRef, Int32Array, StringArray, new_null_array};
 use arrow_schema::DataType;
-use dct_dataset::dct_obs::{ArrowType, ColumnKind, Obs, ObsOptions, promote};
+use dct_dataset::dct_obs::{ArrowType, ColumnKind, Obs, ObsOptions, keeps_order, promote};
 
 use crate::concurrent::on_each;
 use crate::corpus::Corpus;
@@ -25,7 +25,7 @@ pub struct CorpusObsColumn {
     /// Codes refer to it.
     pub categories: Option<Vec<String>>,
     /// Whether a category column's categories are ordered: every member that has categories for it stores it
-    /// ordered, with the same categories in the same order.
+    /// ordered, in the first one's order (`dct_obs::keeps_order`).
     pub ordered: bool,
     /// The Arrow type values come in: `Int32` codes for categories; a number column whose members store
     /// different types comes in a type that holds every member's values (as [`promote`] says: `Int16` for
@@ -153,7 +153,7 @@ impl Corpus {
                     // A member of no category (every value missing) says nothing of the order; the first with
                     // categories sets the vocabulary, so the others must list it as it is.
                     if !own.is_empty() && !vocabulary.is_empty() {
-                        column.ordered &= c.ordered && own == vocabulary;
+                        column.ordered &= c.ordered && keeps_order(vocabulary, own);
                     } else if !own.is_empty() {
                         column.ordered = c.ordered;
                     }

@@ -211,7 +211,7 @@ pub enum DatasetError {
     },
     /// An obs file (shard or schema) is missing, has the wrong size or hash. The URL comes first unless the
     /// message names it already (the obs reader's messages name the file, which is under it).
-    #[error("{}", if message.contains(url.as_str()) { message.clone() } else { format!("{url}: {message}") })]
+    #[error("{}", if names_location(message, url) { message.clone() } else { format!("{url}: {message}") })]
     Obs {
         /// [`Category::ObsShard`], [`Category::ObsSha256`] or [`Category::ObsFields`].
         category: Category,
@@ -269,6 +269,15 @@ pub enum DatasetError {
     /// A background task failed unexpectedly (cancelled at shutdown, or a bug); retrying may succeed.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// Whether `message` names `url` as its location: a file under it (`url/...`), or `url` itself opening a sentence
+/// or a clause (`url: ...`, `url already holds ...`). So a location is put first only where the message lacks it.
+pub fn names_location(message: &str, url: &str) -> bool {
+    !url.is_empty()
+        && (message.contains(&format!("{url}/"))
+            || message.contains(&format!("{url}:"))
+            || message.starts_with(&format!("{url} ")))
 }
 
 impl DatasetError {

@@ -96,7 +96,7 @@ pub use dct_codec::{CountValue, CsrMatrix, SparseRows};
 pub use dct_obs;
 pub use dct_store::{LocalReads, RetryPolicy, Store, StoreError, StoreOptions};
 pub use epoch::{EpochOptions, EpochPlan, EpochUnit, PassOrder, Remainder, TileStrata};
-pub use error::{Category, DatasetError, ManifestError};
+pub use error::{Category, DatasetError, ManifestError, names_location};
 pub use facts::dataset_facts;
 pub use finish::{SideFiles, finish_dataset};
 pub use manifest::{Manifest, ManifestSettings, ObsFields, TileStats};

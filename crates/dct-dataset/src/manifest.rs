@@ -70,7 +70,7 @@ pub struct Manifest {
     pub has_obs: bool,
     /// The `obs_*` keys (see [`ObsFields`]); the default when there is no obs.
     pub obs: ObsFields,
-    /// Extension (`side_file_sha256`, version 2 only): the SHA-256 (lowercase hex) of each side file
+    /// Extension (`side_file_sha256`, version 2 only): the SHA-256 (hex; written lowercase) of each side file
     /// (`gene_order.npy`, `var_names.txt`, `var.parquet`) as written, so that readers and `verify` tell a damaged
     /// or replaced file (two gene names swapped, say) from the one the tiles were written with. Empty when the
     /// writer recorded none (the original package, version 1).
@@ -506,19 +506,20 @@ impl Manifest {
         self.validate_side_file_digests()
     }
 
-    /// `side_file_sha256` names only side files the manifest says exist, each with a SHA-256 digest.
+    /// `side_file_sha256`'s side files exist (as the manifest says), each with a SHA-256 digest; other names (a
+    /// later writer's) are kept and not checked.
     fn validate_side_file_digests(&self) -> Result<(), ManifestError> {
         for (name, digest) in &self.side_file_sha256 {
             let exists = match name.as_str() {
                 GENE_ORDER_NAME => self.has_gene_order,
                 VAR_NAMES_NAME => self.has_var_names,
                 VAR_TABLE_NAME => self.has_var_table,
-                _ => false,
+                _ => continue,
             };
             let message = if !exists {
-                format!("{SIDE_FILE_SHA256} names {name:?}, which is not a side file the dataset has")
-            } else if digest.len() != 64 || !digest.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
-                format!("{SIDE_FILE_SHA256}[{name:?}] is not a SHA-256 digest (64 lowercase hex digits)")
+                format!("{SIDE_FILE_SHA256} names {name:?}, which the manifest says the dataset does not have")
+            } else if digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
+                format!("{SIDE_FILE_SHA256}[{name:?}] is not a SHA-256 digest (64 hex digits)")
             } else {
                 continue;
             };
@@ -540,7 +541,7 @@ impl Manifest {
     pub fn check_side_file(&self, rel: &str, bytes: &[u8]) -> Result<(), String> {
         let Some(want) = self.side_file_sha256.get(rel) else { return Ok(()) };
         let got = sha256_hex(bytes);
-        if &got == want {
+        if got.eq_ignore_ascii_case(want) {
             return Ok(());
         }
         let rewrite = if rel == VAR_TABLE_NAME {

@@ -214,6 +214,8 @@ fn dtype_name(h5: &H5, obj: &str) -> Result<(DType, String), InputError> {
     let name = match &dt {
         DType::Enum(_) => "bool".to_string(),
         DType::VariableLengthString | DType::String => "string".to_string(),
+        // Float16 values are read widened; float32 holds each exactly (as the Python writer stores them).
+        dt if crate::h5::half_float_order(dt).is_some() => "f32".to_string(),
         other => other.to_string(),
     };
     Ok((dt, name))

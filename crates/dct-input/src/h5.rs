@@ -518,9 +518,12 @@ impl H5 {
         }
     }
 
-    /// Reads a whole 1-D numeric dataset losslessly.
+    /// Reads a whole 1-D numeric dataset losslessly (float16 as floats: pandas keeps `float16` obs columns so).
     pub(crate) fn read_values(&self, object: &str, expected_len: Option<u64>) -> Result<Values, InputError> {
         let (ds, n) = self.whole_1d(object, expected_len)?;
+        if let Some(little_endian) = half_float_order(&self.guard(object, || ds.dtype())?) {
+            return self.read_half_floats(&ds, object, n, little_endian);
+        }
         let mut out = Values::new(self.elem_kind(&ds, object)?);
         let mut start = 0;
         while start < n {
@@ -532,5 +535,40 @@ impl H5 {
             return Err(self.malformed(object, format!("read {} entries, expected {n}", out.len())));
         }
         Ok(out)
+    }
+
+    /// The `n` half floats of 1-D dataset `ds`, read as raw 2-byte elements (`little_endian` or not), widened.
+    fn read_half_floats(&self, ds: &Dataset, object: &str, n: u64, little_endian: bool) -> Result<Values, InputError> {
+        let mut out = Vec::with_capacity(n as usize);
+        let mut start = 0;
+        while start < n {
+            let step = READ_STEP.min(n - start);
+            let raw = self.guard(object, || ds.read_raw_rows(start, step))?;
+            if raw.len() as u64 != 2 * step {
+                return Err(
+                    self.malformed(object, format!("read {} bytes of float16 rows, expected {}", raw.len(), 2 * step))
+                );
+            }
+            out.extend(raw.chunks_exact(2).map(|b| {
+                let bits =
+                    if little_endian { u16::from_le_bytes([b[0], b[1]]) } else { u16::from_be_bytes([b[0], b[1]]) };
+                f64::from(half::f16::from_bits(bits))
+            }));
+            start += step;
+        }
+        Ok(Values::Float(out))
+    }
+}
+
+/// `Some(little endian?)` for a dataset of IEEE half floats (float16), which the HDF5 reader has no numeric view of.
+pub(crate) fn half_float_order(dt: &DType) -> Option<bool> {
+    use hdf5_pure::{Datatype, DatatypeByteOrder};
+    match dt {
+        DType::Other(t) => match **t {
+            Datatype::FloatingPoint { size: 2, byte_order: DatatypeByteOrder::LittleEndian, .. } => Some(true),
+            Datatype::FloatingPoint { size: 2, byte_order: DatatypeByteOrder::BigEndian, .. } => Some(false),
+            _ => None,
+        },
+        _ => None,
     }
 }

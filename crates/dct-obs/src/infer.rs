@@ -101,6 +101,21 @@ impl VocabularyBuilder {
     }
 }
 
+/// Whether an ordered column's `categories` (one input's) keep the order of `vocabulary` (the column's so far):
+/// each is in it, in its order. An input may leave categories out, but one adding a category, or listing two in
+/// another order, leaves the column with no order (where a new category goes, nothing says). The one rule for
+/// schemas inferred over inputs, appends and corpora.
+pub fn keeps_order<S: AsRef<str>>(vocabulary: &[String], categories: &[S]) -> bool {
+    let mut from = 0;
+    categories.iter().all(|c| match vocabulary[from..].iter().position(|v| v == c.as_ref()) {
+        Some(i) => {
+            from += i + 1;
+            true
+        }
+        None => false,
+    })
+}
+
 /// The common type of two numeric types that holds every value of both, if one exists: integers widen to the
 /// narrowest integer type holding both ranges (mixing uint64 with a signed type is refused); floats widen to double;
 /// an integer of up to 16 bits with float stays float, otherwise a float/integer mix becomes double.
@@ -176,8 +191,8 @@ enum Acc {
 /// per categorical column (the union over inputs, in order of first appearance), code widths by vocabulary size,
 /// vocabularies above `max_categories` turned into string columns, numeric types widened across inputs
 /// (see [`promote`]), and a categorical column that is a string column in another input stored as strings. A
-/// category column is ordered when every input gives it ordered with the same categories in the same order (a
-/// union of orders is no order).
+/// category column is ordered when every input with categories gives it ordered and keeps the first one's order
+/// ([`keeps_order`]).
 #[derive(Debug, Clone)]
 pub struct ObsSchemaBuilder {
     max_categories: usize,
@@ -226,11 +241,7 @@ impl ObsSchemaBuilder {
             Acc::Category(v, order) => {
                 *order = Some(match *order {
                     None => ordered,
-                    Some(before) => {
-                        let same = v.len() == categories.len()
-                            && v.categories().iter().zip(categories).all(|(a, b)| a == b.as_ref());
-                        before && ordered && same
-                    }
+                    Some(before) => before && ordered && keeps_order(v.categories(), categories),
                 });
                 v.add(categories);
             }

@@ -51,7 +51,7 @@ pub use data::{CategoryData, ColumnData, TileObs};
 pub use dct_store::{RetryPolicy, Store};
 pub use error::{ObsError, Result};
 pub use fingerprint::{FINGERPRINT_LEN, fingerprint_json, is_fingerprint, obs_fingerprint, sha256_hex, to_hex};
-pub use infer::{DEFAULT_MAX_CATEGORIES, ObsSchemaBuilder, VocabularyBuilder, arrow_type_of, promote};
+pub use infer::{DEFAULT_MAX_CATEGORIES, ObsSchemaBuilder, VocabularyBuilder, arrow_type_of, keeps_order, promote};
 pub use labels::category_labels;
 pub use manifest::{
     DEFAULT_TILES_PER_FILE, ObsFields, ObsManifest, SCHEMA_NAME, VAR_TABLE_NAME, n_shards, shard_name, shard_tiles,

@@ -251,7 +251,13 @@ fn decode_var_inner(bytes: Bytes, url: &str) -> Result<RecordBatch> {
     let mut batches = Vec::new();
     for b in reader {
         // A damaged column chunk surfaces here, as an Arrow error: said as the corrupt file it is.
-        batches.push(b.map_err(|e| perr(parquet::errors::ParquetError::General(e.to_string())))?);
+        batches.push(b.map_err(|e| {
+            let text = match e {
+                arrow_schema::ArrowError::ParquetError(inner) => inner,
+                other => other.to_string(),
+            };
+            perr(parquet::errors::ParquetError::General(text))
+        })?);
     }
     let batch = arrow_select::concat::concat_batches(&schema, &batches)
         .map_err(|e| ObsError::arrow(format!("{url}: joining the var table"), e))?;
@@ -343,13 +349,16 @@ fn pandas_ordered_columns(schema: &Schema) -> Vec<String> {
         .collect()
 }
 
-/// Reads `var.parquet` of the dataset at `store`.
+/// Reads `var.parquet` of the dataset at `store`, as stored (the digest a manifest records is checked by
+/// `dct_dataset`'s reader, which reads the table through it).
 pub async fn read_var_table(store: &Store) -> Result<RecordBatch> {
     let bytes = store.get_limited(VAR_TABLE_NAME, MAX_VAR_BYTES).await?;
     decode_var_parquet(bytes, &store.url(VAR_TABLE_NAME))
 }
 
-/// Writes `var.parquet` of the dataset at `store`; returns its size.
+/// Writes `var.parquet` of the dataset at `store`; returns its size. The file alone: the dataset's manifest, which
+/// records its digest, is the writer's to write (`dct_dataset::finish_dataset`), so this serves datasets being
+/// written, not finished ones.
 pub async fn write_var_table(store: &Store, table: &VarTable) -> Result<u64> {
     let bytes = encode_var_parquet(table)?;
     let n = bytes.len() as u64;

@@ -89,6 +89,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add("VAR_NAMES_NAME", o::VAR_NAMES_NAME)?;
         m.add("VAR_TABLE_NAME", o::VAR_TABLE_NAME)?;
         m.add("OBS_SCHEMA_NAME", o::OBS_SCHEMA_NAME)?;
+        m.add("APPEND_JOURNAL_NAME", o::APPEND_JOURNAL_NAME)?;
         m.add("TILE_NAME_PARTS", (o::TILE_PREFIX, o::TILE_DIGITS, o::TILE_SUFFIX))?;
         m.add("OBS_SHARD_NAME_PARTS", (o::OBS_SHARD_PREFIX, o::OBS_SHARD_DIGITS, o::OBS_SHARD_SUFFIX))?;
         m.add("DEFAULT_OBS_TILES_PER_FILE", o::DEFAULT_OBS_TILES_PER_FILE)?;

@@ -909,6 +909,12 @@ def test_the_gene_table_written_and_read_by_path_and_backend(tmp_path):
     assert set(open_dataset(root).manifest.side_file_sha256) == {"var.parquet", "var_names.txt"}
     assert (read_var_table(root)["length"] == var["length"] + 1).all()
     assert deltacells.cli.main(["verify", root]) == 0
+    # Not while an append is under way (or stopped before its manifest), whose manifest would drop the new digest.
+    journal = os.path.join(root, deltacells._core.APPEND_JOURNAL_NAME)
+    open(journal, "w").close()
+    with pytest.raises(ValueError, match="append .* under way"):
+        write_var_table(root, var)
+    os.remove(journal)
     # Replaced by other means (pandas writing the file), the table is refused as changed, naming it.
     var.to_parquet(os.path.join(root, "var.parquet"))
     with pytest.raises(deltacells.FormatError, match=r"var\.parquet.*SHA-256.*write_var_table"):
@@ -1003,3 +1009,22 @@ def test_ordered_obs_categories_stay_ordered_through_every_way_of_writing(tmp_pa
     assert both.obs.take_pandas(np.arange(both.n_cells), "stage", warn=False)["stage"].cat.ordered
     mixed = open_corpus([str(tmp_path / "w"), str(tmp_path / "e")], cache_dir=str(tmp_path / "cache"))
     assert not mixed.obs.ordered("stage")
+
+
+def test_float16_obs_columns_of_an_h5ad_convert_as_float32(tmp_path):
+    """pandas keeps float16 obs columns (anndata writes them as 2-byte HDF5 floats): the converter reads them as the
+    Python writer does, float32 holding every value exactly, missing values missing (against anndata)."""
+    import anndata as ad
+    from deltacells.convert import convert_h5ad
+
+    values = np.array([0.5, 1.5, np.nan, 2.0, -3.25, 65504.0], dtype=np.float16)
+    obs = pd.DataFrame({"h": values}, index=[f"c{i}" for i in range(6)])
+    src = tmp_path / "f16.h5ad"
+    ad.AnnData(X=make_counts(6, 4, seed=16), obs=obs).write_h5ad(src)
+    convert_h5ad(str(src), str(tmp_path / "ds"), tile_size=4, level=3, log=None)
+    want = ad.read_h5ad(src).obs["h"]
+    assert want.dtype == np.float16
+    ds = open_dataset(str(tmp_path / "ds"), cache_dir=str(tmp_path / "cache"))
+    assert ds.obs.schema["h"].arrow_type == "float"
+    got = ds.obs.to_pandas()["h"]  # with a missing value, as float64 with NaN (as every number column)
+    np.testing.assert_array_equal(got.to_numpy(np.float64), want.to_numpy().astype(np.float64))

@@ -101,13 +101,21 @@ pub(crate) fn open(url: &url::Url, config: &[(String, String)]) -> Result<(Arc<d
                 b = b.with_config(key, v.clone());
             }
             let key = b.get_config_value(&GoogleConfigKey::ServiceAccount);
-            Arc::new(b.with_retry(client_retries()).build().map_err(|e| match key {
-                // A key file that is not a service account's JSON key (no private key, say) fails the build.
-                Some(path) => format!(
-                    "GCS configuration: {e}; the service-account key {path:?} (google_service_account or \
+            Arc::new(b.with_retry(client_retries()).build().map_err(|e| {
+                match key {
+                    // A key file that is not a service account's JSON key (no private key, say) fails the build.
+                    Some(path)
+                        if ["credential", "service account", "pem", "private"]
+                            .iter()
+                            .any(|w| e.to_string().to_ascii_lowercase().contains(w)) =>
+                    {
+                        format!(
+                            "GCS configuration: {e}; the service-account key {path:?} (google_service_account or \
                      GOOGLE_SERVICE_ACCOUNT) must be a service account's JSON key file with its private_key"
-                ),
-                None => format!("GCS configuration: {e}"),
+                        )
+                    }
+                    _ => format!("GCS configuration: {e}"),
+                }
             })?)
         }
         #[cfg(feature = "azure")]

@@ -178,7 +178,9 @@ pub(crate) fn request_error(op: &'static str, url: String, e: object_store::Erro
             attempts,
         },
         // A write cannot miss its object: a 404 to a PUT is the bucket's (services that say no more than 404).
-        object_store::Error::NotFound { .. } if op == "PUT" && url.contains("://") && !url.starts_with("file:") => {
+        object_store::Error::NotFound { .. }
+            if op == "PUT" && ["s3://", "gs://", "az://", "abfs://", "abfss://"].iter().any(|s| url.starts_with(s)) =>
+        {
             StoreError::Request {
                 op,
                 message: format!(
@@ -205,8 +207,9 @@ fn bucket_of(url: &str) -> &str {
 /// rather than the object.
 fn backend_message(e: &object_store::Error) -> String {
     let message = backend_message_raw(e);
-    if message.contains("token request") || message.contains("169.254.169.254") {
-        // No credentials given, so the client asked the cloud's metadata server for a token, which is not there.
+    if ["169.254.169.254", "metadata.google.internal", "169.254.170.2"].iter().any(|host| message.contains(host)) {
+        // No credentials given, so the client asked the cloud's metadata server (an instance's credentials) for a
+        // token, and there is none here.
         return format!(
             "{message}; no credentials could be found: give the store a key (GCS: a service-account JSON file, \
              option google_service_account or GOOGLE_APPLICATION_CREDENTIALS; S3: aws_access_key_id and \

@@ -11,8 +11,8 @@ use bytes::Bytes;
 use dct_dataset::Manifest;
 use dct_format::objects::{ObsFields, n_obs_shards, obs_shard_path, obs_shard_tiles};
 use dct_obs::{
-    ColumnData, ColumnKind, ObsColumn, ObsSchema, ObsShardEncoder, ObsWriteOptions, TileObs, obs_fingerprint, promote,
-    shard_tile_obs,
+    ColumnData, ColumnKind, ObsColumn, ObsSchema, ObsShardEncoder, ObsWriteOptions, TileObs, keeps_order,
+    obs_fingerprint, promote, shard_tile_obs,
 };
 
 use crate::error::ConvertError;
@@ -106,12 +106,10 @@ pub(crate) fn merge_schemas(
                 if !added.is_empty() {
                     merged.categories_added.push((b.name.clone(), added.len()));
                 }
-                // An ordered column stays ordered when the inputs give it ordered too, in the same order, and add no
-                // category (where new ones would go in the order, nothing says).
-                let position: std::collections::HashMap<&String, usize> =
-                    cats.iter().enumerate().map(|(i, c)| (c, i)).collect();
-                let in_order = n.categories.iter().flatten().map(|c| position.get(c)).is_sorted();
-                let ordered = b.ordered && n.ordered && added.is_empty() && in_order;
+                // An ordered column stays ordered when the inputs keep its order (dct_obs::keeps_order); inputs with
+                // no category (no value at all) say nothing of it.
+                let theirs = n.categories.as_deref().unwrap_or_default();
+                let ordered = b.ordered && (theirs.is_empty() || (n.ordered && keeps_order(&cats, theirs)));
                 cats.extend(added);
                 let mut column = ObsColumn::category(b.name.clone(), cats).with_ordered(ordered);
                 if column.arrow_type.max_categories() < b.arrow_type.max_categories() {

@@ -71,16 +71,17 @@ fn local_round_trip_with_short_last_tile_and_side_files() {
     assert_eq!(files.len(), 11 + 3, "{files:?}");
     assert!(files.iter().all(|f| !f.contains('#')), "{files:?}");
     // The side files' digests are recorded, as computed from the files stored.
-    let digest = |rel: &str| -> String {
-        use sha2::Digest;
-        let bytes = std::fs::read(dir.path().join("nested/ds").join(rel)).unwrap();
-        sha2::Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect()
-    };
+    let digest = |rel: &str| sha2_hex(&std::fs::read(dir.path().join("nested/ds").join(rel)).unwrap());
     let recorded: Vec<(&str, &str)> = m.side_file_sha256.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     assert_eq!(
         recorded,
         [("gene_order.npy", digest("gene_order.npy").as_str()), ("var_names.txt", digest("var_names.txt").as_str())]
     );
+}
+
+fn sha2_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A side file changed after the dataset was written (two gene names swapped: every count then read under the
@@ -133,6 +134,11 @@ fn side_files_changed_after_writing_are_refused_by_readers_and_verify() {
     assert!(m.validate().is_ok());
     m.side_file_sha256.insert("var_names.txt".into(), "xyz".into());
     assert!(m.validate().is_err());
+    // Upper-case hex reads as the digest it is; a name this reader does not know is kept, unchecked.
+    m.side_file_sha256.insert("var_names.txt".into(), sha2_hex(b"x").to_uppercase());
+    m.side_file_sha256.insert("obs/schema.json".into(), "later writers' business".into());
+    assert!(m.validate().is_ok() && m.check_side_file("var_names.txt", b"x").is_ok());
+    assert!(m.check_side_file("var_names.txt", b"y").is_err());
 }
 
 #[test]

@@ -155,8 +155,8 @@ async fn vocabulary_union_in_order_of_first_appearance() {
     assert_eq!(raw, [3, 1, 2, -1].map(V::I));
 }
 
-/// A column is ordered when every input with categories gives it ordered, with the same categories in the same
-/// order; an input of no value says nothing.
+/// A column is ordered when every input with categories gives it ordered and keeps the first one's order (some of
+/// its categories, in its order); an input of no value says nothing.
 #[tokio::test]
 async fn an_ordered_category_stays_ordered_only_when_every_input_agrees() {
     let stages: Arc<[String]> = vec!["low".to_string(), "mid".to_string(), "high".to_string()].into();
@@ -173,6 +173,14 @@ async fn an_ordered_category_stays_ordered_only_when_every_input_agrees() {
     assert!(!is_ordered(&[ordered(vec![0], &stages), plain(vec![1], &stages)]));
     assert!(!is_ordered(&[plain(vec![0], &stages), ordered(vec![1], &stages)]));
     assert!(!is_ordered(&[ordered(vec![0], &stages), ordered(vec![1], &other)]));
+    // Some of the categories, in the first input's order, keep it; one more category does not.
+    let some: Arc<[String]> = vec!["low".to_string(), "high".to_string()].into();
+    let more: Arc<[String]> = vec!["low".to_string(), "mid".to_string(), "high".to_string(), "top".to_string()].into();
+    assert!(is_ordered(&[ordered(vec![0], &stages), ordered(vec![1], &some)]));
+    assert!(!is_ordered(&[ordered(vec![0], &stages), ordered(vec![3], &more)]));
+    assert!(dct_obs::keeps_order(&["a".to_string(), "b".to_string()], &["a", "b"]));
+    assert!(!dct_obs::keeps_order(&["a".to_string(), "b".to_string()], &["b", "a"]));
+    assert!(!dct_obs::keeps_order(&["a".to_string()], &["a", "a"]), "a category listed twice is no order");
     assert!(!is_ordered(&[plain(vec![0], &stages)]));
     // Written and read back, the schema keeps the order.
     let tiles = [ordered(vec![0, 2], &stages), ordered(vec![1, -1], &stages)];

@@ -25,6 +25,7 @@ __all__ = [
     "GENE_ORDER_NAME",
     "VAR_NAMES_NAME",
     "VAR_TABLE_NAME",
+    "APPEND_JOURNAL_NAME",
     "OBS_SCHEMA_NAME",
     "TILE_NAME_PARTS",
     "OBS_SHARD_NAME_PARTS",
@@ -99,6 +100,7 @@ MANIFEST_NAME: str
 GENE_ORDER_NAME: str
 VAR_NAMES_NAME: str
 VAR_TABLE_NAME: str
+APPEND_JOURNAL_NAME: str
 OBS_SCHEMA_NAME: str
 TILE_NAME_PARTS: tuple[str, int, str]
 OBS_SHARD_NAME_PARTS: tuple[str, int, str]

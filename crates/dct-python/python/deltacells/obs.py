@@ -59,11 +59,15 @@ def write_var_table(root: str | os.PathLike[str], var: pd.DataFrame) -> None:
         if len(var) != manifest.n_genes:
             raise ValueError(f"the gene table has {len(var)} rows but the dataset at {root} has {manifest.n_genes} "
                              "genes: give one row per gene, in stored column order")
+    journal = os.path.join(root, _core.APPEND_JOURNAL_NAME)
+    if manifest is not None and os.path.exists(journal):
+        raise ValueError(f"an append to {root} is under way, or stopped before its manifest ({journal}): run the "
+                         "same append again to complete it, then write the gene table")
     data = _var_bytes(var)
     write_atomic(os.path.join(root, _core.VAR_TABLE_NAME), data)
-    if manifest is not None:
+    if manifest is not None and (manifest.version >= 2 or not manifest.has_var_table):
         manifest.has_var_table = True
-        # The table's digest recorded, so that readers take the new table as the dataset's own.
+        # The table's digest recorded (version 2), so that readers take the new table as the dataset's own.
         text = _core.record_side_file(manifest.to_json().encode(), _core.VAR_TABLE_NAME, data)
         write_atomic(manifest_path, text.encode())
 
