@@ -28,6 +28,21 @@ pub struct Member {
     pub dataset: Arc<Dataset>,
 }
 
+impl Member {
+    /// The datasets at `urls` as members named by their URLs, opened at once (up to
+    /// [`crate::OPEN_CONCURRENCY`] at a time), all on one set of threads ([`Dataset::open_on`]): a corpus of a
+    /// thousand members runs one I/O runtime and one decode pool, not a thousand. The first member (in order)
+    /// that cannot be opened is the error, naming it.
+    pub fn open_all(urls: &[String], options: &dct_dataset::ReadOptions) -> Result<Vec<Member>, CorpusError> {
+        let threads = dct_dataset::ReaderThreads::new(options.io_threads, options.decode_threads)
+            .map_err(|e| CorpusError::InvalidArgument(e.to_string()))?;
+        on_each(urls, |_, url| {
+            let dataset = Dataset::open_on(url, options.clone(), &threads).map_err(|e| CorpusError::member(url, e))?;
+            Ok(Member { name: url.clone(), dataset: Arc::new(dataset) })
+        })
+    }
+}
+
 /// Rows of a corpus: a [`Batch`] in the corpus's columns, and the member each row comes from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CorpusBatch<V = f32> {
@@ -494,6 +509,9 @@ impl Corpus {
         output: impl FnOnce(usize) -> Result<(&'o mut [i32], &'o mut [V]), CorpusError>,
     ) -> Result<(), CorpusError> {
         let touched = || member_cells.iter().enumerate().filter(|(_, locals)| !locals.is_empty());
+        if touched().nth(1).is_some() {
+            self.fetch_missing_tiles_at_once(touched());
+        }
         if touched().all(|(m, _)| self.map.member(m).keeps_row_lengths()) {
             return self.fill_rows_in_place(located, member_cells, row_in_member, indptr, output);
         }
@@ -533,14 +551,41 @@ impl Corpus {
             indptr.push(total as i64);
         }
         let (out_indices, out_values) = output(total)?;
-        // Each row's own place in the output, then the rows copied in parallel.
+        // Each row's own place in the output, then the rows copied in parallel, on the readers' decode threads: not
+        // on rayon's global pool, which has no threads in a process forked after it started (a DataLoader worker).
         let mut places: Vec<(usize, Place<'o, V>)> = row_places(indptr, out_indices, out_values).enumerate().collect();
-        places.par_iter_mut().with_min_len(64).for_each(|(i, (oi, ov))| {
+        let copy = |(i, (oi, ov)): &mut (usize, Place<'o, V>)| {
             let (b, lo, hi) = row(*i);
             oi.copy_from_slice(&b.indices[lo..hi]);
             ov.copy_from_slice(&b.values[lo..hi]);
+        };
+        let first = touched().next().map_or(0, |(m, _)| m);
+        self.members[first].dataset.on_decode_threads(|parallel| {
+            if parallel {
+                places.par_iter_mut().with_min_len(64).for_each(copy);
+            } else {
+                places.iter_mut().for_each(copy);
+            }
         });
         Ok(())
+    }
+
+    /// Starts fetching, at once, the tiles of `touched` members' cells that their readers hold neither cached nor
+    /// in flight: the reads that follow go member by member, and would otherwise wait for each member's tiles in
+    /// turn (a request's latency per member touched, on object storage). A training loader has prefetched them;
+    /// errors are the reads' to report.
+    fn fetch_missing_tiles_at_once<'a>(&self, touched: impl Iterator<Item = (usize, &'a Vec<u64>)>) {
+        for (m, locals) in touched {
+            let dataset = &self.members[m].dataset;
+            let cached: std::collections::HashSet<usize> = dataset.cached_tiles().into_iter().collect();
+            let mut missing: Vec<usize> =
+                locals.iter().filter_map(|&c| dataset.tile_of(c)).filter(|t| !cached.contains(t)).collect();
+            missing.sort_unstable();
+            missing.dedup();
+            if !missing.is_empty() {
+                let _ = dataset.prefetch(&missing);
+            }
+        }
     }
 }
 

@@ -102,10 +102,11 @@ pub use finish::{SideFiles, finish_dataset};
 pub use manifest::{Manifest, ManifestSettings, ObsFields, TileStats};
 pub use reader::{
     BATCH_BYTES_PER_CELL, BATCH_BYTES_PER_NONZERO, BATCH_SLOT_GRANULE, Batch, DECODED_BYTES_PER_NONZERO, Dataset,
-    HeldBatches, PLAN_BYTES_ALWAYS_ALLOWED, PLAN_BYTES_PER_CELL, ReadOptions, ReadStats, SLOT_HEADER, SlotChooser,
-    SlotFill, SlotLayout, SlotValue, TileBudget, batch_slot_bytes, read_into_slot,
+    HeldBatches, PLAN_BYTES_ALWAYS_ALLOWED, PLAN_BYTES_PER_CELL, ReadOptions, ReadStats, ReaderThreads, SLOT_HEADER,
+    SlotChooser, SlotFill, SlotLayout, SlotValue, TileBudget, batch_slot_bytes, read_into_slot,
 };
 pub use rt::MAX_THREADS;
+pub use side_files::same_genes_in_another_order;
 #[cfg(feature = "obs")]
 pub use verify::obs_fingerprint;
 pub use verify::{Problem, VerifyOptions, VerifyReport, verify, verify_url};

@@ -41,6 +41,19 @@ pub(crate) fn checked_side_file(
     Ok(bytes)
 }
 
+/// The first column at which `names` lists the genes of `stored` (a dataset's gene names, in its column order) in
+/// another order, if it holds the same names in another order: a gene table or names file of another gene order,
+/// which would put counts under other genes' names. Names of another kind (symbols against IDs) are not compared.
+pub fn same_genes_in_another_order(names: &[String], stored: &[String]) -> Option<usize> {
+    if names == stored {
+        return None;
+    }
+    let (mut a, mut b) = (names.to_vec(), stored.to_vec());
+    a.sort_unstable();
+    b.sort_unstable();
+    (a == b).then(|| names.iter().zip(stored).position(|(x, y)| x != y).unwrap_or_default())
+}
+
 /// Parses `var_names.txt`: UTF-8, one name per line (`\n`, an optional `\r` before it is dropped), exactly
 /// `n_genes` lines.
 pub(crate) fn parse_var_names(bytes: &[u8], n_genes: u64) -> Result<Vec<String>, String> {

@@ -22,6 +22,23 @@ pub(crate) struct PyDataset {
     inner: ProcessBound<Arc<Dataset>>,
 }
 
+/// Threads readers run on (an I/O runtime and a decode pool), shared by the readers opened on them: the members
+/// of a corpus (bound to the process that made them: a forked child makes its own).
+#[pyclass(module = "deltacells._core", name = "ReaderThreads", frozen)]
+pub(crate) struct PyReaderThreads {
+    inner: ProcessBound<dct_dataset::ReaderThreads>,
+}
+
+#[pymethods]
+impl PyReaderThreads {
+    /// `io_threads` threads for requests and `decode_threads` (0: the default) for decoding.
+    #[new]
+    fn new(io_threads: usize, decode_threads: usize) -> PyResult<Self> {
+        let threads = dct_dataset::ReaderThreads::new(io_threads, decode_threads).map_err(dataset_error)?;
+        Ok(PyReaderThreads { inner: ProcessBound::new(threads) })
+    }
+}
+
 /// `(key, value)` store options from a Python mapping (`None`: none).
 pub(crate) fn store_options(options: Option<&Bound<'_, PyDict>>) -> PyResult<StoreOptions> {
     let mut store = StoreOptions::default();
@@ -100,9 +117,10 @@ pub(crate) fn read_options(
 #[pymethods]
 impl PyDataset {
     /// Opens the dataset at `url` (a path or store URL), or read through the Python `backend` object; reads and
-    /// validates the manifest (the GIL released).
+    /// validates the manifest (the GIL released). With `threads` (made in this process), on them rather than
+    /// threads of its own (`io_threads` and `decode_threads` then unused).
     #[new]
-    #[pyo3(signature = (url, backend, max_cached_tiles, max_prefetch_tiles, io_threads, decode_threads, verify, storage_options = None))]
+    #[pyo3(signature = (url, backend, max_cached_tiles, max_prefetch_tiles, io_threads, decode_threads, verify, storage_options = None, threads = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -114,16 +132,29 @@ impl PyDataset {
         decode_threads: usize,
         verify: bool,
         storage_options: Option<Bound<'_, PyDict>>,
+        threads: Option<PyRef<'_, PyReaderThreads>>,
     ) -> PyResult<Self> {
         let options = ReadOptions {
             store: store_options(storage_options.as_ref())?,
             ..read_options(max_cached_tiles, max_prefetch_tiles, io_threads, decode_threads, verify)
         };
+        let sharing = match threads {
+            Some(t) => Some(t.inner.get().cloned().ok_or_else(|| {
+                pyo3::exceptions::PyRuntimeError::new_err("these reader threads were made by another process")
+            })?),
+            None => None,
+        };
         let opened = match (url, backend) {
-            (Some(url), None) => py.detach(|| Dataset::open(&url, options)),
+            (Some(url), None) => py.detach(|| match &sharing {
+                Some(threads) => Dataset::open_on(&url, options, threads),
+                None => Dataset::open(&url, options),
+            }),
             (None, Some(b)) => {
                 let store = dct_store::Store::from_source(Arc::new(PyBackend::new(&b)?), &options.store);
-                py.detach(|| Dataset::open_store(store, options))
+                py.detach(|| match &sharing {
+                    Some(threads) => Dataset::open_store_on(store, options, threads),
+                    None => Dataset::open_store(store, options),
+                })
             }
             _ => return Err(value_error("give a URL or a backend")),
         };

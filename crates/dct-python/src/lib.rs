@@ -100,6 +100,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(manifest::obs_shard_tiles, m)?)?;
     m.add_class::<tile::PyTile>()?;
     m.add_class::<dataset::PyDataset>()?;
+    m.add_class::<dataset::PyReaderThreads>()?;
     m.add_class::<corpus::PyCorpus>()?;
     m.add_class::<corpus::PyCorpusObs>()?;
     m.add_class::<obs::PyObs>()?;
@@ -122,6 +123,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(writer::check_gene_order, m)?)?;
     m.add_function(wrap_pyfunction!(manifest::normalize_manifest, m)?)?;
     m.add_function(wrap_pyfunction!(manifest::record_side_file, m)?)?;
+    m.add_function(wrap_pyfunction!(manifest::same_genes_in_another_order, m)?)?;
     m.add_function(wrap_pyfunction!(obs::infer_schema, m)?)?;
     m.add_function(wrap_pyfunction!(obs::parse_schema, m)?)?;
     m.add_function(wrap_pyfunction!(obs::schema_json, m)?)?;

@@ -26,6 +26,13 @@ pub(crate) fn record_side_file(text: &[u8], rel: &str, data: &[u8]) -> PyResult<
     String::from_utf8(m.to_json_pretty()).map_err(|e| value_error(e.to_string()))
 }
 
+/// The first column at which `names` lists a dataset's gene names `stored` in another order (the same names),
+/// or `None`: a gene table of another gene order.
+#[pyfunction]
+pub(crate) fn same_genes_in_another_order(names: Vec<String>, stored: Vec<String>) -> Option<usize> {
+    dct_dataset::same_genes_in_another_order(&names, &stored)
+}
+
 /// The name of tile `tile` (`tiles/tile_000003.dct`).
 #[pyfunction]
 pub(crate) fn tile_name(tile: usize) -> String {

@@ -1,6 +1,8 @@
 """The training loader over a corpus against the source: every selected cell once with its member, ranks, resume,
 weights and strata, and the corpus's obs in batches."""
 
+import os
+
 import numpy as np
 import pytest
 from conftest import require
@@ -8,7 +10,7 @@ from corpus_members import obs_truth, truth
 
 pd = require("pandas")
 
-from deltacells import open_corpus  # noqa: E402
+from deltacells import open_corpus, open_dataset  # noqa: E402
 
 
 def _epoch(loader):
@@ -342,3 +344,57 @@ def test_the_last_windows_of_a_corpus_epoch_fetch_the_next_epoch_s_first_tiles(t
     asked = logs[member].read_text().split()[seen[member]:]
     assert name not in asked, f"epoch 1's first tile {name} of member {member} was fetched when epoch 1 began"
     assert name in logs[member].read_text().split()[: seen[member]]
+
+
+def test_workers_forked_after_the_training_process_read_the_corpus_serve_the_epoch(members):
+    """A corpus read in the training process (a batch looked at, a loader without workers run) before a loader
+    forks its workers: the workers' reads must not wait on thread pools the fork left without threads. Run in a
+    child process with a time limit, so that a hang fails the test instead of stopping the suite."""
+    require("torch")
+    import subprocess
+    import sys
+    import textwrap
+
+    roots, _ = members
+    script = textwrap.dedent(f"""
+        import numpy as np
+        from deltacells import open_corpus
+        from deltacells.torch import make_loader
+        corpus = open_corpus({roots!r}, genes="union")
+        corpus.get_batch(np.arange(0, corpus.n_cells, 7))  # rows of every member, in this process
+        next(iter(make_loader(corpus, 16, seed=1)))
+        seen = []
+        for context in ("fork", "spawn"):
+            loader = make_loader(corpus, 16, seed=2, num_workers=2, multiprocessing_context=context)
+            index = np.concatenate([b["index"].numpy() for b in loader])
+            assert sorted(index.tolist()) == list(range(corpus.n_cells)), context
+        print("served", corpus.n_cells)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "served" in done.stdout, done.stderr[-3000:]
+
+
+def test_the_members_of_a_corpus_share_one_set_of_threads(tmp_path):
+    """Each member opened with threads of its own made a corpus of a thousand members start thousands of threads
+    (an I/O runtime and a decode pool each), in every DataLoader worker too: the members run on the first one's."""
+    from conftest import make_counts, write_dataset
+
+    def decode_pools() -> int:
+        # A reader's decode pool names its threads dct-decode-N (the I/O runtime's blocking threads, which come
+        # and go with local file reads, are not counted).
+        tasks = os.listdir("/proc/self/task")
+        return sum(open(f"/proc/self/task/{t}/comm").read().startswith("dct-decode") for t in tasks)
+
+    roots = [write_dataset(str(tmp_path / f"m{k}"), make_counts(20, 8, seed=k), 10,
+                           var_names=[f"g{(j + k) % 12}" for j in range(8)]) for k in range(24)]
+    before = decode_pools()
+    corpus = open_corpus(roots, genes="union")
+    grown = decode_pools() - before
+    assert grown <= 2, f"{grown} decode threads for 24 members"
+    whole = corpus.get_batch(np.arange(corpus.n_cells)).to_scipy()
+    assert whole.shape == (24 * 20, 12)
+    for k in (0, 23):
+        got = open_dataset(roots[k]).get_batch(np.arange(20)).to_scipy()
+        names = open_dataset(roots[k]).var_names
+        cols = [corpus.genes.index(g) for g in names]
+        np.testing.assert_array_equal(whole[k * 20:(k + 1) * 20][:, cols].toarray(), got.toarray())

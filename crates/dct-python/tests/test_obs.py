@@ -909,6 +909,12 @@ def test_the_gene_table_written_and_read_by_path_and_backend(tmp_path):
     assert set(open_dataset(root).manifest.side_file_sha256) == {"var.parquet", "var_names.txt"}
     assert (read_var_table(root)["length"] == var["length"] + 1).all()
     assert deltacells.cli.main(["verify", root]) == 0
+    # Not in another gene order (a sorted copy would put counts under other genes' names), nor on a store URL.
+    with pytest.raises(ValueError, match="another order than its gene names"):
+        write_var_table(root, var.sort_index(ascending=False))
+    with pytest.raises(ValueError, match="local file system"):
+        write_var_table("s3://bucket/" + root, var)
+    assert (read_var_table(root)["length"] == var["length"] + 1).all(), "left as it was"
     # Not while an append is under way (or stopped before its manifest), whose manifest would drop the new digest.
     journal = os.path.join(root, deltacells._core.APPEND_JOURNAL_NAME)
     open(journal, "w").close()

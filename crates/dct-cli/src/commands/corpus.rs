@@ -2,13 +2,11 @@
 //! coverage of it, obs columns and the members that have them, and conflicts. `deltacells corpus align MEMBER...
 //! --output DIR`: the members written again with their genes in the vocabulary's order.
 
-use std::sync::Arc;
-
 use anyhow::Context;
 use dct_convert::{AlignOptions, align_members};
 use dct_corpus::{Corpus, CorpusError, GeneKey, GeneSpace, Member};
 use dct_dataset::dct_obs::ObsOptions;
-use dct_dataset::{Dataset, ReadOptions, StoreOptions};
+use dct_dataset::{ReadOptions, StoreOptions};
 use serde_json::{Value, json};
 
 use crate::output::print_json;
@@ -86,14 +84,9 @@ pub(super) fn read_gene_list(path: &str) -> anyhow::Result<Vec<String>> {
     Ok(text.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_string).collect())
 }
 
-/// The member datasets at `urls`, each named by its URL.
+/// The member datasets at `urls`, each named by its URL, opened at once on one set of threads.
 pub(super) fn open_members(urls: &[String], options: &ReadOptions) -> anyhow::Result<Vec<Member>> {
-    urls.iter()
-        .map(|url| {
-            let dataset = Dataset::open(url, options.clone()).with_context(|| format!("opening member {url}"))?;
-            Ok(Member { name: url.clone(), dataset: Arc::new(dataset) })
-        })
-        .collect()
+    Ok(Member::open_all(urls, options)?)
 }
 
 /// Runs `corpus`.

@@ -218,7 +218,7 @@ impl Core {
 
     /// Runs `f` where reads decode: on the calling thread with one decode thread (so that reads from several
     /// threads run in parallel), else in the decode pool; `f` is told whether it may split its work.
-    pub(super) fn on_decode_threads<R: Send>(&self, f: impl FnOnce(bool) -> R + Send) -> R {
+    pub(crate) fn on_decode_threads<R: Send>(&self, f: impl FnOnce(bool) -> R + Send) -> R {
         if self.decode_threads == 1 { f(false) } else { self.pool.install(|| f(true)) }
     }
 

@@ -27,6 +27,7 @@ pub use budget::{
 pub(crate) use load::Core;
 #[cfg(feature = "obs")]
 pub(crate) use obs::{decode_var_table, obs_error, obs_manifest};
+pub use open::ReaderThreads;
 pub use options::{ReadOptions, ReadStats};
 pub use slot::{SLOT_HEADER, SlotChooser, SlotFill, SlotLayout, SlotValue, read_into_slot};
 
@@ -413,6 +414,15 @@ impl Dataset {
     /// as much fresh memory. The caller counts them within its budget.
     pub fn keep_spare_tiles(&self, tiles: usize) {
         self.core.scratch.spare_room.store(tiles, Ordering::Relaxed);
+    }
+
+    /// Runs `f` on this reader's decode threads (where rayon's parallel iterators in `f` then run), or on the
+    /// calling thread with one decode thread; `f` is told whether it may split its work. For callers that split
+    /// work of their own over what they read: rayon's global pool has no threads in a process forked after it
+    /// started (a DataLoader worker), so work given to it there never runs, while a reader opened in the worker
+    /// has threads of its own.
+    pub fn on_decode_threads<R: Send>(&self, f: impl FnOnce(bool) -> R + Send) -> R {
+        self.core.on_decode_threads(f)
     }
 
     /// The decoded tiles the cache holds at most ([`ReadOptions::max_cached_tiles`]).

@@ -22,6 +22,34 @@ use crate::rt::{check_threads, default_threads};
 /// ahead wait compressed and take no spare buffer.
 pub(super) const MAX_SPARE: usize = 2;
 
+/// Threads readers run on: an I/O runtime, a decode pool, and the buffers of decoded tiles and the decoders they
+/// share. Readers opened on one set ([`Dataset::open_on`]) run requests on its runtime and decode on its pool, and
+/// reuse each other's tile buffers; the threads live as long as a reader or a clone of this does.
+#[derive(Clone)]
+pub struct ReaderThreads {
+    rt: Arc<Rt>,
+    pool: Arc<rayon::ThreadPool>,
+    scratch: Arc<DecodeScratch>,
+}
+
+impl std::fmt::Debug for ReaderThreads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReaderThreads").field("decode_threads", &self.pool.current_num_threads()).finish()
+    }
+}
+
+impl ReaderThreads {
+    /// `io_threads` threads for requests and `decode_threads` (0: the default) for decoding.
+    pub fn new(io_threads: usize, decode_threads: usize) -> Result<Self, DatasetError> {
+        check_threads("io_threads", io_threads)?;
+        check_threads("decode_threads", decode_threads)?;
+        let rt = Arc::new(Rt::new(io_threads, "dct-io")?);
+        let decode_threads = if decode_threads == 0 { default_threads() } else { decode_threads };
+        let pool = Arc::new(crate::rt::pool(decode_threads, "dct-decode")?);
+        Ok(ReaderThreads { rt, pool, scratch: Arc::default() })
+    }
+}
+
 impl Dataset {
     /// Opens the dataset at `url` (a local path, `file://`, `s3://`, `gs://`, `az://`, `http(s)://`; see
     /// [`dct_store`]): reads and validates `manifest.json`. Tiles are fetched when needed.
@@ -40,6 +68,27 @@ impl Dataset {
         let decode_threads = if options.decode_threads == 0 { default_threads() } else { options.decode_threads };
         let pool = Arc::new(crate::rt::pool(decode_threads, "dct-decode")?);
         Dataset::from_parts(store, manifest, Arc::new(rt), pool, Arc::default(), &options)
+    }
+
+    /// [`Dataset::open`] on `threads` (an I/O runtime, a decode pool and the buffers of decoded tiles) rather than
+    /// threads of its own: for a caller opening many datasets side by side (a corpus of hundreds of members),
+    /// whose threads would otherwise grow by a runtime and a decode pool per dataset. `options.io_threads` and
+    /// `options.decode_threads` are not used.
+    pub fn open_on(url: &str, options: ReadOptions, threads: &ReaderThreads) -> Result<Dataset, DatasetError> {
+        let store = Store::from_url(url, &options.store)?;
+        Dataset::open_store_on(store, options, threads)
+    }
+
+    /// [`Dataset::open_store`] on `threads`, as [`Dataset::open_on`].
+    pub fn open_store_on(store: Store, options: ReadOptions, threads: &ReaderThreads) -> Result<Dataset, DatasetError> {
+        let manifest = fetch_manifest(&threads.rt, &store, options.max_manifest_bytes)?;
+        let ReaderThreads { rt, pool, scratch } = threads.clone();
+        Dataset::from_parts(store, manifest, rt, pool, scratch, &options)
+    }
+
+    /// The threads this reader runs on, for other readers to open on ([`Dataset::open_on`]).
+    pub fn threads(&self) -> ReaderThreads {
+        ReaderThreads { rt: self.rt.clone(), pool: self.core.pool.clone(), scratch: self.core.scratch.clone() }
     }
 
     /// Another reader of this dataset with other `options` (cache, prefetch, threads, CRC checks), on the same

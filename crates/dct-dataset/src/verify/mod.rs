@@ -380,21 +380,15 @@ async fn check_var_table(core: &Core, var_names: Option<&[String]>) -> Result<()
     let url = store.url(VAR_TABLE_NAME);
     let batch = crate::reader::decode_var_table(bytes, &url, core.manifest.n_genes)?;
     let (Some(names), Ok(table)) = (var_names, dct_obs::VarTable::from_record_batch(&batch)) else { return Ok(()) };
-    if table.index.as_slice() != names {
-        let (mut a, mut b) = (table.index.clone(), names.to_vec());
-        a.sort_unstable();
-        b.sort_unstable();
-        if a == b {
-            let j = names.iter().zip(&table.index).position(|(x, y)| x != y).unwrap_or_default();
-            return Err(DatasetError::SideFile {
-                url,
-                message: format!(
-                    "its index holds the genes of {VAR_NAMES_NAME} in another order (column {j}: {:?} here, {:?} \
-                     there): one of the two belongs to another gene order; write both again from one gene table",
-                    table.index[j], names[j]
-                ),
-            });
-        }
+    if let Some(j) = crate::side_files::same_genes_in_another_order(&table.index, names) {
+        return Err(DatasetError::SideFile {
+            url,
+            message: format!(
+                "its index holds the genes of {VAR_NAMES_NAME} in another order (column {j}: {:?} here, {:?} \
+                 there): one of the two belongs to another gene order; write both again from one gene table",
+                table.index[j], names[j]
+            ),
+        });
     }
     Ok(())
 }

@@ -42,6 +42,7 @@ __all__ = [
     "SLOT_HEADER",
     "Tile",
     "Dataset",
+    "ReaderThreads",
     "Corpus",
     "CorpusObs",
     "Obs",
@@ -58,6 +59,7 @@ __all__ = [
     "check_gene_order",
     "normalize_manifest",
     "record_side_file",
+    "same_genes_in_another_order",
     "infer_schema",
     "parse_schema",
     "schema_json",
@@ -148,6 +150,10 @@ class Tile:
     ) -> Any: ...
 
 @final
+class ReaderThreads:
+    def __new__(cls, io_threads: int, decode_threads: int) -> ReaderThreads: ...
+
+@final
 class Dataset:
     def __new__(
         cls,
@@ -159,6 +165,7 @@ class Dataset:
         decode_threads: int,
         verify: bool,
         storage_options: dict[str, str] | None = None,
+        threads: ReaderThreads | None = None,
     ) -> Dataset: ...
     def reopened(
         self, max_cached_tiles: int, max_prefetch_tiles: int, io_threads: int, decode_threads: int, verify: bool
@@ -359,6 +366,7 @@ def encode_tile(
 def check_gene_order(order: list[int]) -> None: ...
 def normalize_manifest(text: bytes) -> str: ...
 def record_side_file(text: bytes, rel: str, data: bytes) -> str: ...
+def same_genes_in_another_order(names: list[str], stored: list[str]) -> int | None: ...
 def infer_schema(frames: list[list[Any]], max_categories: int) -> str: ...
 def parse_schema(text: str) -> tuple[str, list[tuple[str, str, str, list[str] | None, bool]]]: ...
 def schema_json(columns: list[tuple[str, str, str, list[str] | None, bool]]) -> str: ...

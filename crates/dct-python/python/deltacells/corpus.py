@@ -24,7 +24,7 @@ from deltacells._obs_store import _as_numpy
 from deltacells._seeds import as_seed
 from deltacells._tiles import SparseBatch, as_values_dtype
 from deltacells.backends import Backend, backend_or_path
-from deltacells.dataset import DeltaCellsDataset
+from deltacells.dataset import DeltaCellsDataset, _SharedThreads
 
 __all__ = ["Corpus", "CorpusObs", "open_corpus"]
 
@@ -548,10 +548,14 @@ def open_corpus(
     # The obs columns to localize are the corpus's, not each member's: a member without one is missing there.
     obs_columns = reader_options.pop("obs_columns", None)
 
+    # Every member on one set of threads: hundreds of members, one I/O runtime and one decode pool.
+    threads = _SharedThreads(reader_options.get("io_threads", 4), reader_options.get("decode_threads", 1))
+
     def open_one(member: tuple[str, MemberUri]) -> DeltaCellsDataset:
         name, uri = member
         try:
-            return DeltaCellsDataset(uri, storage_options=storage_options, cache_dir=cache_dir, **reader_options)
+            return DeltaCellsDataset(uri, storage_options=storage_options, cache_dir=cache_dir, _threads=threads,
+                                     **reader_options)
         except (OSError, ValueError, RuntimeError) as e:
             # Missing, unreadable, malformed or changed while read: the member named, with the cause.
             raise _naming_member(name, e) from None

@@ -61,6 +61,29 @@ def _absolute_if_local(uri: Backend | str) -> Backend | str:
         return os.path.abspath(uri)
     return uri
 
+class _SharedThreads:
+    """Threads that several readers run on (an I/O runtime and a decode pool), made in each process that uses
+    them: the members of a corpus share one set, so that a corpus of a thousand members does not start a thousand
+    of each (in every DataLoader worker too)."""
+
+    def __init__(self, io_threads: int = 4, decode_threads: int = 1) -> None:
+        self.io_threads, self.decode_threads = int(io_threads), int(decode_threads)
+        self._lock = threading.Lock()
+        self._threads: Any = None
+        self._pid = -1
+
+    def get(self) -> _core.ReaderThreads:
+        """This process's threads (made on first use, and again in a forked child)."""
+        with self._lock:
+            if self._threads is None or self._pid != os.getpid():
+                self._threads = _core.ReaderThreads(self.io_threads, self.decode_threads)
+                self._pid = os.getpid()
+            return self._threads
+
+    def __reduce__(self) -> tuple[Any, tuple[int, int]]:
+        return (_SharedThreads, (self.io_threads, self.decode_threads))
+
+
 class DeltaCellsDataset:
     """Random access to the cells of a deltacells dataset (format version 1 or 2), for training loops and
     ``DataLoader`` workers.
@@ -115,6 +138,7 @@ class DeltaCellsDataset:
         cache_dir: str | None = None,
         obs_columns: Sequence[str] | None = None,
         storage_options: dict[str, str] | None = None,
+        _threads: _SharedThreads | None = None,
     ) -> None:
         _check_reader_sizes(max_cached_tiles=max_cached_tiles, max_prefetch_tiles=max_prefetch_tiles,
                             io_threads=io_threads, decode_threads=decode_threads)
@@ -129,6 +153,9 @@ class DeltaCellsDataset:
         self.verify = True if verify is None else bool(verify)
         self.cache_dir = cache_dir
         self.storage_options = dict(storage_options) if storage_options else None
+        # Threads this one's Rust reader runs on, shared with other readers (the members of a corpus); not
+        # pickled: a reader opened in another process has threads of its own.
+        self._threads = _threads
         self._init_runtime()
         core = self._core  # opens now: the manifest is read and checked at once
         manifest_json = core.manifest_json()
@@ -169,6 +196,7 @@ class DeltaCellsDataset:
                 # The backend's own options first; those given to the dataset win where both name a key.
                 if options or self.storage_options:
                     options = {**(options or {}), **(self.storage_options or {})}
+                sharing = self.__dict__.get("_threads")
                 reader = _core.Dataset(
                     url,
                     None if url is not None else uri,
@@ -178,6 +206,7 @@ class DeltaCellsDataset:
                     self.decode_threads,
                     self.verify,
                     options,
+                    None if sharing is None else sharing.get(),
                 )
                 expected = self.__dict__.get("_manifest_digest")
                 if expected is not None and _manifest_digest(reader.manifest_json()) != expected:

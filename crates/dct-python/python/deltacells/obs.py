@@ -51,6 +51,9 @@ def write_var_table(root: str | os.PathLike[str], var: pd.DataFrame) -> None:
     column order (``ValueError`` otherwise), and the manifest is then rewritten to record it (and its SHA-256),
     last and atomically, so that readers see the table."""
     root = os.fspath(root)
+    if "://" in root:
+        raise ValueError(f"write_var_table writes a dataset on the local file system, not {root}: write the table "
+                         "into a local copy, or give the gene table to the converter or DatasetWriter (var=...)")
     manifest_path = os.path.join(root, _core.MANIFEST_NAME)
     manifest = None
     if os.path.exists(manifest_path):
@@ -59,6 +62,7 @@ def write_var_table(root: str | os.PathLike[str], var: pd.DataFrame) -> None:
         if len(var) != manifest.n_genes:
             raise ValueError(f"the gene table has {len(var)} rows but the dataset at {root} has {manifest.n_genes} "
                              "genes: give one row per gene, in stored column order")
+        _check_gene_order(root, var)
     journal = os.path.join(root, _core.APPEND_JOURNAL_NAME)
     if manifest is not None and os.path.exists(journal):
         raise ValueError(f"an append to {root} is under way, or stopped before its manifest ({journal}): run the "
@@ -70,6 +74,29 @@ def write_var_table(root: str | os.PathLike[str], var: pd.DataFrame) -> None:
         # The table's digest recorded (version 2), so that readers take the new table as the dataset's own.
         text = _core.record_side_file(manifest.to_json().encode(), _core.VAR_TABLE_NAME, data)
         write_atomic(manifest_path, text.encode())
+
+
+def _check_gene_order(root: str, var: pd.DataFrame) -> None:
+    """Refuses a table whose index lists the dataset's genes (its names, or its current table's index) in another
+    order: a sorted copy, say, which would put every count under another gene's name."""
+    from deltacells.format import FormatError
+
+    ds = DeltaCellsDataset(root)
+    index = [str(g) for g in var.index]
+    try:
+        current = ds.var
+    except FormatError:  # the table being replaced is damaged (or was changed by other means): nothing to keep to
+        current = None
+    for what, stored in (("gene names (var_names)", ds.var_names),
+                         ("gene table's index", None if current is None else [str(g) for g in current.index])):
+        if stored is None:
+            continue
+        at = _core.same_genes_in_another_order(index, list(stored))
+        if at is not None:
+            raise ValueError(
+                f"the gene table lists the dataset's genes in another order than its {what} (row {at}: "
+                f"{index[at]!r}, stored column {at}: {stored[at]!r}); give one row per gene in stored column "
+                f"order, e.g. var.loc[ds.var_names] (or reindex by the dataset's gene table)")
 
 
 def read_var_table(backend: Any) -> pd.DataFrame | None:
