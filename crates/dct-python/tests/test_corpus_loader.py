@@ -391,6 +391,15 @@ def test_the_members_of_a_corpus_share_one_set_of_threads(tmp_path):
     corpus = open_corpus(roots, genes="union")
     grown = decode_pools() - before
     assert grown <= 2, f"{grown} decode threads for 24 members"
+    # A corpus pickled to a spawned DataLoader worker: its members share one set there too.
+    import pickle
+
+    clone = pickle.loads(pickle.dumps(corpus))
+    assert len({id(d._threads) for d in clone._datasets}) == 1
+    before = decode_pools()
+    np.testing.assert_array_equal(clone.get_batch(np.arange(clone.n_cells)).to_scipy().toarray(),
+                                  corpus.get_batch(np.arange(corpus.n_cells)).to_scipy().toarray())
+    assert decode_pools() - before <= 2
     whole = corpus.get_batch(np.arange(corpus.n_cells)).to_scipy()
     assert whole.shape == (24 * 20, 12)
     for k in (0, 23):

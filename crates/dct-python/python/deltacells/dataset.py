@@ -153,8 +153,7 @@ class DeltaCellsDataset:
         self.verify = True if verify is None else bool(verify)
         self.cache_dir = cache_dir
         self.storage_options = dict(storage_options) if storage_options else None
-        # Threads this one's Rust reader runs on, shared with other readers (the members of a corpus); not
-        # pickled: a reader opened in another process has threads of its own.
+        # Threads this one's Rust reader runs on, shared with other readers (the members of a corpus).
         self._threads = _threads
         self._init_runtime()
         core = self._core  # opens now: the manifest is read and checked at once
@@ -222,6 +221,9 @@ class DeltaCellsDataset:
         state = {k: self.__dict__[k] for k in keep}
         state.update(verify=self.verify, cache_dir=self.cache_dir, storage_options=self.storage_options)
         state.update(_limits=self._limits, _starts=self._starts, _manifest_digest=self._manifest_digest)
+        # Shared threads go along (made anew in the process that unpickles them, once for every reader that
+        # shares them in one pickle): a spawned DataLoader worker's corpus members share one set too.
+        state.update(_threads=self.__dict__.get("_threads"))
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -246,6 +248,7 @@ class DeltaCellsDataset:
         _check_reader_sizes(**{k: v for k, v in given.items() if v is not None})
         other = DeltaCellsDataset.__new__(DeltaCellsDataset)
         other.__setstate__(self.__getstate__())
+        other._threads = None  # threads of its own, as its settings say
         other.__dict__.update({k: int(v) for k, v in given.items() if v is not None})
         if verify is not None:
             other.verify = bool(verify)
